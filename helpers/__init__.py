@@ -1,0 +1,22 @@
+"""Helpers for the transformer feed-forward network (FFN) course.
+
+One small module per idea, imported explicitly by the notebooks, e.g.
+``from helpers.ffn import FFN``. Nothing is imported here so that
+``import helpers`` stays instant and no module pulls in a later idea.
+
+Modules
+-------
+env         setup for a notebook: seeds, device, Colab bootstrap, version line
+validate    argument checks with clear error messages
+activations ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
+ffn         the FFN (dense and gated by configuration), widths, parameter counts
+costs       FLOPs and activation memory: formulas and measurements
+transformer a tiny decoder-only transformer and its training loop
+facts       the course's fact table and its tokenised data set
+plotting    the course's figure style and shared plots
+figures     regenerates ``figures/`` (``python -m helpers.figures``)
+checking    the exercise-checking engine
+exercises_NN the checkers for notebook NN's exercises
+"""
+
+__version__ = "0.1.0"

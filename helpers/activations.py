@@ -1,0 +1,89 @@
+"""Activation functions used in transformer FFNs, looked up by name.
+
+Every function maps a tensor of any shape ``(...)`` to a tensor of the same
+shape, element by element.
+
+==============  ===============================================  ==================
+name            formula                                          used in
+==============  ===============================================  ==================
+``relu``        max(0, x)                                        original Transformer
+``gelu``        x * Phi(x), Phi the standard normal CDF          BERT, GPT-2 (exact)
+``gelu_tanh``   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  GPT-2's code
+``silu``        x * sigmoid(x)  (Swish with beta = 1)            SwiGLU's gate
+``sigmoid``     1 / (1 + exp(-x))                                GLU's gate
+``identity``    x                                                Bilinear "gate"
+==============  ===============================================  ==================
+
+``swish(x, beta)`` is the one-parameter family x * sigmoid(beta x): beta = 0
+gives x / 2, beta = 1 gives SiLU, and beta -> infinity approaches ReLU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from helpers import validate
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_TANH_COEFF = 0.044715
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    """ReLU: ``max(0, x)``. Shape ``(...)`` -> ``(...)``."""
+    return torch.relu(x)
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact GELU: ``x * Phi(x) = x/2 * (1 + erf(x / sqrt(2)))``. Shape ``(...)`` -> ``(...)``."""
+    return F.gelu(x, approximate="none")
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU's tanh approximation (Hendrycks & Gimpel 2016). Shape ``(...)`` -> ``(...)``."""
+    return F.gelu(x, approximate="tanh")
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """Logistic sigmoid ``1 / (1 + exp(-x))``, values in (0, 1). Shape ``(...)`` -> ``(...)``."""
+    return torch.sigmoid(x)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """SiLU, i.e. Swish with beta = 1: ``x * sigmoid(x)``. Shape ``(...)`` -> ``(...)``."""
+    return F.silu(x)
+
+
+def identity(x: torch.Tensor) -> torch.Tensor:
+    """No non-linearity (the Bilinear variant's "gate"). Shape ``(...)`` -> ``(...)``."""
+    return x
+
+
+def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    """Swish ``x * sigmoid(beta * x)`` (Ramachandran et al. 2017). Shape ``(...)`` -> ``(...)``.
+
+    beta = 0 gives ``x / 2``; beta = 1 gives SiLU; large beta approaches ReLU.
+    """
+    validate.non_negative_float("beta", beta)
+    return x * torch.sigmoid(beta * x)
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": relu,
+    "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+    "silu": silu,
+    "sigmoid": sigmoid,
+    "identity": identity,
+}
+
+
+def get_activation(name: str) -> Activation:
+    """Return the activation function called ``name`` (one of ``ACTIVATIONS``)."""
+    validate.one_of("activation", name, ACTIVATIONS)
+    return ACTIVATIONS[name]

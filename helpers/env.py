@@ -1,0 +1,123 @@
+"""Notebook setup: the same few lines at the top of every notebook end here.
+
+The notebook's setup cell only has to make ``helpers`` importable (it walks up
+from the working directory to the repository root, or, in Google Colab, clones
+the repository once). ``setup()`` then does the rest:
+
+* in Colab, installs the course's runtime packages that Colab lacks (normally
+  none: Colab ships torch, numpy, matplotlib, tqdm and ipywidgets) and never
+  touches Colab's own torch;
+* seeds Python, NumPy and torch;
+* applies the course's plotting style;
+* picks the GPU when there is one, the CPU otherwise;
+* prints one line with the versions and the device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import random
+import subprocess
+import sys
+
+#: Where the course lives; the notebooks' setup cell and Colab badges use the same slug.
+REPO_SLUG = "ffn-course/ffn-course"
+REPO_URL = f"https://github.com/{REPO_SLUG}.git"
+
+#: import name -> pip requirement, for what the notebooks import at run time.
+RUNTIME_PACKAGES: dict[str, str] = {
+    "numpy": "numpy>=1.26",
+    "matplotlib": "matplotlib>=3.8",
+    "torch": "torch>=2.2",
+    "tqdm": "tqdm>=4.66",
+    "ipywidgets": "ipywidgets>=7.7",
+}
+
+VERSION_LINE_PREFIX = "Course environment:"
+
+
+def in_colab() -> bool:
+    """True inside a Google Colab runtime."""
+    return "google.colab" in sys.modules
+
+
+def missing_packages() -> list[str]:
+    """Requirements (pip specs) of the runtime packages that cannot be imported here."""
+    return [spec for module, spec in RUNTIME_PACKAGES.items() if importlib.util.find_spec(module) is None]
+
+
+def install_missing(quiet: bool = True) -> list[str]:
+    """pip-install only the runtime packages that are missing; return what was installed."""
+    missing = missing_packages()
+    if missing:
+        cmd = [sys.executable, "-m", "pip", "install", *(["--quiet"] if quiet else []), *missing]
+        subprocess.run(cmd, check=True)
+    return missing
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python's ``random``, NumPy and torch (CPU and, if present, CUDA)."""
+    import numpy as np
+    import torch
+
+    from helpers import validate
+
+    validate.non_negative_int("seed", seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device():
+    """``torch.device('cuda')`` when a GPU is available, else ``torch.device('cpu')``."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def version_line(device) -> str:
+    """One line naming Python, torch, NumPy and the device (differs by machine: not compared by nbval)."""
+    import numpy as np
+    import torch
+
+    return (f"{VERSION_LINE_PREFIX} Python {platform.python_version()} | torch {torch.__version__} | "
+            f"numpy {np.__version__} | device: {device}")
+
+
+def setup(seed: int = 0, *, quiet: bool = False):
+    """Prepare a notebook: install what Colab lacks, seed, style plots, pick and return the device."""
+    if in_colab():
+        install_missing()
+        # Colab's inline backend is the default already; widgets need no extra step for core ipywidgets.
+    from helpers.plotting import use_course_style
+
+    seed_everything(seed)
+    use_course_style()
+    device = pick_device()
+    if not quiet:
+        print(version_line(device))
+    return device
+
+
+#: The first code cell of every notebook, character for character (a test checks this).
+#: It must run before ``helpers`` is importable, so it only finds or fetches the
+#: repository and hands over to ``setup()``. ``FFN_COURSE_REPO`` overrides the URL
+#: (tests point it at a local clone).
+SETUP_CELL = '''\
+# Setup (identical in every notebook): find the course's `helpers` package, or fetch the course in Colab.
+import os, subprocess, sys
+from pathlib import Path
+
+REPO_URL = os.environ.get("FFN_COURSE_REPO", "https://github.com/ffn-course/ffn-course.git")
+if "google.colab" in sys.modules and not Path("ffn-course/helpers").is_dir():
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", REPO_URL, "ffn-course"], check=True)
+ROOT = next((p for p in [Path.cwd(), *Path.cwd().parents, Path.cwd() / "ffn-course"]
+             if (p / "helpers" / "__init__.py").is_file()), None)
+if ROOT is None:
+    raise RuntimeError("Cannot find the course's helpers/ folder: open this notebook from inside the course repository.")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from helpers.env import setup
+DEVICE = setup(seed=0)'''

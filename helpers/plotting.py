@@ -1,0 +1,182 @@
+"""The course's figure style and the plots more than one notebook or figure uses.
+
+Colours follow the Okabe-Ito palette (readable with colour-vision deficiency),
+and each activation keeps the same colour everywhere in the course.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from helpers.activations import get_activation
+
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+#: one colour per activation / variant name, used in every plot of the course
+COLORS: dict[str, str] = {
+    "relu": "#D55E00",
+    "gelu": "#0072B2",
+    "gelu_tanh": "#56B4E9",
+    "silu": "#009E73",
+    "swish": "#009E73",
+    "sigmoid": "#CC79A7",
+    "identity": "#7F7F7F",
+    "glu": "#CC79A7",
+    "bilinear": "#7F7F7F",
+    "reglu": "#E69F00",
+    "geglu": "#56B4E9",
+    "swiglu": "#000000",
+}
+
+LABELS: dict[str, str] = {
+    "relu": "ReLU",
+    "gelu": "GELU (exact)",
+    "gelu_tanh": "GELU (tanh approx.)",
+    "silu": "SiLU / Swish (β=1)",
+    "sigmoid": "sigmoid",
+    "identity": "identity",
+}
+
+FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
+
+
+def use_course_style() -> None:
+    """Apply the course's matplotlib defaults (sizes, grid, palette)."""
+    matplotlib.rcParams.update({
+        "figure.figsize": (7.0, 4.0),
+        "figure.dpi": 100,
+        "savefig.dpi": 150,
+        "savefig.bbox": "tight",
+        "font.size": 11,
+        "axes.titlesize": 12,
+        "axes.labelsize": 11,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "legend.frameon": False,
+        "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+    })
+
+
+def plot_activations(ax: Axes, names: list[str], x: torch.Tensor | None = None, *, derivative: bool = False,
+                     title: str | None = None) -> Axes:
+    """Plot activation functions (or their derivatives, by autograd) on one axis.
+
+    ``x`` is a 1-D grid (default: 401 points on [-4, 4]).
+    """
+    if x is None:
+        x = torch.linspace(-4, 4, 401)
+    for name in names:
+        xg = x.detach().clone().requires_grad_(derivative)
+        y = get_activation(name)(xg)
+        if derivative:
+            (y,) = torch.autograd.grad(y.sum(), xg)
+        style = "--" if name == "gelu_tanh" else "-"
+        ax.plot(x.numpy(), y.detach().numpy(), style, color=COLORS.get(name), label=LABELS.get(name, name), lw=2)
+    ax.axhline(0, color="0.6", lw=0.8)
+    ax.axvline(0, color="0.6", lw=0.8)
+    ax.set_xlabel("input x")
+    ax.set_ylabel("derivative d/dx" if derivative else "output f(x)")
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+def gelu_vs_relu_figure() -> Figure:
+    """Two panels: ReLU and GELU (exact and tanh), then their slopes."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    names = ["relu", "gelu", "gelu_tanh"]
+    plot_activations(left, names, title="GELU vs ReLU: values")
+    plot_activations(right, names, derivative=True, title="GELU vs ReLU: slopes")
+    left.annotate("GELU dips below 0\n(min ≈ −0.17 at x ≈ −0.75)", xy=(-0.75, -0.17), xytext=(-3.9, 1.6),
+                  arrowprops={"arrowstyle": "->", "color": "0.3"}, fontsize=10)
+    right.annotate("ReLU's slope jumps\nfrom 0 to 1 at x = 0", xy=(0, 0.5), xytext=(0.6, 0.15),
+                   arrowprops={"arrowstyle": "->", "color": "0.3"}, fontsize=10)
+    fig.suptitle("ReLU vs GELU: the tanh approximation is indistinguishable at this scale")
+    fig.tight_layout()
+    return fig
+
+
+def _layer_column(ax: Axes, x: float, n: int, height: float, color: str, label: str, sub: str) -> None:
+    gap = height / n
+    for i in range(n):
+        ax.add_patch(Rectangle((x - 0.18, -height / 2 + i * gap + 0.04), 0.36, gap - 0.08,
+                               facecolor=color, edgecolor="0.2", lw=0.8))
+    ax.text(x, height / 2 + 0.35, label, ha="center", va="bottom", fontsize=12, weight="bold")
+    ax.text(x, -height / 2 - 0.3, sub, ha="center", va="top", fontsize=10)
+
+
+def ffn_diagram_figure() -> Figure:
+    """The expand-activate-contract picture of the position-wise FFN, with shapes."""
+    fig, ax = plt.subplots(figsize=(10, 4.6))
+    ax.set_xlim(-0.6, 10.2)
+    ax.set_ylim(-4.1, 3.9)
+    ax.axis("off")
+    cols = [
+        (0.4, 4, 2.4, "#56B4E9", "x", "(B, T, d)\ninput token"),
+        (3.2, 16, 5.6, "#E69F00", "h = W₁x + b₁", "(B, T, d_ff = 4d)\nexpand"),
+        (6.0, 16, 5.6, "#009E73", "m = φ(h)", "(B, T, d_ff)\nactivate: GELU/ReLU"),
+        (8.8, 4, 2.4, "#56B4E9", "y = W₂m + b₂", "(B, T, d)\ncontract"),
+    ]
+    for x, n, height, color, label, sub in cols:
+        _layer_column(ax, x, n, height, color, label, sub)
+    for (x0, _, _, _, _, _), (x1, _, _, _, _, _), text in zip(cols, cols[1:], ["W₁: d → d_ff", "φ elementwise", "W₂: d_ff → d"]):
+        ax.add_patch(FancyArrowPatch((x0 + 0.3, 0), (x1 - 0.3, 0), arrowstyle="-|>", mutation_scale=18, lw=1.6, color="0.25"))
+        ax.text((x0 + x1) / 2, 0.25, text, ha="center", va="bottom", fontsize=10,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})
+    ax.set_title("The position-wise FFN: expand, activate, contract (the same weights at every position)", fontsize=12)
+    return fig
+
+
+def save_figure(fig: Figure, name: str, directory: Path | None = None) -> Path:
+    """Save ``fig`` as ``<directory>/<name>.png`` (default: the repository's ``figures/``) and close it."""
+    directory = FIGURES_DIR if directory is None else Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def widgets_available() -> bool:
+    """True when ipywidgets can be imported (JupyterLab, Colab); False gives static plots."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interactive_plot(draw, **controls: tuple[float, float, float, float]):
+    """Show ``draw(**values)`` with one slider per control, or once with the defaults if widgets are missing.
+
+    Each control is ``name=(min, max, step, default)``; integer tuples make an
+    integer slider. Returns the ipywidgets ``interactive`` object (or ``None`` for
+    the static fallback). In a notebook, put ``# nbval: ...`` on the cell and tag
+    it ``nbval-ignore-output``: the plot lives inside an Output widget, which
+    nbval and the notebook file record differently.
+    """
+    defaults = {name: spec[3] for name, spec in controls.items()}
+    for name, spec in controls.items():
+        if len(spec) != 4 or not spec[0] <= spec[3] <= spec[1]:
+            raise ValueError(f"{name} must be (min, max, step, default) with min <= default <= max, got {spec!r}")
+    if not widgets_available():
+        draw(**defaults)
+        return None
+    import ipywidgets as widgets
+
+    sliders = {}
+    for name, (low, high, step, default) in controls.items():
+        kind = widgets.IntSlider if all(isinstance(v, int) for v in (low, high, step, default)) else widgets.FloatSlider
+        sliders[name] = kind(min=low, max=high, step=step, value=default, description=name,
+                             continuous_update=False)
+    return widgets.interact(draw, **sliders)

@@ -1,0 +1,48 @@
+import math
+
+import pytest
+import torch
+
+from helpers.activations import ACTIVATIONS, get_activation, swish
+
+XS = torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0], dtype=torch.float64)
+
+
+def test_gelu_table_matches_published_values():
+    exact = [-0.0455, -0.1587, -0.1543, 0.0, 0.3457, 0.8413, 1.9545]
+    tanh = [-0.0454, -0.1588, -0.1543, 0.0, 0.3457, 0.8412, 1.9546]
+    assert get_activation("gelu")(XS).tolist() == pytest.approx(exact, abs=5e-5)
+    assert get_activation("gelu_tanh")(XS).tolist() == pytest.approx(tanh, abs=5e-5)
+
+
+def test_gelu_is_x_times_normal_cdf():
+    x = torch.linspace(-5, 5, 101, dtype=torch.float64)
+    phi = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+    torch.testing.assert_close(get_activation("gelu")(x), x * phi)
+
+
+def test_largest_gap_between_gelu_forms():
+    x = torch.linspace(-6, 6, 1_200_001, dtype=torch.float64)
+    gap = (get_activation("gelu")(x) - get_activation("gelu_tanh")(x)).abs()
+    assert gap.max().item() == pytest.approx(4.73e-4, abs=5e-6)
+    assert abs(x[gap.argmax()].item()) == pytest.approx(2.70, abs=0.01)
+
+
+def test_swish_limits():
+    x = torch.linspace(-3, 3, 61, dtype=torch.float64)
+    torch.testing.assert_close(swish(x, 0.0), x / 2)
+    torch.testing.assert_close(swish(x, 1.0), get_activation("silu")(x))
+    torch.testing.assert_close(swish(x, 200.0), torch.relu(x), atol=1e-2, rtol=0)
+
+
+def test_every_activation_keeps_shape():
+    x = torch.randn(2, 3, 4)
+    for fn in ACTIVATIONS.values():
+        assert fn(x).shape == x.shape
+
+
+def test_unknown_activation_names_the_argument():
+    with pytest.raises(ValueError, match=r"activation must be one of .*'gelu'.*got 'gleu'"):
+        get_activation("gleu")
+    with pytest.raises(ValueError, match="beta must be a non-negative number, got -1"):
+        swish(torch.zeros(1), -1.0)

@@ -1,0 +1,70 @@
+"""Repository-level promises: layout, dependencies in step, the README's commands, figures present."""
+import re
+from pathlib import Path
+
+import yaml
+
+from helpers import env, figures
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+TOP_LEVEL = {"notebooks", "figures", "helpers", "tests", "environment.yml", "requirements.txt", "README.md", ".ci",
+             "pytest.ini", ".gitignore", ".git", "artifacts", ".benchmarks", ".pytest_cache", "ffn-course"}
+
+
+def requirement_names(lines):
+    names = {}
+    for line in lines:
+        line = line.split("#")[0].strip()
+        if line:
+            name = re.match(r"[A-Za-z0-9_.\-]+", line).group(0).lower()
+            names[name] = line
+    return names
+
+
+REQS = requirement_names((ROOT / "requirements.txt").read_text().splitlines())
+
+
+def test_only_expected_top_level_entries():
+    assert {p.name for p in ROOT.iterdir()} <= TOP_LEVEL
+
+
+def test_requirements_have_lower_bounds_and_no_caps():
+    assert {"numpy", "matplotlib", "torch", "jupyterlab", "nbval", "ipywidgets", "tqdm", "pytest"} <= set(REQS)
+    for name, spec in REQS.items():
+        assert ">=" in spec and "<" not in spec.replace(">=", "") and "==" not in spec, spec
+
+
+def test_environment_yml_installs_requirements_txt():
+    spec = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = spec["dependencies"]
+    pip_sections = [d["pip"] for d in deps if isinstance(d, dict) and "pip" in d]
+    assert pip_sections == [["-r requirements.txt"]]
+    python = [d for d in deps if isinstance(d, str) and d.startswith("python")]
+    assert python and "<" not in python[0], "do not cap Python (Colab runs 3.13)"
+    assert "pip" in deps
+
+
+def test_runtime_packages_are_in_requirements():
+    for spec in env.RUNTIME_PACKAGES.values():
+        name = requirement_names([spec])
+        assert name.items() <= REQS.items(), spec
+
+
+def test_readme_shows_the_ci_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = next(line for line in ci.splitlines() if "pytest" in line and not line.startswith("#"))
+    assert command.strip() in README
+
+
+def test_readme_figures_exist_and_registry_is_complete():
+    referenced = set(re.findall(r"figures/([\w\-]+\.png)", README))
+    assert referenced, "the README should show the course's figures"
+    for name in referenced | {f"{n}.png" for n in figures.FIGURES}:
+        assert (ROOT / "figures" / name).is_file(), f"figures/{name} is missing: run python -m helpers.figures"
+
+
+def test_figures_regenerate(tmp_path):
+    written = figures.regenerate(tmp_path)
+    assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in figures.FIGURES)
+    assert all(p.stat().st_size > 10_000 for p in written)
