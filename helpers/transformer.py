@@ -58,12 +58,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=-1)
-        # (B, T, C) -> (B, heads, T, C / heads)
-        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        batch, length, width = x.shape
+        head_width = width // self.n_heads
+        # one projection for queries, keys and values; each (batch, length, width) -> (batch, heads, length, head_width)
+        q, k, v = (t.view(batch, length, self.n_heads, head_width).transpose(1, 2)
+                   for t in self.qkv(x).split(width, dim=-1))
+        mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(mixed.transpose(1, 2).reshape(batch, length, width))
 
 
 class Block(nn.Module):
