@@ -1,0 +1,601 @@
+r"""A mixture-of-experts (MoE) layer whose experts are the course's ``helpers.ffn.FFN``.
+
+A router scores every token against every expert; each token is sent to a few
+experts, and the layer's output is their outputs weighted by the router:
+
+    logits = x · W_rᵀ                    (N, E), computed in float32 (Switch's selective precision)
+    p      = softmax(logits)             (N, E)
+    top-k  : expert_index (N, k), weight = p of the chosen experts
+             (renormalised to sum to 1 over the k chosen when k ≥ 2, as in Mixtral)
+    y[n]   = Σ_j kept[n, j] · weight[n, j] · expert_{expert_index[n, j]}(x[n])
+
+Capacity (Switch, GShard). With ``capacity_factor`` ``c`` every expert takes at
+most ``capacity = ceil(c · N · k / E)`` token slots (**ceil**, everywhere in the
+course; the product is rounded to 6 decimals first so that 1.1 · 100 / 10 gives
+11, not 12). Slots are served first come, first served: all first choices in
+token order, then all second choices in token order, and so on (GShard's
+priority). A slot that finds its expert full is *dropped*: it contributes 0, and
+a token whose every slot is dropped passes through the residual connection
+around the layer unchanged. ``capacity_factor=None`` means no limit (dropless,
+as in Mixtral and MegaBlocks).
+
+Auxiliary losses, returned in the record of every forward pass:
+
+* load balancing (Switch): ``E · Σ_i f_i · P_i`` with ``f_i`` the share of the
+  N·k routed slots that chose expert i (counted before capacity drops) and
+  ``P_i`` the mean router probability of expert i. It is 1 when the slots are
+  spread evenly (whatever P is) and E when every token picks the same expert
+  with probability 1. The layer's ``balance_coef`` (Switch's α = 1e-2) scales it.
+  Hugging Face's Mixtral version counts the k choices without dividing by k, so
+  it equals k at perfect balance (``mixtral_balance_loss``).
+* router z-loss (ST-MoE): ``mean_n (logsumexp_i logits[n, i])²``, coefficient 1e-3.
+
+A second router, ``router="expert"`` (expert choice, Zhou et al. 2022), turns
+the choice around: every expert takes its ``capacity`` highest-scoring tokens.
+Loads are equal by construction; a token may be taken by several experts or by none.
+
+Dispatch: ``MoE.forward`` sorts the kept slots by expert, gathers the tokens into
+one contiguous block per expert, runs each expert once on its block and adds the
+weighted results back with ``index_add_`` (a grouped computation in the spirit
+of MegaBlocks). ``moe_forward_loop`` is the readable reference: one boolean mask
+per (expert, choice) pair. Both give the same output to float rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import validate
+from helpers.ffn import FFN, VARIANTS, ffn_param_count, matched_gated_width
+
+ROUTERS = ("token", "expert")
+
+
+# --------------------------------------------------------------------------- routing records
+@dataclass
+class Routing:
+    """Token-choice routing of N tokens to E experts, k slots each.
+
+    Attributes:
+        expert_index: ``(N, k)`` long, the chosen experts, best first.
+        weight: ``(N, k)`` float32, combine weights: the softmax probabilities of the chosen
+            experts, renormalised over the k chosen when ``top_k >= 2`` and ``renormalise=True``.
+        kept: ``(N, k)`` bool, False where the slot was dropped because its expert was full.
+        probs: ``(N, E)`` float32, router softmax over all experts.
+        logits: ``(N, E)`` float32, router logits.
+        capacity: slots per expert, or ``None`` (dropless).
+    """
+
+    expert_index: torch.Tensor
+    weight: torch.Tensor
+    kept: torch.Tensor
+    probs: torch.Tensor
+    logits: torch.Tensor
+    capacity: int | None = None
+
+    @property
+    def n_experts(self) -> int:
+        return self.probs.shape[-1]
+
+    def tokens_per_expert(self, kept_only: bool = False) -> torch.Tensor:
+        """``(E,)`` long: slots routed to each expert (``kept_only``: only the slots kept)."""
+        index = self.expert_index[self.kept] if kept_only else self.expert_index.reshape(-1)
+        return torch.bincount(index, minlength=self.n_experts)
+
+    def detach(self) -> "Routing":
+        """A copy without autograd history (for logging)."""
+        return Routing(self.expert_index, self.weight.detach(), self.kept, self.probs.detach(),
+                       self.logits.detach(), self.capacity)
+
+
+@dataclass
+class ExpertChoiceRouting:
+    """Expert-choice routing (Zhou et al. 2022): each of E experts picks C tokens.
+
+    Attributes:
+        token_index: ``(E, C)`` long, the tokens each expert took, highest score first.
+        weight: ``(E, C)`` float32, the router probability of (token, expert) used to combine.
+        probs: ``(N, E)`` float32, router softmax over experts, per token.
+        logits: ``(N, E)`` float32, router logits.
+    """
+
+    token_index: torch.Tensor
+    weight: torch.Tensor
+    probs: torch.Tensor
+    logits: torch.Tensor
+
+    @property
+    def capacity(self) -> int:
+        return self.token_index.shape[1]
+
+    def experts_per_token(self) -> torch.Tensor:
+        """``(N,)`` long: how many experts took each token (0 means it skipped the layer)."""
+        return torch.bincount(self.token_index.reshape(-1), minlength=self.probs.shape[0])
+
+    def detach(self) -> "ExpertChoiceRouting":
+        return ExpertChoiceRouting(self.token_index, self.weight.detach(), self.probs.detach(), self.logits.detach())
+
+
+@dataclass
+class MoEStats:
+    """What one forward pass of an ``MoE`` layer did: the record it returns beside its output.
+
+    Attributes:
+        tokens_per_expert: ``(E,)`` long, slots the router sent to each expert (before capacity).
+        kept_per_expert: ``(E,)`` long, slots each expert actually processed.
+        dropped_share: share of the N·k slots dropped for lack of capacity (token choice), or
+            share of tokens no expert took (expert choice).
+        router_entropy: mean over tokens of the entropy of the router's distribution, in nats
+            (log E = undecided, 0 = certain).
+        balance_loss: Switch load-balancing loss ``E · Σ f_i P_i`` (unscaled; has gradients).
+        z_loss: router z-loss ``mean (logsumexp logits)²`` (unscaled; has gradients).
+        aux_loss: ``balance_coef · balance_loss + z_coef · z_loss``, to add to the training loss.
+        capacity: slots per expert, ``None`` when dropless.
+        routing: the (detached) ``Routing`` or ``ExpertChoiceRouting`` of this pass.
+    """
+
+    tokens_per_expert: torch.Tensor
+    kept_per_expert: torch.Tensor
+    dropped_share: float
+    router_entropy: float
+    balance_loss: torch.Tensor
+    z_loss: torch.Tensor
+    aux_loss: torch.Tensor
+    capacity: int | None = None
+    routing: Routing | ExpertChoiceRouting | None = field(default=None, repr=False)
+
+    @property
+    def n_experts(self) -> int:
+        return self.tokens_per_expert.numel()
+
+    @property
+    def max_over_mean(self) -> float:
+        """Load of the busiest expert over the mean load (1 = perfectly even, E = one expert takes all)."""
+        return load_max_over_mean(self.tokens_per_expert)
+
+    @property
+    def load_entropy(self) -> float:
+        """Entropy of the load distribution over experts divided by log E (1 = even, 0 = one expert)."""
+        return load_entropy(self.tokens_per_expert)
+
+
+# --------------------------------------------------------------------------- small functions
+def expert_capacity(n_tokens: int, n_experts: int, top_k: int = 1, capacity_factor: float | None = 1.0) -> int | None:
+    """Slots per expert: ``ceil(capacity_factor · n_tokens · top_k / n_experts)``; ``None`` if dropless.
+
+    The product is rounded to 6 decimals before ``ceil`` so that binary rounding
+    (1.1 · 100 / 10 = 11.000000000000002) does not add a slot.
+    """
+    validate.non_negative_int("n_tokens", n_tokens)
+    validate.positive_int("n_experts", n_experts)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    if capacity_factor is None:
+        return None
+    validate.positive_float("capacity_factor", capacity_factor)
+    return math.ceil(round(capacity_factor * n_tokens * top_k / n_experts, 6))
+
+
+def top_k_routing(probs: torch.Tensor, top_k: int, renormalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose the ``top_k`` most probable experts per token.
+
+    Args:
+        probs: ``(N, E)`` router probabilities (rows sum to 1).
+    Returns:
+        ``(weight, expert_index)``, both ``(N, k)``, best first. With ``renormalise``
+        and ``k >= 2`` the weights are divided by their sum (equal to a softmax over
+        the chosen experts' logits); with ``k = 1`` the weight stays the probability (Switch).
+    """
+    validate.float_tensor("probs", probs, min_dims=2)
+    validate.int_in_range("top_k", top_k, 1, probs.shape[-1])
+    weight, index = torch.topk(probs, top_k, dim=-1)
+    if renormalise and top_k >= 2:
+        weight = weight / weight.sum(-1, keepdim=True)
+    return weight, index
+
+
+def arrival_rank(expert_index: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """Position of every slot in its expert's queue, first come first served.
+
+    Slots arrive choice by choice and, within a choice, in token order: all first
+    choices of tokens 0..N-1, then all second choices, ... (GShard's priority).
+
+    Args:
+        expert_index: ``(N, k)`` long (or ``(N,)`` for top-1).
+    Returns:
+        Long tensor of the same shape: 0 for the first slot an expert receives, 1 for the next, ...
+        A slot is kept when its rank is below the capacity.
+    """
+    squeeze = expert_index.dim() == 1
+    index = expert_index[:, None] if squeeze else expert_index
+    n, k = index.shape
+    flat = index.t().reshape(-1)                          # (k·N,) choice-major arrival order
+    order = torch.argsort(flat, stable=True)              # slots grouped by expert, arrival order kept
+    counts = torch.bincount(flat, minlength=n_experts)
+    starts = torch.cumsum(counts, 0) - counts             # where each expert's group begins
+    rank = torch.empty_like(flat)
+    rank[order] = torch.arange(flat.numel(), device=flat.device) - starts[flat[order]]
+    rank = rank.view(k, n).t()
+    return rank[:, 0] if squeeze else rank
+
+
+def load_balancing_loss(probs: torch.Tensor, expert_index: torch.Tensor) -> torch.Tensor:
+    """Switch load-balancing loss ``E · Σ_i f_i · P_i`` (without the coefficient α).
+
+    Args:
+        probs: ``(N, E)`` router probabilities.
+        expert_index: ``(N, k)`` or ``(N,)`` long, the routed experts (before capacity drops).
+    Returns:
+        A scalar: ``f_i`` = share of the N·k slots routed to expert i (counts: no gradient),
+        ``P_i`` = mean router probability of expert i (the gradient flows through it).
+        1 at perfect balance, E at full collapse.
+    """
+    n_experts = probs.shape[-1]
+    counts = torch.bincount(expert_index.reshape(-1), minlength=n_experts)
+    f = counts.to(probs.dtype) / expert_index.numel()
+    return n_experts * torch.sum(f * probs.mean(0))
+
+
+def mixtral_balance_loss(probs: torch.Tensor, expert_index: torch.Tensor) -> torch.Tensor:
+    """The load-balancing loss as Hugging Face ``transformers`` computes it for Mixtral (no α).
+
+    Each of the k choices is counted as a separate one-hot and the shares are not
+    divided by k, so the value is ``k`` at perfect balance (``k · E`` at collapse):
+    ``k`` times ``load_balancing_loss``.
+    """
+    n_experts = probs.shape[-1]
+    index = expert_index[:, None] if expert_index.dim() == 1 else expert_index
+    tokens_per_expert = F.one_hot(index, n_experts).float().mean(0)     # (k, E): each row sums to 1
+    return n_experts * torch.sum(tokens_per_expert * probs.mean(0)[None, :])
+
+
+def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """ST-MoE router z-loss: ``mean over tokens of (logsumexp over experts of logits)²``. ``logits``: ``(N, E)``."""
+    return torch.logsumexp(logits.float(), dim=-1).square().mean()
+
+
+def router_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of ``-Σ_i p_i log p_i`` (nats). ``probs``: ``(N, E)``."""
+    return -(probs * torch.log(probs.clamp_min(1e-12))).sum(-1).mean()
+
+
+def load_max_over_mean(counts: torch.Tensor) -> float:
+    """Busiest expert's load over the mean load, from ``(E,)`` counts (1 = even, E = collapse)."""
+    counts = counts.double()
+    mean = counts.mean()
+    return float(counts.max() / mean) if mean > 0 else float("nan")
+
+
+def load_entropy(counts: torch.Tensor) -> float:
+    """Entropy of the load shares over experts, divided by log E: 1 = even, 0 = all on one expert."""
+    counts = counts.double()
+    if counts.numel() < 2 or counts.sum() == 0:
+        return float("nan") if counts.sum() == 0 else 1.0
+    share = counts / counts.sum()
+    nz = share[share > 0]
+    return float(-(nz * nz.log()).sum() / math.log(counts.numel()))
+
+
+# --------------------------------------------------------------------------- the layer
+class MoE(nn.Module):
+    """Mixture-of-experts FFN: ``(..., d_model) -> ((..., d_model), MoEStats)``.
+
+    Args:
+        d_model: token width.
+        n_experts: number of experts E (≥ 1).
+        top_k: experts per token k, 1 ≤ k ≤ E (token choice); for expert choice, the
+            average number of experts per token used to size the capacity.
+        d_ff: hidden width of each expert (default: ``FFN.from_variant``'s default).
+        variant: expert FFN variant (``helpers.ffn.VARIANTS``), e.g. ``"swiglu"`` (Mixtral) or ``"gelu"``.
+        bias: biases in the experts.
+        capacity_factor: ``None`` = dropless; else slots per expert
+            ``ceil(capacity_factor · N · k / E)`` (expert choice: ``None`` means 1.0).
+        router: ``"token"`` (each token picks its top-k experts) or ``"expert"`` (each expert
+            picks its top-capacity tokens).
+        jitter: Switch's multiplicative noise on the router input during training: x ·
+            U(1 − jitter, 1 + jitter); 0 disables it. Off in ``eval()`` mode.
+        renormalise: rescale the k chosen weights to sum to 1 (k ≥ 2).
+        balance_coef: α, the weight of the load-balancing loss in ``aux_loss``.
+        z_coef: the weight of the router z-loss in ``aux_loss``.
+    """
+
+    def __init__(self, d_model: int, n_experts: int, top_k: int = 1, *, d_ff: int | None = None,
+                 variant: str = "swiglu", bias: bool = False, capacity_factor: float | None = None,
+                 router: str = "token", jitter: float = 0.0, renormalise: bool = True,
+                 balance_coef: float = 0.01, z_coef: float = 0.001) -> None:
+        super().__init__()
+        self.d_model = validate.positive_int("d_model", d_model)
+        self.n_experts = validate.positive_int("n_experts", n_experts)
+        self.top_k = validate.int_in_range("top_k", top_k, 1, self.n_experts)
+        validate.one_of("variant", variant, VARIANTS)
+        self.capacity_factor = None if capacity_factor is None else validate.positive_float(
+            "capacity_factor", capacity_factor)
+        self.router_type = validate.one_of("router", router, ROUTERS)
+        self.jitter = validate.probability("jitter", jitter)
+        if not isinstance(renormalise, bool):
+            raise TypeError(f"renormalise must be a bool, got {renormalise!r} ({type(renormalise).__name__})")
+        self.renormalise = renormalise
+        self.balance_coef = validate.non_negative_float("balance_coef", balance_coef)
+        self.z_coef = validate.non_negative_float("z_coef", z_coef)
+        self.router = nn.Linear(self.d_model, self.n_experts, bias=False)
+        self.experts = nn.ModuleList(FFN.from_variant(variant, self.d_model, d_ff, bias=bias)
+                                     for _ in range(self.n_experts))
+        self.d_ff = self.experts[0].d_ff
+        self.variant = variant
+
+    # ----- router
+    def router_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Router logits in float32 whatever the dtype of ``x`` or the module: ``(N, d) -> (N, E)``."""
+        x32 = x.float()
+        if self.training and self.jitter > 0:
+            x32 = x32 * torch.empty_like(x32).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        return F.linear(x32, self.router.weight.float())
+
+    def _flat(self, x: torch.Tensor) -> torch.Tensor:
+        validate.float_tensor("x", x, last_dim=self.d_model)
+        return x.reshape(-1, self.d_model)
+
+    def capacity(self, n_tokens: int) -> int | None:
+        """Slots per expert for a batch of ``n_tokens`` tokens, for this layer's router.
+
+        Token choice: ``ceil(capacity_factor · N · k / E)``, ``None`` when dropless. Expert choice:
+        the same with ``capacity_factor=None`` read as 1.0, and at most N.
+        """
+        if self.router_type == "token":
+            return expert_capacity(n_tokens, self.n_experts, self.top_k, self.capacity_factor)
+        return self._expert_choice_capacity(n_tokens)
+
+    def _expert_choice_capacity(self, n_tokens: int) -> int:
+        factor = 1.0 if self.capacity_factor is None else self.capacity_factor
+        return min(expert_capacity(n_tokens, self.n_experts, self.top_k, factor), n_tokens)
+
+    def route(self, x: torch.Tensor) -> Routing:
+        """Token-choice routing of ``x``: ``(N, d_model)`` (leading dimensions are flattened)."""
+        x = self._flat(x)
+        logits = self.router_logits(x)
+        probs = torch.softmax(logits, dim=-1)
+        weight, index = top_k_routing(probs, self.top_k, self.renormalise)
+        cap = expert_capacity(x.shape[0], self.n_experts, self.top_k, self.capacity_factor)
+        if cap is None:
+            kept = torch.ones_like(index, dtype=torch.bool)
+        else:
+            kept = arrival_rank(index, self.n_experts) < cap
+        return Routing(index, weight, kept, probs, logits, cap)
+
+    def route_expert_choice(self, x: torch.Tensor) -> ExpertChoiceRouting:
+        """Expert-choice routing of ``x`` ``(N, d_model)``: each expert takes its ``capacity`` best tokens."""
+        x = self._flat(x)
+        logits = self.router_logits(x)
+        probs = torch.softmax(logits, dim=-1)
+        cap = self._expert_choice_capacity(x.shape[0])
+        weight, token_index = torch.topk(probs.t(), cap, dim=-1)        # (E, C)
+        return ExpertChoiceRouting(token_index, weight, probs, logits)
+
+    # ----- forward
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, MoEStats]:
+        """``x``: ``(..., d_model)`` -> output of the same shape, and the ``MoEStats`` record."""
+        shape = x.shape
+        flat = self._flat(x)
+        if self.router_type == "token":
+            routing = self.route(flat)
+            y = dispatch(flat, routing, self.experts)
+            stats = self._token_stats(routing)
+        else:
+            ec = self.route_expert_choice(flat)
+            y = dispatch_expert_choice(flat, ec, self.experts)
+            stats = self._expert_choice_stats(ec)
+        return y.reshape(shape), stats
+
+    def _token_stats(self, r: Routing) -> MoEStats:
+        balance = load_balancing_loss(r.probs, r.expert_index)
+        z = router_z_loss(r.logits)
+        with torch.no_grad():
+            routed = r.tokens_per_expert()
+            kept = r.tokens_per_expert(kept_only=True)
+            dropped = 1.0 - int(r.kept.sum()) / r.kept.numel() if r.kept.numel() else 0.0
+            entropy = float(router_entropy(r.probs))
+        return MoEStats(routed, kept, dropped, entropy, balance, z,
+                        self.balance_coef * balance + self.z_coef * z, r.capacity, r.detach())
+
+    def _expert_choice_stats(self, r: ExpertChoiceRouting) -> MoEStats:
+        z = router_z_loss(r.logits)
+        with torch.no_grad():
+            loads = torch.full((self.n_experts,), r.capacity, dtype=torch.long)
+            skipped = float((r.experts_per_token() == 0).float().mean())
+            entropy = float(router_entropy(r.probs))
+        zero = z.new_zeros(())
+        return MoEStats(loads, loads.clone(), skipped, entropy, zero, z, self.z_coef * z, r.capacity, r.detach())
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, router={self.router_type}, "
+                f"capacity_factor={self.capacity_factor}")
+
+
+# --------------------------------------------------------------------------- dispatch
+def _combine_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Accumulate the weighted sum in at least float32."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def dispatch(x: torch.Tensor, routing: Routing, experts: Sequence[nn.Module]) -> torch.Tensor:
+    """Vectorised token-choice dispatch: ``x`` ``(N, d)`` -> ``(N, d)``.
+
+    Sort the kept slots by expert (a stable sort keeps token order inside an
+    expert), gather the tokens into one contiguous block per expert, run every
+    expert once on its block, scale by the combine weight and add each result
+    back to its token's row with ``index_add_``. No per-token Python work.
+    """
+    n, d = x.shape
+    k = routing.expert_index.shape[1]
+    token = torch.arange(n, device=x.device).repeat_interleave(k)       # (N·k,) token of each slot
+    keep = routing.kept.reshape(-1)
+    expert = routing.expert_index.reshape(-1)[keep]
+    token = token[keep]
+    weight = routing.weight.reshape(-1)[keep]
+    order = torch.argsort(expert, stable=True)
+    token, weight = token[order], weight[order]
+    counts = torch.bincount(expert, minlength=len(experts)).tolist()
+    blocks = x.index_select(0, token).split(counts)                     # one contiguous block per expert
+    outs = [experts[e](block) for e, block in enumerate(blocks) if counts[e] > 0]
+    acc = _combine_dtype(x.dtype)
+    out = torch.cat(outs).to(acc) if outs else x.new_zeros((0, d), dtype=acc)
+    y = torch.zeros(n, d, dtype=acc, device=x.device)
+    y.index_add_(0, token, out * weight[:, None].to(acc))
+    return y.to(x.dtype)
+
+
+def dispatch_expert_choice(x: torch.Tensor, routing: ExpertChoiceRouting, experts: Sequence[nn.Module]) -> torch.Tensor:
+    """Expert-choice dispatch: every expert runs on its C chosen tokens; ``(N, d) -> (N, d)``."""
+    n, d = x.shape
+    n_experts, cap = routing.token_index.shape
+    token = routing.token_index.reshape(-1)
+    blocks = x.index_select(0, token).view(n_experts, cap, d)
+    acc = _combine_dtype(x.dtype)
+    out = torch.cat([experts[e](blocks[e]) for e in range(n_experts)]).to(acc)
+    y = torch.zeros(n, d, dtype=acc, device=x.device)
+    y.index_add_(0, token, out * routing.weight.reshape(-1, 1).to(acc))
+    return y.to(x.dtype)
+
+
+def moe_forward_loop(moe: MoE, x: torch.Tensor) -> torch.Tensor:
+    """The readable reference for ``MoE.forward`` (token choice): one boolean mask per (expert, choice).
+
+    ``x``: ``(..., d_model)`` -> ``(..., d_model)``. Slow for many experts: it scans every
+    token once per expert and per choice. Use it to check ``dispatch``, not to train.
+    """
+    shape = x.shape
+    flat = moe._flat(x)
+    routing = moe.route(flat)
+    acc = _combine_dtype(flat.dtype)
+    y = torch.zeros(flat.shape, dtype=acc, device=flat.device)
+    for e, expert in enumerate(moe.experts):
+        for j in range(moe.top_k):
+            mine = (routing.expert_index[:, j] == e) & routing.kept[:, j]   # tokens whose j-th choice is e
+            if mine.any():
+                y[mine] += routing.weight[mine, j, None].to(acc) * expert(flat[mine]).to(acc)
+    return y.to(flat.dtype).reshape(shape)
+
+
+# --------------------------------------------------------------------------- training helpers
+def moe_layers_stats(model: nn.Module) -> list[MoEStats]:
+    """The ``MoEStats`` of every MoE block of a ``TinyGPT`` after its last forward, bottom layer first."""
+    return [r for r in model.ffn_records() if isinstance(r, MoEStats)]
+
+
+def moe_aux_loss(model: nn.Module) -> torch.Tensor:
+    """Sum over the model's MoE layers of their ``aux_loss`` (pass as ``train_lm(extra_loss=...)``)."""
+    stats = moe_layers_stats(model)
+    if not stats:
+        raise ValueError("model has no MoE layer records: run a forward pass through a model with MoE FFNs first")
+    return torch.stack([s.aux_loss for s in stats]).sum()
+
+
+class RoutingLog:
+    """Records routing per training step; pass as ``train_lm(..., on_step=log)``.
+
+    After training: ``counts`` ``(steps, layers, E)`` long, slots routed per expert;
+    ``dropped`` ``(steps, layers)``; ``balance`` ``(steps, layers)`` unscaled balance loss;
+    ``loss`` ``(steps,)`` training loss.
+    """
+
+    def __init__(self) -> None:
+        self._counts: list[torch.Tensor] = []
+        self._dropped: list[list[float]] = []
+        self._balance: list[list[float]] = []
+        self._loss: list[float] = []
+
+    def __call__(self, step: int, model: nn.Module, loss: float) -> None:
+        stats = moe_layers_stats(model)
+        self._counts.append(torch.stack([s.tokens_per_expert for s in stats]))
+        self._dropped.append([s.dropped_share for s in stats])
+        self._balance.append([float(s.balance_loss.detach()) for s in stats])
+        self._loss.append(loss)
+
+    @property
+    def counts(self) -> torch.Tensor:
+        return torch.stack(self._counts)
+
+    @property
+    def dropped(self) -> torch.Tensor:
+        return torch.tensor(self._dropped)
+
+    @property
+    def balance(self) -> torch.Tensor:
+        return torch.tensor(self._balance)
+
+    @property
+    def loss(self) -> torch.Tensor:
+        return torch.tensor(self._loss)
+
+    def max_over_mean(self) -> torch.Tensor:
+        """``(steps, layers)`` busiest expert's load over the mean."""
+        c = self.counts.double()
+        return c.max(-1).values / c.mean(-1)
+
+    def load_entropy(self) -> torch.Tensor:
+        """``(steps, layers)`` normalised entropy of the load over experts."""
+        c = self.counts.double()
+        share = c / c.sum(-1, keepdim=True)
+        ent = -(share * share.clamp_min(1e-300).log()).sum(-1)
+        return ent / math.log(c.shape[-1])
+
+
+# --------------------------------------------------------------------------- accounting
+@dataclass
+class MoECost:
+    """Parameters and forward FLOPs per token of one MoE layer (router + experts)."""
+
+    total_params: int
+    active_params: int
+    flops_per_token: int
+
+
+def moe_layer_cost(d_model: int, n_experts: int, top_k: int, d_ff: int | None = None, *, gated: bool = True,
+                   bias: bool = False) -> MoECost:
+    """Total vs active parameters and forward FLOPs per token of an MoE layer.
+
+    total = E · expert + router (d·E); active = k · expert + router;
+    FLOPs/token = 2·d·E (router) + k · (6 d d_ff gated, 4 d d_ff dense). Biases and softmax ignored in FLOPs.
+    """
+    validate.positive_int("d_model", d_model)
+    validate.positive_int("n_experts", n_experts)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    if d_ff is None:
+        d_ff = matched_gated_width(d_model) if gated else 4 * d_model
+    expert = ffn_param_count(d_model, d_ff, gated=gated, bias=bias)
+    router = d_model * n_experts
+    flops = 2 * d_model * n_experts + top_k * 2 * (3 if gated else 2) * d_model * d_ff
+    return MoECost(n_experts * expert + router, top_k * expert + router, flops)
+
+
+def moe_model_params(*, vocab_size: int, d_model: int, n_layers: int, d_ff: int, n_experts: int, top_k: int,
+                     n_heads: int, n_kv_heads: int, head_dim: int, tied_embeddings: bool = False) -> dict[str, int]:
+    """Total and active parameters of a decoder-only MoE transformer (Mixtral layout: SwiGLU experts,
+    grouped-query attention, RMSNorm, no biases).
+
+    Returns a dict with ``total``, ``active`` and the parts: ``embeddings`` (input + output),
+    ``attention``, ``norms``, ``routers``, ``experts_total``, ``experts_active`` (all layers).
+    """
+    for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("n_layers", n_layers), ("d_ff", d_ff),
+                        ("n_experts", n_experts), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads),
+                        ("head_dim", head_dim)):
+        validate.positive_int(name, value)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    embeddings = vocab_size * d_model * (1 if tied_embeddings else 2)
+    q_and_o = 2 * d_model * n_heads * head_dim
+    k_and_v = 2 * d_model * n_kv_heads * head_dim
+    attention = n_layers * (q_and_o + k_and_v)
+    norms = n_layers * 2 * d_model + d_model
+    routers = n_layers * d_model * n_experts
+    expert = ffn_param_count(d_model, d_ff, gated=True, bias=False)
+    experts_total = n_layers * n_experts * expert
+    experts_active = n_layers * top_k * expert
+    shared = embeddings + attention + norms + routers
+    return {"embeddings": embeddings, "attention": attention, "norms": norms, "routers": routers,
+            "experts_total": experts_total, "experts_active": experts_active,
+            "total": shared + experts_total, "active": shared + experts_active}

@@ -1,0 +1,326 @@
+"""helpers.moe: routing, capacity, losses, dispatch, expert choice, accounting, bad input."""
+import math
+
+import pytest
+import torch
+
+from helpers.ffn import FFN
+from helpers.moe import (MoE, MoEStats, Routing, RoutingLog, arrival_rank, dispatch, expert_capacity,
+                         load_balancing_loss, load_entropy, load_max_over_mean, mixtral_balance_loss, moe_aux_loss,
+                         moe_forward_loop, moe_layer_cost, moe_model_params, router_entropy, router_z_loss,
+                         top_k_routing)
+from helpers.transformer import GPTConfig, TinyGPT, train_lm
+
+
+def make(d=16, e=4, k=2, **kw):
+    torch.manual_seed(0)
+    kw.setdefault("d_ff", 24)
+    return MoE(d, e, k, **kw).eval()
+
+
+def explicit_output(moe, x, r):
+    """y[n] = Σ_j kept · weight · expert(x[n]), token by token (the contract, literally)."""
+    y = torch.zeros_like(x)
+    for n in range(x.shape[0]):
+        for j in range(r.expert_index.shape[1]):
+            if r.kept[n, j]:
+                y[n] += r.weight[n, j] * moe.experts[int(r.expert_index[n, j])](x[n:n + 1])[0]
+    return y
+
+
+# ---------------------------------------------------------------- the contract
+def test_contract_fields_shapes_and_dtypes():
+    moe = make(e=5, k=2, capacity_factor=1.0)
+    assert (moe.d_model, moe.n_experts, moe.top_k) == (16, 5, 2)
+    assert isinstance(moe.router, torch.nn.Linear) and moe.router.bias is None
+    assert moe.router.weight.shape == (5, 16)
+    assert len(moe.experts) == 5 and all(isinstance(e, FFN) and e.variant == "swiglu" for e in moe.experts)
+    r = moe.route(torch.randn(30, 16))
+    assert isinstance(r, Routing)
+    assert r.expert_index.shape == (30, 2) and r.expert_index.dtype == torch.long
+    assert r.weight.shape == (30, 2) and r.weight.dtype == torch.float32
+    assert r.kept.shape == (30, 2) and r.kept.dtype == torch.bool
+    assert r.probs.shape == (30, 5) and r.probs.dtype == torch.float32
+    assert r.logits.shape == (30, 5) and r.logits.dtype == torch.float32
+    assert r.capacity == 12
+    # best first, and the weights are the chosen experts' renormalised probabilities
+    chosen = r.probs.gather(1, r.expert_index)
+    assert (chosen[:, 0] >= chosen[:, 1]).all()
+    torch.testing.assert_close(r.weight, chosen / chosen.sum(1, keepdim=True))
+    torch.testing.assert_close(r.probs, torch.softmax(r.logits, -1))
+
+
+def test_forward_is_the_contract_formula_and_route_is_deterministic():
+    moe = make(e=4, k=2, capacity_factor=0.75, variant="gelu", bias=True)
+    x = torch.randn(21, 16)
+    r1, r2 = moe.route(x), moe.route(x)
+    assert torch.equal(r1.expert_index, r2.expert_index) and torch.equal(r1.kept, r2.kept)
+    assert not r1.kept.all()                       # some slots were dropped
+    y, stats = moe(x)
+    torch.testing.assert_close(y, explicit_output(moe, x, r1), atol=1e-6, rtol=0)
+    assert isinstance(stats, MoEStats)
+
+
+def test_fully_dropped_token_gets_zero_output():
+    moe = make(e=2, k=1, capacity_factor=0.25)
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[0, 0] = 10.0               # every token with x[:, 0] > 0 prefers expert 0
+    x = torch.randn(16, 16)
+    x[:, 0] = 1.0
+    y, stats = moe(x)
+    r = moe.route(x)
+    assert r.capacity == 2 and r.kept[:, 0].tolist() == [True, True] + [False] * 14
+    assert torch.equal(y[2:], torch.zeros(14, 16))
+    assert stats.dropped_share == pytest.approx(14 / 16)
+
+
+# ---------------------------------------------------------------- top-k
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_top_k_weights_sum_to_one(k):
+    torch.manual_seed(1)
+    probs = torch.softmax(torch.randn(50, 6), -1)
+    w, idx = top_k_routing(probs, k)
+    torch.testing.assert_close(w.sum(-1), torch.ones(50))
+    assert torch.equal(idx, probs.topk(k, -1).indices)
+
+
+def test_top_1_weight_is_the_probability_and_softmax_over_chosen_logits_is_renormalising():
+    torch.manual_seed(2)
+    logits = torch.randn(40, 8)
+    probs = torch.softmax(logits, -1)
+    w1, i1 = top_k_routing(probs, 1)
+    torch.testing.assert_close(w1[:, 0], probs.max(-1).values)
+    w2, i2 = top_k_routing(probs, 2)
+    torch.testing.assert_close(w2, torch.softmax(logits.gather(1, i2), -1))
+    w_raw, _ = top_k_routing(probs, 2, renormalise=False)
+    torch.testing.assert_close(w_raw, probs.gather(1, i2))
+
+
+# ---------------------------------------------------------------- capacity
+def test_expert_capacity_formula_is_ceil():
+    assert expert_capacity(100, 10, 1, 1.0) == 10
+    assert expert_capacity(100, 10, 1, 1.1) == 11          # not 12 from 11.000000000000002
+    assert expert_capacity(10, 4, 1, 1.0) == 3             # ceil(2.5)
+    assert expert_capacity(10, 4, 2, 1.0) == 5
+    assert expert_capacity(4096, 64, 2, 1.25) == 160
+    assert expert_capacity(7, 3, 1, None) is None
+
+
+def test_capacity_drops_exactly_the_overflow_tokens_in_order():
+    # top-1, 3 experts, capacity 2: expert 0 is chosen by tokens 0, 2, 3, 5 -> keeps 0 and 2, drops 3 and 5
+    index = torch.tensor([0, 1, 0, 0, 2, 0, 1, 1])
+    rank = arrival_rank(index, 3)
+    assert rank.tolist() == [0, 0, 1, 2, 0, 3, 1, 2]
+    assert (rank < 2).tolist() == [True, True, True, False, True, False, True, False]
+    # top-2: every first choice is served before any second choice
+    index2 = torch.tensor([[0, 1], [1, 0], [0, 1], [0, 2]])
+    assert arrival_rank(index2, 3).tolist() == [[0, 1], [0, 3], [1, 2], [2, 0]]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_capacity_keeps_first_arrivals_fuzzed(seed):
+    g = torch.Generator().manual_seed(seed)
+    n, e, k = int(torch.randint(5, 60, (1,), generator=g)), int(torch.randint(2, 7, (1,), generator=g)), 2
+    cf = [0.3, 0.5, 1.0, 1.5][seed % 4]
+    torch.manual_seed(seed)
+    moe = MoE(8, e, k, d_ff=8, capacity_factor=cf).eval()
+    r = moe.route(torch.randn(n, 8))
+    arrivals = [(j, t) for j in range(k) for t in range(n)]           # choice-major, token order
+    seen = [0] * e
+    for j, t in arrivals:
+        ex = int(r.expert_index[t, j])
+        assert bool(r.kept[t, j]) == (seen[ex] < r.capacity)
+        seen[ex] += 1
+    assert (r.tokens_per_expert(kept_only=True) <= r.capacity).all()
+
+
+# ---------------------------------------------------------------- vectorised = loop
+@pytest.mark.parametrize("seed", range(12))
+def test_vectorised_dispatch_equals_loop_fuzzed(seed):
+    g = torch.Generator().manual_seed(100 + seed)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=g))]
+
+    d, e = pick([4, 8, 12]), pick([1, 2, 3, 5, 8])
+    k = pick(list(range(1, e + 1)))
+    cf = pick([None, 0.25, 0.8, 1.0, 2.0])
+    variant = pick(["swiglu", "gelu", "relu", "geglu"])
+    lead = pick([(7,), (3, 5), (2, 3, 4), (1,), (33,)])
+    torch.manual_seed(seed)
+    moe = MoE(d, e, k, d_ff=pick([4, 8, 16]), variant=variant, bias=pick([True, False]), capacity_factor=cf).eval()
+    x = torch.randn(*lead, d)
+    y, _ = moe(x)
+    assert y.shape == x.shape
+    torch.testing.assert_close(y, moe_forward_loop(moe, x), atol=1e-6, rtol=0)
+
+
+def test_dispatch_gradients_match_loop():
+    moe = make(e=4, k=2, capacity_factor=1.0)
+    x = torch.randn(19, 16, requires_grad=True)
+    y, _ = moe(x)
+    grads = torch.autograd.grad(y.square().sum(), [x, moe.router.weight, moe.experts[1].w1.weight])
+    y_loop = moe_forward_loop(moe, x)
+    grads_loop = torch.autograd.grad(y_loop.square().sum(), [x, moe.router.weight, moe.experts[1].w1.weight])
+    for a, b in zip(grads, grads_loop):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_dispatch_function_matches_forward():
+    moe = make(e=3, k=2)
+    x = torch.randn(11, 16)
+    torch.testing.assert_close(dispatch(x, moe.route(x), moe.experts), moe(x)[0])
+
+
+# ---------------------------------------------------------------- losses and statistics
+def test_balance_loss_is_one_at_perfect_balance_and_n_at_collapse():
+    e, n = 8, 64
+    index = torch.arange(n) % e                                  # every expert gets n / e tokens
+    probs = torch.softmax(torch.randn(n, e), -1)                 # any probabilities
+    assert load_balancing_loss(probs, index).item() == pytest.approx(1.0)
+    collapse_probs = torch.zeros(n, e)
+    collapse_probs[:, 3] = 1.0
+    assert load_balancing_loss(collapse_probs, torch.full((n,), 3)).item() == pytest.approx(float(e))
+    # top-2 balance is still 1; Hugging Face's Mixtral loss is k there
+    index2 = torch.stack([torch.arange(n) % e, (torch.arange(n) + 1) % e], 1)
+    uniform = torch.full((n, e), 1 / e)
+    assert load_balancing_loss(uniform, index2).item() == pytest.approx(1.0)
+    assert mixtral_balance_loss(uniform, index2).item() == pytest.approx(2.0)
+
+
+def test_balance_loss_from_the_layer_at_collapse():
+    moe = make(e=4, k=1, balance_coef=0.5, z_coef=0.0)
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[2, 0] = 100.0
+    x = torch.randn(32, 16)
+    x[:, 0] = 1.0
+    _, stats = moe(x)
+    assert stats.tokens_per_expert.tolist() == [0, 0, 32, 0]
+    assert stats.balance_loss.item() == pytest.approx(4.0)
+    assert stats.aux_loss.item() == pytest.approx(2.0)
+    assert stats.max_over_mean == pytest.approx(4.0) and stats.load_entropy == pytest.approx(0.0)
+
+
+def test_z_loss_entropy_and_load_metrics():
+    logits = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]])
+    expected = (math.log(2.0) ** 2 + math.log(4.0) ** 2) / 2
+    assert router_z_loss(logits).item() == pytest.approx(expected)
+    assert router_entropy(torch.full((3, 4), 0.25)).item() == pytest.approx(math.log(4))
+    assert load_max_over_mean(torch.tensor([5, 5, 5, 5])) == 1.0
+    assert load_entropy(torch.tensor([5, 5, 5, 5])) == pytest.approx(1.0)
+    assert load_entropy(torch.tensor([0, 9, 0, 0])) == 0.0
+
+
+def test_stats_record_and_aux_loss_gradient():
+    moe = make(e=4, k=2, capacity_factor=1.0)
+    x = torch.randn(3, 10, 16)
+    y, stats = moe(x)
+    assert y.shape == (3, 10, 16)
+    assert int(stats.tokens_per_expert.sum()) == 60 and int(stats.kept_per_expert.sum()) <= 60
+    assert stats.dropped_share == pytest.approx(1 - int(stats.kept_per_expert.sum()) / 60)
+    assert 0 <= stats.router_entropy <= math.log(4)
+    stats.aux_loss.backward()
+    assert moe.router.weight.grad is not None and moe.router.weight.grad.abs().sum() > 0
+
+
+def test_router_runs_in_float32_with_bfloat16_input():
+    moe = make(e=4, k=2).to(torch.bfloat16)
+    x = torch.randn(12, 16, dtype=torch.bfloat16)
+    r = moe.route(x)
+    assert r.logits.dtype == torch.float32 and r.probs.dtype == torch.float32 and r.weight.dtype == torch.float32
+    torch.testing.assert_close(r.logits, x.float() @ moe.router.weight.float().t())
+    y, stats = moe(x)
+    assert y.dtype == torch.bfloat16 and stats.z_loss.dtype == torch.float32
+
+
+def test_jitter_only_in_training():
+    moe = make(e=4, k=1, jitter=0.5)
+    x = torch.randn(40, 16)
+    assert torch.equal(moe.route(x).logits, moe.route(x).logits)
+    moe.train()
+    assert not torch.equal(moe.route(x).logits, moe.route(x).logits)
+
+
+# ---------------------------------------------------------------- expert choice
+def test_expert_choice_router():
+    moe = make(e=4, k=2, router="expert", capacity_factor=1.0)
+    x = torch.randn(18, 16)
+    ec = moe.route_expert_choice(x)
+    assert ec.token_index.shape == (4, 9) and ec.capacity == 9
+    for e in range(4):   # each expert takes its highest-probability tokens
+        assert torch.equal(ec.token_index[e], ec.probs[:, e].topk(9).indices)
+    y, stats = moe(x)
+    expected = torch.zeros_like(x)
+    for e in range(4):
+        for c in range(9):
+            t = int(ec.token_index[e, c])
+            expected[t] += ec.weight[e, c] * moe.experts[e](x[t:t + 1])[0]
+    torch.testing.assert_close(y, expected, atol=1e-6, rtol=0)
+    assert stats.tokens_per_expert.tolist() == [9, 9, 9, 9] and stats.max_over_mean == 1.0
+    assert stats.dropped_share == pytest.approx(float((ec.experts_per_token() == 0).float().mean()))
+
+
+# ---------------------------------------------------------------- inside the tiny transformer
+def test_tiny_gpt_with_moe_trains_and_logs():
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=2)
+    model = TinyGPT(cfg, ffn_factory=lambda layer: MoE(16, 4, 1, d_ff=16, balance_coef=0.1))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 11, (24, 6), generator=g)
+    targets = torch.roll(ids, -1, 1)
+    targets[:, -1] = -100
+    log = RoutingLog()
+    losses = train_lm(model, ids, targets, steps=5, lr=1e-2, extra_loss=moe_aux_loss, on_step=log, progress=False)
+    assert len(losses) == 5
+    assert log.counts.shape == (5, 2, 4) and (log.counts.sum(-1) == 24 * 6).all()
+    assert log.max_over_mean().shape == (5, 2) and log.load_entropy().shape == (5, 2)
+    with pytest.raises(ValueError, match="no MoE layer records"):
+        moe_aux_loss(TinyGPT(cfg))
+
+
+# ---------------------------------------------------------------- accounting
+def test_layer_cost_and_mixtral_numbers():
+    c = moe_layer_cost(64, 8, 2, 128, gated=True)
+    assert c.total_params == 8 * 3 * 64 * 128 + 64 * 8
+    assert c.active_params == 2 * 3 * 64 * 128 + 64 * 8
+    assert c.flops_per_token == 2 * 64 * 8 + 2 * 6 * 64 * 128
+    moe = MoE(64, 8, 2, d_ff=128)
+    assert sum(p.numel() for p in moe.parameters()) == c.total_params
+    p = moe_model_params(vocab_size=32000, d_model=4096, n_layers=32, d_ff=14336, n_experts=8, top_k=2,
+                         n_heads=32, n_kv_heads=8, head_dim=128)
+    assert round(p["total"] / 1e9, 1) == 46.7 and round(p["active"] / 1e9, 1) == 12.9
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"top_k": 0}, ValueError, r"top_k must be an int in \[1, 4\], got 0"),
+    ({"top_k": 5}, ValueError, r"top_k must be an int in \[1, 4\], got 5"),
+    ({"capacity_factor": 0.0}, ValueError, "capacity_factor must be a positive number, got 0.0"),
+    ({"capacity_factor": -1}, ValueError, "capacity_factor must be a positive number, got -1"),
+    ({"n_experts": 0}, ValueError, "n_experts must be a positive int, got 0"),
+    ({"balance_coef": -0.1}, ValueError, "balance_coef must be a non-negative number, got -0.1"),
+    ({"z_coef": -1e-3}, ValueError, "z_coef must be a non-negative number, got -0.001"),
+    ({"router": "random"}, ValueError, "router must be one of"),
+    ({"jitter": 1.5}, ValueError, "jitter must be a float in"),
+    ({"variant": "mlp"}, ValueError, "variant must be one of"),
+])
+def test_bad_arguments(kwargs, error, match):
+    args = {"d_model": 8, "n_experts": 4, "top_k": 1, **kwargs}
+    with pytest.raises(error, match=match):
+        MoE(args.pop("d_model"), args.pop("n_experts"), args.pop("top_k"), **args)
+
+
+def test_bad_input_width_and_dtype():
+    moe = make(d=16, e=4, k=1)
+    with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got shape \(5, 12\)"):
+        moe(torch.randn(5, 12))
+    with pytest.raises(ValueError, match="x must have last dimension d_model=16"):
+        moe.route(torch.randn(5, 8))
+    with pytest.raises(TypeError, match="x must have a floating-point dtype"):
+        moe(torch.ones(5, 16, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 3\], got 4"):
+        top_k_routing(torch.softmax(torch.randn(4, 3), -1), 4)
+    with pytest.raises(ValueError, match="capacity_factor must be a positive number"):
+        expert_capacity(10, 2, 1, 0.0)
