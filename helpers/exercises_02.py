@@ -46,13 +46,25 @@ def _ffn_forward(x: torch.Tensor, W1: torch.Tensor, b1: torch.Tensor, W2: torch.
     return F.gelu(x @ W1 + b1) @ W2 + b2
 
 
+def _randint(gen: torch.Generator, low: int, high: int) -> int:
+    """One int in [low, high] from ``gen``."""
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+
+def _distinct_sizes(gen: torch.Generator) -> tuple[int, int, int]:
+    """Random (T, d_model, d_ff), all three different, so a weight in the wrong orientation cannot fit."""
+    while True:
+        T, d, d_ff = _randint(gen, 2, 7), _randint(gen, 3, 9), _randint(gen, 10, 24)
+        if len({T, d, d_ff}) == 3:
+            return T, d, d_ff
+
+
 def _forward_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2021)
-    # (leading shape of x, d_model, d_ff): every size differs from the others, so a
-    # weight used in the wrong orientation cannot multiply by accident.
-    shapes = [((3,), 5, 12), ((7,), 6, 10), ((2, 3), 4, 9), ((5,), 8, 20)]
     cases = []
-    for lead, d, d_ff in shapes:
+    for k in range(4):
+        T, d, d_ff = _distinct_sizes(gen)
+        lead = (_randint(gen, 2, 3), T) if k == 2 else (T,)     # one batched (B, T, d) input
         x = torch.randn(*lead, d, generator=gen)
         W1 = torch.randn(d, d_ff, generator=gen)          # pre-activations of std ≈ sqrt(d): GELU's curved part
         b1 = torch.randn(d_ff, generator=gen)
@@ -146,16 +158,12 @@ def _param_count(d_model: int, d_ff: int, bias: bool = True) -> int:
 
 def _param_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(148)
-    cases = [Case((6, 20, True)), Case((10, 24, False)), Case((16, 64, True))]
+    sizes = [(6, 20, True), (10, 24, False), (16, 64, True)]
     for _ in range(3):
-        d = int(torch.randint(2, 200, (1,), generator=gen))
-        d_ff = int(torch.randint(3, 900, (1,), generator=gen))
-        if d_ff == 4 * d:
-            d_ff += 1
-        bias = bool(torch.randint(0, 2, (1,), generator=gen))
-        cases.append(Case((d, d_ff, bias)))
-    cases.append(Case((768, 3072, True), note="GPT-2 small's MLP: d_model=768, d_ff=3072, bias=True"))
-    return cases
+        d, d_ff = _randint(gen, 2, 200), _randint(gen, 3, 900)
+        sizes.append((d, d_ff + (d_ff == 4 * d), bool(_randint(gen, 0, 1))))
+    sizes.append((768, 3072, True))
+    return [Case(s, note="d_model={}, d_ff={}, bias={}".format(*s)) for s in sizes]
 
 
 check_param_count = Exercise(
@@ -190,16 +198,12 @@ def _forward_flops(n_tokens: int, d_model: int, d_ff: int) -> int:
 
 def _flops_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(4)
-    cases = [Case((10, 6, 20)), Case((128, 64, 256))]
+    sizes = [(10, 6, 20), (128, 64, 256)]
     for _ in range(3):
-        n = int(torch.randint(2, 5000, (1,), generator=gen))
-        d = int(torch.randint(2, 300, (1,), generator=gen))
-        d_ff = int(torch.randint(3, 1200, (1,), generator=gen))
-        if d_ff == 4 * d:
-            d_ff += 1
-        cases.append(Case((n, d, d_ff)))
-    cases.append(Case((1024, 768, 3072), note="a 1024-token sequence through GPT-2 small's MLP"))
-    return cases
+        n, d, d_ff = _randint(gen, 2, 5000), _randint(gen, 2, 300), _randint(gen, 3, 1200)
+        sizes.append((n, d, d_ff + (d_ff == 4 * d)))
+    sizes.append((1024, 768, 3072))
+    return [Case(s, note="n_tokens={}, d_model={}, d_ff={}".format(*s)) for s in sizes]
 
 
 check_forward_flops = Exercise(
@@ -236,10 +240,10 @@ def _contributions(ffn: FFN, x: torch.Tensor) -> torch.Tensor:
 def _contribution_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(3)
     cases = []
-    for seed, (T, d, d_ff, act) in enumerate([(3, 5, 12, "gelu"), (6, 8, 24, "gelu"), (4, 6, 10, "relu"),
-                                              (2, 7, 16, "gelu")]):
+    for k, act in enumerate(["gelu", "gelu", "relu", "gelu"]):
+        T, d, d_ff = _distinct_sizes(gen)
         with torch.random.fork_rng(devices=[]):  # FFN's init draws from the global generator: leave it untouched
-            torch.manual_seed(1000 + seed)
+            torch.manual_seed(1000 + k)
             ffn = FFN(d, d_ff, act).eval()
         with torch.no_grad():  # biases as large as the weights, so a missing b1 shows
             ffn.w1.bias.copy_(torch.randn(d_ff, generator=gen) * 0.5)
@@ -293,9 +297,10 @@ def _pre_ln_step(x: torch.Tensor, ffn: nn.Module, ln: nn.LayerNorm) -> torch.Ten
 def _pre_ln_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(5)
     cases = []
-    for seed, (B, T, d) in enumerate([(2, 3, 8), (1, 5, 6), (3, 2, 12), (2, 4, 10)]):
+    for k in range(4):
+        B, T, d = _randint(gen, 1, 3), _randint(gen, 2, 6), _randint(gen, 4, 12)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(2000 + seed)
+            torch.manual_seed(2000 + k)
             ffn = FFN(d).eval()
         ln = nn.LayerNorm(d)
         with torch.no_grad():  # a trained-looking LayerNorm: its scale and shift are not 1 and 0
