@@ -1,0 +1,448 @@
+"""Notebook 01 as a learner meets it: JupyterLab in a real (headless) browser.
+
+The test starts JupyterLab on loopback (free port, random token) over a temporary
+copy of the course (``helpers/``, ``figures/`` and notebook 01 with its outputs
+stripped, so nothing committed is touched and every output on screen comes from
+this run), opens the notebook in Debian's Chromium driven by Playwright, runs
+*Run → Run All Cells* from the menu, waits until the kernel is idle with no cell
+queued, and checks what the learner would see:
+
+* every code cell ran, and no cell shows an error or anything on stderr;
+* at least one plot image is rendered in the outputs;
+* the ``beta`` slider of ``helpers.plotting.interactive_plot`` is rendered, and
+  moving it with the keyboard redraws the plot (the image changes).
+
+A second case runs a copy of notebook 01 with a ``1/0`` cell inserted halfway and
+checks that the same checks report it, so a broken cell cannot pass unnoticed.
+
+Screenshots and the server's log go to ``artifacts/`` (ignored by git). The server,
+its kernels and the browser are shut down even when a check fails, and the test
+fails if any of their processes is left behind.
+
+Needs the Python package ``playwright`` and Chromium at ``/usr/bin/chromium``
+(Debian package ``chromium``; another binary via ``FFN_CHROMIUM``). Without them the
+test is skipped on a learner's machine, but fails under CI (``CI`` set), where
+``.ci/run`` installs both. Run it alone with ``python -m pytest tests/test_browser.py``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = "notebooks/01_activations.ipynb"
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = os.environ.get("FFN_CHROMIUM", "/usr/bin/chromium")
+IN_CI = os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
+# What keeps Chromium quiet on a machine with a closed network (no first-run, sync or update traffic).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SLIDER = "beta"  # notebook 01: interactive_plot(draw, beta=(0.0, 10.0, 0.1, 1.0))
+BROKEN_CELL = "1/0  # inserted by tests/test_browser.py: this cell must be reported"
+
+# JupyterLab user settings for the run: render every cell (no windowing, so off-screen
+# outputs are in the page) and no news or update pop-ups.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                        "checkForUpdates": False},
+}
+
+SERVER_START_S = 90
+RUN_ALL_S = 150
+SLIDER_S = 45
+
+
+def require_browser_tools():
+    """Skip (learner's machine) or fail (CI) when Playwright or Chromium is missing."""
+    problems = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        problems.append("the Python package playwright is not installed (python -m pip install playwright)")
+    if not (Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)):
+        problems.append(f"no Chromium at {CHROMIUM} (Debian/Ubuntu: apt-get install chromium; "
+                        "or set FFN_CHROMIUM to a Chromium binary)")
+    if problems:
+        message = "the browser test cannot run: " + "; ".join(problems)
+        if IN_CI:
+            pytest.fail(f"{message}. CI is set, so this is a failure, not a skip: .ci/run installs them.",
+                        pytrace=False)
+        pytest.skip(message)
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def _proc_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, start time) for every process (Linux /proc; empty elsewhere)."""
+    table = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(entry.name)] = (int(fields[1]), fields[0], fields[19])
+    return table
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Live descendants of ``pid`` as pid -> start time (so a reused pid is not mistaken for ours)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, stack = {}, [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if table[child][1] != "Z":
+                found[child] = table[child][2]
+                stack.append(child)
+    return found
+
+
+def still_running(watched: dict[int, str]) -> list[int]:
+    table = _proc_table()
+    return sorted(pid for pid, start in watched.items()
+                  if pid in table and table[pid][2] == start and table[pid][1] != "Z")
+
+
+def describe(pids: list[int]) -> str:
+    names = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            command = "?"
+        names.append(f"{pid} ({command[:100]})")
+    return ", ".join(names)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def strip_outputs(nb: dict) -> dict:
+    """The notebook without outputs, counts or saved widget state: what shows after a run is from the run."""
+    nb = copy.deepcopy(nb)
+    nb.get("metadata", {}).pop("widgets", None)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def with_failing_cell(nb: dict) -> dict:
+    """A copy with a ``1/0`` code cell inserted halfway through the code cells."""
+    nb = copy.deepcopy(nb)
+    code = [i for i, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code"]
+    at = code[len(code) // 2]
+    nb["cells"].insert(at, {"cell_type": "code", "execution_count": None, "id": "inserted-failing-cell",
+                            "metadata": {}, "outputs": [], "source": BROKEN_CELL})
+    return nb
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root: Path
+    proc: subprocess.Popen
+    log: Path
+    notebooks: dict[str, str]
+    watched: dict[int, str] = field(default_factory=dict)
+
+    def api(self, path: str, method: str = "GET"):
+        request = urllib.request.Request(f"{self.url}{path}", method=method,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def kernel_states(self) -> list[str]:
+        return [k["execution_state"] for k in self.api("/api/kernels")]
+
+    def watch(self):
+        """Remember the server's descendants (kernels) so teardown can prove they are gone."""
+        self.watched.update(descendants(self.proc.pid))
+
+
+def make_course_copy(root: Path) -> dict[str, str]:
+    """Copy what notebook 01 needs into ``root``; return case -> notebook path relative to ``root``."""
+    shutil.copytree(ROOT / "helpers", root / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
+    if (ROOT / "figures").is_dir():
+        shutil.copytree(ROOT / "figures", root / "figures")
+    source = ROOT / NOTEBOOK
+    assert source.is_file(), f"{NOTEBOOK} is missing"
+    nb = strip_outputs(json.loads(source.read_text(encoding="utf-8")))
+    (root / "notebooks").mkdir()
+    broken = NOTEBOOK.replace(".ipynb", "_with_failing_cell.ipynb")
+    (root / NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    (root / broken).write_text(json.dumps(with_failing_cell(nb), indent=1), encoding="utf-8")
+    return {"as_committed": NOTEBOOK, "with_failing_cell": broken}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    require_browser_tools()
+    base = tmp_path_factory.mktemp("jupyterlab")
+    root, settings, runtime = base / "course", base / "settings", base / "runtime"
+    root.mkdir()
+    notebooks = make_course_copy(root)
+    for name, values in LAB_SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(json.dumps(values))
+    token, port = secrets.token_hex(16), free_port()
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = base / "jupyterlab.log"
+    # The learner's own Jupyter config and server files stay out of it; the kernel finds helpers/ in the copy.
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(base / "config")}
+    env.pop("PYTHONPATH", None)
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ServerApp.token={token}",
+           "--ServerApp.ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+           f"--ServerApp.root_dir={root}", "--allow-root", "--LabApp.extension_manager=readonly",
+           f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={base / 'workspaces'}"]
+    with open(log, "wb") as out:
+        # Own process group: teardown can signal the server and anything it started together.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
+                                start_new_session=True)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, proc, log, notebooks)
+    server.watched[proc.pid] = _proc_table().get(proc.pid, (0, "", ""))[2]
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with code {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                server.api("/api/status")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer within {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.3)
+        yield server
+    finally:
+        stop_server(server)
+        shutil.copy(log, ARTIFACTS / "browser_test_jupyterlab.log")
+        left = still_running(server.watched)
+        for pid in left:  # never leave anything behind, and say so
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert not left, f"processes left behind after shutting JupyterLab down: {describe(left)}"
+
+
+def stop_server(server: Lab) -> None:
+    """Shut kernels and server down politely, then by signal to the whole process group."""
+    if server.proc.poll() is None:
+        server.watch()
+        try:
+            for kernel in server.api("/api/kernels"):
+                server.api(f"/api/kernels/{kernel['id']}", method="DELETE")
+            server.api("/api/shutdown", method="POST")
+        except OSError:
+            pass
+        try:
+            server.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(server.proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            server.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            continue
+    # Kernels run in their own sessions: give them a moment to notice, then they must be gone.
+    deadline = time.monotonic() + 15
+    while still_running(server.watched) and time.monotonic() < deadline:
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from playwright.sync_api import sync_playwright
+
+    def browser_processes():
+        """Our descendants that are not the server's (Playwright's driver, Chromium and its helpers)."""
+        server = descendants(lab.proc.pid) | {lab.proc.pid: ""}
+        return {pid: start for pid, start in descendants(os.getpid()).items() if pid not in server}
+
+    with sync_playwright() as playwright:
+        # Playwright gives each launch a fresh, empty user-data-dir of its own.
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        ours = browser_processes()
+        try:
+            yield chromium
+        finally:
+            ours |= browser_processes()
+            chromium.close()
+    deadline = time.monotonic() + 10
+    while still_running(ours) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lab.watched |= ours  # the lab fixture's teardown fails if any of them is still running
+
+
+# ----------------------------------------------------------------------------- the learner's run
+
+
+@dataclass
+class Report:
+    """What the page shows after Run All (and after moving the slider)."""
+    prompts: list[str]
+    errors: list[str]
+    images: int
+    slider: str | None = None
+    slider_moved_to: str | None = None
+    plot_changed: bool | None = None
+
+
+def read_page(page) -> Report:
+    prompts = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+    # Tracebacks and stderr both render with the stderr MIME type, inside widgets' Output areas too.
+    errors = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+    errors += [f"widget failed to render: {t}" for t in
+               page.locator(".jp-OutputArea-output").filter(has_text="Error displaying widget").all_inner_texts()]
+    images = page.locator(".jp-OutputArea-output img").count()
+    return Report(prompts=[p.strip() for p in prompts], errors=[e.strip()[-600:] for e in errors], images=images)
+
+
+def problems(report: Report, *, expect_slider: bool = True) -> list[str]:
+    """Everything a learner would see go wrong; an empty list means the notebook works in the browser."""
+    found = [f"error output: {text}" for text in report.errors]
+    not_run = [i for i, p in enumerate(report.prompts, 1) if not p.strip("[]: ").isdigit()]
+    if not_run:
+        found.append(f"{len(not_run)} of {len(report.prompts)} code cells did not run (cells {not_run})")
+    if report.images == 0:
+        found.append("no plot image was rendered")
+    if expect_slider:
+        if report.slider is None:
+            found.append(f"no ipywidgets slider labelled {SLIDER!r} was rendered")
+        elif not report.plot_changed:
+            found.append(f"moving the {SLIDER!r} slider from {report.slider} to {report.slider_moved_to} "
+                         "did not change the plot")
+    return found
+
+
+def open_and_run_all(page, lab: Lab, notebook: str) -> None:
+    # "reset": start from an empty workspace, so only this notebook is open in the page.
+    page.goto(f"{lab.url}/lab/tree/{notebook}?token={lab.token}&reset")
+    n_code = sum(c["cell_type"] == "code" for c in json.loads((lab.root / notebook).read_text())["cells"])
+    page.locator(".jp-Notebook .jp-CodeCell").nth(n_code - 1).wait_for(state="attached", timeout=60_000)
+    # Wait for the notebook's kernel session; accept "Select Kernel" if the file names no kernel.
+    dialog, deadline = page.locator(".jp-Dialog .jp-mod-accept"), time.monotonic() + 60
+    while not any(s["path"] == notebook for s in lab.api("/api/sessions")):
+        if dialog.count():
+            dialog.first.click()
+        if time.monotonic() > deadline:
+            pytest.fail(f"JupyterLab started no kernel for {notebook} within 60 s")
+        time.sleep(0.3)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel:text-is('Run All Cells')").click()
+    wait_until_idle(page, lab, RUN_ALL_S, started=lambda prompts: any(p != "[ ]:" for p in prompts))
+
+
+def wait_until_idle(page, lab: Lab, seconds: float, started=lambda prompts: True) -> None:
+    """Wait until the kernel reports idle and no cell is queued ([*]), twice in a row, 0.5 s apart."""
+    deadline, calm = time.monotonic() + seconds, 0
+    while calm < 2:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the notebook was still running after {seconds} s; kernels: {lab.kernel_states()}")
+        prompts = [p.strip() for p in page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-prompt").all_inner_texts()]
+        states = lab.kernel_states()
+        busy = not states or any(s != "idle" for s in states) or any("*" in p for p in prompts)
+        calm = 0 if busy or not started(prompts) else calm + 1
+        time.sleep(0.5)
+
+
+def plot_src(widget) -> str | None:
+    image = widget.locator(".widget-output img")
+    return image.first.get_attribute("src") if image.count() else None
+
+
+def move_slider(page, lab: Lab, report: Report) -> None:
+    """Press End on the slider's handle (β to its maximum) and see whether the plot is redrawn."""
+    widget = page.locator(".widget-interact").filter(
+        has=page.locator(f".widget-slider .widget-label:text-is('{SLIDER}')"))
+    if widget.count() == 0:
+        return
+    widget = widget.first
+    handle = widget.locator(".widget-slider").filter(has=page.locator(f".widget-label:text-is('{SLIDER}')")) \
+        .locator(".noUi-handle").first
+    handle.scroll_into_view_if_needed()
+    report.slider = handle.get_attribute("aria-valuenow")
+    before = plot_src(widget)
+    handle.focus()
+    page.keyboard.press("End")
+    deadline = time.monotonic() + SLIDER_S
+    while time.monotonic() < deadline:
+        after = plot_src(widget)
+        if after is not None and after != before:
+            break
+        time.sleep(0.3)
+    wait_until_idle(page, lab, SLIDER_S)
+    report.slider_moved_to = handle.get_attribute("aria-valuenow")
+    report.plot_changed = before is not None and plot_src(widget) not in (None, before)
+    widget.scroll_into_view_if_needed()
+
+
+@pytest.mark.parametrize("case", ["as_committed", "with_failing_cell"])
+def test_notebook_01_in_jupyterlab(lab, browser, case):
+    started = time.monotonic()
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    console = []
+    # Console errors, for the failure message (offline, the Colab badge image cannot load: not a problem).
+    page.on("console", lambda msg: console.append(msg.text)
+            if msg.type == "error" and "ERR_NAME_NOT_RESOLVED" not in msg.text else None)
+    report = None
+    try:
+        open_and_run_all(page, lab, lab.notebooks[case])
+        report = read_page(page)
+        if case == "as_committed":
+            move_slider(page, lab, report)
+            report.errors = read_page(page).errors  # errors raised while redrawing count too
+    finally:
+        error = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+        if error.count():  # show the first error, else whatever the run ended on (the slider)
+            error.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"browser_01_activations_{case}.png"))
+        lab.watch()
+        for session in lab.api("/api/sessions"):  # free the kernel (CPU, memory) for the next case
+            lab.api(f"/api/sessions/{session['id']}", method="DELETE")
+        context.close()
+    found = problems(report, expect_slider=case == "as_committed")
+    elapsed = time.monotonic() - started
+    print(f"{case}: {len(report.prompts)} code cells, {report.images} images, slider {report.slider} -> "
+          f"{report.slider_moved_to}, {elapsed:.1f} s; problems: {found}")
+    if case == "as_committed":
+        assert not found, "notebook 01 in JupyterLab:\n" + "\n".join(found) + \
+            "\n(see artifacts/browser_01_activations_as_committed.png; browser console errors: " + \
+            "; ".join(console[-5:]) + ")"
+    else:
+        assert any("ZeroDivisionError" in p for p in found), \
+            f"the inserted 1/0 cell was not reported as an error; found: {found}"
+        first_skipped = [p for p in found if "did not run" in p]
+        assert first_skipped, "cells after the failing one should be reported as not run"
