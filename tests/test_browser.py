@@ -15,6 +15,9 @@ queued, and checks what the learner would see:
 A second case runs a copy of notebook 01 with a ``1/0`` cell inserted halfway and
 checks that the same checks report it, so a broken cell cannot pass unnoticed.
 
+A quick check without a browser: JupyterLab 4 has the widget extension that ipywidgets 8 needs
+(``jupyterlab_widgets`` 3, installed with ipywidgets), else sliders would show as text.
+
 Screenshots and the server's log go to ``artifacts/`` (ignored by git). The server,
 its kernels and the browser are shut down even when a check fails, and the test
 fails if any of their processes is left behind.
@@ -446,3 +449,18 @@ def test_notebook_01_in_jupyterlab(lab, browser, case):
             f"the inserted 1/0 cell was not reported as an error; found: {found}"
         first_skipped = [p for p in found if "did not run" in p]
         assert first_skipped, "cells after the failing one should be reported as not run"
+
+
+def test_jupyterlab_can_render_the_widgets():
+    """JupyterLab 4 draws ipywidgets 8 through the jupyterlab_widgets 3 extension (pip installs it with ipywidgets)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    lab, widgets = version("jupyterlab"), version("ipywidgets")
+    try:
+        frontend = version("jupyterlab_widgets")
+    except PackageNotFoundError:
+        pytest.fail(f"ipywidgets {widgets} without jupyterlab_widgets: sliders would show as plain text in JupyterLab")
+    if int(lab.split(".")[0]) >= 4 and int(widgets.split(".")[0]) >= 8:
+        assert int(frontend.split(".")[0]) >= 3, \
+            f"JupyterLab {lab} with ipywidgets {widgets} needs jupyterlab_widgets >= 3, found {frontend}"
+
