@@ -500,7 +500,8 @@ class RoutingLog:
 
     After training: ``counts`` ``(steps, layers, E)`` long, slots routed per expert;
     ``dropped`` ``(steps, layers)``; ``balance`` ``(steps, layers)`` unscaled balance loss;
-    ``loss`` ``(steps,)`` training loss.
+    ``loss`` ``(steps,)`` training loss (with the auxiliary losses, as ``train_lm`` reports it);
+    ``aux`` ``(steps,)`` the auxiliary part summed over layers; ``lm_loss`` = ``loss - aux``.
     """
 
     def __init__(self) -> None:
@@ -508,6 +509,7 @@ class RoutingLog:
         self._dropped: list[list[float]] = []
         self._balance: list[list[float]] = []
         self._loss: list[float] = []
+        self._aux: list[float] = []
 
     def __call__(self, step: int, model: nn.Module, loss: float) -> None:
         stats = moe_layers_stats(model)
@@ -515,6 +517,7 @@ class RoutingLog:
         self._dropped.append([s.dropped_share for s in stats])
         self._balance.append([float(s.balance_loss.detach()) for s in stats])
         self._loss.append(loss)
+        self._aux.append(sum(float(s.aux_loss.detach()) for s in stats))
 
     @property
     def counts(self) -> torch.Tensor:
@@ -530,7 +533,16 @@ class RoutingLog:
 
     @property
     def loss(self) -> torch.Tensor:
-        return torch.tensor(self._loss)
+        return torch.tensor(self._loss, dtype=torch.float64)
+
+    @property
+    def aux(self) -> torch.Tensor:
+        return torch.tensor(self._aux, dtype=torch.float64)
+
+    @property
+    def lm_loss(self) -> torch.Tensor:
+        """``(steps,)`` the next-token cross-entropy alone (training loss minus the auxiliary losses)."""
+        return self.loss - self.aux
 
     def max_over_mean(self) -> torch.Tensor:
         """``(steps, layers)`` busiest expert's load over the mean."""

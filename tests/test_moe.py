@@ -276,6 +276,8 @@ def test_tiny_gpt_with_moe_trains_and_logs():
     assert len(losses) == 5
     assert log.counts.shape == (5, 2, 4) and (log.counts.sum(-1) == 24 * 6).all()
     assert log.max_over_mean().shape == (5, 2) and log.load_entropy().shape == (5, 2)
+    assert log.loss.tolist() == pytest.approx(losses)
+    assert (log.aux > 0).all() and torch.allclose(log.lm_loss + log.aux, log.loss)
     with pytest.raises(ValueError, match="no MoE layer records"):
         moe_aux_loss(TinyGPT(cfg))
 
@@ -324,3 +326,46 @@ def test_bad_input_width_and_dtype():
         top_k_routing(torch.softmax(torch.randn(4, 3), -1), 4)
     with pytest.raises(ValueError, match="capacity_factor must be a positive number"):
         expert_capacity(10, 2, 1, 0.0)
+
+
+# ---------------------------------------------------------------- plots and benchmark helpers
+def test_routing_plot_helpers():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.routing_plots import (dropped_share_by_factor, load_curves_figure, load_shares, plot_expert_bars,
+                                       plot_heatmap, routing_over_training_figure, token_type_by_expert)
+    by_type = token_type_by_expert(torch.tensor([0, 1, 1, 2, 2, 2]), torch.tensor([0, 1, 0, 1, 1, 1]),
+                                   ["a", "b", "c"], ["b", "c"], 2)
+    torch.testing.assert_close(by_type, torch.tensor([[0.5, 0.5], [0.0, 1.0]], dtype=torch.float64))
+    # top-1, 2 experts, all 4 tokens on expert 0: capacity 1 at c=0.5, 2 at c=1, 4 at c=2
+    drops = dropped_share_by_factor(torch.zeros(4, dtype=torch.long), 2, [0.5, 1.0, 2.0])
+    torch.testing.assert_close(drops, torch.tensor([0.75, 0.5, 0.0], dtype=torch.float64))
+    assert load_shares(torch.tensor([1, 3])).tolist() == [0.25, 0.75]
+    log = RoutingLog()
+    model = TinyGPT(GPTConfig(vocab_size=7, d_model=8, n_heads=2), ffn_factory=lambda layer: MoE(8, 3, 1, d_ff=8))
+    model(torch.randint(0, 7, (2, 5)))
+    log(0, model, 1.0)
+    log(1, model, 1.0)
+    fig, ax = plt.subplots()
+    plot_expert_bars(ax, torch.tensor([3, 1, 0]), kept=torch.tensor([2, 1, 0]), capacity=2, title="t")
+    plot_heatmap(ax, torch.rand(2, 3), xlabel="x", ylabel="y", annotate=True, yticklabels=["a", "b"])
+    with pytest.raises(ValueError, match="matrix must be 2-D"):
+        plot_heatmap(ax, torch.rand(3), xlabel="x", ylabel="y")
+    for figure in (fig, routing_over_training_figure({"run": log}, layers=(0, 1)), load_curves_figure({"run": log})):
+        plt.close(figure)
+
+
+def test_benchmark_returns_ratios_and_restores_threads():
+    from helpers.benchmark_moe import format_moe_benchmark, run_moe_benchmark
+    before = torch.get_num_threads()
+    result = run_moe_benchmark(n_tokens=64, d_model=16, top_k=2, experts=(2, 4), repeats=2, warmup=1)
+    assert torch.get_num_threads() == before
+    assert result["threads"] == 1 and result["d_ff_expert"] == 42
+    for e in (2, 4):
+        for key in ("MoE / dense-active", "loop / dense-active", "loop / MoE", "MoE ms"):
+            assert result[f"E={e} {key}"] > 0
+    assert "loop/dense" in format_moe_benchmark(result)
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
+        run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)

@@ -1,0 +1,161 @@
+"""Pictures of where an MoE router sends tokens: bars, heat maps, load over training.
+
+All functions draw on matplotlib axes they are given (or return a figure) and
+take plain tensors, so they work for any router: ``helpers.moe`` records give
+the counts (``MoEStats.tokens_per_expert``, ``RoutingLog.counts``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from helpers import validate
+from helpers.moe import RoutingLog, arrival_rank, expert_capacity
+from helpers.plotting import PALETTE
+
+KEPT_COLOR = PALETTE[0]
+DROPPED_COLOR = PALETTE[1]
+
+
+def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | None = None,
+                     capacity: int | None = None, title: str | None = None, ylabel: str = "tokens routed") -> Axes:
+    """Bars of tokens per expert. ``counts``: ``(E,)``.
+
+    With ``kept`` (``(E,)``, the part each expert processed) the bars are split into kept
+    and dropped; ``capacity`` draws the per-expert limit. A dotted line marks perfect balance.
+    """
+    counts = torch.as_tensor(counts).double()
+    n_experts = counts.numel()
+    experts = torch.arange(n_experts).numpy()
+    if kept is None:
+        ax.bar(experts, counts.numpy(), color=KEPT_COLOR, label="tokens")
+    else:
+        kept = torch.as_tensor(kept).double()
+        ax.bar(experts, kept.numpy(), color=KEPT_COLOR, label="kept")
+        ax.bar(experts, (counts - kept).numpy(), bottom=kept.numpy(), color=DROPPED_COLOR, label="dropped")
+    ax.axhline(float(counts.mean()), color="0.3", ls=":", lw=1.5, label="perfect balance")
+    if capacity is not None:
+        ax.axhline(capacity, color=DROPPED_COLOR, ls="--", lw=1.5, label=f"capacity = {capacity}")
+    top = max(float(counts.max()), float(capacity or 0))
+    ax.set_ylim(0, 1.4 * top if top > 0 else 1)               # room for the legend above the bars
+    ax.set_xticks(experts)
+    ax.set_xlabel("expert")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=9, loc="upper center", ncol=2)
+    return ax
+
+
+def plot_heatmap(ax: Axes, matrix: torch.Tensor, *, xlabel: str, ylabel: str, title: str | None = None,
+                 yticklabels: Sequence[str] | None = None, colorbar_label: str = "share of tokens",
+                 vmin: float | None = 0.0, vmax: float | None = None, annotate: bool = False, cmap: str = "viridis",
+                 aspect: str = "auto") -> Axes:
+    """A labelled heat map of a 2-D tensor (rows on the y axis), with a colour bar."""
+    m = torch.as_tensor(matrix).double()
+    if m.dim() != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {tuple(m.shape)}")
+    image = ax.imshow(m.numpy(), aspect=aspect, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.03)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(False)
+    if m.shape[1] <= 32:
+        ax.set_xticks(range(m.shape[1]))
+    if yticklabels is not None:
+        ax.set_yticks(range(len(yticklabels)))
+        ax.set_yticklabels(yticklabels)
+    if annotate:
+        top = float(m.max()) if vmax is None else vmax
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                value = float(m[i, j])
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                        color="black" if value > 0.6 * top else "white")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def load_shares(counts: torch.Tensor) -> torch.Tensor:
+    """Counts ``(..., E)`` -> shares of the tokens per expert (each row sums to 1)."""
+    counts = torch.as_tensor(counts).double()
+    return counts / counts.sum(-1, keepdim=True).clamp_min(1)
+
+
+def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequence[int] = (0,)) -> Figure:
+    """Heat maps, one column per run and one row per layer: training step × expert, colour = share of the
+    step's tokens that went to the expert (one colour scale for all panels)."""
+    fig, axes = plt.subplots(len(layers), len(logs), figsize=(4.6 * len(logs), 3.4 * len(layers)), squeeze=False)
+    top = max(float(load_shares(log.counts[:, layer]).max()) for log in logs.values() for layer in layers)
+    for row, layer in enumerate(layers):
+        for ax, (name, log) in zip(axes[row], logs.items()):
+            shares = load_shares(log.counts[:, layer])              # (steps, E)
+            plot_heatmap(ax, shares, xlabel="expert", ylabel="training step", title=f"{name}: layer {layer}",
+                         vmax=top)
+    fig.suptitle("Share of each step's tokens that every expert receives (even split = 1/E)")
+    fig.tight_layout()
+    return fig
+
+
+def load_curves_figure(logs: Mapping[str, RoutingLog]) -> Figure:
+    """Two panels over training: busiest expert's load / mean load, and the normalised load entropy.
+
+    One line per run and layer (solid: layer 0, dashed: layer 1, ...).
+    """
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = ["-", "--", ":", "-."]
+    for color, (name, log) in zip(PALETTE, logs.items()):
+        mom, ent = log.max_over_mean(), log.load_entropy()
+        for layer in range(mom.shape[1]):
+            label = f"{name}, layer {layer}"
+            left.plot(mom[:, layer].numpy(), styles[layer % 4], color=color, label=label, lw=1.6)
+            right.plot(ent[:, layer].numpy(), styles[layer % 4], color=color, label=label, lw=1.6)
+    left.axhline(1.0, color="0.5", lw=0.8)
+    right.axhline(1.0, color="0.5", lw=0.8)
+    left.set_xlabel("training step")
+    left.set_ylabel("max load / mean load")
+    left.set_title("Busiest expert (1 = even, 8 = collapse on one)")
+    right.set_xlabel("training step")
+    right.set_ylabel("entropy of the load / log E")
+    right.set_title("Load entropy (1 = even, 0 = one expert)")
+    right.set_ylim(0, 1.05)
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def token_type_by_expert(token_ids: torch.Tensor, expert_index: torch.Tensor, type_of_token: Sequence[str],
+                         types: Sequence[str], n_experts: int) -> torch.Tensor:
+    """``(len(types), E)``: for each token type, the share of its tokens routed to each expert.
+
+    Args:
+        token_ids: ``(N,)`` long, the token at each position.
+        expert_index: ``(N,)`` long, its (first-choice) expert.
+        type_of_token: the type of every vocabulary id (``helpers.facts.token_types`` in vocab order).
+        types: the types to show, in row order.
+    """
+    validate.positive_int("n_experts", n_experts)
+    row_of = {t: i for i, t in enumerate(types)}
+    rows = torch.tensor([row_of.get(type_of_token[int(i)], -1) for i in token_ids])
+    mask = rows >= 0
+    counts = torch.zeros(len(types), n_experts, dtype=torch.float64)
+    counts.index_put_((rows[mask], expert_index[mask]), torch.ones(int(mask.sum()), dtype=torch.float64),
+                      accumulate=True)
+    return load_shares(counts)
+
+
+def dropped_share_by_factor(expert_index: torch.Tensor, n_experts: int, factors: Sequence[float]) -> torch.Tensor:
+    """Share of the N·k slots dropped for each capacity factor, for a fixed routing ``(N, k)``."""
+    rank = arrival_rank(expert_index, n_experts)
+    n, k = (expert_index.shape[0], 1) if expert_index.dim() == 1 else expert_index.shape
+    out = []
+    for f in factors:
+        cap = expert_capacity(n, n_experts, k, f)
+        out.append(float((rank >= cap).double().mean()))
+    return torch.tensor(out, dtype=torch.float64)
