@@ -18,8 +18,8 @@ What that buys depends on whether gradients are needed:
 
 Saved activations per token (fp32 elements) of the course's FFN, as measured
 with ``helpers.costs.measure_saved_tensors``: the input ``d`` plus a number of
-``d_ff``-wide tensors that depends on the variant (``saved_floats_per_token``):
-ReLU ``d + d_ff``, GELU ``d + 2·d_ff``, SwiGLU ``d + 4·d_ff``.
+``d_ff``-wide tensors that depends on the variant (``helpers.gating.saved_per_token``,
+from notebook 04): ReLU ``d + d_ff``, GELU ``d + 2·d_ff``, SwiGLU ``d + 4·d_ff``.
 """
 
 from __future__ import annotations
@@ -33,43 +33,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from helpers import validate
 from helpers.costs import measure_saved_tensors
-from helpers.ffn import VARIANTS
-
-#: activation name -> what its backward needs: "input", "output" or nothing ("none")
-_ACTIVATION_SAVES = {"relu": "output", "gelu": "input", "gelu_tanh": "input", "silu": "input",
-                     "sigmoid": "output", "identity": "none"}
-
-
-def hidden_tensors_saved(variant: str) -> int:
-    """How many ``d_ff``-wide tensors per token autograd keeps for one FFN of this variant.
-
-    Dense: the activation's input if its backward needs it (GELU, SiLU), plus
-    ``φ(a)``, which ``W2`` needs (ReLU and sigmoid reuse that one tensor for
-    their own backward). Gated: additionally the linear branch ``b`` and the
-    product ``h = φ(a)·b`` (the product's backward needs both factors, ``W2``
-    needs ``h``). Identity (bilinear) saves ``a`` itself as the factor.
-    """
-    activation, gated = VARIANTS[validate.one_of("variant", variant, VARIANTS)]
-    saves = _ACTIVATION_SAVES[activation]
-    count = 1                                  # φ(a): W2's input (dense) or a factor of the product (gated)
-    if saves == "input":
-        count += 1                             # a: the activation's own backward needs it
-    if gated:
-        count += 2                             # b (the other factor) and h = φ(a)·b (W2's input)
-    return count
-
-
-def saved_floats_per_token(d_model: int, d_ff: int, variant: str) -> int:
-    """Elements autograd saves per token in one FFN forward: ``d_model + k·d_ff``.
-
-    ``k = hidden_tensors_saved(variant)``: 1 for ReLU, 2 for GELU, 4 for SwiGLU.
-    The ``d_model`` term is the input ``x``, which ``W1`` (and ``W3``) need for
-    their weight gradients. Multiply by 4 for fp32 bytes.
-    """
-    validate.positive_int("d_model", d_model)
-    validate.positive_int("d_ff", d_ff)
-    return d_model + hidden_tensors_saved(variant) * d_ff
-
+from helpers.gating import saved_per_token
 
 def _check_chunks(x: torch.Tensor, n_chunks: int, dim: int) -> int:
     validate.float_tensor("x", x, min_dims=1)
@@ -191,10 +155,11 @@ def peak_saved_bytes(n_tokens: int, d_model: int, d_ff: int, variant: str, n_chu
 
     Without checkpointing: ``T·(d + k·d_ff)`` elements whatever ``n_chunks``.
     With it: the kept inputs ``T·d`` plus the largest chunk's hidden tensors
-    ``ceil(T/n)·k·d_ff`` (``k = hidden_tensors_saved(variant)``).
+    ``ceil(T/n)·k·d_ff``, where ``d + k·d_ff = helpers.gating.saved_per_token(variant, d, d_ff)``
+    (k = 1 for ReLU, 2 for GELU, 4 for SwiGLU).
     """
     validate.positive_int("n_tokens", n_tokens)
-    per_token = saved_floats_per_token(d_model, d_ff, variant)
+    per_token = saved_per_token(variant, d_model, d_ff)
     validate.int_in_range("n_chunks", n_chunks, 1, n_tokens)
     validate.positive_int("bytes_per_element", bytes_per_element)
     if not checkpoint:

@@ -11,8 +11,9 @@ import math
 import torch
 
 from helpers.checking import Case, Exercise
-from helpers.chunking import peak_saved_bytes, saved_floats_per_token
+from helpers.chunking import peak_saved_bytes
 from helpers.expert_parallel import split_sizes
+from helpers.gating import saved_per_token
 
 # ----------------------------------------------------------------------------- 1. FLOPs per token
 
@@ -82,8 +83,8 @@ _SAVED_VARIANTS = ("relu", "gelu", "swish", "reglu", "geglu", "swiglu")
 
 
 def saved_floats_reference(d_model: int, d_ff: int, variant: str) -> int:
-    """Elements autograd saves per token in one FFN forward (``helpers.chunking.saved_floats_per_token``)."""
-    return saved_floats_per_token(d_model, d_ff, variant)
+    """Elements autograd saves per token in one FFN forward (``helpers.gating.saved_per_token``)."""
+    return saved_per_token(variant, d_model, d_ff)
 
 
 def _saved_cases() -> list[Case]:
@@ -110,7 +111,7 @@ check_saved_floats = Exercise(
     _saved_cases,
     mistakes=[
         ("you forgot the input x: W1 (and W3) keep it for their weight gradients, d_model floats per token.",
-         lambda d, f, v: saved_floats_per_token(d, f, v) - d),
+         lambda d, f, v: saved_per_token(v, d, f) - d),
         ("GELU and SiLU need their input a for their own backward, on top of φ(a) that W2 keeps; only ReLU can "
          "rebuild its slope from its output (so ReLU keeps one d_ff tensor, GELU two).",
          lambda d, f, v: d + f * (1 + (2 if _gated(v) else 0))),
@@ -118,7 +119,7 @@ check_saved_floats = Exercise(
          "needs both factors, W2 needs h): two more d_ff tensors than the dense one.",
          lambda d, f, v: d + f * _dense_count(v)),
         ("count elements (floats), not bytes: no factor 4 here.",
-         lambda d, f, v: 4 * saved_floats_per_token(d, f, v)),
+         lambda d, f, v: 4 * saved_per_token(v, d, f)),
     ],
     atol=0, rtol=0,
 )

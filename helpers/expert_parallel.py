@@ -414,6 +414,21 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _leave_now(code: int) -> None:
+    """End a worker process without the interpreter's teardown (results are saved, output flushed).
+
+    With torch 2.13, gloo's worker threads can still hold the last collective's
+    tensors when Python finalises; freeing them then needs the GIL, which the
+    finalising interpreter refuses, and the process aborts (SIGABRT, "terminate
+    called without an active exception") after its work was done. Leaving with
+    ``os._exit`` once everything is written avoids that race (the same one
+    pytorch/pytorch#179291 describes).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _worker(rank: int, world_size: int, workdir: str, port: int, timeout: float, parent_pid: int,
             fail_rank: int | None, stall_rank: int | None) -> None:
     """Body of one worker process started by ``run_expert_parallel`` (must be importable for ``spawn``)."""
@@ -444,6 +459,8 @@ def _worker(rank: int, world_size: int, workdir: str, port: int, timeout: float,
     except BaseException:
         (folder / f"rank{rank}.error").write_text(f"{time.time()!r}\n{traceback.format_exc()}")
         raise
+    log.flush()
+    _leave_now(0)
 
 
 # ----------------------------------------------------------------------------- the launcher
@@ -687,4 +704,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:   # a torchrun worker: skip the teardown race
+        _leave_now(exit_code)
+    sys.exit(exit_code)
