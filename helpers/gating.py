@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from helpers import validate
 from helpers.activations import ACTIVATIONS, get_activation
 from helpers.facts import FactDataset
-from helpers.ffn import VARIANTS, ffn_param_count
+from helpers.ffn import VARIANTS
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 #: Shazeer (2020), Table 1: held-out log-perplexity on C4 (T5 base, d_model 768,
@@ -223,7 +223,3 @@ def rank_correlation(x: dict[str, float], y: dict[str, float]) -> float:
     rx, ry = rx - rx.mean(), ry - ry.mean()
     return float((rx * ry).sum() / (rx.norm() * ry.norm()))
 
-
-def dense_equivalent_params(d_model: int, bias: bool = False) -> int:
-    """Parameters of the dense ``4·d_model`` FFN the gated widths are matched to."""
-    return ffn_param_count(d_model, 4 * d_model, gated=False, bias=bias)
