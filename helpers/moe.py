@@ -355,7 +355,11 @@ class MoE(nn.Module):
         return min(expert_capacity(n_tokens, self.n_experts, self.top_k, factor), n_tokens)
 
     def route(self, x: torch.Tensor) -> Routing:
-        """Token-choice routing of ``x``: ``(N, d_model)`` (leading dimensions are flattened)."""
+        """Token-choice routing of ``x``: ``(N, d_model)`` (leading dimensions are flattened).
+
+        Always token choice, whatever ``router`` the layer was built with (see ``route_expert_choice``).
+        With ``jitter=0`` or in ``eval()`` mode it is deterministic.
+        """
         x = self._flat(x)
         logits = self.router_logits(x)
         probs = torch.softmax(logits, dim=-1)
@@ -468,6 +472,9 @@ def moe_forward_loop(moe: MoE, x: torch.Tensor) -> torch.Tensor:
     ``x``: ``(..., d_model)`` -> ``(..., d_model)``. Slow for many experts: it scans every
     token once per expert and per choice. Use it to check ``dispatch``, not to train.
     """
+    if moe.router_type != "token":
+        raise ValueError(f"moe_forward_loop is the reference for token-choice routing; got a layer with "
+                         f"router={moe.router_type!r}")
     shape = x.shape
     flat = moe._flat(x)
     routing = moe.route(flat)

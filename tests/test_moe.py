@@ -260,6 +260,8 @@ def test_expert_choice_router():
     torch.testing.assert_close(y, expected, atol=1e-6, rtol=0)
     assert stats.tokens_per_expert.tolist() == [9, 9, 9, 9] and stats.max_over_mean == 1.0
     assert stats.dropped_share == pytest.approx(float((ec.experts_per_token() == 0).float().mean()))
+    with pytest.raises(ValueError, match="moe_forward_loop is the reference for token-choice routing"):
+        moe_forward_loop(moe, x)
 
 
 # ---------------------------------------------------------------- inside the tiny transformer
