@@ -133,7 +133,8 @@ class MoEStats:
             share of tokens no expert took (expert choice).
         router_entropy: mean over tokens of the entropy of the router's distribution, in nats
             (log E = undecided, 0 = certain).
-        balance_loss: Switch load-balancing loss ``E · Σ f_i P_i`` (unscaled; has gradients).
+        balance_loss: Switch load-balancing loss ``E · Σ f_i P_i`` (unscaled; has gradients); 0 for
+            expert choice, which is balanced by construction.
         z_loss: router z-loss ``mean (logsumexp logits)²`` (unscaled; has gradients).
         aux_loss: ``balance_coef · balance_loss + z_coef · z_loss``, to add to the training loss.
         capacity: slots per expert, ``None`` when dropless.
