@@ -415,7 +415,7 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _leave_now(code: int) -> None:
-    """End a worker process without the interpreter's teardown (results are saved, output flushed).
+    """End a worker process now, without the interpreter's teardown (results or error are already written).
 
     With torch 2.13, gloo's worker threads can still hold the last collective's
     tensors when Python finalises; freeing them then needs the GIL, which the
@@ -458,8 +458,8 @@ def _worker(rank: int, world_size: int, workdir: str, port: int, timeout: float,
         dist.destroy_process_group()
     except BaseException:
         (folder / f"rank{rank}.error").write_text(f"{time.time()!r}\n{traceback.format_exc()}")
-        raise
-    log.flush()
+        traceback.print_exc()                                 # into this rank's log
+        _leave_now(1)                                         # the parent reads the .error file
     _leave_now(0)
 
 
@@ -487,6 +487,32 @@ class ExpertParallelResult(MoEPass):
     records: list[DispatchRecord] = field(default_factory=list)
     seconds: float = 0.0
     worker_pids: list[int] = field(default_factory=list)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this id is running (a zombie, exited but not yet reaped, counts as gone)."""
+    validate.positive_int("pid", pid)
+    if os.name == "nt":                                        # os.kill(pid, 0) would interrupt it on Windows
+        import ctypes
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)   # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return False
+        code = ctypes.c_ulong()
+        ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        ctypes.windll.kernel32.CloseHandle(handle)
+        return code.value == 259                               # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                                    # exists, but belongs to someone else
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def free_port() -> int:

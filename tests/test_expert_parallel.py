@@ -14,21 +14,11 @@ import torch
 
 from helpers.expert_parallel import (ExpertParallelError, ExpertParallelTimeout, expected_bytes_per_token,
                                      expert_parallel_forward, experts_of_rank, max_differences, owner_of,
-                                     plan_dispatch, run_expert_parallel, shard_experts, single_process_pass,
+                                     pid_alive, plan_dispatch, run_expert_parallel, shard_experts, single_process_pass,
                                      split_sizes)
 from helpers.moe import MoE
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def alive(pid: int) -> bool:
-    """True if a process with this id exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 def worker_children() -> list[str]:
@@ -72,6 +62,13 @@ def test_plan_sorts_rows_by_expert_and_keeps_weights():
     assert plan.token.tolist() == [0, 1, 0, 1]
     assert plan.weight.tolist() == pytest.approx([0.3, 0.6, 0.7, 0.4])
     assert plan.send_counts == [2, 2]
+
+
+def test_pid_alive():
+    assert pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not pid_alive(child.pid)
 
 
 def test_expected_bytes_per_token():
@@ -131,7 +128,7 @@ def test_two_processes_match_the_single_process_moe_forward_and_backward():
         routing = moe.route(shard)
         assert record.send_counts == split_sizes(routing.expert_index, routing.kept, 4, 2)
     assert result.records[0].recv_counts == [result.records[0].send_counts[0], result.records[1].send_counts[0]]
-    assert not any(alive(pid) for pid in result.worker_pids)
+    assert not any(pid_alive(pid) for pid in result.worker_pids)
     assert worker_children() == []
 
 
@@ -156,7 +153,7 @@ def test_a_failing_worker_gives_a_clear_error_and_leaves_no_process():
     assert info.value.rank == 1
     assert "Traceback" in info.value.worker_traceback
     assert len(info.value.worker_pids) == 2
-    assert not any(alive(pid) for pid in info.value.worker_pids)
+    assert not any(pid_alive(pid) for pid in info.value.worker_pids)
     assert worker_children() == []
 
 
@@ -165,7 +162,7 @@ def test_a_stalled_worker_times_out_and_leaves_no_process():
     with pytest.raises(ExpertParallelTimeout, match="did not finish within 4 s") as info:
         run_expert_parallel(moe, torch.randn(10, 8), stall_rank=0, timeout=4)
     assert isinstance(info.value, TimeoutError)
-    assert not any(alive(pid) for pid in info.value.worker_pids)
+    assert not any(pid_alive(pid) for pid in info.value.worker_pids)
     assert worker_children() == []
 
 
