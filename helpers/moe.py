@@ -432,25 +432,32 @@ def dispatch(x: torch.Tensor, routing: Routing, experts: Sequence[nn.Module]) ->
 
     Sort the kept slots by expert (a stable sort keeps token order inside an
     expert), gather the tokens into one contiguous block per expert, run every
-    expert once on its block, scale by the combine weight and add each result
-    back to its token's row with ``index_add_``. No per-token Python work.
+    expert once on its block, and add each weighted result straight into its
+    tokens' rows with ``index_add_``. No per-token Python work; the Python loop
+    runs over experts only.
     """
     n, d = x.shape
     k = routing.expert_index.shape[1]
     token = torch.arange(n, device=x.device).repeat_interleave(k)       # (N·k,) token of each slot
-    keep = routing.kept.reshape(-1)
-    expert = routing.expert_index.reshape(-1)[keep]
-    token = token[keep]
-    weight = routing.weight.reshape(-1)[keep]
+    expert = routing.expert_index.reshape(-1)
+    weight = routing.weight.reshape(-1)
+    if routing.capacity is not None:                                     # drop the slots that found no room
+        keep = routing.kept.reshape(-1)
+        token, expert, weight = token[keep], expert[keep], weight[keep]
     order = torch.argsort(expert, stable=True)
     token, weight = token[order], weight[order]
     counts = torch.bincount(expert, minlength=len(experts)).tolist()
-    blocks = x.index_select(0, token).split(counts)                     # one contiguous block per expert
-    outs = [experts[e](block) for e, block in enumerate(blocks) if counts[e] > 0]
+    gathered = x.index_select(0, token)                                  # expert blocks, one after another
     acc = _combine_dtype(x.dtype)
-    out = torch.cat(outs).to(acc) if outs else x.new_zeros((0, d), dtype=acc)
     y = torch.zeros(n, d, dtype=acc, device=x.device)
-    y.index_add_(0, token, out * weight[:, None].to(acc))
+    start = 0
+    for e, count in enumerate(counts):
+        if count == 0:
+            continue
+        rows = slice(start, start + count)
+        out = experts[e](gathered[rows]).to(acc)
+        y.index_add_(0, token[rows], out * weight[rows, None].to(acc))
+        start += count
     return y.to(x.dtype)
 
 
