@@ -180,3 +180,19 @@ def interactive_plot(draw, **controls: tuple[float, float, float, float]):
         sliders[name] = kind(min=low, max=high, step=step, value=default, description=name,
                              continuous_update=False)
     return widgets.interact(draw, **sliders)
+
+
+def show_figure(name: str, width: int = 800) -> None:
+    """Display ``figures/<name>.png`` in the notebook.
+
+    Use this instead of a markdown image link: Colab does not resolve relative
+    image paths in markdown, but the setup cell has cloned the repository, so
+    the file is on disk in every place the course runs.
+    """
+    from IPython.display import Image, display
+
+    path = FIGURES_DIR / f"{name}.png"
+    if not path.is_file():
+        known = sorted(p.stem for p in FIGURES_DIR.glob("*.png"))
+        raise ValueError(f"name must be one of the figures in figures/ {known}, got {name!r}")
+    display(Image(filename=str(path), width=width))
