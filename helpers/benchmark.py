@@ -30,6 +30,7 @@ from helpers import validate
 from helpers.chunking import ActivationMemory, activation_memory
 from helpers.costs import ffn_flops_per_token
 from helpers.ffn import FFN
+from helpers.gating import torch_threads
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def interleaved_samples(fns: dict[str, Callable[[], object]], repeats: int,
 
 
 def ffn_vs_matmul(d_models: Sequence[int] = (64, 128, 256, 512), n_tokens: int = 1024, *, variant: str = "gelu",
-                  repeats: int = 5, sample_seconds: float = 0.01, seed: int = 0) -> list[RateRow]:
+                  repeats: int = 5, sample_seconds: float = 0.01, threads: int | None = 1,
+                  seed: int = 0) -> list[RateRow]:
     """Time an FFN forward against its two bare matrix products, for each width in ``d_models``.
 
     The FFN is ``FFN.from_variant(variant, d)`` (biases, activation; ``d_ff = 4d``
@@ -101,6 +103,11 @@ def ffn_vs_matmul(d_models: Sequence[int] = (64, 128, 256, 512), n_tokens: int =
     (``repeats`` rounds, see ``interleaved_samples``); medians are kept, and the
     ratio is the median of per-round ratios of an FFN and its matmuls timed back
     to back, which resists other programs' bursts of load.
+
+    ``threads``: torch threads while timing (restored afterwards; ``None`` keeps the
+    current setting). One thread is the default because on a shared machine several
+    threads wait for each other whenever another program takes a core, which makes
+    the ratio jump; the rates are then one core's.
     """
     validate.positive_int("n_tokens", n_tokens)
     validate.positive_int("repeats", repeats)
@@ -123,7 +130,7 @@ def ffn_vs_matmul(d_models: Sequence[int] = (64, 128, 256, 512), n_tokens: int =
         fns[f"ffn{d}"] = lambda ffn=ffn, x=x: ffn(x)
         fns[f"mm{d}"] = lambda x=x, h=h, w1=w1, w2=w2: (x @ w1.T, h @ w2.T)
         shapes[d] = ffn.d_ff
-    with torch.inference_mode():
+    with torch.inference_mode(), torch_threads(threads):
         samples = interleaved_samples(fns, repeats, sample_seconds)
     rows = []
     for d in d_models:
@@ -189,14 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.benchmark", description=main.__doc__)
     parser.add_argument("--repeats", type=int, default=7, help="timing rounds (medians are kept)")
     parser.add_argument("--tokens", type=int, default=1024, help="tokens per FFN call in the speed test")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for the speed test (0: torch's default)")
     parser.add_argument("--skip-moe", action="store_true", help="do not run the MoE benchmark")
     args = parser.parse_args(argv)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"1. FFN forward (GELU, d_ff=4d, {args.tokens} tokens) vs its two bare matmuls, medians of "
-          f"{args.repeats} interleaved rounds")
+    threads = args.threads if args.threads > 0 else None
+    print(f"torch {torch.__version__}")
+    print(f"1. FFN forward (GELU, d_ff=4d, {args.tokens} tokens) vs its two bare matmuls, "
+          f"{threads or torch.get_num_threads()} thread(s), medians of {args.repeats} interleaved rounds")
     print(f"{'d_model':>8} {'GFLOP':>7} {'FFN GFLOP/s':>12} {'matmul GFLOP/s':>15} {'FFN/matmul':>11}")
-    for row in ffn_vs_matmul(n_tokens=args.tokens, repeats=args.repeats):
+    for row in ffn_vs_matmul(n_tokens=args.tokens, repeats=args.repeats, threads=threads):
         print(f"{row.d_model:>8} {row.gflop:>7.3f} {row.ffn_gflops:>12.1f} {row.matmul_gflops:>15.1f} "
               f"{row.ratio:>11.2f}")
 

@@ -1,0 +1,52 @@
+"""The benchmark command's pieces (not a timing test: only that they run and report sane, deterministic parts)."""
+import importlib
+
+import pytest
+import torch
+
+from helpers import benchmark
+
+
+def test_ffn_vs_matmul_rows_and_threads_restored():
+    before = torch.get_num_threads()
+    rows = benchmark.ffn_vs_matmul(d_models=(16, 32), n_tokens=64, repeats=3, sample_seconds=0.001)
+    assert torch.get_num_threads() == before
+    assert [(r.d_model, r.d_ff, r.n_tokens) for r in rows] == [(16, 64, 64), (32, 128, 64)]
+    assert rows[0].gflop == pytest.approx(4 * 16 * 64 * 64 / 1e9)
+    assert all(r.ratio > 0 and r.ffn_gflops > 0 and r.matmul_gflops > 0 for r in rows)
+
+
+def test_chunking_memory_ratio_is_deterministic_and_below_a_quarter():
+    mem = benchmark.chunking_memory()
+    assert mem.plain == mem.chunked
+    # GELU, d=64, d_ff=256, T=4096 in 8 chunks: (T·d + T/8·2·d_ff) / (T·(d + 2·d_ff)) = 2/9
+    assert mem.ratio == pytest.approx(2.0 / 9.0)
+    assert mem.ratio <= 0.25
+
+
+def test_bad_input_is_explained():
+    with pytest.raises(ValueError, match="d_models must list at least one width"):
+        benchmark.ffn_vs_matmul(d_models=())
+    with pytest.raises(ValueError, match="variant must be a dense FFN variant"):
+        benchmark.ffn_vs_matmul(d_models=(8,), variant="swiglu")
+    with pytest.raises(ValueError, match="repeats must be a positive int"):
+        benchmark.ffn_vs_matmul(repeats=0)
+
+
+def test_moe_figures_are_skipped_cleanly_when_the_module_is_missing(monkeypatch):
+    real = importlib.import_module
+
+    def fake(name, *args):
+        if name == "helpers.benchmark_moe":
+            raise ModuleNotFoundError("No module named 'helpers.benchmark_moe'", name=name)
+        return real(name, *args)
+
+    monkeypatch.setattr(benchmark.importlib, "import_module", fake)
+    result, note = benchmark.moe_figures()
+    assert result is None and "not in this checkout" in note
+
+
+def test_main_runs(capsys):
+    assert benchmark.main(["--repeats", "1", "--tokens", "32", "--skip-moe"]) == 0
+    out = capsys.readouterr().out
+    assert "chunked+checkpointed / plain = 0.222" in out and "FFN/matmul" in out
