@@ -194,7 +194,7 @@ def _format_moe(result: object) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Print the FFN/matmul rate ratios, the chunking memory ratio and the MoE ratios."""
     parser = argparse.ArgumentParser(prog="python -m helpers.benchmark", description=main.__doc__)
-    parser.add_argument("--repeats", type=int, default=7, help="timing rounds (medians are kept)")
+    parser.add_argument("--repeats", type=int, default=15, help="timing rounds (medians are kept)")
     parser.add_argument("--tokens", type=int, default=1024, help="tokens per FFN call in the speed test")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the speed test (0: torch's default)")
     parser.add_argument("--skip-moe", action="store_true", help="do not run the MoE benchmark")
