@@ -1,0 +1,310 @@
+"""helpers.memory: the key-value reading of an FFN, checked against brute force, plus its error messages."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import memory
+from helpers.memory import (agreement, answer_probability, collect, find_ffns, knock_out, pattern_share,
+                            prefix_mask, prefix_words, project_to_vocab, sub_updates, token_positions,
+                            top_triggers, value_logits)
+from helpers.transformer import GPTConfig, TinyGPT
+
+VOCAB = 13
+
+
+def tiny(variant="gelu", seed=0):
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_len=8, variant=variant)).eval()
+
+
+def toy_ids(n=6, t=7, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, VOCAB, (n, t), generator=g)
+    ids[0, 5:] = 0          # a padded row
+    return ids
+
+
+def ffn_inputs(model, ids):
+    """The input of every block's FFN (LN2 of the residual), by hooks on the FFN modules."""
+    inputs = {}
+    handles = [b.ffn.register_forward_hook(lambda m, i, o, l=l: inputs.__setitem__(l, i[0]))
+               for l, b in enumerate(model.blocks)]
+    with torch.no_grad():
+        model(ids)
+    for h in handles:
+        h.remove()
+    return inputs
+
+
+@pytest.mark.parametrize("variant", ["gelu", "relu", "swiglu"])
+def test_collect_gives_memory_coefficients_and_outputs(variant):
+    model, ids = tiny(variant), toy_ids()
+    trace = collect(model, ids)
+    xs = ffn_inputs(model, ids)
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            assert torch.allclose(trace.coefficients[layer], block.ffn.hidden(xs[layer]), atol=1e-6)
+            assert torch.allclose(trace.outputs[layer], block.ffn(xs[layer]), atol=1e-6)
+        assert torch.allclose(trace.logits, model(ids))
+
+
+def test_find_ffns_keys_and_values_are_rows_and_columns():
+    model = tiny()
+    memories = find_ffns(model)
+    assert memories.n_layers == 2
+    ffn = model.blocks[1].ffn
+    layer = memories.layer(1)
+    assert torch.equal(layer.keys, ffn.w1.weight)               # key i = row i of W1
+    assert torch.equal(layer.values[3], ffn.w2.weight[:, 3])    # value i = column i of W2
+    assert torch.equal(layer.value_matrix, ffn.w2.weight)
+    assert layer.d_ff == ffn.d_ff
+
+
+@pytest.mark.parametrize("bad", [nn.Linear(3, 3), "gpt2", nn.Sequential()])
+def test_find_ffns_rejects_models_without_ffns(bad):
+    with pytest.raises(TypeError, match="model must expose its FFNs as model.blocks"):
+        find_ffns(bad)
+
+
+def test_find_ffns_names_a_block_without_the_course_ffn():
+    model = TinyGPT(GPTConfig(vocab_size=VOCAB, d_model=16, n_heads=2), ffn_factory=lambda i: nn.Linear(16, 16))
+    with pytest.raises(TypeError, match=r"model.blocks\[0\].ffn must be a helpers.ffn.FFN, got Linear"):
+        find_ffns(model)
+
+
+def test_layer_out_of_range():
+    model = tiny()
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 1\], got 2"):
+        value_logits(model, 2)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 1\], got -1"):
+        memory.memory_coefficients(model, toy_ids(), -1)
+
+
+def test_bad_ids():
+    with pytest.raises(TypeError, match="ids must be a"):
+        collect(tiny(), torch.zeros(2, 3))
+
+
+def test_prefix_mask_needs_a_real_next_token():
+    ids = torch.tensor([[1, 5, 6, 0, 0], [1, 5, 6, 7, 8]])
+    assert prefix_mask(ids).tolist() == [[True, True, False, False, False], [True, True, True, True, False]]
+
+
+def brute_force_triggers(c, valid, neuron, k):
+    per_example = []
+    for n in range(c.shape[0]):
+        best = max((c[n, t, neuron].item(), t) for t in range(c.shape[1]) if valid[n, t])
+        per_example.append((best[0], n, best[1]))
+    per_example.sort(reverse=True)
+    return [n for _, n, _ in per_example[:k]], [t for _, _, t in per_example[:k]]
+
+
+def test_top_triggers_match_brute_force():
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(9, 5, 4, generator=g)
+    valid = torch.rand(9, 5, generator=g) > 0.4
+    valid[:, 0] = True
+    everything = top_triggers(c, 4, valid)
+    assert everything.examples.shape == (4, 4)
+    for neuron in range(4):
+        one = top_triggers(c, 4, valid, neuron=neuron)
+        examples, positions = brute_force_triggers(c, valid, neuron, 4)
+        assert one.examples.tolist() == examples and one.positions.tolist() == positions
+        assert torch.equal(everything.examples[neuron], one.examples)
+        assert (one.coefficients[:-1] >= one.coefficients[1:]).all()
+
+
+def test_top_triggers_errors():
+    c = torch.randn(5, 4, 3)
+    with pytest.raises(ValueError, match=r"k must be an int in \[1, 5\], got 6"):
+        top_triggers(c, 6)
+    with pytest.raises(ValueError, match=r"neuron must be an int in \[0, 2\], got 3"):
+        top_triggers(c, 2, neuron=3)
+    with pytest.raises(ValueError, match="valid must be a bool tensor of shape"):
+        top_triggers(c, 2, torch.ones(5, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="valid has a row with no True position"):
+        top_triggers(c, 2, torch.zeros(5, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"coefficients must be \(N, T, d_ff\)"):
+        top_triggers(torch.randn(5, 4, 3, 2), 2)
+    with pytest.raises(TypeError, match="coefficients must have a floating-point dtype"):
+        top_triggers(torch.ones(5, 4, 3, dtype=torch.long), 2)
+
+
+def test_prefix_words_and_token_positions():
+    ids = torch.tensor([[1, 5, 6, 7, 0], [1, 7, 5, 6, 0]])
+    words = ["<pad>", "<bos>", "a", "b", "c", "the", "capital", "x"]
+    assert prefix_words(ids, 0, 2, lambda i: [words[j] for j in i]) == "the capital"
+    assert token_positions(ids, torch.tensor([7, 7])).tolist() == [3, 1]
+    with pytest.raises(ValueError, match="row 1 of ids does not contain token 4"):
+        token_positions(ids, torch.tensor([7, 4]))
+
+
+def test_pattern_share():
+    examples = torch.tensor([[0, 1, 2, 3], [0, 4, 5, 2]])
+    labels = ["a", "a", "a", "b", "b", "c"]
+    assert pattern_share(examples, labels).tolist() == [0.75, 0.5]
+    with pytest.raises(ValueError, match="labels has only 6 entries"):
+        pattern_share(torch.tensor([[0, 6]]), labels)
+
+
+def test_value_logits_read_values_through_ln_f_and_lm_head():
+    model = tiny()
+    with torch.no_grad():
+        expected = model.lm_head(model.ln_f(model.blocks[0].ffn.w2.weight[:, 5]))
+    assert torch.allclose(value_logits(model, 0, 5)[0], expected)
+    assert value_logits(model, 1).shape == (model.blocks[1].ffn.d_ff, VOCAB)
+    assert torch.allclose(project_to_vocab(model, model.blocks[0].ffn.w2.weight[:, 5].detach()), expected)
+    with pytest.raises(ValueError, match=r"neuron must be an int in \[0, 63\], got 64"):
+        value_logits(model, 0, 64)
+    with pytest.raises(ValueError, match=r"neurons must be in \[0, 63\] \(d_ff=64\), got 70"):
+        value_logits(model, 0, [1, 70])
+
+
+def test_agreement_matches_a_loop_over_neurons():
+    model, ids = tiny(), toy_ids()
+    valid = prefix_mask(ids)
+    result = agreement(model, ids, 1, valid)
+    c = collect(model, ids).coefficients[1]
+    logits = value_logits(model, 1)
+    for i in range(0, c.shape[2], 7):
+        examples, positions = brute_force_triggers(c, valid, i, 1)
+        nxt = ids[examples[0], positions[0] + 1]
+        assert int(result.next_tokens[i]) == int(nxt)
+        assert int(result.ranks[i]) == int((logits[i] > logits[i, nxt]).sum()) + 1
+    assert result.rate == pytest.approx((result.ranks == 1).float().mean().item())
+    assert result.chance == pytest.approx(1 / VOCAB)
+    assert torch.equal(result.top_tokens, logits.argmax(1))
+
+
+def test_agreement_needs_a_next_token():
+    model, ids = tiny(), toy_ids()
+    with pytest.raises(ValueError, match="no next token"):
+        agreement(model, ids, 0, torch.ones_like(ids, dtype=torch.bool))
+
+
+def test_sub_updates_add_up_to_the_ffn_output():
+    model, ids = tiny("swiglu"), toy_ids()
+    su = sub_updates(model, ids, 1, position=3, example=2)
+    assert torch.allclose(su.vectors.sum(0) + su.bias, su.output, atol=1e-5)
+    assert (su.scores[su.order][:-1] >= su.scores[su.order][1:]).all()
+    with pytest.raises(ValueError, match=r"position must be an int in \[0, 6\], got 7"):
+        sub_updates(model, ids, 1, position=7)
+    with pytest.raises(ValueError, match=r"example must be an int in \[0, 5\], got 6"):
+        sub_updates(model, ids, 1, position=0, example=6)
+
+
+def test_knock_out_all_neurons_leaves_the_bias_and_restores_afterwards():
+    model, ids = tiny(), toy_ids()
+    d_ff = model.blocks[0].ffn.d_ff
+    before = collect(model, ids)
+    with knock_out(model, 0, list(range(d_ff))):
+        silenced = collect(model, ids)
+    bias = model.blocks[0].ffn.w2.bias.detach()
+    assert torch.allclose(silenced.outputs[0], bias.expand_as(silenced.outputs[0]))
+    assert torch.equal(collect(model, ids).logits, before.logits)      # the hook is gone
+
+
+def test_knock_out_with_a_mask_per_row():
+    model, ids = tiny(), toy_ids()
+    d_ff = model.blocks[1].ffn.d_ff
+    mask = torch.zeros(ids.shape[0], d_ff, dtype=torch.bool)
+    mask[2, :10] = True
+    with knock_out(model, 1, mask):
+        masked = collect(model, ids).logits
+    with knock_out(model, 1, list(range(10))):
+        row_two = collect(model, ids[2:3]).logits
+    unchanged = collect(model, ids).logits
+    assert torch.allclose(masked[2], row_two[0], atol=1e-6)
+    assert torch.allclose(masked[[0, 1, 3, 4, 5]], unchanged[[0, 1, 3, 4, 5]])
+    with pytest.raises(ValueError, match=r"a bool neurons mask must have shape \(N, d_ff=64\)"):
+        with knock_out(model, 1, torch.zeros(3, 5, dtype=torch.bool)):
+            pass
+    with pytest.raises(ValueError, match=r"neurons must be in \[0, 63\]"):
+        with knock_out(model, 1, [64]):
+            pass
+
+
+def test_answer_probability():
+    model, ids = tiny(), toy_ids()
+    pos, ans = torch.tensor([1, 2, 3, 1, 2, 3]), torch.tensor([2, 3, 4, 5, 6, 7])
+    with torch.no_grad():
+        probs = model(ids).softmax(-1)
+    expected = probs[torch.arange(6), pos, ans]
+    assert torch.allclose(answer_probability(model, ids, pos, ans), expected)
+
+
+def test_load_gpt2_without_transformers_says_why(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    model, tokenizer, why = memory.load_gpt2()
+    assert model is None and tokenizer is None and "not installed" in why
+
+
+# --------------------------------------------------------------------------------------------
+# The same functions on a (randomly initialised, small) Hugging Face GPT-2
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=3, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def test_gpt2_layout_and_coefficients(gpt2):
+    memories = find_ffns(gpt2)
+    assert memories.n_layers == 3
+    mlp = gpt2.transformer.h[1].mlp
+    assert torch.equal(memories.layer(1).keys, mlp.c_fc.weight.T)       # Conv1D stores (in, out)
+    assert torch.equal(memories.layer(1).values, mlp.c_proj.weight)
+    ids = torch.randint(0, 50, (3, 6), generator=torch.Generator().manual_seed(0))
+    captured = {}
+    handle = mlp.register_forward_hook(lambda m, i, o: captured.update(x=i[0], out=o))
+    trace = collect(gpt2, ids)
+    handle.remove()
+    with torch.no_grad():
+        assert torch.allclose(trace.coefficients[1], mlp.act(mlp.c_fc(captured["x"])), atol=1e-6)
+    assert trace.logits.shape == (3, 6, 50)
+
+
+def test_gpt2_values_sub_updates_triggers_and_knock_out(gpt2):
+    ids = torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(1))
+    logits = value_logits(gpt2, 2, [0, 5])
+    with torch.no_grad():
+        expected = gpt2.lm_head(gpt2.transformer.ln_f(gpt2.transformer.h[2].mlp.c_proj.weight[5]))
+    assert torch.allclose(logits[1], expected)
+    su = sub_updates(gpt2, ids, 0, position=4, example=1)
+    assert torch.allclose(su.vectors.sum(0) + su.bias, su.output, atol=1e-5)
+    c = collect(gpt2, ids).coefficients[2]
+    assert top_triggers(c, 3, prefix_mask(ids, pad_id=-1)).examples.shape == (128, 3)
+    rate = agreement(gpt2, ids, 2, prefix_mask(ids, pad_id=-1)).rate
+    assert 0.0 <= rate <= 1.0
+    base = answer_probability(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]))
+    with knock_out(gpt2, 1, list(range(128))):
+        silenced = answer_probability(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]))
+    assert not torch.allclose(base, silenced)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\], got 3"):
+        value_logits(gpt2, 3)
+
+
+def test_gpt2_rank_one_edit(gpt2):
+    from helpers.editing import edited, key_second_moment, rank_one_update
+
+    ids = torch.randint(0, 50, (8, 6), generator=torch.Generator().manual_seed(2))
+    keys = collect(gpt2, ids).coefficients[1]
+    C = key_second_moment(keys.reshape(-1, keys.shape[-1]), ridge=1e-2)
+    k_star = keys[0, 3]
+    layer = find_ffns(gpt2).layer(1)
+    W = layer.value_matrix.detach().clone()
+    v_star = torch.randn(W.shape[0], generator=torch.Generator().manual_seed(3))
+    W_hat = rank_one_update(W, C, k_star, v_star)
+    with edited(gpt2, 1, W_hat):
+        out = collect(gpt2, ids[:1]).outputs[1][0, 3]
+    assert torch.allclose(out, v_star + layer.value_bias.detach(), atol=1e-4)
+    assert torch.equal(layer.value_matrix, W)                          # restored
