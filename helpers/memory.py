@@ -543,6 +543,7 @@ def load_gpt2(name: str = "gpt2", *, download: bool | None = None):
             tokenizer = transformers.AutoTokenizer.from_pretrained(name, local_files_only=not download)
             model = transformers.GPT2LMHeadModel.from_pretrained(name, local_files_only=not download)
     except Exception as err:  # no cache, no network, or a broken install: all mean "skip"
-        where = "downloading them failed" if download else "they are not in the local cache (set FFN_COURSE_GPT2=1 to download ~500 MB)"
+        where = ("downloading them failed" if download else
+                 "they are not in the local cache (set FFN_COURSE_GPT2=1 to download ~500 MB)")
         return None, None, f"GPT-2's weights ({name!r}) are unavailable: {where} [{type(err).__name__}]"
     return model.eval(), tokenizer, None

@@ -238,7 +238,8 @@ def test_load_gpt2_without_transformers_says_why(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
     model, tokenizer, why = memory.load_gpt2()
     assert model is None and tokenizer is None and "not installed" in why
 
