@@ -13,6 +13,15 @@ ffn         the FFN (dense and gated by configuration), widths, parameter counts
 costs       FLOPs and activation memory: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
+memory      an FFN read as a key-value memory: triggers, values, agreement, sub-updates, knock-out
+editing     ROME-style rank-one edits of an FFN's value matrix
+gating      gated variants compared: gate gradients, saved activations, matched-parameter training
+moe         mixture of experts: routers, capacity, balance and z losses, dispatch
+routing_plots routing histograms and heat maps
+chunking    sequence chunking, with and without activation checkpointing
+expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
+benchmark   ``python -m helpers.benchmark``: FFN vs matmul speed, activation memory, MoE ratios
+benchmark_moe ``python -m helpers.benchmark_moe``: MoE vs dense-active vs loop timings
 plotting    the course's figure style and shared plots
 figures     regenerates ``figures/`` (``python -m helpers.figures``)
 checking    the exercise-checking engine
