@@ -1,50 +1,17 @@
-"""Notebook 01's exercise checkers: references pass, blanks are 'not attempted', mistakes get their hint."""
+"""Notebook 01's checkers: references checked independently, unlisted wrong answers, specific messages
+(the generic contract for every checker is in test_exercise_contract.py).
+"""
 import math
 
 import pytest
 import torch
 
 from helpers import activations
-from helpers.checking import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.checking import FAILED
 from helpers.exercises_01 import (EXERCISES, check_collapse, check_dead_fraction, check_gelu_derivative,
                                   check_gelu_exact, check_gelu_tanh, check_swish)
 
 IDS = [ex.title for ex in EXERCISES]
-
-
-def stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_reference_passes(ex):
-    result = ex.evaluate(ex.reference)
-    assert result.status == PASSED, result.message
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_blank_is_not_attempted(ex):
-    assert ex.evaluate(stub).status == NOT_ATTEMPTED
-    assert ex.evaluate(lambda *a: None).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_every_listed_mistake_fails_with_its_hint(ex):
-    assert len(ex.mistakes) >= 3
-    for hint, wrong in ex.mistakes:
-        result = ex.evaluate(wrong)
-        assert result.status == FAILED, hint
-        assert "Likely mistake: " + hint in result.message, (hint, result.message)
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_learner_errors_never_raise(ex):
-    def crashes(*args):
-        return 1 / 0
-
-    result = ex.evaluate(crashes)
-    assert result.status == FAILED and "ZeroDivisionError" in result.message
-    assert ex.evaluate("not a function").status == FAILED
 
 
 # The course's own helpers are independent implementations: they must pass too.

@@ -1,10 +1,12 @@
-"""Notebook 02's checkers: the reference passes, blanks are 'not attempted', known mistakes get their hint."""
+"""Notebook 02's checkers: unlisted wrong answers, the transposed-weight hints, the hidden cases
+(the generic contract for every checker is in test_exercise_contract.py).
+"""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from helpers import exercises_02 as ex
-from helpers.checking import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.checking import FAILED
 
 EXERCISES = {
     "forward": ex.check_ffn_forward,
@@ -22,34 +24,6 @@ UNLISTED_WRONG = {
     "contributions": lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight.T * 1.01,
     "pre_ln": lambda x, f, ln: x + 2 * f(ln(x)),
 }
-
-
-def stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_reference_passes(name):
-    exercise = EXERCISES[name]
-    result = exercise.evaluate(exercise.reference)
-    assert result.status == PASSED, result.message
-    assert len(exercise.cases()) >= 4
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_blank_answers_are_not_attempted(name):
-    assert EXERCISES[name].evaluate(stub).status == NOT_ATTEMPTED
-    assert EXERCISES[name].evaluate(lambda *a: None).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_every_listed_mistake_fails_with_its_hint(name):
-    exercise = EXERCISES[name]
-    assert len(exercise.mistakes) >= 3
-    for hint, wrong in exercise.mistakes:
-        result = exercise.evaluate(wrong)
-        assert result.status == FAILED, hint
-        assert f"Likely mistake: {hint}" in result.message, (hint, result.message)
 
 
 @pytest.mark.parametrize("name", EXERCISES)
@@ -109,12 +83,3 @@ def test_contributions_sum_to_the_ffn_output():
         with torch.no_grad():
             total = ex.check_contributions.reference(ffn, x).sum(-2) + ffn.w2.bias
             assert torch.allclose(total, ffn(x), atol=1e-5)
-
-
-def test_checkers_never_raise_on_learner_errors(capsys):
-    for exercise in EXERCISES.values():
-        for bad in [lambda *a: 1 / 0, lambda *a: "text", lambda *a: torch.zeros(2, 2), 42]:
-            assert exercise.evaluate(bad).status == FAILED
-        exercise.check(stub)
-    out = capsys.readouterr().out
-    assert out.count("not attempted yet") == len(EXERCISES)

@@ -1,10 +1,11 @@
-"""Notebook 03's checkers: the reference passes, blanks are 'not attempted', known mistakes get their hint."""
+"""Notebook 03's checkers: unlisted wrong answers and informative hidden cases
+(the generic contract for every checker is in test_exercise_contract.py).
+"""
 import pytest
-import torch
 import torch.nn.functional as F
 
 from helpers import exercises_03 as ex
-from helpers.checking import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.checking import FAILED
 
 EXERCISES = {
     "coefficients": ex.check_memory_coefficients,
@@ -31,54 +32,11 @@ UNLISTED_WRONG = {
 }
 
 
-def stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_reference_passes(name):
-    exercise = EXERCISES[name]
-    result = exercise.evaluate(exercise.reference)
-    assert result.status == PASSED, result.message
-    assert len(exercise.cases()) >= 4
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_blank_answers_are_not_attempted(name):
-    assert EXERCISES[name].evaluate(stub).status == NOT_ATTEMPTED
-    assert EXERCISES[name].evaluate(lambda *a: None).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_every_listed_mistake_fails_with_its_hint(name):
-    exercise = EXERCISES[name]
-    assert len(exercise.mistakes) >= 3
-    for hint, wrong in exercise.mistakes:
-        result = exercise.evaluate(wrong)
-        assert result.status == FAILED, hint
-        assert f"Likely mistake: {hint}" in result.message, (hint, result.message)
-
-
 @pytest.mark.parametrize("name", EXERCISES)
 def test_unlisted_wrong_answer_fails_without_a_hint(name):
     result = EXERCISES[name].evaluate(UNLISTED_WRONG[name])
     assert result.status == FAILED
     assert "Likely mistake" not in result.message
-
-
-def test_cases_are_fixed_between_calls():
-    """Hidden cases are seeded: two calls build identical inputs (so verdicts never flicker)."""
-    for exercise in EXERCISES.values():
-        first, second = exercise.cases(), exercise.cases()
-        for a, b in zip(first, second):
-            for x, y in zip(a.args, b.args):
-                if isinstance(x, torch.Tensor):
-                    assert torch.equal(x, y)
-
-
-def test_exceptions_in_learner_code_become_a_message():
-    result = ex.check_memory_coefficients.evaluate(lambda x, W1, b1: x @ torch.zeros(1, 1))
-    assert result.status == FAILED and "raised" in result.message
 
 
 def test_agreement_cases_are_informative():

@@ -1,40 +1,14 @@
-"""Notebook 04's checkers: the reference passes, blanks are 'not attempted', every listed mistake fails with its hint."""
+"""Notebook 04's checkers: other correct forms pass, unlisted wrong answers fail
+(the generic contract for every checker is in test_exercise_contract.py).
+"""
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.checking import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.checking import FAILED, PASSED
 from helpers.exercises_04 import (check_gate_gradients, check_gated_params, check_gated_width, check_saved_per_token,
                                   check_swiglu)
-
-EXERCISES = [check_swiglu, check_gated_width, check_gated_params, check_gate_gradients, check_saved_per_token]
-
-
-def stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.title)
-def test_reference_passes_and_blanks_are_not_attempted(ex):
-    assert ex.evaluate(ex.reference).status == PASSED
-    assert ex.evaluate(stub).status == NOT_ATTEMPTED
-    assert ex.evaluate(lambda *a: None).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("ex, index", [(ex, i) for ex in EXERCISES for i in range(len(ex.mistakes))],
-                         ids=lambda v: v.title if hasattr(v, "title") else str(v))
-def test_each_listed_mistake_fails_with_its_own_hint(ex, index):
-    hint, wrong = ex.mistakes[index]
-    result = ex.evaluate(wrong)
-    assert result.status == FAILED
-    assert hint in result.message, result.message
-
-
-def test_each_checker_has_at_least_three_mistakes():
-    assert all(len(ex.mistakes) >= 3 for ex in EXERCISES)
-
 
 # ---- learner-style solutions: other correct ways pass, unlisted wrong answers still fail
 def test_swiglu_other_correct_forms_pass_and_unlisted_errors_fail():

@@ -1,39 +1,15 @@
-"""Notebook 05's exercise checkers: references pass, blanks are 'not attempted', mistakes get their hint."""
+"""Notebook 05's checkers: unlisted wrong answers fail, the course's helpers pass
+(the generic contract for every checker is in test_exercise_contract.py).
+"""
 import pytest
 import torch
 
 from helpers import moe
-from helpers.checking import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.checking import FAILED
 from helpers.exercises_05 import (EXERCISES, check_balance_loss, check_capacity_keep, check_routing_histogram,
                                   check_top_k_route, check_z_loss)
 
 IDS = [ex.title for ex in EXERCISES]
-
-
-def stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_reference_passes(ex):
-    result = ex.evaluate(ex.reference)
-    assert result.status == PASSED, result.message
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_blank_is_not_attempted(ex):
-    assert ex.evaluate(stub).status == NOT_ATTEMPTED
-    assert ex.evaluate(lambda *a: None).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_every_listed_mistake_fails_with_its_hint(ex):
-    assert len(ex.mistakes) >= 3
-    for hint, wrong in ex.mistakes:
-        result = ex.evaluate(wrong)
-        assert result.status == FAILED, hint
-        assert "Likely mistake: " + hint in result.message, (hint, result.message)
-
 
 UNLISTED = {
     check_top_k_route.title: lambda logits, k: (torch.full((logits.shape[0], k), 1.0 / k),
@@ -50,12 +26,6 @@ def test_an_unlisted_wrong_answer_fails_without_a_wrong_hint(ex):
     result = ex.evaluate(UNLISTED[ex.title])
     assert result.status == FAILED
     assert "Likely mistake" not in result.message
-
-
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_learner_errors_never_raise(ex):
-    result = ex.evaluate(lambda *a: 1 / 0)
-    assert result.status == FAILED and "ZeroDivisionError" in result.message
 
 
 def test_the_course_helpers_pass_the_checkers():

@@ -1,9 +1,11 @@
-"""Notebook 06's checkers: the reference passes, blanks are 'not attempted', known mistakes get their hint."""
+"""Notebook 06's checkers: unlisted wrong answers, accepted result types, varied hidden cases
+(the generic contract for every checker is in test_exercise_contract.py).
+"""
 import pytest
 import torch
 
 from helpers import exercises_06 as ex
-from helpers.checking import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.checking import FAILED, PASSED
 
 EXERCISES = {
     "flops": ex.check_model_flops,
@@ -19,34 +21,6 @@ UNLISTED_WRONG = {
     "peak": lambda t, d, f, n: 4 * (t * d + t * 2 * f // n) + 8,
     "splits": lambda ei, kept, e, w: [int(kept.sum())] + [0] * (w - 1),
 }
-
-
-def stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_reference_passes(name):
-    exercise = EXERCISES[name]
-    result = exercise.evaluate(exercise.reference)
-    assert result.status == PASSED, result.message
-    assert len(exercise.cases()) >= 4
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_blank_answers_are_not_attempted(name):
-    assert EXERCISES[name].evaluate(stub).status == NOT_ATTEMPTED
-    assert EXERCISES[name].evaluate(lambda *a: None).status == NOT_ATTEMPTED
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_every_listed_mistake_fails_with_its_hint(name):
-    exercise = EXERCISES[name]
-    assert len(exercise.mistakes) >= 3
-    for hint, wrong in exercise.mistakes:
-        result = exercise.evaluate(wrong)
-        assert result.status == FAILED, hint
-        assert f"Likely mistake: {hint}" in result.message, (hint, result.message)
 
 
 @pytest.mark.parametrize("name", EXERCISES)

@@ -1,0 +1,169 @@
+"""The contract every exercise checker keeps, tested once for all of them.
+
+Every ``Exercise`` instance in every ``helpers.exercises_*`` module is discovered at
+collection time, so a new notebook's checkers (or a mistake a reviewer adds) are covered
+without touching this file. For each exercise:
+
+* the reference passes, and there are at least 4 hidden cases, identical between calls;
+* both blank forms (``raise NotImplementedError`` and a body that returns ``None``) are
+  "not attempted";
+* there are at least 3 listed mistakes and each one fails with ``Likely mistake: <its hint>``;
+* ``check`` prints exactly one line (with the right icon) for a stub, the reference and a mistake;
+* ``evaluate`` never raises, whatever the learner hands it.
+
+Each notebook's own file (``tests/test_exercises_NN.py``) keeps what is specific to it:
+unlisted wrong answers, particular messages, other correct forms and the like.
+"""
+import importlib
+import pkgutil
+
+import pytest
+import torch
+from torch import nn
+
+import helpers
+from helpers.checking import FAILED, ICONS, NOT_ATTEMPTED, PASSED, Exercise, compare
+
+MIN_EXERCISES_PER_MODULE = 4
+MIN_CASES = 4
+MIN_MISTAKES = 3
+
+
+def _exercise_modules():
+    names = sorted(info.name for info in pkgutil.iter_modules(helpers.__path__) if info.name.startswith("exercises_"))
+    return [importlib.import_module(f"{helpers.__name__}.{name}") for name in names]
+
+
+def _discover(modules):
+    """``(id, exercise)`` for every module-level ``Exercise``, first name wins for an object seen twice."""
+    seen, found = set(), []
+    for module in modules:
+        short = module.__name__.rsplit(".", 1)[-1]
+        for attr, value in vars(module).items():  # definition order
+            if isinstance(value, Exercise) and id(value) not in seen:
+                seen.add(id(value))
+                found.append((f"{short}.{attr}", value))
+    return found
+
+
+MODULES = _exercise_modules()
+DISCOVERED = _discover(MODULES)
+EXERCISES = [ex for _, ex in DISCOVERED]
+IDS = [name for name, _ in DISCOVERED]
+MISTAKES = [(ex, i) for ex in EXERCISES for i in range(len(ex.mistakes))]
+MISTAKE_IDS = [f"{name}-mistake{i}" for name, ex in DISCOVERED for i in range(len(ex.mistakes))]
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def returns_none(*args, **kwargs):
+    return None
+
+
+def _raises_runtime_error(*args, **kwargs):
+    raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+#: what a learner might hand the checker: none of it may make ``evaluate`` raise
+HOSTILE = {
+    "raises_RuntimeError": _raises_runtime_error,
+    "raises_ZeroDivisionError": lambda *a, **k: 1 / 0,
+    "returns_a_string": lambda *a, **k: "text",
+    "returns_nan": lambda *a, **k: float("nan"),
+    "returns_a_wrong_shaped_tensor": lambda *a, **k: torch.zeros(2, 2),
+    "not_callable_int": 42,
+    "not_callable_str": "not a function",
+}
+
+
+def test_every_exercise_module_is_discovered():
+    names = [module.__name__ for module in MODULES]
+    assert [f"helpers.exercises_{n:02d}" for n in range(1, 7)] == names[:6], names
+    assert len(EXERCISES) >= MIN_EXERCISES_PER_MODULE * len(MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_each_module_has_enough_exercises(module):
+    own = [ex for ex in vars(module).values() if isinstance(ex, Exercise)]
+    assert len({id(ex) for ex in own}) >= MIN_EXERCISES_PER_MODULE
+    listed = getattr(module, "EXERCISES", None)
+    if listed is not None:  # an explicit list, when a module has one, leaves nothing out
+        assert {id(ex) for ex in listed} == {id(ex) for ex in own}
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_reference_passes(ex):
+    result = ex.evaluate(ex.reference)
+    assert result.status == PASSED, result.message
+    assert len(ex.cases()) >= MIN_CASES
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_blank_answers_are_not_attempted(ex):
+    assert ex.evaluate(stub).status == NOT_ATTEMPTED
+    assert ex.evaluate(lambda *a: None).status == NOT_ATTEMPTED
+    assert ex.evaluate(returns_none).status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_enough_listed_mistakes(ex):
+    assert len(ex.mistakes) >= MIN_MISTAKES
+    hints = [hint for hint, _ in ex.mistakes]
+    assert len(set(hints)) == len(hints), "two mistakes share a hint"
+
+
+@pytest.mark.parametrize("ex, index", MISTAKES, ids=MISTAKE_IDS)
+def test_each_listed_mistake_fails_with_its_own_hint(ex, index):
+    hint, wrong = ex.mistakes[index]
+    result = ex.evaluate(wrong)
+    assert result.status == FAILED, hint
+    assert "Likely mistake: " + hint in result.message, (hint, result.message)
+
+
+def _same_input(a, b):
+    """``None`` when two case arguments are the same value (modules: same type, layout and weights)."""
+    if isinstance(a, nn.Module) or isinstance(b, nn.Module):
+        if type(a) is not type(b) or repr(a) != repr(b):
+            return f"different modules: {a!r} vs {b!r}"
+        return compare(b.state_dict(), a.state_dict(), atol=0, rtol=0)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return next((p for p in map(_same_input, a, b) if p), None)
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return next((p for k in a if (p := _same_input(a[k], b[k]))), None)
+    return compare(b, a, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_hidden_cases_are_identical_between_calls(ex):
+    """Hidden cases are seeded: two calls build the same inputs (so verdicts never flicker)."""
+    first, second = ex.cases(), ex.cases()
+    assert len(first) == len(second)
+    for i, (a, b) in enumerate(zip(first, second)):
+        assert a.note == b.note, i
+        assert _same_input(a.args, b.args) is None, (i, _same_input(a.args, b.args))
+        assert _same_input(a.kwargs, b.kwargs) is None, (i, _same_input(a.kwargs, b.kwargs))
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_check_prints_exactly_one_line(ex, capsys):
+    hint, wrong = ex.mistakes[0]
+    for fn, status, words in [(stub, NOT_ATTEMPTED, "not attempted yet"), (ex.reference, PASSED, "passed"),
+                              (wrong, FAILED, "Likely mistake: " + hint)]:
+        ex.check(fn)
+        out = capsys.readouterr().out
+        assert out.endswith("\n") and out.count("\n") == 1, out
+        assert out.startswith(f"{ICONS[status]} {ex.title}: ") and words in out, out
+
+
+@pytest.mark.parametrize("bad", list(HOSTILE.values()), ids=list(HOSTILE))
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_evaluate_never_raises_on_hostile_input(ex, bad):
+    result = ex.evaluate(bad)
+    assert result.status == FAILED, result.message
+    assert result.message and "the checker could not compare" not in result.message, result.message
+    if bad is _raises_runtime_error:
+        assert "raised RuntimeError" in result.message, result.message
+    if bad is HOSTILE["raises_ZeroDivisionError"]:
+        assert "ZeroDivisionError" in result.message, result.message
