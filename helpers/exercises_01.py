@@ -12,7 +12,7 @@ checker                    your function                            returns
 ``check_gelu_exact``       ``gelu_exact(x)``                        ``x * Phi(x)``, shape of x
 ``check_gelu_tanh``        ``gelu_tanh(x)``                         tanh approximation
 ``check_swish``            ``swish(x, beta)``                       ``x * sigmoid(beta x)``
-``check_gelu_derivative``  ``gelu_derivative(x)``                   ``Phi(x) + x phi(x)``
+``check_gelu_derivative``  ``gelu_derivative(x)``                   ``Phi(x) + x Phi'(x)``
 ``check_dead_fraction``    ``dead_fraction(pre)``, pre ``(N, F)``   float in [0, 1]
 ``check_collapse``         ``collapse(W1, b1, W2, b2)``             ``(W, b)``
 =========================  =======================================  ==========================
@@ -149,13 +149,16 @@ check_gelu_derivative = Exercise(
     _gelu_derivative,
     lambda: _inputs(404),
     [
-        ("you kept only Φ(x); the product rule on x·Φ(x) also gives x·φ(x), with φ the normal density.",
+        ("you kept only Φ(x); the product rule on x·Φ(x) also gives x·Φ'(x), with Φ'(x) = e^(−x²/2)/√(2π) the normal "
+          "density.",
          _normal_cdf),
-        ("sign error: d/dx [x·Φ(x)] = Φ(x) + x·φ(x), a plus, because Φ'(x) = φ(x) > 0.",
+        ("sign error: d/dx [x·Φ(x)] = Φ(x) + x·Φ'(x), a plus, because Φ'(x) > 0.",
          lambda x: _normal_cdf(x) - x * _normal_pdf(x)),
         ("that is the derivative of the tanh approximation; differentiate the exact x·Φ(x) instead.",
          _tanh_form_derivative),
-        ("you returned φ(x), the derivative of Φ; GELU's derivative is Φ(x) + x·φ(x).", _normal_pdf),
+        ("you returned Φ'(x), the normal density alone; GELU's derivative is Φ(x) + x·Φ'(x).", _normal_pdf),
+        ("the normal density needs the ½ in its exponent: Φ'(x) = e^(−x²/2)/√(2π), not e^(−x²)/√(2π).",
+         lambda x: _normal_cdf(x) + x * torch.exp(-x * x) / math.sqrt(2.0 * math.pi)),
     ],
     atol=1e-6, rtol=1e-5,
 )
@@ -205,6 +208,8 @@ check_dead_fraction = Exercise(
          lambda pre: (pre < 0).all(dim=0).double().mean().item()),
         ("you used .any() where .all() is needed: a unit that is off on SOME examples is still alive.",
          lambda pre: (pre <= 0).any(dim=0).double().mean().item()),
+        ("you returned the NUMBER of dead units; divide by the number of units (or take .mean()) to get a fraction.",
+         lambda pre: int((pre <= 0).all(dim=0).sum())),
     ],
 )
 
@@ -240,6 +245,8 @@ check_collapse = Exercise(
          lambda w1, b1, w2, b2: (w2 @ w1, w2 @ b1)),
         ("b1 cannot be added as it is: it goes through the second layer first, so b = W2 @ b1 + b2.",
          lambda w1, b1, w2, b2: (w2 @ w1, b1 + b2)),
+        ("W is transposed: it maps D inputs to O outputs, so its shape is (O, D), like W2 @ W1 (not W1.T @ W2.T).",
+         lambda w1, b1, w2, b2: (w1.T @ w2.T, w2 @ b1 + b2)),
     ],
 )
 
