@@ -97,9 +97,10 @@ def gelu_vs_relu_figure() -> Figure:
     names = ["relu", "gelu", "gelu_tanh"]
     plot_activations(left, names, title="GELU vs ReLU: values")
     plot_activations(right, names, derivative=True, title="GELU vs ReLU: slopes")
+    right.legend(loc="upper left")
     left.annotate("GELU dips below 0\n(min ≈ −0.17 at x ≈ −0.75)", xy=(-0.75, -0.17), xytext=(-3.9, 1.6),
                   arrowprops={"arrowstyle": "->", "color": "0.3"}, fontsize=10)
-    right.annotate("ReLU's slope jumps\nfrom 0 to 1 at x = 0", xy=(0, 0.5), xytext=(0.6, 0.15),
+    right.annotate("ReLU's slope jumps\nfrom 0 to 1 at x = 0", xy=(0, 0.9), xytext=(0.9, 0.3),
                    arrowprops={"arrowstyle": "->", "color": "0.3"}, fontsize=10)
     fig.suptitle("ReLU vs GELU: the tanh approximation is indistinguishable at this scale")
     fig.tight_layout()
@@ -122,10 +123,10 @@ def ffn_diagram_figure() -> Figure:
     ax.set_ylim(-4.1, 3.9)
     ax.axis("off")
     cols = [
-        (0.4, 4, 2.4, "#56B4E9", "x", "(B, T, d)\ninput token"),
+        (0.4, 4, 2.4, "#56B4E9", "x", "(B, T, d)\ninput"),
         (3.2, 16, 5.6, "#E69F00", "h = W₁x + b₁", "(B, T, d_ff = 4d)\nexpand"),
         (6.0, 16, 5.6, "#009E73", "m = φ(h)", "(B, T, d_ff)\nactivate: GELU/ReLU"),
-        (8.8, 4, 2.4, "#56B4E9", "y = W₂m + b₂", "(B, T, d)\ncontract"),
+        (8.8, 4, 2.4, "#56B4E9", "y = W₂m + b₂", "(B, T, d)\ncontract: output"),
     ]
     for x, n, height, color, label, sub in cols:
         _layer_column(ax, x, n, height, color, label, sub)
