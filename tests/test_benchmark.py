@@ -50,3 +50,26 @@ def test_main_runs(capsys):
     assert benchmark.main(["--repeats", "1", "--tokens", "32", "--skip-moe"]) == 0
     out = capsys.readouterr().out
     assert "chunked+checkpointed / plain = 0.222" in out and "FFN/matmul" in out
+
+
+def test_one_thread_setting_for_every_timing(monkeypatch, capsys):
+    """The header names one thread count, and the MoE part is timed with that same setting."""
+    seen = {}
+
+    def fake_moe_figures(**kwargs):
+        seen.update(kwargs)
+        return None, "MoE figures: stand-in"
+
+    monkeypatch.setattr(benchmark, "moe_figures", fake_moe_figures)
+    assert benchmark.main(["--repeats", "1", "--tokens", "32", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "timings on 1 thread (--threads)" in out and "thread(s)" not in out
+    assert seen == {"threads": 1, "repeats": 1}
+
+
+def test_moe_table_is_printed_with_its_header():
+    from helpers.benchmark_moe import run_moe_benchmark
+
+    result = run_moe_benchmark(n_tokens=64, d_model=16, experts=(4,), repeats=1, warmup=0)
+    lines = benchmark._format_moe(result)
+    assert "1 thread," in lines[0] and "MoE/dense" in lines[1] and lines[2].split()[0] == "4"

@@ -366,8 +366,9 @@ def test_benchmark_returns_ratios_and_restores_threads():
     assert torch.get_num_threads() == before
     assert result["threads"] == 1 and result["d_ff_expert"] == 42
     for e in (2, 4):
-        for key in ("MoE / dense-active", "loop / dense-active", "loop / MoE", "MoE ms"):
+        for key in ("MoE / dense-active", "MoE / dense-active in blocks", "loop / dense-active", "loop / MoE",
+                    "MoE ms", "dense-active in blocks ms"):
             assert result[f"E={e} {key}"] > 0
-    assert "loop/dense" in format_moe_benchmark(result)
+    assert "loop/dense" in format_moe_benchmark(result) and "MoE/dense-in-blocks" in format_moe_benchmark(result)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
         run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
