@@ -180,6 +180,11 @@ def _counts(probs, expert_index):
     return torch.bincount(expert_index, minlength=probs.shape[-1]).to(probs.dtype)
 
 
+def _p_from_counts(probs, expert_index):
+    f = _counts(probs, expert_index) / expert_index.shape[0]
+    return probs.shape[-1] * (f * f).sum()
+
+
 def _p_over_routed_tokens_only(probs, expert_index):
     n_experts = probs.shape[-1]
     counts = _counts(probs, expert_index)
@@ -202,6 +207,8 @@ check_balance_loss = Exercise(
          lambda probs, idx: probs.shape[-1] * (_counts(probs, idx) * probs.mean(0)).sum()),
         ("P_i averaged only over the tokens routed to expert i; average expert i's probability over all N "
          "tokens.", _p_over_routed_tokens_only),
+        ("P came from the counts too (Σ f_i·f_i); P_i is the mean router probability of expert i over the "
+         "tokens, the differentiable part that carries the gradient.", _p_from_counts),
     ],
 )
 

@@ -33,7 +33,7 @@ def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | Non
     n_experts = counts.numel()
     experts = torch.arange(n_experts).numpy()
     if kept is None:
-        ax.bar(experts, counts.numpy(), color=KEPT_COLOR, label="tokens")
+        ax.bar(experts, counts.numpy(), color=KEPT_COLOR, label="routed")
     else:
         kept = torch.as_tensor(kept).double()
         ax.bar(experts, kept.numpy(), color=KEPT_COLOR, label="kept")
