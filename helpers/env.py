@@ -8,6 +8,7 @@ the repository once). ``setup()`` then does the rest:
   none: Colab ships torch, numpy, matplotlib, tqdm and ipywidgets) and never
   touches Colab's own torch;
 * seeds Python, NumPy and torch;
+* runs torch on one CPU thread (see ``setup``);
 * applies the course's plotting style;
 * picks the GPU when there is one, the CPU otherwise;
 * prints one line with the versions and the device.
@@ -82,16 +83,27 @@ def version_line(device) -> str:
     import torch
 
     return (f"{VERSION_LINE_PREFIX} Python {platform.python_version()} | torch {torch.__version__} | "
-            f"numpy {np.__version__} | device: {device}")
+            f"numpy {np.__version__} | device: {device} | CPU threads: {torch.get_num_threads()}")
 
 
-def setup(seed: int = 0, *, quiet: bool = False):
-    """Prepare a notebook: install what Colab lacks, seed, style plots, pick and return the device."""
+def setup(seed: int = 0, *, threads: int | None = 1, quiet: bool = False):
+    """Prepare a notebook: install what Colab lacks, seed, style plots, pick and return the device.
+
+    ``threads``: CPU threads for torch. The course's models are tiny, so one thread
+    is as fast as several (more threads mostly wait for each other, badly so on a
+    busy machine), and it fixes the order of floating-point sums, so the printed
+    numbers are the same on machines with different core counts. ``None`` keeps
+    torch's default; the benchmarks choose their own setting.
+    """
     if in_colab():
         install_missing()
-        # Colab's inline backend is the default already; widgets need no extra step for core ipywidgets.
+    import torch
+
+    from helpers import validate
     from helpers.plotting import use_course_style
 
+    if threads is not None:
+        torch.set_num_threads(validate.positive_int("threads", threads))
     seed_everything(seed)
     use_course_style()
     device = pick_device()

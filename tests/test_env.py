@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 import numpy as np
 import torch
 
@@ -23,3 +25,17 @@ def test_nothing_missing_here():
 def test_setup_cell_uses_the_course_repo():
     assert env.REPO_URL in env.SETUP_CELL
     assert "google.colab" in env.SETUP_CELL
+
+
+def test_setup_runs_torch_on_one_thread_unless_told_otherwise():
+    before = torch.get_num_threads()
+    try:
+        env.setup(quiet=True)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        env.setup(threads=None, quiet=True)
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="threads must be a positive int, got 0"):
+            env.setup(threads=0, quiet=True)
+    finally:
+        torch.set_num_threads(before)
