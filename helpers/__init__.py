@@ -24,8 +24,9 @@ benchmark   ``python -m helpers.benchmark``: FFN vs matmul speed, activation mem
 benchmark_moe ``python -m helpers.benchmark_moe``: MoE vs dense-active vs loop timings
 plotting    the course's figure style and shared plots
 figures     regenerates ``figures/`` (``python -m helpers.figures``)
-checking    the exercise-checking engine
-exercises_NN the checkers for notebook NN's exercises
+progress    progress bars that a saved notebook shows finished
+exercises   the exercise machinery (its own subpackage): ``engine`` (checking), ``nbNN``
+            (notebook NN's checkers), ``grader`` (``python -m helpers.grade``)
 """
 
 __version__ = "0.1.0"

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from helpers import validate
 from helpers.activations import ACTIVATIONS, get_activation
 from helpers.facts import FactDataset
 from helpers.ffn import VARIANTS
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
+from helpers.progress import progress as progress_bar
 
 #: Shazeer (2020), Table 1: held-out log-perplexity on C4 (T5 base, d_model 768,
 #: d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps.
@@ -186,7 +186,7 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
     result = VariantComparison(list(variants), list(seeds), [0] + list(range(eval_every, steps + 1, eval_every)))
     runs = [(v, s) for v in variants for s in seeds]
     with torch_threads(num_threads):
-        for variant, seed in tqdm(runs, desc="variant × seed runs", disable=not progress):
+        for variant, seed in progress_bar(runs, desc="variant × seed runs", disable=not progress):
             torch.manual_seed(seed)
             config = GPTConfig(len(data.vocab), d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                                max_len=data.ids.shape[1], variant=variant, bias=bias)

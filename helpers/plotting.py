@@ -148,39 +148,94 @@ def save_figure(fig: Figure, name: str, directory: Path | None = None) -> Path:
     return path
 
 
+STATIC_ENV = "FFN_STATIC_PLOTS"
+
+
 def widgets_available() -> bool:
-    """True when ipywidgets can be imported (JupyterLab, Colab); False gives static plots."""
+    """True when live controls can be shown: ipywidgets >= 7.7 imports and ``FFN_STATIC_PLOTS`` is not set.
+
+    Set the environment variable ``FFN_STATIC_PLOTS=1`` before exporting a notebook
+    to PDF or HTML: every explorer then draws one static figure at its defaults.
+    """
+    import os
+
+    if os.environ.get(STATIC_ENV, "").strip() not in ("", "0"):
+        return False
     try:
-        import ipywidgets  # noqa: F401
+        import ipywidgets
     except ImportError:
         return False
-    return True
+    try:
+        major, minor = (int(part) for part in ipywidgets.__version__.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) >= (7, 7)
 
 
-def interactive_plot(draw, **controls: tuple[float, float, float, float]):
-    """Show ``draw(**values)`` with one slider per control, or once with the defaults if widgets are missing.
+Control = tuple | list | bool
 
-    Each control is ``name=(min, max, step, default)``; integer tuples make an
-    integer slider. Returns the ipywidgets ``interactive`` object (or ``None`` for
-    the static fallback). In a notebook, put ``# nbval: ...`` on the cell and tag
-    it ``nbval-ignore-output``: the plot lives inside an Output widget, which
-    nbval and the notebook file record differently.
+
+def _default(name: str, spec: Control):
+    """The value a control starts at (and the static fallback uses); checks the spec's form."""
+    if isinstance(spec, bool):
+        return spec
+    if isinstance(spec, list):
+        if not spec:
+            raise ValueError(f"{name} must be a non-empty list of options, got []")
+        first = spec[0]
+        return first[1] if isinstance(first, tuple) and len(first) == 2 else first
+    if isinstance(spec, tuple) and len(spec) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                           for v in spec):
+        low, high, step, default = spec
+        if not low <= default <= high or step <= 0:
+            raise ValueError(f"{name} must be (min, max, step, default) with min <= default <= max and step > 0, "
+                             f"got {spec!r}")
+        return default
+    raise ValueError(f"{name} must be (min, max, step, default) for a slider, a list of options for a dropdown "
+                     f"(the first is the default; (label, value) pairs allowed) or True/False for a checkbox, "
+                     f"got {spec!r}")
+
+
+def interactive_plot(draw, **controls: Control):
+    """Show ``draw(**values)`` with one control per keyword, or draw it once at the defaults.
+
+    The one "interactive, else static" mechanism of the course: every slider,
+    dropdown and checkbox in the notebooks goes through it.
+
+    Each control is one of:
+
+    * ``name=(min, max, step, default)``: a slider (integer when all four are ints);
+    * ``name=[option, ...]``: a dropdown starting at the first option; options may
+      be ``(label, value)`` pairs;
+    * ``name=True`` or ``name=False``: a checkbox.
+
+    ``draw`` makes a matplotlib figure and calls ``plt.show()``. With ipywidgets
+    (>= 7.7: JupyterLab 4 with ipywidgets 8, Colab with 7.7) the figure redraws
+    when a control moves; without them, or with ``FFN_STATIC_PLOTS=1`` (PDF/HTML
+    export), ``draw`` runs once with the defaults, a static figure. Returns the
+    ipywidgets ``interactive`` object, or ``None`` for the static figure. In a
+    notebook, tag the cell ``nbval-ignore-output`` with a ``# nbval: ...`` reason:
+    the live plot sits inside an Output widget, which nbval and the saved file
+    record differently.
     """
-    defaults = {name: spec[3] for name, spec in controls.items()}
-    for name, spec in controls.items():
-        if len(spec) != 4 or not spec[0] <= spec[3] <= spec[1]:
-            raise ValueError(f"{name} must be (min, max, step, default) with min <= default <= max, got {spec!r}")
+    defaults = {name: _default(name, spec) for name, spec in controls.items()}
     if not widgets_available():
         draw(**defaults)
         return None
     import ipywidgets as widgets
 
-    sliders = {}
-    for name, (low, high, step, default) in controls.items():
-        kind = widgets.IntSlider if all(isinstance(v, int) for v in (low, high, step, default)) else widgets.FloatSlider
-        sliders[name] = kind(min=low, max=high, step=step, value=default, description=name,
-                             continuous_update=False)
-    return widgets.interact(draw, **sliders)
+    made = {}
+    for name, spec in controls.items():
+        if isinstance(spec, bool):
+            made[name] = widgets.Checkbox(value=spec, description=name)
+        elif isinstance(spec, list):
+            made[name] = widgets.Dropdown(options=spec, value=defaults[name], description=name)
+        else:
+            low, high, step, default = spec
+            kind = (widgets.IntSlider if all(isinstance(v, int) for v in spec) else widgets.FloatSlider)
+            made[name] = kind(min=low, max=high, step=step, value=default, description=name,
+                              continuous_update=False)
+    return widgets.interact(draw, **made)
 
 
 def show_figure(name: str, width: int = 800) -> None:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from helpers import validate
 from helpers.ffn import FFN, VARIANTS
+from helpers.progress import progress as progress_bar
 
 
 @dataclass
@@ -153,7 +153,7 @@ def train_lm(model: nn.Module, ids: torch.Tensor, targets: torch.Tensor, *, step
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
     losses: list[float] = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=0.5)
+    bar = progress_bar(range(steps), desc=desc, disable=not progress)
     for step in bar:
         if batch_size is None:
             x, y = ids, targets

@@ -1,6 +1,6 @@
 """The contract every exercise checker keeps, tested once for all of them.
 
-Every ``Exercise`` instance in every ``helpers.exercises_*`` module is discovered at
+Every ``Exercise`` instance in every ``helpers.exercises.nb*`` module is discovered at
 collection time, so a new notebook's checkers (or a mistake a reviewer adds) are covered
 without touching this file. For each exercise:
 
@@ -21,8 +21,8 @@ import pytest
 import torch
 from torch import nn
 
-import helpers
-from helpers.checking import FAILED, ICONS, NOT_ATTEMPTED, PASSED, Exercise, compare
+from helpers import exercises
+from helpers.exercises.engine import FAILED, ICONS, NOT_ATTEMPTED, PASSED, Exercise, compare
 
 MIN_EXERCISES_PER_MODULE = 4
 MIN_CASES = 4
@@ -30,8 +30,8 @@ MIN_MISTAKES = 3
 
 
 def _exercise_modules():
-    names = sorted(info.name for info in pkgutil.iter_modules(helpers.__path__) if info.name.startswith("exercises_"))
-    return [importlib.import_module(f"{helpers.__name__}.{name}") for name in names]
+    names = sorted(info.name for info in pkgutil.iter_modules(exercises.__path__) if info.name.startswith("nb"))
+    return [importlib.import_module(f"{exercises.__name__}.{name}") for name in names]
 
 
 def _discover(modules):
@@ -80,7 +80,7 @@ HOSTILE = {
 
 def test_every_exercise_module_is_discovered():
     names = [module.__name__ for module in MODULES]
-    assert [f"helpers.exercises_{n:02d}" for n in range(1, 7)] == names[:6], names
+    assert [f"helpers.exercises.nb{n:02d}" for n in range(1, 7)] == names[:6], names
     assert len(EXERCISES) >= MIN_EXERCISES_PER_MODULE * len(MODULES)
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from helpers import activations
-from helpers.checking import FAILED
-from helpers.exercises_01 import (EXERCISES, check_collapse, check_dead_fraction, check_gelu_derivative,
+from helpers.exercises.engine import FAILED
+from helpers.exercises.nb01 import (EXERCISES, check_collapse, check_dead_fraction, check_gelu_derivative,
                                   check_gelu_exact, check_gelu_tanh, check_swish)
 
 IDS = [ex.title for ex in EXERCISES]

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import exercises_02 as ex
-from helpers.checking import FAILED
+from helpers.exercises import nb02 as ex
+from helpers.exercises.engine import FAILED
 
 EXERCISES = {
     "forward": ex.check_ffn_forward,

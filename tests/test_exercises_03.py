@@ -4,8 +4,8 @@
 import pytest
 import torch.nn.functional as F
 
-from helpers import exercises_03 as ex
-from helpers.checking import FAILED
+from helpers.exercises import nb03 as ex
+from helpers.exercises.engine import FAILED
 
 EXERCISES = {
     "coefficients": ex.check_memory_coefficients,

@@ -6,8 +6,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.checking import FAILED, PASSED
-from helpers.exercises_04 import (check_gate_gradients, check_gated_params, check_gated_width, check_saved_per_token,
+from helpers.exercises.engine import FAILED, PASSED
+from helpers.exercises.nb04 import (check_gate_gradients, check_gated_params, check_gated_width, check_saved_per_token,
                                   check_swiglu)
 
 # ---- learner-style solutions: other correct ways pass, unlisted wrong answers still fail

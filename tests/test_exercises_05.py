@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from helpers import moe
-from helpers.checking import FAILED
-from helpers.exercises_05 import (EXERCISES, check_balance_loss, check_capacity_keep, check_routing_histogram,
+from helpers.exercises.engine import FAILED
+from helpers.exercises.nb05 import (EXERCISES, check_balance_loss, check_capacity_keep, check_routing_histogram,
                                   check_top_k_route, check_z_loss)
 
 IDS = [ex.title for ex in EXERCISES]

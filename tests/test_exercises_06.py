@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from helpers import exercises_06 as ex
-from helpers.checking import FAILED, PASSED
+from helpers.exercises import nb06 as ex
+from helpers.exercises.engine import FAILED, PASSED
 
 EXERCISES = {
     "flops": ex.check_model_flops,

@@ -1,4 +1,4 @@
-"""The exercise-checking engine behind every ``helpers.exercises_NN`` checker.
+"""The exercise-checking engine behind every ``helpers.exercises.nbNN`` checker.
 
 An ``Exercise`` knows a reference solution, a set of hidden test cases and a
 list of *plausible mistakes* (wrong implementations a learner is likely to

@@ -1,6 +1,6 @@
 """Checkers for notebook 06 (the FFN at scale): FLOPs, saved activations, chunking memory, all-to-all splits.
 
-Each ``check_*`` is a ``helpers.checking.Exercise``: call it with your function,
+Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it with your function,
 e.g. ``check_model_flops(model_flops_per_token)``; it prints one line.
 """
 
@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from helpers.checking import Case, Exercise
+from helpers.exercises.engine import Case, Exercise
 from helpers.chunking import peak_saved_bytes
 from helpers.expert_parallel import split_sizes
 from helpers.gating import saved_per_token

@@ -1,6 +1,6 @@
 """Checkers for the exercises of notebook 05 (mixture of experts).
 
-Each ``check_*`` is a ``helpers.checking.Exercise``: call it on your function,
+Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_top_k_route(top_k_route)``, and it prints one line (not attempted /
 passed / what is wrong, with the likely mistake). The hidden cases come from
 seeded generators with varied numbers of tokens, experts and k.
@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from helpers.checking import Case, Exercise
+from helpers.exercises.engine import Case, Exercise
 
 
 def _generator(seed: int) -> torch.Generator:

@@ -1,6 +1,6 @@
 """Checkers for notebook 02 (expand, activate, contract).
 
-Each ``check_*`` is an ``helpers.checking.Exercise``: call it on your function,
+Each ``check_*`` is an ``helpers.exercises.engine.Exercise``: call it on your function,
 ``check_ffn_forward(my_ffn_forward)``, and it prints one line (not attempted /
 passed / what is wrong and the likely mistake). The hidden cases are drawn from
 seeded ``torch.Generator`` s with shapes the notebook never shows.
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checking import FAILED, Case, Exercise, Result, compare
+from helpers.exercises.engine import FAILED, Case, Exercise, Result, compare
 from helpers.ffn import FFN, ffn_param_count
 
 # --------------------------------------------------------------------------------------------

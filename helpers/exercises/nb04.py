@@ -1,6 +1,6 @@
 """Checkers for the exercises of notebook 04 (gated FFNs at matched parameters).
 
-Each ``check_*`` is a ``helpers.checking.Exercise``: call it on your function,
+Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_swiglu(swiglu)``, and it prints one line (not attempted / passed /
 what is wrong, with the likely mistake). The hidden cases come from seeded
 generators with varied shapes and sizes, not only the examples in the notebook.
@@ -23,7 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.checking import Case, Exercise
+from helpers.exercises.engine import Case, Exercise
 from helpers.ffn import ffn_param_count, matched_gated_width
 from helpers.gating import gate_gradients as _gate_gradients
 from helpers.gating import saved_per_token as _saved_per_token

@@ -1,6 +1,6 @@
 """Checkers for the exercises of notebook 01 (activations).
 
-Each ``check_*`` is a ``helpers.checking.Exercise``: call it on your function,
+Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_gelu_exact(gelu_exact)``, and it prints one line (not attempted /
 passed / what is wrong, with the likely mistake). The hidden cases come from
 seeded generators with varied shapes, so a function that only handles the
@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from helpers.checking import Case, Exercise
+from helpers.exercises.engine import Case, Exercise
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -1,6 +1,6 @@
 """Checkers for notebook 03 (the FFN as a key-value memory).
 
-Each ``check_*`` is an ``helpers.checking.Exercise``: call it on your function,
+Each ``check_*`` is an ``helpers.exercises.engine.Exercise``: call it on your function,
 ``check_memory_coefficients(my_fn)``, and it prints one line (not attempted /
 passed / what is wrong and the likely mistake). Hidden cases come from seeded
 ``torch.Generator`` s, with shapes the notebook never shows.
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checking import Case, Exercise
+from helpers.exercises.engine import Case, Exercise
 from helpers.ffn import FFN
 
 
