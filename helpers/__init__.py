@@ -30,3 +30,14 @@ exercises   the exercise machinery (its own subpackage): ``engine`` (checking), 
 """
 
 __version__ = "0.1.0"
+
+import logging as _logging
+
+#: Library loggers whose import-time messages are not part of any lesson. Silenced here, once, for every
+#: notebook and script that imports ``helpers`` (before torch is imported): e.g. torch's CUDA builds log
+#: "No CUDA runtime is found, using CUDA_HOME=..." from ``torch.utils.cpp_extension`` on a machine without a
+#: GPU when ``torch.utils.benchmark`` is imported. Errors still get through.
+QUIET_LOGGERS = ("torch.utils.cpp_extension",)
+
+for _name in QUIET_LOGGERS:
+    _logging.getLogger(_name).setLevel(_logging.ERROR)

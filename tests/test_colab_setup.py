@@ -13,7 +13,8 @@ Each case runs the cell in a fresh Python process in an empty directory (Colab's
   (the cell's ``"google.colab" in sys.modules`` test sees it);
 * ``FFN_COURSE_REPO`` pointed at a ``file://`` git repository holding a snapshot of
   this working tree's ``helpers/`` (so the test checks the code under test);
-* every subprocess recorded, and pip commands recorded but never run.
+* every subprocess the cell or ``helpers/env.py`` starts recorded (not those of libraries they import,
+  e.g. a CUDA build of torch runs ``ldconfig -p`` when it loads), and pip commands recorded but never run.
 """
 from __future__ import annotations
 
@@ -49,11 +50,25 @@ DRIVER = textwrap.dedent('''
         return None if name.split(".")[0] in hidden else real_find_spec(name, package)
     importlib.util.find_spec = find_spec
 
+    import traceback
+    HELPERS_ENV = str(Path("helpers") / "env.py")
+
+    def started_by_the_course():
+        """True when the command comes from the setup cell or ``helpers/env.py`` itself, not from a library
+        they import (e.g. a CUDA build of torch runs ``ldconfig -p`` while it loads): that is not the cell's doing."""
+        for frame in reversed(traceback.extract_stack()[:-2]):
+            name = frame.filename
+            if name.endswith("subprocess.py"):
+                continue
+            return name == "<setup cell>" or name.endswith(HELPERS_ENV)
+        return False
+
     class RecordingPopen(subprocess.Popen):
-        """Record every command; run git for real, replace pip by a no-op (nothing is installed)."""
+        """Record the course's own commands; run git for real, replace pip by a no-op (nothing is installed)."""
         def __init__(self, args, *rest, **kwargs):
             argv = [str(a) for a in (args if isinstance(args, (list, tuple)) else [args])]
-            calls.append(argv)
+            if started_by_the_course():
+                calls.append(argv)
             if "pip" in argv or Path(argv[0]).name.startswith("pip"):
                 args = [sys.executable, "-c", "pass"]
             super().__init__(args, *rest, **kwargs)
