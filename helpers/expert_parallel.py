@@ -16,46 +16,48 @@ plus its own share of the tokens. One forward pass of ``expert_parallel_forward`
 6. **combine**: the reverse ``all_to_all_single`` sends the results home, where
    they are weighted by the router and summed per token.
 
-Steps 4 and 6 use ``torch.distributed.nn.functional.all_to_all_single``, which
-autograd can differentiate: the backward pass of an all-to-all is the reverse
-all-to-all of the gradients, so ``loss.backward()`` runs across processes.
+Steps 4 and 6 use ``helpers.distributed.all_to_all_rows``, a small
+``torch.autograd.Function`` around ``torch.distributed.all_to_all_single``
+whose backward is the reverse all-to-all of the gradients, so
+``loss.backward()`` runs across processes.
 
-This is the same program that runs on GPUs with the NCCL backend
-(``dist.init_process_group("nccl")``, tensors on ``cuda``); here it runs on the
-CPU with the gloo backend over the loopback interface. ``run_expert_parallel``
-starts the workers from Python (also from a Jupyter kernel) with
-``torch.multiprocessing``; ``python -m helpers.expert_parallel`` does the same
-from a shell, and ``torchrun --nproc-per-node 2 -m helpers.expert_parallel``
-runs one rank per process the way a cluster job would.
+Devices: every tensor a rank creates lives on the device of its tokens, so the
+same code runs with the NCCL backend on GPUs (``backend="nccl"``: each rank
+calls ``torch.cuda.set_device(local_rank)`` and moves its copy of the MoE and
+its tokens to ``cuda:local_rank``); here it runs on the CPU with gloo over the
+loopback interface. The processes are started by the course's one launcher,
+``helpers.distributed.launch`` (shared with ``helpers.tensor_parallel``):
+``run_expert_parallel`` from Python (also a Jupyter kernel),
+``python -m helpers.expert_parallel`` from a shell, and
+``torchrun --nproc-per-node 2 -m helpers.expert_parallel`` one rank per
+process the way a cluster job would.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing.connection
 import copy
-import datetime
 import os
-import socket
 import sys
-import tempfile
-import threading
-import time
-import traceback
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from helpers import validate
+from helpers.distributed import (Job, ParallelError, ParallelTimeout, RankContext, all_to_all_rows, free_port,
+                                 init_from_env, launch, leave_now, pid_alive, to_cpu)
 
-#: the loopback interface names gloo should use (Linux, macOS)
-_LOOPBACK_NAMES = ("lo", "lo0")
+#: kept names: the launcher's errors, as raised for expert-parallel runs
+ExpertParallelError = ParallelError
+ExpertParallelTimeout = ParallelTimeout
 
+__all__ = ["DispatchPlan", "DispatchRecord", "ExpertParallelError", "ExpertParallelResult", "ExpertParallelTimeout",
+           "MoEPass", "RemoteExpert", "expected_bytes_per_token", "expert_parallel_forward", "expert_parallel_job",
+           "experts_of_rank", "format_records", "free_port", "max_differences", "owner_of", "pid_alive",
+           "plan_dispatch", "run_expert_parallel", "shard_experts", "shard_tokens", "single_process_pass",
+           "split_sizes"]
 
 # ----------------------------------------------------------------------------- ownership and plans
 
@@ -207,20 +209,6 @@ def expected_bytes_per_token(d_model: int, top_k: int, world_size: int, *, bytes
     return 2 * forward if backward else forward
 
 
-def _all_to_all(rows: torch.Tensor, output_counts: list[int], input_counts: list[int],
-                group: dist.ProcessGroup | None) -> torch.Tensor:
-    """Differentiable uneven ``all_to_all_single`` over dim 0 of ``rows`` ``(S_in, d) -> (S_out, d)``."""
-    import torch.distributed.nn.functional as dist_fn
-
-    out = rows.new_empty((sum(output_counts), *rows.shape[1:]))
-    with warnings.catch_warnings():
-        # torch >= 2.10 marks this autograd-aware collective as deprecated in favour of a private module;
-        # it still works the same, and the notebook must not print a warning.
-        warnings.filterwarnings("ignore", message=r".*all_to_all_single is deprecated.*", category=FutureWarning)
-        return dist_fn.all_to_all_single(out, rows.contiguous(), output_counts, input_counts,
-                                         group=group if group is not None else dist.group.WORLD)
-
-
 def _run_local_experts(moe: nn.Module, rows: torch.Tensor, expert: torch.Tensor, owned: range) -> torch.Tensor:
     """Apply expert ``expert[i]`` to ``rows[i]`` for the experts this rank owns. ``(S, d) -> (S, d)``."""
     if rows.shape[0] == 0:
@@ -264,16 +252,17 @@ def expert_parallel_forward(moe: nn.Module, x: torch.Tensor,
     plan = plan_dispatch(routing.expert_index, routing.weight, routing.kept, moe.n_experts, world_size)
 
     # how many rows each peer will send here, then which expert each of those rows is for
-    send_counts = torch.tensor(plan.send_counts, dtype=torch.long)
+    # (on the tokens' device: NCCL only moves CUDA tensors)
+    send_counts = torch.tensor(plan.send_counts, dtype=torch.long, device=flat.device)
     recv_counts_t = torch.empty_like(send_counts)
     dist.all_to_all_single(recv_counts_t, send_counts, group=group)
-    recv_counts = recv_counts_t.tolist()
-    recv_expert = torch.empty(sum(recv_counts), dtype=torch.long)
+    recv_counts = recv_counts_t.tolist()              # on a GPU this waits for the exchange (a host sync)
+    recv_expert = torch.empty(sum(recv_counts), dtype=torch.long, device=flat.device)
     dist.all_to_all_single(recv_expert, plan.expert.contiguous(), recv_counts, plan.send_counts, group=group)
 
-    received = _all_to_all(flat[plan.token], recv_counts, plan.send_counts, group)        # dispatch
+    received = all_to_all_rows(flat[plan.token], recv_counts, plan.send_counts, group)    # dispatch
     processed = _run_local_experts(moe, received, recv_expert, owned)                      # compute
-    returned = _all_to_all(processed, plan.send_counts, recv_counts, group)                # combine
+    returned = all_to_all_rows(processed, plan.send_counts, recv_counts, group)           # combine
     weighted = returned * plan.weight.to(returned.dtype).unsqueeze(1)
     y = torch.zeros_like(flat).index_add(0, plan.token, weighted)
 
@@ -366,30 +355,25 @@ def max_differences(a: MoEPass, b: MoEPass) -> dict[str, float]:
     return diffs
 
 
-# ----------------------------------------------------------------------------- one worker
-
-def _use_loopback() -> None:
-    """Pin gloo to the loopback interface (unless the user chose one), so no traffic leaves the machine."""
-    if "GLOO_SOCKET_IFNAME" not in os.environ and hasattr(socket, "if_nameindex"):
-        names = {name for _, name in socket.if_nameindex()}
-        for name in _LOOPBACK_NAMES:
-            if name in names:
-                os.environ["GLOO_SOCKET_IFNAME"] = name
-                break
-
+# ----------------------------------------------------------------------------- one rank's job
 
 def _rank_pass(moe: nn.Module, x_local: torch.Tensor, g_local: torch.Tensor | None,
-               group: dist.ProcessGroup | None = None) -> dict:
-    """Shard the experts, run the expert-parallel forward (+ backward) on this rank; gather its results."""
+               group: dist.ProcessGroup | None = None, device: torch.device | str = "cpu") -> dict:
+    """Shard the experts, run the expert-parallel forward (+ backward) on this rank; gather its results.
+
+    The module and the tokens are moved to ``device`` (``cuda:local_rank`` under
+    NCCL); what is returned is on the CPU.
+    """
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     owned = shard_experts(moe, rank, world_size)
+    moe.to(device)
     moe.zero_grad(set_to_none=True)
-    x_local = x_local.detach().clone().requires_grad_(g_local is not None)
+    x_local = x_local.detach().to(device).requires_grad_(g_local is not None)
     y, record = expert_parallel_forward(moe, x_local, group)
     result = {"output": y.detach(), "record": record, "x_grad": None, "grads": {}}
     if g_local is None:
-        return result
-    (y * g_local).sum().backward()
+        return to_cpu(result)
+    (y * g_local.to(device)).sum().backward()
     result["x_grad"] = x_local.grad
     mine = {f"experts.{e}." for e in owned}
     for name, p in moe.named_parameters():
@@ -401,83 +385,15 @@ def _rank_pass(moe: nn.Module, x_local: torch.Tensor, g_local: torch.Tensor | No
             dist.all_reduce(grad, group=group)
             if rank == 0:
                 result["grads"][name] = grad
-    return result
+    return to_cpu(result)
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Stop this worker if the process that started it disappears (no orphan is left behind)."""
-    def watch() -> None:
-        while True:
-            time.sleep(0.2)
-            if os.getppid() != parent_pid:
-                os._exit(3)
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _leave_now(code: int) -> None:
-    """End a worker process now, without the interpreter's teardown (results or error are already written).
-
-    With torch 2.13, gloo's worker threads can still hold the last collective's
-    tensors when Python finalises; freeing them then needs the GIL, which the
-    finalising interpreter refuses, and the process aborts (SIGABRT, "terminate
-    called without an active exception") after its work was done. Leaving with
-    ``os._exit`` once everything is written avoids that race (the same one
-    pytorch/pytorch#179291 describes).
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _worker(rank: int, world_size: int, workdir: str, port: int, timeout: float, parent_pid: int,
-            fail_rank: int | None, stall_rank: int | None) -> None:
-    """Body of one worker process started by ``run_expert_parallel`` (must be importable for ``spawn``)."""
-    folder = Path(workdir)
-    log = open(folder / f"rank{rank}.log", "w")               # noqa: SIM115 - lives as long as the process
-    os.dup2(log.fileno(), 1)                                  # nothing a worker prints reaches the notebook
-    os.dup2(log.fileno(), 2)
-    _exit_with_parent(parent_pid)
-    try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        _use_loopback()
-        torch.set_num_threads(1)
-        # collectives give up a little after the parent's own deadline, which stops us first
-        dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout + 10))
-        inputs = torch.load(folder / "inputs.pt", weights_only=False)
-        x_local = shard_tokens(inputs["x"], world_size)[rank]
-        g = inputs["grad_output"]
-        g_local = None if g is None else shard_tokens(g, world_size)[rank]
-        if rank == fail_rank:
-            raise RuntimeError(f"rank {rank} stopped on purpose before sending its tokens (fail_rank={fail_rank})")
-        if rank == stall_rank:
-            time.sleep(10 * timeout)
-        result = _rank_pass(inputs["moe"], x_local, g_local)
-        torch.save(result, folder / f"rank{rank}.pt")
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        (folder / f"rank{rank}.error").write_text(f"{time.time()!r}\n{traceback.format_exc()}")
-        traceback.print_exc()                                 # into this rank's log
-        _leave_now(1)                                         # the parent reads the .error file
-    _leave_now(0)
-
-
-# ----------------------------------------------------------------------------- the launcher
-
-class ExpertParallelError(RuntimeError):
-    """A worker failed (``rank`` and its ``worker_traceback`` attached) or the run timed out."""
-
-    def __init__(self, message: str, rank: int | None = None, worker_traceback: str = "",
-                 worker_pids: list[int] | None = None) -> None:
-        super().__init__(message)
-        self.rank = rank
-        self.worker_traceback = worker_traceback
-        self.worker_pids = worker_pids or []
-
-
-class ExpertParallelTimeout(ExpertParallelError, TimeoutError):
-    """The workers did not finish within the timeout (they were stopped)."""
+def _expert_parallel_task(inputs: dict, ctx: RankContext) -> dict:
+    """The job every rank runs (importable, for ``spawn``): its token shard through ``_rank_pass``."""
+    x_local = shard_tokens(inputs["x"], ctx.world_size)[ctx.rank]
+    g = inputs["grad_output"]
+    g_local = None if g is None else shard_tokens(g, ctx.world_size)[ctx.rank]
+    return _rank_pass(inputs["moe"], x_local, g_local, ctx.group, ctx.device)
 
 
 @dataclass
@@ -489,157 +405,59 @@ class ExpertParallelResult(MoEPass):
     worker_pids: list[int] = field(default_factory=list)
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this id is running (a zombie, exited but not yet reaped, counts as gone)."""
-    validate.positive_int("pid", pid)
-    if os.name == "nt":                                        # os.kill(pid, 0) would interrupt it on Windows
-        import ctypes
+def expert_parallel_job(moe: nn.Module, x: torch.Tensor, grad_output: torch.Tensor | None = None, *,
+                        world_size: int = 2) -> Job:
+    """The expert-parallel pass as a ``helpers.distributed.Job`` (to run it with other jobs in one launch).
 
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)   # PROCESS_QUERY_LIMITED_INFORMATION
-        if not handle:
-            return False
-        code = ctypes.c_ulong()
-        ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        ctypes.windll.kernel32.CloseHandle(handle)
-        return code.value == 259                               # STILL_ACTIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:                                    # exists, but belongs to someone else
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(processes: list) -> None:
-    """Make sure every worker is gone: terminate, wait, then kill what is left."""
-    for p in processes:
-        if p.is_alive():
-            p.terminate()
-    for p in processes:
-        p.join(timeout=2.0)
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=2.0)
-
-
-def _root_cause(folder: Path) -> tuple[int, str] | None:
-    """The worker that failed first, from the ``rankN.error`` files (a peer often fails after it)."""
-    failures = []
-    for path in folder.glob("rank*.error"):
-        stamp, _, tb = path.read_text().partition("\n")
-        failures.append((float(stamp), int(path.stem[4:]), tb))
-    if not failures:
-        return None
-    _, rank, tb = min(failures)
-    return rank, tb
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "(no message)"
-
-
-def _watch(processes: list, deadline: float, timeout: float, folder: Path) -> None:
-    """Wait until every worker has exited cleanly; raise as soon as one fails or the deadline passes."""
-    world_size = len(processes)
-    pids = [p.pid for p in processes]
-    while True:
-        codes = [p.exitcode for p in processes]
-        if all(code == 0 for code in codes):
-            return
-        failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
-        if failed:
-            _stop(processes)
-            cause = _root_cause(folder)
-            if cause is None:   # killed by a signal before it could say why
-                rank = failed[0]
-                raise ExpertParallelError(f"expert-parallel worker rank {rank} of {world_size} died with exit "
-                                          f"code {codes[rank]}; the other workers were stopped", rank, "", pids)
-            rank, tb = cause
-            raise ExpertParallelError(f"expert-parallel worker rank {rank} of {world_size} failed with "
-                                      f"{_last_line(tb)}; the other workers were stopped", rank, tb, pids)
-        if time.monotonic() > deadline:
-            running = [r for r, p in enumerate(processes) if p.is_alive()]
-            _stop(processes)
-            raise ExpertParallelTimeout(f"the {world_size} expert-parallel workers did not finish within "
-                                        f"{timeout:g} s (ranks still running: {running}); all of them were stopped",
-                                        worker_pids=pids)
-        multiprocessing.connection.wait([p.sentinel for p in processes if p.exitcode is None], timeout=0.1)
-
-
-def run_expert_parallel(moe: nn.Module, x: torch.Tensor, grad_output: torch.Tensor | None = None, *,
-                        world_size: int = 2, timeout: float = 60.0, fail_rank: int | None = None,
-                        stall_rank: int | None = None) -> ExpertParallelResult:
-    """Run ``moe`` on ``x`` split over ``world_size`` worker processes (gloo, CPU, loopback).
-
-    Rank ``r`` gets the ``r``-th ``shard_tokens`` piece of the tokens and owns
-    experts ``experts_of_rank(r, E, W)``; all ranks route, exchange, compute and
-    combine with ``expert_parallel_forward``. With ``grad_output`` (the shape of
-    ``x``) every rank also runs ``(y · grad_output).sum().backward()`` and the
-    gradients are collected (the router's summed over the ranks).
-
-    The workers are started with ``torch.multiprocessing`` (``spawn``: safe from
-    Jupyter and on every OS). If a worker raises, the others are stopped and an
-    ``ExpertParallelError`` names the rank and its error; if the run takes longer
-    than ``timeout`` seconds, they are stopped and ``ExpertParallelTimeout`` is
-    raised. Either way no worker process is left running.
-    ``fail_rank`` / ``stall_rank`` make that rank raise / hang on purpose (to see this).
-
-    Shapes: ``x`` ``(..., d_model)``; the result's ``output`` and ``x_grad`` are ``(N, d_model)``.
+    Rank ``r`` gets the ``r``-th ``shard_tokens`` piece of ``x`` and owns experts
+    ``experts_of_rank(r, E, W)``; with ``grad_output`` (``x``'s shape) every rank
+    also runs ``(y · grad_output).sum().backward()``. ``world_size`` must be the
+    launch's. The job's result is an ``ExpertParallelResult`` (outputs and
+    gradients in token order, the router's gradient summed over the ranks).
     """
     validate.float_tensor("x", x, last_dim=moe.d_model)
     _check_layout(moe.n_experts, world_size)
-    validate.positive_float("timeout", timeout)
-    for name, value in (("fail_rank", fail_rank), ("stall_rank", stall_rank)):
-        if value is not None:
-            validate.int_in_range(name, value, 0, world_size - 1)
     shard_tokens(x, world_size)
     if grad_output is not None:
         validate.float_tensor("grad_output", grad_output)
         if grad_output.shape != x.shape:
             raise ValueError(f"grad_output must have x's shape {tuple(x.shape)}, got {tuple(grad_output.shape)}")
-
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="expert_parallel_") as workdir:
-        folder = Path(workdir)
-        torch.save({"moe": moe, "x": x.detach(), "grad_output": None if grad_output is None else grad_output.detach()},
-                   folder / "inputs.pt")
-        context = mp.start_processes(
-            _worker, args=(world_size, workdir, free_port(), timeout, os.getpid(), fail_rank, stall_rank),
-            nprocs=world_size, join=False, start_method="spawn")
-        processes = context.processes
-        pids = [p.pid for p in processes]
-        deadline = time.monotonic() + timeout
-        try:
-            _watch(processes, deadline, timeout, folder)
-        finally:
-            _stop(processes)
-        parts = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
-
-    grads: dict[str, torch.Tensor] = {}
-    for part in parts:
-        grads.update(part["grads"])
     order = [name for name, _ in moe.named_parameters()]
-    return ExpertParallelResult(
-        output=torch.cat([p["output"] for p in parts]),
-        x_grad=None if grad_output is None else torch.cat([p["x_grad"] for p in parts]),
-        grads={name: grads[name] for name in order if name in grads},
-        records=[p["record"] for p in parts],
-        seconds=time.perf_counter() - start,
-        worker_pids=pids,
-    )
+
+    def collect(parts: list[dict]) -> ExpertParallelResult:
+        grads: dict[str, torch.Tensor] = {}
+        for part in parts:
+            grads.update(part["grads"])
+        return ExpertParallelResult(
+            output=torch.cat([p["output"] for p in parts]),
+            x_grad=None if grad_output is None else torch.cat([p["x_grad"] for p in parts]),
+            grads={name: grads[name] for name in order if name in grads},
+            records=[p["record"] for p in parts])
+
+    inputs = {"moe": moe, "x": x.detach(), "grad_output": None if grad_output is None else grad_output.detach()}
+    return Job("expert-parallel", _expert_parallel_task, inputs, collect)
+
+
+def run_expert_parallel(moe: nn.Module, x: torch.Tensor, grad_output: torch.Tensor | None = None, *,
+                        world_size: int = 2, timeout: float = 60.0, backend: str = "gloo",
+                        fail_rank: int | None = None, stall_rank: int | None = None) -> ExpertParallelResult:
+    """Run ``moe`` on ``x`` split over ``world_size`` worker processes (gloo on the CPU, or NCCL on GPUs).
+
+    One ``expert_parallel_job`` started by ``helpers.distributed.launch``: if a
+    worker raises, the others are stopped and an ``ExpertParallelError`` names the
+    rank and its error; if the run takes longer than ``timeout`` seconds, they are
+    stopped and ``ExpertParallelTimeout`` is raised. Either way no worker process
+    is left running. ``fail_rank`` / ``stall_rank`` make that rank raise / hang on
+    purpose (to see this).
+
+    Shapes: ``x`` ``(..., d_model)``; the result's ``output`` and ``x_grad`` are ``(N, d_model)``.
+    """
+    job = expert_parallel_job(moe, x, grad_output, world_size=world_size)
+    run = launch([job], world_size=world_size, timeout=timeout, backend=backend, fail_rank=fail_rank,
+                 stall_rank=stall_rank)
+    result = run.results[0]
+    result.seconds, result.worker_pids = run.seconds, run.worker_pids
+    return result
 
 
 # ----------------------------------------------------------------------------- command line / torchrun
@@ -671,31 +489,29 @@ def _report(diffs: dict[str, float], records: list[DispatchRecord], moe: nn.Modu
     ok = all(v <= 1e-6 for v in diffs.values())
     expected = expected_bytes_per_token(moe.d_model, moe.top_k, world)
     return "\n".join([
-        f"expert parallelism over {world} processes (gloo, loopback): {moe.n_experts} experts, top-{moe.top_k}, "
-        f"d_model={moe.d_model}",
+        f"expert parallelism over {world} processes: {moe.n_experts} experts, top-{moe.top_k}, d_model={moe.d_model}",
         format_records(records),
         f"uniform-routing estimate: {expected:.1f} activation bytes per token per rank (forward)",
-        "max |distributed - single process|: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()),
+        "max |distributed - single process| <= 1e-6: " + ", ".join(f"{k} {v <= 1e-6}" for k, v in diffs.items()),
         "OK: equal to the single-process MoE within 1e-6" if ok else "MISMATCH: differs by more than 1e-6",
     ])
 
 
 def _torchrun_main(args: argparse.Namespace) -> int:
-    _use_loopback()
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    ctx = init_from_env(args.timeout)
+    rank, world = ctx.rank, ctx.world_size
     try:
         moe, x, g = demo_problem(args.d_model, args.experts, args.top_k, args.tokens, args.seed)
         reference = single_process_pass(moe, x, g)
         x_local, g_local = shard_tokens(x, world)[rank], shard_tokens(g, world)[rank]
-        mine = _rank_pass(copy.deepcopy(moe), x_local, g_local)
+        mine = _rank_pass(copy.deepcopy(moe), x_local, g_local, device=ctx.device)
         start = sum(s.shape[0] for s in shard_tokens(x, world)[:rank])
         rows = slice(start, start + x_local.shape[0])
         local = torch.tensor([
             (mine["output"] - reference.output[rows]).abs().max().item(),
             (mine["x_grad"] - reference.x_grad[rows]).abs().max().item(),
             max([(grad - reference.grads[n]).abs().max().item() for n, grad in mine["grads"].items()] or [0.0]),
-        ], dtype=torch.float64)
+        ], dtype=torch.float64, device=ctx.device)
         dist.all_reduce(local, op=dist.ReduceOp.MAX)
         records: list = [None] * world
         dist.all_gather_object(records, mine["record"])
@@ -732,5 +548,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     exit_code = main()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:   # a torchrun worker: skip the teardown race
-        _leave_now(exit_code)
+        leave_now(exit_code)
     sys.exit(exit_code)
