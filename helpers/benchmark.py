@@ -37,8 +37,12 @@ from helpers.gating import torch_threads
 class RateRow:
     """One size of the FFN-vs-matmul comparison. Rates in GFLOP/s of the ``4·d·d_ff·T`` matmul FLOPs.
 
-    ``ffn_seconds``, ``matmul_seconds``: median seconds per call. ``ratio``: FFN rate / matmul rate,
-    the median over rounds of the two timed back to back (1.0: bias and activation cost nothing).
+    ``ffn_seconds``, ``matmul_seconds``: median seconds per call over the rounds.
+    ``ratio``: FFN rate / matmul rate computed from those two medians, so it
+    equals ``ffn_gflops / matmul_gflops`` (1.0: bias and activation cost nothing).
+    ``paired_ratio``: the median over rounds of the ratio of the two timed back
+    to back, which resists bursts of load from other programs; on a quiet
+    machine the two ratios agree.
     """
 
     d_model: int
@@ -46,7 +50,12 @@ class RateRow:
     n_tokens: int
     ffn_seconds: float
     matmul_seconds: float
-    ratio: float
+    paired_ratio: float
+
+    @property
+    def ratio(self) -> float:
+        """FFN rate / matmul rate from the medians: ``matmul_seconds / ffn_seconds``."""
+        return self.matmul_seconds / self.ffn_seconds
 
     @property
     def gflop(self) -> float:
@@ -100,9 +109,10 @@ def ffn_vs_matmul(d_models: Sequence[int] = (64, 128, 256, 512), n_tokens: int =
     ``x @ W1ᵀ`` and ``h @ W2ᵀ`` with the same weights and a ready-made ``h``
     ``(n_tokens, d_ff)``: the products alone, nothing else. Both run under
     ``torch.inference_mode``. All of them take turns round by round
-    (``repeats`` rounds, see ``interleaved_samples``); medians are kept, and the
-    ratio is the median of per-round ratios of an FFN and its matmuls timed back
-    to back, which resists other programs' bursts of load.
+    (``repeats`` rounds, see ``interleaved_samples``); medians are kept. The
+    row's ``ratio`` is the ratio of the two medians (it matches the two rates);
+    ``paired_ratio`` is the median of per-round ratios of an FFN and its matmuls
+    timed back to back, which resists other programs' bursts of load.
 
     ``threads``: torch threads while timing (restored afterwards; ``None`` keeps the
     current setting). One thread is the default because on a shared machine several
@@ -135,9 +145,19 @@ def ffn_vs_matmul(d_models: Sequence[int] = (64, 128, 256, 512), n_tokens: int =
     rows = []
     for d in d_models:
         ffn_t, mm_t = samples[f"ffn{d}"], samples[f"mm{d}"]
-        ratio = statistics.median(m / f for f, m in zip(ffn_t, mm_t))
-        rows.append(RateRow(d, shapes[d], n_tokens, statistics.median(ffn_t), statistics.median(mm_t), ratio))
+        paired = statistics.median(m / f for f, m in zip(ffn_t, mm_t))
+        rows.append(RateRow(d, shapes[d], n_tokens, statistics.median(ffn_t), statistics.median(mm_t), paired))
     return rows
+
+
+def format_rates(rows: Sequence[RateRow]) -> str:
+    """The speed table: GFLOP, both rates, their ratio (from the medians) and the paired per-round ratio."""
+    lines = [f"{'d_model':>8} {'GFLOP':>7} {'FFN GFLOP/s':>12} {'matmul GFLOP/s':>15} {'FFN/matmul':>11} "
+             f"{'paired rounds':>14}"]
+    for row in rows:
+        lines.append(f"{row.d_model:>8} {row.gflop:>7.3f} {row.ffn_gflops:>12.1f} {row.matmul_gflops:>15.1f} "
+                     f"{row.ratio:>11.2f} {row.paired_ratio:>14.2f}")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -217,10 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}; timings on {threads_label(n_threads)} (--threads), "
           f"{args.repeats} interleaved rounds (--repeats)")
     print(f"1. FFN forward (GELU, d_ff=4d, {args.tokens} tokens) vs its two bare matmuls, medians")
-    print(f"{'d_model':>8} {'GFLOP':>7} {'FFN GFLOP/s':>12} {'matmul GFLOP/s':>15} {'FFN/matmul':>11}")
-    for row in ffn_vs_matmul(n_tokens=args.tokens, repeats=args.repeats, threads=threads):
-        print(f"{row.d_model:>8} {row.gflop:>7.3f} {row.ffn_gflops:>12.1f} {row.matmul_gflops:>15.1f} "
-              f"{row.ratio:>11.2f}")
+    print(format_rates(ffn_vs_matmul(n_tokens=args.tokens, repeats=args.repeats, threads=threads)))
     print("  target: FFN/matmul >= 0.80 at the larger sizes")
 
     mem = chunking_memory()

@@ -1,4 +1,5 @@
-"""Checkers for notebook 06 (the FFN at scale): FLOPs, saved activations, chunking memory, all-to-all splits.
+"""Checkers for notebook 06 (the FFN at scale): FLOPs, chunking memory, a tensor-parallel split, all-to-all
+splits, the arithmetic intensity of an MoE step.
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it with your function,
 e.g. ``check_model_flops(model_flops_per_token)``; it prints one line.
@@ -9,11 +10,11 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from helpers.exercises.engine import Case, Exercise
 from helpers.chunking import peak_saved_bytes
 from helpers.expert_parallel import split_sizes
-from helpers.gating import saved_per_token
 
 # ----------------------------------------------------------------------------- 1. FLOPs per token
 
@@ -77,54 +78,7 @@ check_model_flops = Exercise(
     atol=0, rtol=0,
 )
 
-# ----------------------------------------------------------------------------- 2. saved floats per token
-
-_SAVED_VARIANTS = ("relu", "gelu", "swish", "reglu", "geglu", "swiglu")
-
-
-def saved_floats_reference(d_model: int, d_ff: int, variant: str) -> int:
-    """Elements autograd saves per token in one FFN forward (``helpers.gating.saved_per_token``)."""
-    return saved_per_token(variant, d_model, d_ff)
-
-
-def _saved_cases() -> list[Case]:
-    gen = torch.Generator().manual_seed(607)
-    cases = [Case((16, 64, "gelu"), note="d_model=16, d_ff=64, 'gelu'")]
-    for variant in _SAVED_VARIANTS:
-        d = 8 * int(torch.randint(1, 65, (1,), generator=gen))
-        d_ff = int(torch.randint(d, 5 * d, (1,), generator=gen))
-        cases.append(Case((d, d_ff, variant), note=f"d_model={d}, d_ff={d_ff}, {variant!r}"))
-    return cases
-
-
-def _gated(variant: str) -> bool:
-    return variant.endswith("glu")
-
-
-def _dense_count(variant: str) -> int:
-    return 1 if variant.startswith("re") else 2
-
-
-check_saved_floats = Exercise(
-    "Exercise 2 (saved activations per token)",
-    saved_floats_reference,
-    _saved_cases,
-    mistakes=[
-        ("you forgot the input x: W1 (and W3) keep it for their weight gradients, d_model floats per token.",
-         lambda d, f, v: saved_per_token(v, d, f) - d),
-        ("GELU and SiLU need their input a for their own backward, on top of φ(a) that W2 keeps; only ReLU can "
-         "rebuild its slope from its output (so ReLU keeps one d_ff tensor, GELU two).",
-         lambda d, f, v: d + f * (1 + (2 if _gated(v) else 0))),
-        ("a gated FFN also keeps the linear branch b = W3x and the product h = φ(a)·b (the product's backward "
-         "needs both factors, W2 needs h): two more d_ff tensors than the dense one.",
-         lambda d, f, v: d + f * _dense_count(v)),
-        ("count elements (floats), not bytes: no factor 4 here.",
-         lambda d, f, v: 4 * saved_per_token(v, d, f)),
-    ],
-    atol=0, rtol=0,
-)
-
-# ----------------------------------------------------------------------------- 3. peak bytes, chunked + checkpointed
+# ----------------------------------------------------------------------------- 2. peak bytes, chunked + checkpointed
 
 
 def peak_bytes_reference(n_tokens: int, d_model: int, d_ff: int, n_chunks: int) -> int:
@@ -149,7 +103,7 @@ def _peak_cases() -> list[Case]:
 
 
 check_peak_bytes = Exercise(
-    "Exercise 3 (peak saved bytes with chunking + checkpointing)",
+    "Exercise 2 (peak saved bytes with chunking + checkpointing)",
     peak_bytes_reference,
     _peak_cases,
     mistakes=[
@@ -169,6 +123,81 @@ check_peak_bytes = Exercise(
          lambda t, d, f, n: t * d + math.ceil(t / n) * 2 * f),
     ],
     atol=0, rtol=0,
+)
+
+# ----------------------------------------------------------------------------- 3. a tensor-parallel split
+
+
+def _blocks(d_ff: int, n_parts: int, kind: str = "contiguous") -> list[torch.Tensor]:
+    units = torch.arange(d_ff)
+    if kind == "round_robin":
+        return [units[r::n_parts] for r in range(n_parts)]
+    if kind == "floor":
+        size = d_ff // n_parts
+        return [units[r * size:(r + 1) * size] for r in range(n_parts)]
+    return list(torch.tensor_split(units, n_parts))
+
+
+def _tp(x, w1, b1, w2, b2, n_parts, *, kind="contiguous", b2_where="once"):
+    parts = []
+    for block in _blocks(w1.shape[0], n_parts, kind):
+        h = F.gelu(x @ w1[block].T + b1[block])
+        part = h @ w2[:, block].T
+        parts.append(part + b2 if b2_where == "every" else part)
+    total = sum(parts)
+    y = total + b2 if b2_where == "once" else total
+    return parts, y
+
+
+def tensor_parallel_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                              b2: torch.Tensor, n_parts: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Rank r's partial output and the full output of a GELU FFN split over ``n_parts`` ranks.
+
+    ``x`` ``(N, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``. Rank r
+    keeps the r-th ``torch.tensor_split`` block B of the hidden units: partial ``GELU(x W1[B]ᵀ + b1[B]) W2[:, B]ᵀ``
+    ``(N, d)`` without b2; the output is the sum of the partials plus b2, added once.
+    """
+    return _tp(x, w1, b1, w2, b2, n_parts)
+
+
+def _tp_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(610)
+
+    def case(n: int, d: int, d_ff: int, parts: int, note: str) -> Case:
+        args = (torch.randn(n, d, generator=gen, dtype=torch.float64),
+                torch.randn(d_ff, d, generator=gen, dtype=torch.float64) / d ** 0.5,
+                torch.randn(d_ff, generator=gen, dtype=torch.float64),
+                torch.randn(d, d_ff, generator=gen, dtype=torch.float64) / d_ff ** 0.5,
+                torch.randn(d, generator=gen, dtype=torch.float64), parts)
+        return Case(args, note=note)
+
+    return [case(4, 8, 32, 2, "the example: 4 tokens, d=8, d_ff=32, 2 ranks"),
+            case(1, 16, 64, 4, "one token, 4 ranks"),
+            case(6, 12, 30, 4, "d_ff=30 over 4 ranks (blocks of 8, 8, 7, 7)"),
+            case(5, 8, 16, 1, "a single rank: the plain FFN"),
+            case(3, 4, 5, 5, "one hidden unit per rank"),
+            case(7, 10, 45, 3, "d_ff=45 over 3 ranks"),
+            case(9, 6, 50, 8, "d_ff=50 over 8 ranks (blocks of 7 and 6)")]
+
+
+check_tensor_parallel = Exercise(
+    "Exercise 3 (a tensor-parallel split of the FFN)",
+    tensor_parallel_reference,
+    _tp_cases,
+    mistakes=[
+        ("you added b2 in every rank's partial output, so the sum holds n_parts·b2: b2 belongs to the full "
+         "output, added once after the sum (Megatron adds it after the all-reduce).",
+         lambda *a: _tp(*a, b2_where="every")),
+        ("the output is the sum of the partials plus b2: you left b2 out.",
+         lambda *a: _tp(*a, b2_where="none")),
+        ("rank r keeps a contiguous block of hidden units (the r-th torch.tensor_split block), not every "
+         "n_parts-th unit: the sum is right, but each rank's partial output differs.",
+         lambda *a: _tp(*a, kind="round_robin")),
+        ("blocks of d_ff // n_parts units drop the last d_ff mod n_parts units when d_ff does not divide "
+         "evenly: torch.tensor_split makes blocks that differ by at most one and cover every unit.",
+         lambda *a: _tp(*a, kind="floor")),
+    ],
+    atol=1e-10, rtol=1e-10,
 )
 
 # ----------------------------------------------------------------------------- 4. all-to-all split sizes
@@ -245,4 +274,75 @@ check_split_sizes = _SplitSizesExercise(
          lambda ei, kept, e, w: split_sizes(ei[:, :1], kept[:, :1], e, w)),
     ],
     atol=0, rtol=0,
+)
+
+# ----------------------------------------------------------------------------- 5. arithmetic intensity of an MoE step
+
+
+def _intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element, *, mac=2, read="used",
+               use_bytes=True):
+    n, k = expert_index.shape
+    matrices = 3 if gated else 2
+    flops = mac * n * k * matrices * d_model * d_ff
+    if read == "all":
+        experts_read = n_experts
+    elif read == "per_slot":
+        experts_read = n * k
+    elif read == "expected":
+        experts_read = n_experts * (1 - (1 - k / n_experts) ** n)
+    else:
+        experts_read = int(torch.unique(expert_index).numel())
+    n_bytes = experts_read * matrices * d_model * d_ff * (bytes_per_element if use_bytes else 1)
+    return flops / n_bytes
+
+
+def intensity_reference(expert_index: torch.Tensor, n_experts: int, d_model: int, d_ff: int, gated: bool,
+                        bytes_per_element: int) -> float:
+    """FLOPs per byte of expert weights read by one MoE forward step with this routing.
+
+    ``expert_index`` ``(N, k)``: the k distinct experts each of the N tokens uses. Every expert holds the
+    same matrices (2 dense, 3 gated, each d_model × d_ff); an expert some token uses is read once for the
+    whole step; each token does one multiply-add (2 FLOPs) per weight of each of its k experts.
+    """
+    return _intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element)
+
+
+def _intensity_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(611)
+
+    def routed(n: int, e: int, k: int) -> torch.Tensor:
+        return torch.rand(n, e, generator=gen).topk(k, dim=-1).indices
+
+    return [
+        Case((torch.tensor([[0, 3], [3, 5], [0, 5], [3, 0]]), 10, 64, 256, True, 2),
+             note="the example: 4 tokens, experts {0, 3, 5} used, bf16"),
+        Case((torch.tensor([[6, 7]]), 8, 32, 96, False, 4), note="one token (decode), the last two experts"),
+        Case((torch.tensor([[2]] * 16), 4, 16, 48, True, 4), note="16 tokens, all on expert 2 (top-1)"),
+        Case((routed(64, 8, 2), 8, 128, 512, True, 2), note="64 tokens, 8 experts, top-2: every expert used"),
+        Case((routed(3, 16, 3), 16, 8, 40, False, 1), note="3 tokens, 16 experts, top-3, int8"),
+        Case((routed(10, 64, 1), 64, 24, 24, True, 4), note="10 tokens, 64 experts, top-1"),
+        Case((routed(5, 8, 2), 8, 16, 64, False, 2), note="5 tokens, 8 experts, top-2"),
+    ]
+
+
+check_moe_intensity = Exercise(
+    "Exercise 5 (arithmetic intensity of an MoE step)",
+    intensity_reference,
+    _intensity_cases,
+    mistakes=[
+        ("only the experts some token uses are read in this step; you counted all n_experts (they are all "
+         "in memory, but unused ones are not read).",
+         lambda *a: _intensity(*a, read="all")),
+        ("an expert's weights are read once per step and serve every token routed to it; you counted one read "
+         "per (token, slot), which gives 2 / bytes_per_element whatever the batch.",
+         lambda *a: _intensity(*a, read="per_slot")),
+        ("count the experts this routing actually uses (e.g. torch.unique(expert_index)), not the "
+         "uniform-routing average E·(1 − (1 − k/E)^N).",
+         lambda *a: _intensity(*a, read="expected")),
+        ("a multiply-add is 2 FLOPs; you counted it as 1.",
+         lambda *a: _intensity(*a, mac=1)),
+        ("the answer is FLOPs per *byte*: multiply the elements read by bytes_per_element.",
+         lambda *a: _intensity(*a, use_bytes=False)),
+    ],
+    atol=0, rtol=1e-9,
 )
