@@ -28,11 +28,11 @@ REPO_URL = f"https://github.com/{REPO_SLUG}.git"
 
 #: import name -> pip requirement, for what the notebooks import at run time.
 RUNTIME_PACKAGES: dict[str, str] = {
-    "numpy": "numpy>=1.26",
-    "matplotlib": "matplotlib>=3.8",
-    "torch": "torch>=2.2",
+    "numpy": "numpy>=2.1",
+    "matplotlib": "matplotlib>=3.10",
+    "torch": "torch>=2.11",
     "tqdm": "tqdm>=4.66",
-    "ipywidgets": "ipywidgets>=7.7",
+    "ipywidgets": "ipywidgets>=8.1",
 }
 
 VERSION_LINE_PREFIX = "Course environment:"

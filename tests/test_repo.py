@@ -9,7 +9,7 @@ from helpers import env, figures
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TOP_LEVEL = {"notebooks", "figures", "helpers", "tests", "environment.yml", "requirements.txt", "README.md", ".ci",
-             "pytest.ini", ".gitignore", ".git", "artifacts", ".benchmarks", ".pytest_cache", "ffn-course"}
+             "pytest.ini", ".gitignore", "requirements-lock.txt", ".git", "artifacts", ".benchmarks", ".pytest_cache", "ffn-course"}
 
 
 def requirement_names(lines):
@@ -54,8 +54,38 @@ def test_runtime_packages_are_in_requirements():
 
 def test_readme_shows_the_ci_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
-    command = next(line for line in ci.splitlines() if "pytest" in line and not line.startswith("#"))
-    assert command.strip() in README
+    command = re.search(r"^TEST_COMMAND='([^']+)'", ci, re.M).group(1)
+    assert "python -m pytest" in command and f"\n{command}\n" in README
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def test_lower_bounds_are_the_versions_ci_tests():
+    """CI's 'lowest' leg installs .ci/lowest.txt: each requirement's lower bound, exactly."""
+    lowest = _pins(ROOT / ".ci" / "lowest.txt")
+    assert set(lowest) == set(REQS), "pin every requirement at its lower bound in .ci/lowest.txt"
+    for name, spec in REQS.items():
+        bound = spec.split(">=")[1].strip()
+        assert lowest[name] == bound or lowest[name].startswith(bound + ".") and set(lowest[name][len(bound):]) <= set(".0"), \
+            f"{name}: requirements.txt says >= {bound}, CI tests {lowest[name]}"
+
+
+def test_lock_file_pins_every_requirement_within_its_bounds():
+    lock = _pins(ROOT / "requirements-lock.txt")
+    for name, spec in REQS.items():
+        assert name in lock, f"requirements-lock.txt lacks {name} (python .ci/make_lock.py)"
+        bound = tuple(int(x) for x in spec.split(">=")[1].strip().split("."))
+        pinned = tuple(int(x) for x in re.match(r"[\d.]+", lock[name]).group(0).strip(".").split("."))
+        assert pinned >= bound, f"{name}: locked {lock[name]} is below the lower bound {spec}"
+    assert "requirements-lock.txt" in README and "-c requirements-lock.txt" in README
 
 
 def test_readme_figures_exist_and_registry_is_complete():
