@@ -1,8 +1,23 @@
-"""The checker engine: the exercise contract every notebook relies on."""
+"""The checker engine: the exercise contract every notebook relies on.
+
+One test (or a few) per promise of ``helpers.exercises.engine``: blank / pass / fail with a hint;
+never raises; autograd on whatever the kernel's state; tolerances by dtype and a dtype message;
+integers exact; a hint only when the mistake explains every failing case; partly-``None`` is
+incomplete; a time limit that leaves the kernel (signal handler, timers, KeyboardInterrupt) as it was.
+"""
+import json
+import math
+import random
+import signal
+import threading
+import time
+
 import numpy as np
+import pytest
 import torch
 
-from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED, Case, Exercise, compare
+from helpers.exercises.engine import (DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED,
+                                      TIME_LIMIT_ENV, VERDICT_LOG_ENV, Case, Exercise, Result, compare, parse_line)
 
 
 def square(x):
@@ -17,13 +32,20 @@ def stub(x):
     raise NotImplementedError
 
 
+def hang(*args, **kwargs):
+    while True:
+        pass
+
+
 def test_contract():
     assert EX.evaluate(stub).status == NOT_ATTEMPTED
     assert EX.evaluate(lambda x: None).status == NOT_ATTEMPTED
     assert EX.evaluate(square).status == PASSED
     wrong = EX.evaluate(lambda x: x + x)
     assert wrong.status == FAILED and "you added instead of multiplying" in wrong.message
+    assert wrong.hint == "you added instead of multiplying" and wrong.reason == "wrong"
     assert "first at index (0, 1): expected 1, got 2" in wrong.message  # the first value that differs
+    assert "2 of 2 hidden cases fail" in wrong.message
 
 
 def test_never_raises_for_learner_errors():
@@ -33,6 +55,15 @@ def test_never_raises_for_learner_errors():
     assert "transposed" in EX.evaluate(lambda x: (x * x).T).message
     assert "NaN" in EX.evaluate(lambda x: x * float("nan")).message
     assert "ZeroDivisionError" in EX.evaluate(lambda x: 1 / 0).message
+    assert EX.evaluate(lambda x: __import__("sys").exit(1)).status == FAILED  # SystemExit is the learner's too
+
+
+def test_a_multi_line_error_still_prints_one_line(capsys):
+    def raises(x):
+        raise ValueError("first line\nsecond line\n" + "x" * 1000)
+    EX.check(raises)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "first line second line" in out and len(out) < 600
 
 
 def test_inputs_are_not_shared_between_calls():
@@ -48,6 +79,17 @@ def test_check_prints_one_line(capsys):
     assert out.count("\n") == 1 and out.startswith("✅ demo: passed")
 
 
+def test_the_verdict_line_parses_back():
+    ex = Exercise("Exercise 3 (a title (nested): no)", square, EX.cases)
+    for fn, status in [(stub, NOT_ATTEMPTED), (square, PASSED), (lambda x: x + 1, FAILED)]:
+        line = ex.evaluate(fn).line()
+        assert parse_line(line) is not None and parse_line(line)[0] == status
+    line = Exercise("Exercise 3 (peak bytes)", square, EX.cases).evaluate(lambda x: x + 1).line()
+    status, title, message = parse_line(line + "\n")
+    assert (status, title) == (FAILED, "Exercise 3 (peak bytes)") and message.endswith("hidden cases fail).")
+    assert parse_line("100%|██████████| 24/24") is None and parse_line("Course environment: ...") is None
+
+
 def test_compare_values():
     assert compare(3, 3) is None and compare(3.0, 3) is None
     assert "expected 3, got 4" in compare(4, 3)
@@ -55,3 +97,360 @@ def test_compare_values():
     assert "expected a number" in compare("0.5", 0.5)
     assert "[1]" in compare([1, 2], [1, 3])
     assert "keys" in compare({"a": 1}, {"b": 1})
+
+
+# ---------------------------------------------------------------- autograd, whatever the kernel's state
+def _grad_of_square_sum(x):
+    x = x.clone().requires_grad_()
+    (x * x).sum().backward()
+    return x.grad
+
+
+def _grad_of_cube_sum(x):
+    x = x.clone().requires_grad_()
+    return torch.autograd.grad((x ** 3).sum(), x)[0]
+
+
+AUTOGRAD = Exercise("Exercise 1 (gradient)", _grad_of_square_sum,
+                    lambda: [Case((torch.randn(3, generator=torch.Generator().manual_seed(i), dtype=torch.float64),))
+                             for i in range(4)],
+                    [("you returned x, not 2x", lambda x: x.clone()),
+                     ("that is the gradient of x³", _grad_of_cube_sum)])
+
+
+def test_reference_mistakes_and_learner_run_with_autograd_whatever_the_kernel_state():
+    def by_autograd(x):
+        x = x.clone().requires_grad_()
+        return torch.autograd.grad((x * x).sum(), x)[0]
+
+    for state in [torch.no_grad(), torch.inference_mode(), torch.enable_grad()]:
+        with state:
+            assert AUTOGRAD.evaluate(lambda x: 2 * x).status == PASSED     # closed form
+            assert AUTOGRAD.evaluate(by_autograd).status == PASSED        # the learner's own autograd
+            assert AUTOGRAD.evaluate(AUTOGRAD.reference).status == PASSED
+            assert AUTOGRAD.evaluate(lambda x: 3 * x * x).hint == "that is the gradient of x³"  # a model with autograd
+    torch.set_grad_enabled(False)
+    try:
+        assert AUTOGRAD.evaluate(lambda x: 2 * x).status == PASSED
+        assert not torch.is_grad_enabled()  # the kernel's state is left as it was
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_global_random_state_and_default_dtype_are_left_alone():
+    def noisy(x):
+        torch.rand(5), np.random.rand(3), random.random()
+        return x * x
+    torch.manual_seed(7), np.random.seed(7), random.seed(7)
+    expected = (torch.rand(2), np.random.rand(2), random.random())
+    torch.manual_seed(7), np.random.seed(7), random.seed(7)
+    assert EX.evaluate(noisy).status == PASSED
+    assert torch.equal(torch.rand(2), expected[0]) and np.array_equal(np.random.rand(2), expected[1])
+    assert random.random() == expected[2]
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        cases = EX.cases()  # hidden cases are built with the course's float32 default
+        assert cases[1].args[0].dtype == torch.float32 and torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+
+
+# ---------------------------------------------------------------- tolerances by dtype
+def _cases64():
+    g = torch.Generator().manual_seed(0)
+    return [Case((torch.rand(n, generator=g, dtype=torch.float64) + 0.1,)) for n in (1, 3, 50, 7)]
+
+
+def _cases32():
+    return [Case((c.args[0].float(),)) for c in _cases64()]
+
+
+TASK64 = Exercise("Exercise 2 (float64 task)", square, _cases64)
+TASK32 = Exercise("Exercise 2 (float32 task)", square, _cases32)
+
+
+def test_tolerance_follows_the_task_dtype():
+    assert TASK64.evaluate(lambda x: x * x * (1 + 1e-10)).status == PASSED
+    tight = TASK64.evaluate(lambda x: x * x * (1 + 1e-6))
+    assert tight.status == FAILED and "float32" not in tight.message
+    assert TASK32.evaluate(lambda x: x * x * (1 + 1e-6)).status == PASSED
+    assert TASK32.evaluate(lambda x: (x.double() ** 2)).status == PASSED  # more precision than asked is fine
+    explicit = Exercise("Exercise 2 (explicit)", square, _cases64, atol=1e-3, rtol=0)
+    assert explicit.evaluate(lambda x: x * x + 1e-4).status == PASSED
+
+
+def test_a_float32_answer_to_a_float64_task_is_told_so():
+    result = TASK64.evaluate(lambda x: (x * x).float())
+    assert result.status == FAILED
+    assert "your result is float32; this exercise works in float64" in result.message, result.message
+    expected, got = result.message.split("expected ")[1].split(", got ")
+    assert expected.split()[0] != got.split()[0].rstrip(","), result.message  # enough digits to see the gap
+    far = TASK64.evaluate(lambda x: (2 * x * x).float())  # wrong anyway: the dtype is only a remark
+    assert "expected" in far.message and "(your result is float32; this exercise works in float64)" in far.message
+
+
+def test_a_float32_scalar_answer_to_a_tight_float_task_is_told_so():
+    scalar = Exercise("Exercise 5 (a share)", lambda x: float((x * x).sum()), _cases64, atol=1e-12, rtol=1e-12)
+    result = scalar.evaluate(lambda x: (x * x).sum().float())
+    assert result.status == FAILED and "float32 number; this exercise works in float64" in result.message
+
+
+def test_numbers_that_differ_print_enough_digits_to_see_it():
+    problem = compare(0.11985001, 0.11985, atol=0, rtol=1e-9)
+    assert "expected 0.11985, got 0.11985001" in problem, problem
+    assert "expected 1, got 1.0000001" in compare(1.0000001, 1.0, atol=0, rtol=1e-9)
+
+
+# ---------------------------------------------------------------- integers exact
+COUNT = Exercise("Exercise 2 (parameter count)", lambda d: 8 * d * d + 5 * d,
+                 [Case((768,)), Case((16,)), Case((4,)), Case((1,))])
+HIST = Exercise("Exercise 5 (histogram)", lambda idx: torch.bincount(idx, minlength=4),
+                [Case((torch.tensor([0, 1, 1, 2] * 1_000_000),)), Case((torch.tensor([3]),)),
+                 Case((torch.tensor([0, 0]),)), Case((torch.tensor([2, 1]),))])
+
+
+def test_integers_are_compared_and_printed_exactly():
+    assert COUNT.evaluate(lambda d: 8 * d * d + 5 * d + 1).message.startswith("expected 4722432, got 4722433")
+    assert COUNT.evaluate(lambda d: float(8 * d * d + 5 * d)).status == PASSED        # a whole float: accepted
+    half = COUNT.evaluate(lambda d: 8 * d * d + 5 * d + 0.5)
+    assert "expected the whole number 4722432, got 4722432.5" in half.message
+    assert COUNT.evaluate(lambda d: np.int64(8 * d * d + 5 * d)).status == PASSED
+    assert COUNT.evaluate(lambda d: torch.tensor(8 * d * d + 5 * d)).status == PASSED
+    assert "4.72" not in COUNT.evaluate(lambda d: 8.0 * d * d + 5 * d + 2).message
+
+
+def test_integer_tensors_are_compared_exactly():
+    assert HIST.evaluate(lambda idx: torch.bincount(idx, minlength=4).double()).status == PASSED
+    near = HIST.evaluate(lambda idx: torch.bincount(idx, minlength=4).double() + torch.tensor([0.4, 0, 0, 0]))
+    assert near.status == FAILED and "expected 1000000, got 1000000.4" in near.message, near.message
+    off = HIST.evaluate(lambda idx: torch.bincount(idx, minlength=4) + torch.tensor([0, 0, 1, 0]))
+    assert "first at index (2,): expected 1000000, got 1000001" in off.message, off.message
+
+
+# ---------------------------------------------------------------- hints only when the mistake explains every failure
+def _mixed_cases():
+    return [Case((torch.tensor([1.0, 2.0]),), note="positive"), Case((torch.tensor([-1.0, 3.0]),), note="mixed"),
+            Case((torch.tensor([-2.0, -3.0]),), note="negative"), Case((torch.tensor([0.0, 0.0]),), note="zeros")]
+
+
+RELU = Exercise("Exercise 4 (ReLU)", torch.relu, _mixed_cases,
+                [("you returned |x|", torch.abs), ("you returned x itself", lambda x: x.clone())])
+
+
+def test_a_hint_needs_the_mistake_to_explain_every_failing_case():
+    assert "you returned |x|" in RELU.evaluate(torch.abs).message
+    assert "you returned x itself" in RELU.evaluate(lambda x: x.clone()).message
+
+    def abs_on_mixed_only(x):  # wrong on "mixed" (like |x|) and on "negative" (like x): no single mistake
+        return x.abs() if x[1] > 0 else x.clone()
+    result = RELU.evaluate(abs_on_mixed_only)
+    assert result.status == FAILED and HINT_PREFIX not in result.message and result.hint is None
+    assert "2 of 4 hidden cases fail" in result.message
+
+    def abs_where_wrong(x):  # passes some cases, but |x| explains every case it fails
+        return x.abs() if (x < 0).any() else torch.relu(x)
+    assert "you returned |x|" in RELU.evaluate(abs_where_wrong).message
+
+    def coincides_once(x):  # matches |x| on one failing case only, something else on another
+        return x.abs() if x[0] == -1 else x * 10
+    assert RELU.evaluate(coincides_once).hint is None
+
+
+def test_a_mistake_that_raises_where_the_learner_raises_still_explains_it():
+    def cases():
+        g = torch.Generator().manual_seed(0)
+        return [Case((torch.randn(2, 2, generator=g), torch.randn(2, 2, generator=g))),
+                Case((torch.randn(2, 3, generator=g), torch.randn(3, 4, generator=g)))]
+    ex = Exercise("Exercise 6 (product)", lambda a, b: a @ b, cases,
+                  [("wrong order", lambda a, b: b @ a)])
+    result = ex.evaluate(lambda a, b: b @ a)  # right shape on the square case, RuntimeError on the other
+    assert result.status == FAILED and "wrong order" in result.message, result.message
+    assert ex.evaluate(lambda a, b: a @ b + 1).hint is None
+
+
+# ---------------------------------------------------------------- blank, incomplete
+def test_partly_none_is_incomplete_not_blank():
+    def none_for_zeros(x):
+        if (x == 0).all():
+            return None
+        return torch.relu(x)
+    result = RELU.evaluate(none_for_zeros)
+    assert result.status == FAILED and result.reason == "incomplete"
+    assert result.message.startswith("incomplete: your function returned None on zeros (1 of 4 hidden cases)")
+
+    def none_first(x):
+        return None if x[0] == 1 else torch.relu(x)
+    assert RELU.evaluate(none_first).reason == "incomplete"
+
+    def not_implemented_later(x):
+        if (x < 0).all():
+            raise NotImplementedError
+        return torch.relu(x)
+    later = RELU.evaluate(not_implemented_later)
+    assert later.status == FAILED and "raised NotImplementedError on negative" in later.message
+
+    assert RELU.evaluate(lambda x: None).status == NOT_ATTEMPTED  # None everywhere: a blank stub
+
+    def not_implemented_first(x):
+        if x[0] == 1:
+            raise NotImplementedError
+        return torch.relu(x)
+    assert RELU.evaluate(not_implemented_first).status == NOT_ATTEMPTED
+
+
+# ---------------------------------------------------------------- the time limit
+def _timed(ex, fn):
+    start = time.monotonic()
+    result = ex.evaluate(fn)
+    return result, time.monotonic() - start
+
+
+def test_a_hanging_function_is_stopped_with_a_clear_message():
+    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.3)
+    result, seconds = _timed(ex, hang)
+    assert result.status == FAILED and result.reason == "timeout" and seconds < 2.5, (seconds, result)
+    assert result.message.startswith("time limit: your function took more than 0.3 s")
+    assert ex.evaluate(square).status == PASSED  # the kernel is usable afterwards
+
+
+def test_a_slow_function_and_one_that_sleeps_are_stopped_too():
+    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.4)
+
+    def slow(x):  # fast enough per case, too slow in total: the limit covers the whole check
+        time.sleep(0.25)
+        return x * x
+    assert _timed(ex, slow)[0].reason == "timeout"
+
+    def catches_exception(x):
+        while True:
+            try:
+                time.sleep(5)
+            except Exception:  # the time limit is not an Exception: this cannot swallow it
+                pass
+    result, seconds = _timed(ex, catches_exception)
+    assert result.reason == "timeout" and seconds < 3
+
+
+def test_time_limit_from_the_environment(monkeypatch):
+    ex = Exercise("Exercise 1 (slow)", square, EX.cases)
+    monkeypatch.setenv(TIME_LIMIT_ENV, "0.3")
+    result, seconds = _timed(ex, hang)
+    assert result.reason == "timeout" and "0.3 s" in result.message and seconds < 2.5
+    own = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.2)
+    assert "0.2 s" in own.evaluate(hang).message  # an exercise's own limit wins
+
+    def sleepy(x):
+        time.sleep(0.4)
+        return x * x
+    monkeypatch.setenv(TIME_LIMIT_ENV, "0")  # no limit at all
+    assert ex.evaluate(sleepy).status == PASSED
+    monkeypatch.setenv(TIME_LIMIT_ENV, "not a number")
+    assert ex._effective_time_limit() == DEFAULT_TIME_LIMIT
+    assert Exercise("x", square, EX.cases, time_limit=0).evaluate(square).status == PASSED
+    with pytest.raises(ValueError, match="time_limit"):
+        Exercise("x", square, EX.cases, time_limit=-1)
+
+
+def test_previous_alarm_handler_and_timer_are_restored():
+    fired = []
+
+    def handler(signum, frame):
+        fired.append(time.monotonic())
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 1.5)
+        ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.3)
+        assert ex.evaluate(hang).reason == "timeout"
+        assert signal.getsignal(signal.SIGALRM) is handler
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] < 1.5  # what was left of the earlier timer
+        while not fired and time.monotonic() - start < 5:
+            time.sleep(0.05)
+        assert fired and fired[0] - start == pytest.approx(1.5, abs=0.5)
+        assert ex.evaluate(square).status == PASSED and signal.getsignal(signal.SIGALRM) is handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_keyboard_interrupt_still_interrupts():
+    def interrupted(x):
+        raise KeyboardInterrupt
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(KeyboardInterrupt):
+        EX.evaluate(interrupted)
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    assert torch.is_grad_enabled()
+
+
+def test_no_limit_and_no_crash_outside_the_main_thread():
+    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.1)
+    results = []
+
+    def sleepy(x):
+        time.sleep(0.15)
+        return x * x
+    thread = threading.Thread(target=lambda: results.append(ex.evaluate(sleepy)))
+    thread.start()
+    thread.join()
+    assert results[0].status == PASSED  # signals only work in the main thread: no limit there
+
+
+class _Rerunning(Exercise):
+    """Like a notebook's subclass that re-runs the learner's function for a diagnosis of its own."""
+
+    def evaluate(self, fn):
+        result = super().evaluate(fn)
+        if result.status == FAILED:
+            for case in self.cases():
+                fn(*case.args)  # no protection of its own
+        return result
+
+
+def test_a_subclass_that_reruns_the_function_is_covered_too():
+    ex = _Rerunning("Exercise 1 (rerun)", square, EX.cases, time_limit=0.3)
+    result, seconds = _timed(ex, hang)
+    assert result.reason == "timeout" and seconds < 2.5
+    calls = []
+
+    def hangs_on_rerun(x):
+        calls.append(1)
+        if len(calls) > 2:
+            hang()
+        return x
+    result, seconds = _timed(ex, hangs_on_rerun)
+    assert result.reason == "timeout" and seconds < 4
+    assert ex.evaluate(lambda x: 1 / 0).status == FAILED  # its own code raising is caught as well
+    with torch.no_grad():
+        assert _Rerunning("Exercise 1 (grad)", AUTOGRAD.reference, AUTOGRAD.cases).evaluate(
+            lambda x: 2 * x).status == PASSED
+
+
+# ---------------------------------------------------------------- kind, log
+def test_kind_and_number():
+    assert EX.kind == "build" and Exercise("Exercise 7 (x)", square, EX.cases, kind="investigate").kind == "investigate"
+    assert Exercise("Exercise 7 (x)", square, EX.cases).number == "7" and EX.number is None
+    with pytest.raises(ValueError, match="kind"):
+        Exercise("x", square, EX.cases, kind="explore")
+
+
+def test_check_logs_its_verdict_for_the_grader(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "verdicts.jsonl"
+    monkeypatch.setenv(VERDICT_LOG_ENV, str(log))
+    EX.check(square)
+    EX.check(stub)
+    lines = log.read_text(encoding="utf-8").splitlines()
+    printed = capsys.readouterr().out.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["line"] for r in records] == printed and [r["status"] for r in records] == [PASSED, NOT_ATTEMPTED]
+    monkeypatch.setenv(VERDICT_LOG_ENV, str(tmp_path / "missing-dir" / "log"))
+    EX.check(square)  # an unwritable log never breaks the check
+    assert capsys.readouterr().out.startswith("✅")
+
+
+def test_result_keeps_its_positional_signature():
+    result = Result(FAILED, "message", "title")
+    assert result.line() == "❌ title: message" and result.hint is None and not result.passed
+    assert math.isclose(DEFAULT_TIME_LIMIT, 10.0)
