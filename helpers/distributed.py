@@ -461,7 +461,7 @@ def launch(jobs: Sequence[Job], *, world_size: int = 2, timeout: float = 60.0, b
     for name, value in (("fail_rank", fail_rank), ("stall_rank", stall_rank)):
         if value is not None:
             validate.int_in_range(name, value, 0, world_size - 1)
-    label = label or " and ".join(job.name for job in jobs)
+    label = label or " and ".join(dict.fromkeys(job.name for job in jobs))     # each name once, in order
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ffn_parallel_") as workdir:
