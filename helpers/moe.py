@@ -39,6 +39,34 @@ one contiguous block per expert, runs each expert once on its block and adds the
 weighted results back with ``index_add_`` (a grouped computation in the spirit
 of MegaBlocks). ``moe_forward_loop`` is the readable reference: one boolean mask
 per (expert, choice) pair. Both give the same output to float rounding.
+Without autograd (inference) the layer runs its experts straight from their
+weights, with the activation and the gate product done in place and the hidden
+width zero-padded to a multiple of 16 floats (64 bytes) when it is not one
+already: a width such as 682 makes the CPU's matrix multiply markedly slower per
+FLOP. The padded rows and columns are zeros, so the output is unchanged. The
+padded weights are cached and rebuilt whenever an expert's weights change.
+
+Configurations of today's MoE layers (same class, keyword arguments):
+
+* ``granularity=m`` (DeepSeekMoE, Dai et al. 2024): every expert is cut into m
+  experts of width ``d_ff / m``; the layer has ``m · n_experts`` of them and each
+  token visits ``m · top_k``: the same active parameters and FLOPs, many more
+  ways to combine experts. ``m = 1`` is the plain layer.
+* ``n_shared=s`` (DeepSeekMoE): s of those ``m · n_experts`` fine experts are always
+  on for every token (built as one FFN of width ``s · d_ff / m``, as DeepSeek-V3's
+  code does); the router picks ``m · top_k − s`` of the other ``m · n_experts − s``,
+  so active compute is unchanged.
+* ``score="sigmoid"`` (DeepSeek-V3): affinities ``sigmoid(logits)`` instead of a
+  softmax; the combine weights are the chosen affinities normalised to sum to 1
+  (k ≥ 2).
+* ``bias_update=γ`` (DeepSeek-V3's auxiliary-loss-free balancing): a per-expert
+  ``selection_bias`` is added to the scores for choosing the top k only; the
+  combine weights are the unbiased scores. After each optimizer step,
+  ``update_selection_bias()`` (or ``update_selection_biases(model)``) moves the bias
+  of every over-loaded expert down by γ and of every under-loaded one up by γ.
+* ``noisy=True`` (noisy top-k gating, Shazeer et al. 2017): during training the
+  logits are ``x W_gᵀ + ε · softplus(x W_noiseᵀ)`` with ε ~ N(0, 1) per token and
+  expert; ``W_noise`` starts at zero, as in the paper (noise of std softplus(0) ≈ 0.69).
 """
 
 from __future__ import annotations
@@ -55,6 +83,9 @@ from helpers import validate
 from helpers.ffn import FFN, VARIANTS, ffn_param_count, matched_gated_width
 
 ROUTERS = ("token", "expert")
+SCORES = ("softmax", "sigmoid")
+#: the hidden width is zero-padded to a multiple of this many elements for inference
+PAD_MULTIPLE = 16
 
 
 # --------------------------------------------------------------------------- routing records
@@ -67,7 +98,8 @@ class Routing:
         weight: ``(N, k)`` float32, combine weights: the softmax probabilities of the chosen
             experts, renormalised over the k chosen when ``top_k >= 2`` and ``renormalise=True``.
         kept: ``(N, k)`` bool, False where the slot was dropped because its expert was full.
-        probs: ``(N, E)`` float32, router softmax over all experts.
+        probs: ``(N, E)`` float32, router softmax over all experts (``score="sigmoid"``: the
+            sigmoid affinities divided by their sum over experts).
         logits: ``(N, E)`` float32, router logits.
         capacity: slots per expert, or ``None`` (dropless).
     """
@@ -200,6 +232,40 @@ def top_k_routing(probs: torch.Tensor, top_k: int, renormalise: bool = True) -> 
     return weight, index
 
 
+def biased_top_k(scores: torch.Tensor, bias: torch.Tensor, top_k: int,
+                 renormalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose experts by ``scores + bias`` but weight them by ``scores`` (DeepSeek-V3).
+
+    Args:
+        scores: ``(N, E)`` affinities (softmax probabilities or sigmoid values).
+        bias: ``(E,)`` per-expert selection bias; it changes *which* experts are chosen only.
+    Returns:
+        ``(weight, expert_index)``, both ``(N, k)``, ordered by biased score. ``weight`` is the
+        unbiased score of each chosen expert, divided by their sum when ``renormalise`` and k ≥ 2.
+    """
+    validate.float_tensor("scores", scores, min_dims=2)
+    validate.int_in_range("top_k", top_k, 1, scores.shape[-1])
+    if not isinstance(bias, torch.Tensor) or bias.shape != scores.shape[-1:]:
+        raise ValueError(f"bias must be a tensor of shape ({scores.shape[-1]},), got "
+                         f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}")
+    index = torch.topk(scores + bias.to(scores.dtype), top_k, dim=-1).indices
+    weight = scores.gather(-1, index)
+    if renormalise and top_k >= 2:
+        weight = weight / weight.sum(-1, keepdim=True)
+    return weight, index
+
+
+def bias_update_step(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Tensor:
+    """One step of DeepSeek-V3's auxiliary-loss-free balancing: ``bias + γ · sign(mean load − load)``.
+
+    ``bias``, ``load``: ``(E,)``. An expert above the mean load is pushed down by γ, one below
+    it is pulled up by γ, one exactly at the mean keeps its bias. Returns a new tensor.
+    """
+    validate.non_negative_float("gamma", gamma)
+    load = load.to(torch.float64)
+    return bias + gamma * torch.sign(load.mean() - load).to(bias.dtype)
+
+
 def arrival_rank(expert_index: torch.Tensor, n_experts: int) -> torch.Tensor:
     """Position of every slot in its expert's queue, first come first served.
 
@@ -288,10 +354,10 @@ class MoE(nn.Module):
 
     Args:
         d_model: token width.
-        n_experts: number of experts E (≥ 1).
+        n_experts: number of experts E (≥ 1), in units of full-width experts (see ``granularity``).
         top_k: experts per token k, 1 ≤ k ≤ E (token choice); for expert choice, the
             average number of experts per token used to size the capacity.
-        d_ff: hidden width of each expert (default: ``FFN.from_variant``'s default).
+        d_ff: hidden width of each full-width expert (default: ``FFN.from_variant``'s default).
         variant: expert FFN variant (``helpers.ffn.VARIANTS``), e.g. ``"swiglu"`` (Mixtral) or ``"gelu"``.
         bias: biases in the experts.
         capacity_factor: ``None`` = dropless; else slots per expert
@@ -303,39 +369,116 @@ class MoE(nn.Module):
         renormalise: rescale the k chosen weights to sum to 1 (k ≥ 2).
         balance_coef: α, the weight of the load-balancing loss in ``aux_loss``.
         z_coef: the weight of the router z-loss in ``aux_loss``.
+        granularity: m ≥ 1 (DeepSeekMoE's fine-grained experts): ``m · n_experts`` experts of width
+            ``d_ff / m`` (``d_ff`` must be divisible by m), ``m · top_k`` per token.
+        n_shared: s ≥ 0 of the ``m · n_experts`` fine experts are always on (shared); the router
+            chooses ``m · top_k − s`` of the remaining ``m · n_experts − s``. Must leave at least one
+            routed choice.
+        score: ``"softmax"`` (default) or ``"sigmoid"`` (DeepSeek-V3's affinities).
+        bias_update: γ ≥ 0 of the auxiliary-loss-free balancing; 0 leaves ``selection_bias`` alone.
+        noisy: noisy top-k gating (Shazeer et al. 2017) during training.
+
+    After construction ``n_experts``, ``top_k`` and ``d_ff`` describe the *routed* experts as built
+    (``m · n_experts − s``, ``m · top_k − s``, ``d_ff / m``); the defaults give the plain layer, in
+    which they equal the arguments. ``shared`` is the always-on FFN (``None`` when ``n_shared=0``).
     """
 
     def __init__(self, d_model: int, n_experts: int, top_k: int = 1, *, d_ff: int | None = None,
                  variant: str = "swiglu", bias: bool = False, capacity_factor: float | None = None,
                  router: str = "token", jitter: float = 0.0, renormalise: bool = True,
-                 balance_coef: float = 0.01, z_coef: float = 0.001) -> None:
+                 balance_coef: float = 0.01, z_coef: float = 0.001, granularity: int = 1, n_shared: int = 0,
+                 score: str = "softmax", bias_update: float = 0.0, noisy: bool = False) -> None:
         super().__init__()
         self.d_model = validate.positive_int("d_model", d_model)
-        self.n_experts = validate.positive_int("n_experts", n_experts)
-        self.top_k = validate.int_in_range("top_k", top_k, 1, self.n_experts)
+        validate.positive_int("n_experts", n_experts)
+        validate.int_in_range("top_k", top_k, 1, n_experts)
         validate.one_of("variant", variant, VARIANTS)
         self.capacity_factor = None if capacity_factor is None else validate.positive_float(
             "capacity_factor", capacity_factor)
         self.router_type = validate.one_of("router", router, ROUTERS)
         self.jitter = validate.probability("jitter", jitter)
-        if not isinstance(renormalise, bool):
-            raise TypeError(f"renormalise must be a bool, got {renormalise!r} ({type(renormalise).__name__})")
+        for name, flag in (("renormalise", renormalise), ("noisy", noisy)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r} ({type(flag).__name__})")
         self.renormalise = renormalise
         self.balance_coef = validate.non_negative_float("balance_coef", balance_coef)
         self.z_coef = validate.non_negative_float("z_coef", z_coef)
+        self.score = validate.one_of("score", score, SCORES)
+        self.bias_update = validate.non_negative_float("bias_update", bias_update)
+        self.noisy = noisy
+        # ----- DeepSeekMoE's counting: fine-grained experts, some of them shared
+        self.granularity = m = validate.positive_int("granularity", granularity)
+        total = m * n_experts
+        self.n_shared = validate.non_negative_int("n_shared", n_shared)
+        if self.n_shared >= total:
+            raise ValueError(f"n_shared={n_shared} leaves no routed expert: the layer has granularity · n_experts = "
+                             f"{m} · {n_experts} = {total} experts in total, so n_shared must be at most {total - 1}")
+        routed_k = m * top_k - self.n_shared
+        if routed_k < 1:
+            raise ValueError(f"n_shared={n_shared} leaves the router nothing to choose: each token uses granularity · "
+                             f"top_k = {m} · {top_k} = {m * top_k} experts, so n_shared must be at most "
+                             f"{m * top_k - 1}")
+        if d_ff is None:
+            activation, gated = VARIANTS[variant]
+            d_ff = matched_gated_width(self.d_model) if gated else 4 * self.d_model
+        validate.positive_int("d_ff", d_ff)
+        if d_ff % m:
+            raise ValueError(f"d_ff must be divisible by granularity={m} (experts of width d_ff / granularity), "
+                             f"got d_ff={d_ff}")
+        self.n_experts = total - self.n_shared
+        self.top_k = routed_k
         self.router = nn.Linear(self.d_model, self.n_experts, bias=False)
-        self.experts = nn.ModuleList(FFN.from_variant(variant, self.d_model, d_ff, bias=bias)
+        self.experts = nn.ModuleList(FFN.from_variant(variant, self.d_model, d_ff // m, bias=bias)
                                      for _ in range(self.n_experts))
         self.d_ff = self.experts[0].d_ff
         self.variant = variant
+        self.shared = (FFN.from_variant(variant, self.d_model, self.n_shared * self.d_ff, bias=bias)
+                       if self.n_shared else None)
+        self.noise = None
+        if noisy:                                   # Shazeer et al. 2017 start W_noise at zero
+            self.noise = nn.Linear(self.d_model, self.n_experts, bias=False)
+            nn.init.zeros_(self.noise.weight)
+        self.register_buffer("selection_bias", torch.zeros(self.n_experts))
+        self._load_since_update = torch.zeros(self.n_experts, dtype=torch.long)
+        self._packed_key: tuple | None = None
+        self._packed: list[tuple] = []
+
+    @property
+    def n_total_experts(self) -> int:
+        """Routed plus shared experts (fine-grained ones when ``granularity > 1``)."""
+        return self.n_experts + self.n_shared
+
+    @property
+    def active_experts(self) -> int:
+        """Experts each token runs through: its ``top_k`` routed ones plus the shared ones."""
+        return self.top_k + self.n_shared
 
     # ----- router
     def router_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Router logits in float32 whatever the dtype of ``x`` or the module: ``(N, d) -> (N, E)``."""
+        """Router logits in float32 whatever the dtype of ``x`` or the module: ``(N, d) -> (N, E)``.
+
+        In training mode, with ``jitter`` the input is scaled by U(1 − jitter, 1 + jitter), and with
+        ``noisy`` the logits get ``ε · softplus(x W_noiseᵀ)``, ε ~ N(0, 1).
+        """
         x32 = x.float()
         if self.training and self.jitter > 0:
             x32 = x32 * torch.empty_like(x32).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
-        return F.linear(x32, self.router.weight.float())
+        logits = F.linear(x32, self.router.weight.float())
+        if self.training and self.noise is not None:
+            logits = logits + torch.randn_like(logits) * F.softplus(F.linear(x32, self.noise.weight.float()))
+        return logits
+
+    def router_scores(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores used to choose and weight, probs for the statistics)``, both ``(N, E)`` float32.
+
+        Softmax: both are the softmax. Sigmoid: the affinities ``sigmoid(logits)``, and those
+        affinities divided by their sum over experts.
+        """
+        if self.score == "softmax":
+            probs = torch.softmax(logits, dim=-1)
+            return probs, probs
+        affinity = torch.sigmoid(logits)
+        return affinity, affinity / affinity.sum(-1, keepdim=True)
 
     def _flat(self, x: torch.Tensor) -> torch.Tensor:
         validate.float_tensor("x", x, last_dim=self.d_model)
@@ -359,12 +502,16 @@ class MoE(nn.Module):
         """Token-choice routing of ``x``: ``(N, d_model)`` (leading dimensions are flattened).
 
         Always token choice, whatever ``router`` the layer was built with (see ``route_expert_choice``).
-        With ``jitter=0`` or in ``eval()`` mode it is deterministic.
+        With ``jitter=0``, ``noisy=False`` or in ``eval()`` mode it is deterministic. A nonzero
+        ``selection_bias`` changes which experts are chosen, not their weights.
         """
         x = self._flat(x)
         logits = self.router_logits(x)
-        probs = torch.softmax(logits, dim=-1)
-        weight, index = top_k_routing(probs, self.top_k, self.renormalise)
+        scores, probs = self.router_scores(logits)
+        if bool(self.selection_bias.any()):
+            weight, index = biased_top_k(scores, self.selection_bias, self.top_k, self.renormalise)
+        else:
+            weight, index = top_k_routing(scores, self.top_k, self.renormalise)
         cap = expert_capacity(x.shape[0], self.n_experts, self.top_k, self.capacity_factor)
         if cap is None:
             kept = torch.ones_like(index, dtype=torch.bool)
@@ -376,10 +523,26 @@ class MoE(nn.Module):
         """Expert-choice routing of ``x`` ``(N, d_model)``: each expert takes its ``capacity`` best tokens."""
         x = self._flat(x)
         logits = self.router_logits(x)
-        probs = torch.softmax(logits, dim=-1)
+        scores, probs = self.router_scores(logits)
         cap = self._expert_choice_capacity(x.shape[0])
-        weight, token_index = torch.topk(probs.t(), cap, dim=-1)        # (E, C)
+        weight, token_index = torch.topk(scores.t(), cap, dim=-1)       # (E, C)
         return ExpertChoiceRouting(token_index, weight, probs, logits)
+
+    # ----- auxiliary-loss-free balancing
+    def update_selection_bias(self) -> torch.Tensor | None:
+        """Call after the optimizer step: ``selection_bias += γ · sign(mean load − load)``.
+
+        The load is the number of routed slots each expert received in the training forward passes
+        since the last update. Returns that ``(E,)`` load (``None`` when ``bias_update`` is 0 or no
+        training pass was made), and starts counting afresh.
+        """
+        load = self._load_since_update
+        self._load_since_update = torch.zeros_like(load)
+        if self.bias_update == 0 or int(load.sum()) == 0:
+            return None
+        with torch.no_grad():
+            self.selection_bias.copy_(bias_update_step(self.selection_bias, load, self.bias_update))
+        return load
 
     # ----- forward
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, MoEStats]:
@@ -388,13 +551,62 @@ class MoE(nn.Module):
         flat = self._flat(x)
         if self.router_type == "token":
             routing = self.route(flat)
-            y = dispatch(flat, routing, self.experts)
+            if self._needs_autograd(flat):
+                y = dispatch(flat, routing, self.experts)
+            else:
+                y = self._dispatch_inference(flat, routing)
             stats = self._token_stats(routing)
+            if self.training:
+                self._load_since_update = self._load_since_update + stats.tokens_per_expert.cpu()
         else:
             ec = self.route_expert_choice(flat)
             y = dispatch_expert_choice(flat, ec, self.experts)
             stats = self._expert_choice_stats(ec)
+        if self.shared is not None:
+            y = y + self.shared(flat).to(y.dtype)
         return y.reshape(shape), stats
+
+    def _needs_autograd(self, x: torch.Tensor) -> bool:
+        return torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.experts.parameters()))
+
+    def _packed_experts(self) -> list[tuple]:
+        """Per expert ``(w1, w3, w2, b1, b3, b2, activation name)``, hidden width zero-padded to a
+        multiple of ``PAD_MULTIPLE``; cached until a weight changes (data pointer or in-place version)."""
+        params = list(self.experts.parameters())
+        key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+        if key != self._packed_key:
+            pad = (-self.d_ff) % PAD_MULTIPLE
+            packed = []
+            with torch.no_grad():
+                for ffn in self.experts:
+                    def rows(t):
+                        return None if t is None else F.pad(t, (0, 0, 0, pad)).contiguous()
+
+                    def vec(t):
+                        return None if t is None else F.pad(t, (0, pad))
+
+                    w3 = ffn.w3.weight if ffn.w3 is not None else None
+                    b3 = ffn.w3.bias if ffn.w3 is not None else None
+                    packed.append((rows(ffn.w1.weight), rows(w3), F.pad(ffn.w2.weight, (0, pad)).contiguous(),
+                                   vec(ffn.w1.bias), vec(b3), ffn.w2.bias, ffn.activation_name))
+            self._packed, self._packed_key = packed, key
+        return self._packed
+
+    def _dispatch_inference(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
+        """``dispatch`` without autograd: experts run from their (padded, cached) weights, in place."""
+        if not all(isinstance(e, FFN) and (e.dropout.p == 0 or not e.training) for e in self.experts):
+            return dispatch(x, routing, self.experts)
+        packed = self._packed_experts()
+
+        def run(e: int, block: torch.Tensor) -> torch.Tensor:
+            w1, w3, w2, b1, b3, b2, act = packed[e]
+            h = F.linear(block, w1, b1)
+            h = _ACT_INPLACE[act](h) if act in _ACT_INPLACE else self.experts[e].act(h)
+            if w3 is not None:
+                h.mul_(F.linear(block, w3, b3))
+            return F.linear(h, w2, b2)
+
+        return _grouped(x, routing, run, len(self.experts))
 
     def _token_stats(self, r: Routing) -> MoEStats:
         balance = load_balancing_loss(r.probs, r.expert_index)
@@ -417,8 +629,28 @@ class MoE(nn.Module):
         return MoEStats(loads, loads.clone(), skipped, entropy, zero, z, self.z_coef * z, r.capacity, r.detach())
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, router={self.router_type}, "
+        text = (f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, router={self.router_type}, "
                 f"capacity_factor={self.capacity_factor}")
+        extras = [(name, value, default) for name, value, default in (
+            ("granularity", self.granularity, 1), ("n_shared", self.n_shared, 0), ("score", self.score, "softmax"),
+            ("bias_update", self.bias_update, 0.0), ("noisy", self.noisy, False)) if value != default]
+        return text + "".join(f", {name}={value}" for name, value, _ in extras)
+
+
+_ACT_INPLACE = {
+    "relu": lambda h: F.relu(h, inplace=True),
+    "silu": lambda h: F.silu(h, inplace=True),
+    "sigmoid": lambda h: h.sigmoid_(),
+    "identity": lambda h: h,
+}
+
+
+def update_selection_biases(model: nn.Module) -> int:
+    """Call ``update_selection_bias()`` on every ``MoE`` inside ``model`` (after the optimizer step).
+
+    Returns how many layers updated their bias (those with ``bias_update > 0`` that saw training tokens).
+    """
+    return sum(m.update_selection_bias() is not None for m in model.modules() if isinstance(m, MoE))
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -436,6 +668,11 @@ def dispatch(x: torch.Tensor, routing: Routing, experts: Sequence[nn.Module]) ->
     tokens' rows with ``index_add_``. No per-token Python work; the Python loop
     runs over experts only.
     """
+    return _grouped(x, routing, lambda e, block: experts[e](block), len(experts), inplace=False)
+
+
+def _grouped(x: torch.Tensor, routing: Routing, run, n_experts: int, inplace: bool = True) -> torch.Tensor:
+    """The sorted, grouped dispatch with ``run(e, block) -> expert e's output`` for a block of tokens."""
     n, d = x.shape
     k = routing.expert_index.shape[1]
     token = torch.arange(n, device=x.device).repeat_interleave(k)       # (N·k,) token of each slot
@@ -446,7 +683,7 @@ def dispatch(x: torch.Tensor, routing: Routing, experts: Sequence[nn.Module]) ->
         token, expert, weight = token[keep], expert[keep], weight[keep]
     order = torch.argsort(expert, stable=True)
     token, weight = token[order], weight[order]
-    counts = torch.bincount(expert, minlength=len(experts)).tolist()
+    counts = torch.bincount(expert, minlength=n_experts).tolist()
     gathered = x.index_select(0, token)                                  # expert blocks, one after another
     acc = _combine_dtype(x.dtype)
     y = torch.zeros(n, d, dtype=acc, device=x.device)
@@ -455,8 +692,9 @@ def dispatch(x: torch.Tensor, routing: Routing, experts: Sequence[nn.Module]) ->
         if count == 0:
             continue
         rows = slice(start, start + count)
-        out = experts[e](gathered[rows]).to(acc)
-        y.index_add_(0, token[rows], out * weight[rows, None].to(acc))
+        out = run(e, gathered[rows]).to(acc)
+        w = weight[rows, None].to(acc)
+        y.index_add_(0, token[rows], out.mul_(w) if inplace else out * w)
         start += count
     return y.to(x.dtype)
 
@@ -575,29 +813,51 @@ class RoutingLog:
 # --------------------------------------------------------------------------- accounting
 @dataclass
 class MoECost:
-    """Parameters and forward FLOPs per token of one MoE layer (router + experts)."""
+    """Parameters and forward FLOPs per token of one MoE layer (router + experts).
+
+    ``expert_total_params`` / ``expert_active_params``: the same without the router (and the noise
+    router), the part that granularity and shared experts leave unchanged for the active count.
+    """
 
     total_params: int
     active_params: int
     flops_per_token: int
+    expert_total_params: int = 0
+    expert_active_params: int = 0
 
 
 def moe_layer_cost(d_model: int, n_experts: int, top_k: int, d_ff: int | None = None, *, gated: bool = True,
-                   bias: bool = False) -> MoECost:
-    """Total vs active parameters and forward FLOPs per token of an MoE layer.
+                   bias: bool = False, granularity: int = 1, n_shared: int = 0, noisy: bool = False) -> MoECost:
+    """Total vs active parameters and forward FLOPs per token of an MoE layer (as ``MoE`` builds it).
 
-    total = E · expert + router (d·E); active = k · expert + router;
+    Plain layer: total = E · expert + router (d·E); active = k · expert + router;
     FLOPs/token = 2·d·E (router) + k · (6 d d_ff gated, 4 d d_ff dense). Biases and softmax ignored in FLOPs.
+    With ``granularity=m`` and ``n_shared=s`` (DeepSeekMoE): ``m·E − s`` routed experts of width
+    ``d_ff/m``, ``m·k − s`` of them per token, plus one shared FFN of width ``s·d_ff/m``; the router has
+    ``m·E − s`` rows (twice as many with ``noisy``).
     """
     validate.positive_int("d_model", d_model)
     validate.positive_int("n_experts", n_experts)
     validate.int_in_range("top_k", top_k, 1, n_experts)
+    m = validate.positive_int("granularity", granularity)
+    s = validate.non_negative_int("n_shared", n_shared)
+    if s >= m * n_experts or s >= m * top_k:
+        raise ValueError(f"n_shared={s} must leave routed experts: at most {min(m * n_experts, m * top_k) - 1} "
+                         f"for granularity={m}, n_experts={n_experts}, top_k={top_k}")
     if d_ff is None:
         d_ff = matched_gated_width(d_model) if gated else 4 * d_model
-    expert = ffn_param_count(d_model, d_ff, gated=gated, bias=bias)
-    router = d_model * n_experts
-    flops = 2 * d_model * n_experts + top_k * 2 * (3 if gated else 2) * d_model * d_ff
-    return MoECost(n_experts * expert + router, top_k * expert + router, flops)
+    validate.positive_int("d_ff", d_ff)
+    if d_ff % m:
+        raise ValueError(f"d_ff must be divisible by granularity={m}, got d_ff={d_ff}")
+    width = d_ff // m
+    routed, routed_k = m * n_experts - s, m * top_k - s
+    expert = ffn_param_count(d_model, width, gated=gated, bias=bias)
+    shared = ffn_param_count(d_model, s * width, gated=gated, bias=bias) if s else 0
+    router = d_model * routed * (2 if noisy else 1)
+    flops_expert = 2 * (3 if gated else 2) * d_model * width
+    flops = 2 * d_model * routed + (routed_k + s) * flops_expert
+    experts_total, experts_active = routed * expert + shared, routed_k * expert + shared
+    return MoECost(experts_total + router, experts_active + router, flops, experts_total, experts_active)
 
 
 def moe_model_params(*, vocab_size: int, d_model: int, n_layers: int, d_ff: int, n_experts: int, top_k: int,

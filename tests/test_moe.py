@@ -3,9 +3,11 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers.ffn import FFN
-from helpers.moe import (MoE, MoEStats, Routing, RoutingLog, arrival_rank, dispatch, expert_capacity,
+from helpers.moe import (MoE, MoEStats, Routing, RoutingLog, arrival_rank, bias_update_step, biased_top_k, dispatch,
+                         expert_capacity, update_selection_biases,
                          load_balancing_loss, load_entropy, load_max_over_mean, mixtral_balance_loss, moe_aux_loss,
                          moe_forward_loop, moe_layer_cost, moe_model_params, router_entropy, router_z_loss,
                          top_k_routing)
@@ -372,3 +374,193 @@ def test_benchmark_returns_ratios_and_restores_threads():
     assert "loop/dense" in format_moe_benchmark(result) and "MoE/dense-in-blocks" in format_moe_benchmark(result)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
         run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
+
+
+# ---------------------------------------------------------------- the inference path (padded, cached, in place)
+@pytest.mark.parametrize("variant, d_ff, bias", [("swiglu", 682 // 8, False), ("gelu", 20, True), ("relu", 16, False),
+                                                 ("glu", 10, True), ("bilinear", 7, False)])
+def test_inference_path_equals_autograd_path(variant, d_ff, bias):
+    moe = make(d=16, e=5, k=2, d_ff=d_ff, variant=variant, bias=bias, capacity_factor=1.0)
+    x = torch.randn(40, 16)
+    y_grad, _ = moe(x)                                   # parameters require grad: the autograd path
+    with torch.no_grad():
+        y_fast, _ = moe(x)                               # padded weights, activation in place
+    torch.testing.assert_close(y_fast, y_grad.detach(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(y_fast, moe_forward_loop(moe, x).detach(), atol=1e-6, rtol=1e-6)
+
+
+def test_inference_cache_follows_weight_changes():
+    moe = make(d=16, e=3, k=1, d_ff=10)
+    x = torch.randn(12, 16)
+    with torch.no_grad():
+        before = moe(x)[0]
+        for p in moe.experts.parameters():
+            p.mul_(2.0)                                  # an in-place update (like an optimizer step)
+        after = moe(x)[0]
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, moe_forward_loop(moe, x).detach(), atol=1e-6, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- today's configurations
+def test_fine_grained_at_m1_is_the_plain_layer():
+    torch.manual_seed(3)
+    plain = MoE(16, 4, 2, d_ff=24).eval()
+    torch.manual_seed(3)
+    fine = MoE(16, 4, 2, d_ff=24, granularity=1, n_shared=0).eval()
+    x = torch.randn(30, 16)
+    assert torch.equal(plain(x)[0], fine(x)[0])
+    assert [n for n, _ in plain.named_parameters()] == [n for n, _ in fine.named_parameters()]
+
+
+def test_fine_grained_counts_and_accounting():
+    moe = MoE(16, 4, 2, d_ff=24, granularity=4, n_shared=2)
+    assert (moe.n_experts, moe.top_k, moe.d_ff, moe.n_shared) == (14, 6, 6, 2)
+    assert moe.n_total_experts == 16 and moe.active_experts == 8
+    assert moe.shared.d_ff == 12 and moe.router.weight.shape == (14, 16)
+    plain = moe_layer_cost(16, 4, 2, 24)
+    fine = moe_layer_cost(16, 4, 2, 24, granularity=4, n_shared=2)
+    assert fine.total_params == sum(p.numel() for p in moe.parameters())
+    # the experts' active parameters and FLOPs are unchanged; only the router grows
+    assert fine.active_params - 16 * 14 == plain.active_params - 16 * 4
+    assert fine.flops_per_token - 2 * 16 * 14 == plain.flops_per_token - 2 * 16 * 4
+    assert fine.expert_active_params == plain.expert_active_params == 2 * 3 * 16 * 24
+
+
+def test_shared_experts_add_their_output_to_every_token():
+    moe = make(d=16, e=4, k=2, d_ff=24, granularity=2, n_shared=1)
+    x = torch.randn(25, 16)
+    y, stats = moe(x)
+    r = moe.route(x)
+    expected = explicit_output(moe, x, r) + moe.shared(x)
+    torch.testing.assert_close(y, expected, atol=1e-6, rtol=1e-6)
+    assert int(stats.tokens_per_expert.sum()) == 25 * moe.top_k        # the router only counts routed slots
+
+
+def test_selection_bias_changes_choice_not_weights():
+    moe = make(d=16, e=4, k=2, d_ff=24)
+    x = torch.randn(50, 16)
+    plain = moe.route(x)
+    with torch.no_grad():
+        moe.selection_bias.copy_(torch.tensor([0.0, 0.0, 0.0, 10.0]))   # expert 3 is always chosen
+    biased = moe.route(x)
+    assert (biased.expert_index == 3).any(1).all()
+    torch.testing.assert_close(biased.probs, plain.probs)                 # scores unchanged
+    chosen = plain.probs.gather(1, biased.expert_index)                   # weights: unbiased probs, renormalised
+    torch.testing.assert_close(biased.weight, chosen / chosen.sum(1, keepdim=True))
+    y, _ = moe(x)
+    torch.testing.assert_close(y, explicit_output(moe, x, biased), atol=1e-6, rtol=1e-6)
+
+
+def test_bias_update_rule_and_method():
+    bias = torch.zeros(4)
+    load = torch.tensor([10, 2, 4, 4])                                   # mean 5
+    assert bias_update_step(bias, load, 0.1).tolist() == pytest.approx([-0.1, 0.1, 0.1, 0.1])
+    assert bias_update_step(bias, torch.tensor([5, 5, 5, 5]), 0.1).tolist() == [0.0] * 4
+    moe = make(d=16, e=4, k=1, d_ff=8, bias_update=0.05).train()
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[1, 0] = 5.0
+    x = torch.randn(40, 16)
+    x[:, 0] = 1.0                                                         # everyone prefers expert 1
+    moe(x)
+    load = moe.update_selection_bias()
+    assert load.tolist() == [0, 40, 0, 0]
+    assert moe.selection_bias.tolist() == pytest.approx([0.05, -0.05, 0.05, 0.05])
+    assert moe.update_selection_bias() is None                            # nothing seen since
+    plain = make(d=16, e=4, k=1, d_ff=8).train()
+    plain(x)
+    assert plain.update_selection_bias() is None and not plain.selection_bias.any()
+
+
+def test_bias_balancing_in_training_evens_the_load():
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1)
+    model = TinyGPT(cfg, ffn_factory=lambda layer: MoE(16, 4, 1, d_ff=16, balance_coef=0.0, z_coef=0.0,
+                                                       bias_update=0.05))
+    with torch.no_grad():
+        model.blocks[0].ffn.router.weight[2] += 3.0 * model.blocks[0].ffn.router.weight[2].sign()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 11, (24, 6), generator=g)
+    targets = torch.roll(ids, -1, 1)
+    log = RoutingLog()
+
+    def on_step(step, m, loss):
+        log(step, m, loss)
+        update_selection_biases(m)
+
+    train_lm(model, ids, targets, steps=40, lr=1e-3, on_step=on_step, progress=False)
+    mom = log.max_over_mean()[:, 0]
+    assert mom[-5:].mean() < mom[:5].mean()
+    assert model.blocks[0].ffn.selection_bias.abs().sum() > 0
+
+
+def test_sigmoid_scores_normalised_over_the_chosen():
+    moe = make(d=16, e=6, k=3, d_ff=8, score="sigmoid")
+    x = torch.randn(20, 16)
+    r = moe.route(x)
+    aff = torch.sigmoid(r.logits)
+    assert torch.equal(r.expert_index, aff.topk(3, -1).indices)
+    chosen = aff.gather(1, r.expert_index)
+    torch.testing.assert_close(r.weight, chosen / chosen.sum(1, keepdim=True))
+    torch.testing.assert_close(r.probs, aff / aff.sum(1, keepdim=True))
+    y, _ = moe(x)
+    torch.testing.assert_close(y, explicit_output(moe, x, r), atol=1e-6, rtol=1e-6)
+
+
+def test_noisy_gating_formula_and_eval_equals_plain():
+    torch.manual_seed(5)
+    plain = MoE(16, 4, 2, d_ff=8).eval()
+    torch.manual_seed(5)
+    noisy = MoE(16, 4, 2, d_ff=8, noisy=True).eval()
+    assert not noisy.noise.weight.any()                                   # W_noise starts at zero (Shazeer 2017)
+    x = torch.randn(30, 16)
+    assert torch.equal(plain(x)[0], noisy(x)[0])                          # eval: no noise
+    noisy.train()
+    with torch.no_grad():
+        noisy.noise.weight.normal_()
+    torch.manual_seed(9)
+    logits = noisy.router_logits(x)
+    torch.manual_seed(9)
+    eps = torch.randn(30, 4)
+    expected = x @ noisy.router.weight.t() + eps * F.softplus(x @ noisy.noise.weight.t())
+    torch.testing.assert_close(logits, expected)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_shared": 8}, r"n_shared=8 leaves no routed expert: .* 2 · 4 = 8 experts in total, so n_shared must be at most 7"),
+    ({"n_shared": 5}, r"n_shared=5 leaves the router nothing to choose: .* so n_shared must be at most 3"),
+    ({"n_shared": -1}, "n_shared must be a non-negative int, got -1"),
+    ({"granularity": 0}, "granularity must be a positive int, got 0"),
+    ({"d_ff": 25}, "d_ff must be divisible by granularity=2"),
+    ({"bias_update": -0.01}, "bias_update must be a non-negative number, got -0.01"),
+    ({"score": "tanh"}, "score must be one of"),
+])
+def test_impossible_configurations(kwargs, match):
+    args = {"d_ff": 24, "granularity": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        MoE(8, 4, 2, **args)
+
+
+def test_top_k_above_routed_and_noisy_type():
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 4\], got 5"):
+        MoE(8, 4, 5, granularity=2, d_ff=8)
+    with pytest.raises(TypeError, match="noisy must be a bool"):
+        MoE(8, 4, 1, noisy=1)
+    with pytest.raises(ValueError, match=r"bias must be a tensor of shape \(4,\)"):
+        biased_top_k(torch.rand(3, 4), torch.zeros(3), 1)
+
+
+def test_benchmark_mixtral_column_is_skipped_with_a_note_or_agrees():
+    from helpers.benchmark_moe import format_moe_benchmark, mixtral_block, run_moe_benchmark
+    result = run_moe_benchmark(n_tokens=32, d_model=8, top_k=2, experts=(4,), repeats=1, warmup=0)
+    assert result["clock"] == "cpu"
+    text = format_moe_benchmark(result)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        assert result["mixtral"] == 0.0 and "MoE/Mixtral: skipped (transformers is not installed" in text
+        assert mixtral_block(MoE(8, 4, 2)) is None
+    else:
+        assert result["mixtral"] == 1.0 and result["E=4 Mixtral max |diff|"] <= 1e-5
+    with pytest.raises(ValueError, match="clock must be one of"):
+        run_moe_benchmark(n_tokens=8, d_model=8, experts=(2,), repeats=1, clock="gpu")
