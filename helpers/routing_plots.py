@@ -53,10 +53,10 @@ def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | Non
 
 
 def plot_heatmap(ax: Axes, matrix: torch.Tensor, *, xlabel: str, ylabel: str, title: str | None = None,
-                 yticklabels: Sequence[str] | None = None, colorbar_label: str = "share of tokens",
+                 yticklabels: Sequence[str] | None = None, xticklabels: Sequence[str] | None = None, colorbar_label: str = "share of tokens",
                  vmin: float | None = 0.0, vmax: float | None = None, annotate: bool = False, cmap: str = "viridis",
                  aspect: str = "auto") -> Axes:
-    """A labelled heat map of a 2-D tensor (rows on the y axis), with a colour bar."""
+    """A labelled heat map of a 2-D tensor ``(rows, columns)`` (rows on the y axis), with a colour bar."""
     m = torch.as_tensor(matrix).double()
     if m.dim() != 2:
         raise ValueError(f"matrix must be 2-D, got shape {tuple(m.shape)}")
@@ -65,7 +65,10 @@ def plot_heatmap(ax: Axes, matrix: torch.Tensor, *, xlabel: str, ylabel: str, ti
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(False)
-    if m.shape[1] <= 32:
+    if xticklabels is not None:
+        ax.set_xticks(range(len(xticklabels)))
+        ax.set_xticklabels(xticklabels)
+    elif m.shape[1] <= 32:
         ax.set_xticks(range(m.shape[1]))
     if yticklabels is not None:
         ax.set_yticks(range(len(yticklabels)))
@@ -88,39 +91,76 @@ def load_shares(counts: torch.Tensor) -> torch.Tensor:
     return counts / counts.sum(-1, keepdim=True).clamp_min(1)
 
 
-def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequence[int] = (0,)) -> Figure:
+def experts_by_load(counts: torch.Tensor) -> torch.Tensor:
+    """``(E,)`` long: expert ids ordered from the busiest to the least busy (ties: lower id first).
+
+    ``counts``: ``(..., E)`` loads; leading dimensions (steps, tokens, ...) are summed first.
+    Which id an expert ends up with after training is an accident of the run, so plots that
+    compare runs show experts in this order.
+    """
+    counts = torch.as_tensor(counts).double()
+    if counts.dim() == 0:
+        raise ValueError("counts must have at least 1 dimension (experts), got a scalar")
+    total = counts.reshape(-1, counts.shape[-1]).sum(0)
+    return torch.sort(-total, stable=True).indices
+
+
+def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequence[int] = (0,),
+                                 sort_experts: bool = False) -> Figure:
     """Heat maps, one column per run and one row per layer: training step × expert, colour = share of the
-    step's tokens that went to the expert (one colour scale for all panels)."""
+    step's tokens that went to the expert (one colour scale for all panels).
+
+    With ``sort_experts`` each panel shows its experts busiest first (by load summed over training), so
+    panels of different runs, whose expert ids mean nothing to each other, compare by rank.
+    """
     fig, axes = plt.subplots(len(layers), len(logs), figsize=(4.6 * len(logs), 3.4 * len(layers)), squeeze=False)
     top = max(float(load_shares(log.counts[:, layer]).max()) for log in logs.values() for layer in layers)
     for row, layer in enumerate(layers):
         for ax, (name, log) in zip(axes[row], logs.items()):
             shares = load_shares(log.counts[:, layer])              # (steps, E)
-            plot_heatmap(ax, shares, xlabel="expert", ylabel="training step", title=f"{name}: layer {layer}",
-                         vmax=top)
+            xlabel = "expert"
+            if sort_experts:
+                shares = shares[:, experts_by_load(log.counts[:, layer])]
+                xlabel = "experts, busiest first"
+            plot_heatmap(ax, shares, xlabel=xlabel, ylabel="training step", title=f"{name}: layer {layer}",
+                         vmax=top, xticklabels=[str(i + 1) for i in range(shares.shape[1])] if sort_experts else None)
     fig.suptitle("Share of each step's tokens that every expert receives (even split = 1/E)")
     fig.tight_layout()
     return fig
 
 
-def load_curves_figure(logs: Mapping[str, RoutingLog]) -> Figure:
+def _as_runs(value: RoutingLog | Sequence[RoutingLog]) -> list[RoutingLog]:
+    return [value] if isinstance(value, RoutingLog) else list(value)
+
+
+def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) -> Figure:
     """Two panels over training: busiest expert's load / mean load, and the normalised load entropy.
 
-    One line per run and layer (solid: layer 0, dashed: layer 1, ...).
+    One line per run and layer (solid: layer 0, dashed: layer 1, ...). A run given as several logs
+    (seeds) is drawn as their mean, with a band from the lowest to the highest seed.
     """
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     styles = ["-", "--", ":", "-."]
-    for color, (name, log) in zip(PALETTE, logs.items()):
-        mom, ent = log.max_over_mean(), log.load_entropy()
-        for layer in range(mom.shape[1]):
-            label = f"{name}, layer {layer}"
-            left.plot(mom[:, layer].numpy(), styles[layer % 4], color=color, label=label, lw=1.6)
-            right.plot(ent[:, layer].numpy(), styles[layer % 4], color=color, label=label, lw=1.6)
+    n_experts = 0
+    for color, (name, value) in zip(PALETTE, logs.items()):
+        runs = _as_runs(value)
+        mom = torch.stack([log.max_over_mean() for log in runs])          # (seeds, steps, layers)
+        ent = torch.stack([log.load_entropy() for log in runs])
+        n_experts = max(n_experts, runs[0].counts.shape[-1])
+        steps = torch.arange(mom.shape[1]).numpy()
+        suffix = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
+        for layer in range(mom.shape[2]):
+            label = f"{name}, layer {layer}{suffix}"
+            for ax, values in ((left, mom[:, :, layer]), (right, ent[:, :, layer])):
+                ax.plot(steps, values.mean(0).numpy(), styles[layer % 4], color=color, label=label, lw=1.6)
+                if len(runs) > 1:
+                    ax.fill_between(steps, values.min(0).values.numpy(), values.max(0).values.numpy(),
+                                    color=color, alpha=0.15, lw=0)
     left.axhline(1.0, color="0.5", lw=0.8)
     right.axhline(1.0, color="0.5", lw=0.8)
     left.set_xlabel("training step")
     left.set_ylabel("max load / mean load")
-    left.set_title("Busiest expert (1 = even, 8 = collapse on one)")
+    left.set_title(f"Busiest expert (1 = even, {n_experts} = collapse on one)")
     right.set_xlabel("training step")
     right.set_ylabel("entropy of the load / log E")
     right.set_title("Load entropy (1 = even, 0 = one expert)")
