@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.exercises import engine
 from helpers.exercises.engine import (DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED,
                                       TIME_LIMIT_ENV, VERDICT_LOG_ENV, Case, Exercise, Result, compare, parse_line)
 
@@ -310,17 +311,37 @@ def test_a_hanging_function_is_stopped_with_a_clear_message():
     ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.3)
     result, seconds = _timed(ex, hang)
     assert result.status == FAILED and result.reason == "timeout" and seconds < 2.5, (seconds, result)
-    assert result.message.startswith("time limit: your function took more than 0.3 s")
+    assert result.message.startswith("time limit: your function ") and "0.3 s of computing time" in result.message
     assert ex.evaluate(square).status == PASSED  # the kernel is usable afterwards
 
 
-def test_a_slow_function_and_one_that_sleeps_are_stopped_too():
-    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.4)
+def _busy(seconds):
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
 
-    def slow(x):  # fast enough per case, too slow in total: the limit covers the whole check
+
+def test_the_limit_counts_computing_time_over_the_whole_check(monkeypatch):
+    monkeypatch.setattr(engine, "WALL_FACTOR", 1000.0)  # a busy test machine must not hit the wall-time limit
+    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.2)
+    budget = 0.2 * torch.get_num_threads()  # CPU seconds: the limit for each thread torch may use
+
+    def slow(x):  # fast enough per case, too slow in total
+        _busy(0.6 * budget)
+        return x * x
+    result = ex.evaluate(slow)
+    assert result.reason == "timeout" and "took more than 0.2 s of computing time" in result.message
+    assert "(1 of 2 finished)" in result.message
+
+
+def test_a_function_that_sleeps_or_waits_is_stopped_by_wall_time():
+    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.1)
+
+    def sleepy(x):  # no computing at all: the wall-time limit (3 × 0.1 s) stops it
         time.sleep(0.25)
         return x * x
-    assert _timed(ex, slow)[0].reason == "timeout"
+    result, seconds = _timed(ex, sleepy)
+    assert result.reason == "timeout" and "ran for more than 0.3 s of wall time" in result.message, result.message
 
     def catches_exception(x):
         while True:
@@ -340,11 +361,11 @@ def test_time_limit_from_the_environment(monkeypatch):
     own = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.2)
     assert "0.2 s" in own.evaluate(hang).message  # an exercise's own limit wins
 
-    def sleepy(x):
-        time.sleep(0.4)
+    def slow(x):
+        _busy(0.4 * torch.get_num_threads())
         return x * x
     monkeypatch.setenv(TIME_LIMIT_ENV, "0")  # no limit at all
-    assert ex.evaluate(sleepy).status == PASSED
+    assert ex.evaluate(slow).status == PASSED
     monkeypatch.setenv(TIME_LIMIT_ENV, "not a number")
     assert ex._effective_time_limit() == DEFAULT_TIME_LIMIT
     assert Exercise("x", square, EX.cases, time_limit=0).evaluate(square).status == PASSED
@@ -389,10 +410,11 @@ def test_no_limit_and_no_crash_outside_the_main_thread():
     ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.1)
     results = []
 
-    def sleepy(x):
-        time.sleep(0.15)
+    def slow(x):
+        time.sleep(0.4)  # beyond the wall-time limit of 3 × 0.1 s
+        _busy(0.15 * torch.get_num_threads())  # beyond the computing-time limit
         return x * x
-    thread = threading.Thread(target=lambda: results.append(ex.evaluate(sleepy)))
+    thread = threading.Thread(target=lambda: results.append(ex.evaluate(slow)))
     thread.start()
     thread.join()
     assert results[0].status == PASSED  # signals only work in the main thread: no limit there

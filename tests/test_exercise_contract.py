@@ -9,20 +9,28 @@ without touching this file. For each exercise:
   "not attempted";
 * there are at least 3 listed mistakes and each one fails with ``Likely mistake: <its hint>``;
 * ``check`` prints exactly one line (with the right icon) for a stub, the reference and a mistake;
-* ``evaluate`` never raises, whatever the learner hands it.
+* ``evaluate`` never raises, whatever the learner hands it;
+* the title reads ``Exercise N (short name)`` and its verdict line parses back; ``kind`` is build or investigate;
+* a hanging function gets a time-limit verdict within the limit (and the kernel's alarm is left clean);
+* a function that returns ``None`` on one case only is "incomplete", not "not attempted";
+* integer results print exactly when they differ (no ``4.72346e+06``);
+* the reference passes with autograd disabled in the kernel (``torch.set_grad_enabled(False)``, inference mode).
 
 Each notebook's own file (``tests/test_exercises_NN.py``) keeps what is specific to it:
 unlisted wrong answers, particular messages, other correct forms and the like.
 """
 import importlib
 import pkgutil
+import re
+import signal
+import time
 
 import pytest
 import torch
 from torch import nn
 
 from helpers import exercises
-from helpers.exercises.engine import FAILED, ICONS, NOT_ATTEMPTED, PASSED, Exercise, compare
+from helpers.exercises.engine import FAILED, ICONS, KINDS, NOT_ATTEMPTED, PASSED, Exercise, compare, parse_line
 
 MIN_EXERCISES_PER_MODULE = 4
 MIN_CASES = 4
@@ -167,3 +175,112 @@ def test_evaluate_never_raises_on_hostile_input(ex, bad):
         assert "raised RuntimeError" in result.message, result.message
     if bad is HOSTILE["raises_ZeroDivisionError"]:
         assert "ZeroDivisionError" in result.message, result.message
+
+
+TITLE_RE = re.compile(r"^Exercise \d+[a-z]? \(.+\)$")
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_title_kind_and_line_format(ex):
+    assert TITLE_RE.match(ex.title) and ": " not in ex.title, f"title should read 'Exercise N (short name)': {ex.title!r}"
+    assert ex.kind in KINDS
+    for fn in (stub, ex.reference, ex.mistakes[0][1]):
+        line = ex.evaluate(fn).line()
+        assert "\n" not in line and parse_line(line)[1] == ex.title, line
+
+
+def _hang(*args, **kwargs):
+    while True:
+        pass
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_a_hanging_function_is_stopped_within_the_time_limit(ex, monkeypatch):
+    limit = 0.5
+    monkeypatch.setattr(ex, "time_limit", limit)
+    start = time.monotonic()
+    result = ex.evaluate(_hang)
+    seconds = time.monotonic() - start
+    assert result.status == FAILED and result.message.startswith("time limit: your function "), result.message
+    assert f"{limit:g} s of computing time" in result.message, result.message
+    assert seconds < 3 * limit + 5, seconds  # the wall-time backstop, plus building the hidden cases
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0 and signal.getsignal(signal.SIGALRM) in (
+        signal.SIG_DFL, signal.default_int_handler, None)
+
+
+def _none_on_call(ex, which):
+    """A function right on every case except the call number ``which`` (0-based), where it returns None."""
+    calls = []
+
+    def answer(*args, **kwargs):
+        calls.append(1)
+        return None if len(calls) - 1 == which else ex.reference(*args, **kwargs)
+    return answer
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_none_on_one_case_only_is_incomplete(ex):
+    n_cases = len(ex.cases())
+    for which in (n_cases - 1, 0):
+        result = ex.evaluate(_none_on_call(ex, which))
+        assert result.status == FAILED and result.message.startswith("incomplete: your function returned None on "), \
+            result.message
+
+
+def _bump_first_int(value):
+    """``(copy with its first integer leaf + 1, that leaf)``, or ``None`` when ``value`` holds no integer."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value + 1, value
+    if isinstance(value, torch.Tensor) and value.numel() and not value.is_floating_point() \
+            and value.dtype != torch.bool and not value.is_complex():
+        bumped = value.clone()
+        bumped.view(-1)[0] += 1
+        return bumped, int(value.view(-1)[0])
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            found = _bump_first_int(item)
+            if found:
+                items = list(value)
+                items[i] = found[0]
+                return type(value)(items) if isinstance(value, list) else tuple(items), found[1]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _bump_first_int(item)
+            if found:
+                return {**value, key: found[0]}, found[1]
+    return None
+
+
+def _first_case_output(ex):
+    case = ex.cases()[0]
+    return ex.reference(*case.args, **case.kwargs)
+
+
+INTEGER_EXERCISES = [(name, ex) for name, ex in DISCOVERED if _bump_first_int(_first_case_output(ex))]
+
+
+@pytest.mark.parametrize("ex", [ex for _, ex in INTEGER_EXERCISES], ids=[name for name, _ in INTEGER_EXERCISES])
+def test_integer_results_print_exactly(ex):
+    _, leaf = _bump_first_int(_first_case_output(ex))
+    result = ex.evaluate(lambda *args, **kwargs: _bump_first_int(ex.reference(*args, **kwargs))[0])
+    assert result.status == FAILED and f"expected {leaf}, got {leaf + 1}" in result.message, result.message
+
+
+def test_some_exercises_have_integer_results():
+    assert len(INTEGER_EXERCISES) >= 3, "the integer check above would be empty"
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_the_reference_passes_with_autograd_disabled_in_the_kernel(ex):
+    torch.set_grad_enabled(False)
+    try:
+        result = ex.evaluate(ex.reference)
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    assert result.status == PASSED, result.message
+    with torch.inference_mode():
+        result = ex.evaluate(ex.reference)
+    assert result.status == PASSED, result.message

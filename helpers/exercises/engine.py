@@ -27,9 +27,13 @@ Guarantees, whatever state the learner's kernel is in:
   default dtype; the global random generators (torch, NumPy, ``random``) are
   left as they were, so checking never shifts the numbers later cells print;
 * the learner's calls share a time limit per check (``time_limit``, default
-  ``DEFAULT_TIME_LIMIT`` seconds, or the environment variable ``FFN_CHECK_TIMEOUT``;
-  ``0`` means none), enforced with ``SIGALRM`` in the main thread on Linux and
-  macOS (Jupyter, Colab); elsewhere (Windows, other threads) there is no limit.
+  ``DEFAULT_TIME_LIMIT`` seconds of computing time, or the environment variable
+  ``FFN_CHECK_TIMEOUT``; ``0`` means none). It counts the process's CPU time, per
+  torch thread, so a busy machine does not make a correct answer "too slow", and a
+  function that sleeps or waits is stopped after ``WALL_FACTOR`` times the limit in
+  wall time. It is enforced with ``SIGPROF``/``SIGALRM`` timers in the main thread on
+  Linux and macOS (Jupyter, Colab); elsewhere (Windows, other threads) there is no
+  limit. A torch operation is not interrupted midway: the stop comes when it returns.
 
 Tolerances follow the dtype the task works in: unless an exercise sets ``atol`` and
 ``rtol``, a float64 reference is compared tightly and a float32 one loosely
@@ -380,42 +384,55 @@ def _alarm_available() -> bool:
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
 
-class _TimeLimit:
-    """Context manager: raise ``CheckTimeout`` in this (main) thread after ``seconds`` of wall time.
+#: How much longer than the computing-time limit a function may take in wall time (sleeping, waiting).
+WALL_FACTOR = 3.0
 
-    Restores the previous ``SIGALRM`` handler and what was left of a previous timer. Does nothing
-    when ``seconds`` is ``None``/``<= 0`` or when signals cannot be used here.
+
+def _cpu_budget(limit: float) -> float:
+    """Process CPU seconds allowed: the limit for each thread torch computes with (a parallel op adds up)."""
+    return limit * max(1, torch.get_num_threads())
+
+
+class _TimeLimit:
+    """Context manager: raise ``CheckTimeout`` in this (main) thread once the code inside has used
+    ``cpu_seconds`` of process CPU time (``ITIMER_PROF``/``SIGPROF``: a busy machine does not count
+    against the learner) or ``wall_seconds`` of wall time (``ITIMER_REAL``/``SIGALRM``: a function that
+    sleeps or waits). Restores the previous handlers and what was left of previous timers. Does
+    nothing when a limit is ``None``/``<= 0`` or when signals cannot be used here.
     """
 
     _REPEAT = 0.05
+    _TIMERS = (("cpu", "ITIMER_PROF", "SIGPROF"), ("wall", "ITIMER_REAL", "SIGALRM"))
 
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-        self.active = bool(seconds and seconds > 0 and _alarm_available())
+    def __init__(self, cpu_seconds: float | None, wall_seconds: float | None = None) -> None:
+        wanted = {"cpu": cpu_seconds, "wall": wall_seconds}
+        self.timers = [(name, getattr(signal, timer), getattr(signal, signum), wanted[name])
+                       for name, timer, signum in self._TIMERS
+                       if wanted[name] and wanted[name] > 0 and hasattr(signal, timer) and hasattr(signal, signum)]
+        self.active = bool(self.timers) and _alarm_available()
         self._armed = False
-        self.fired = False
-        self._previous_handler: Any = None
-        self._previous_timer = (0.0, 0.0)
-        self._started = 0.0
+        self.fired: str | None = None  # "cpu" or "wall": which limit ended the code
+        self._previous: list[tuple[Any, tuple[float, float]]] = []
+        self._started = self._started_cpu = 0.0
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
         # never inside our own clean-up (it would leave the alarm armed); the alarm repeats until disarmed
         if self._armed and (frame is None or frame.f_code not in _CLEANUP_CODE):
-            self.fired = True
+            self.fired = "cpu" if signum == getattr(signal, "SIGPROF", None) else "wall"
             raise CheckTimeout
 
     def __enter__(self) -> _TimeLimit:
         if not self.active:
             return self
-        self._previous_handler = signal.signal(signal.SIGALRM, self._on_alarm)
-        self._started = time.monotonic()
+        self._started, self._started_cpu = time.monotonic(), time.process_time()
         self._armed = True
-        seconds = self.seconds
         try:
-            self._previous_timer = signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3), self._REPEAT)
-            if self._previous_timer[0] > 0:  # an earlier timer is due sooner: it is not ours to delay
-                seconds = min(seconds, self._previous_timer[0])
-                signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3), self._REPEAT)
+            for _, timer, signum, seconds in self.timers:
+                handler = signal.signal(signum, self._on_alarm)
+                previous_timer = signal.setitimer(timer, max(seconds, 1e-3), self._REPEAT)
+                self._previous.append((handler, previous_timer))
+                if 0 < previous_timer[0] < seconds:  # an earlier timer is due sooner: not ours to delay
+                    signal.setitimer(timer, max(previous_timer[0], 1e-3), self._REPEAT)
         except CheckTimeout:
             self._restore()
             raise
@@ -429,15 +446,16 @@ class _TimeLimit:
         while True:  # an alarm landing in here is swallowed and the restore retried: never leave it armed
             try:
                 self._armed = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                previous = self._previous_handler
-                signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
-                left, interval = self._previous_timer
-                if left > 0:
-                    left -= time.monotonic() - self._started
-                    if self.fired and isinstance(getattr(previous, "__self__", None), _TimeLimit):
-                        left = 0  # an enclosing check's limit: a timeout here ends that whole check
-                    signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), interval)
+                for (_, timer, signum, _), (previous, (left, interval)) in zip(self.timers, self._previous):
+                    signal.setitimer(timer, 0)
+                    signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+                    if left > 0:
+                        left -= (time.monotonic() - self._started if timer == signal.ITIMER_REAL
+                                 else time.process_time() - self._started_cpu)
+                        if self.fired and isinstance(getattr(previous, "__self__", None), _TimeLimit):
+                            left = 0  # an enclosing check's limit: a timeout here ends that whole check
+                        signal.setitimer(timer, max(left, 1e-3), interval)
+                self._previous = []
                 return
             except CheckTimeout:
                 continue
@@ -512,7 +530,8 @@ def _guard_evaluate(method: Callable[..., Result]) -> Callable[..., Result]:
                 return method(self, fn, *args, **kwargs)
             limit = self._effective_time_limit()
             try:
-                with _checking_state(), _TimeLimit(3 * limit if limit else None):
+                cpu, wall = (_cpu_budget(3 * limit), WALL_FACTOR * 3 * limit) if limit else (None, None)
+                with _checking_state(), _TimeLimit(cpu, wall):
                     return method(self, fn, *args, **kwargs)
             except CheckTimeout:
                 return getattr(_depth, "timeout", None) or self._timeout_result(limit)
@@ -639,20 +658,22 @@ class Exercise:
                 return hint
         return None
 
-    def _timeout_result(self, limit: float | None, case: Case | None = None, done: int = 0,
-                        total: int = 0) -> Result:
-        result = self._timeout_message(limit, case, done, total)
+    def _timeout_result(self, limit: float | None, case: Case | None = None, done: int = 0, total: int = 0,
+                        which: str | None = "cpu") -> Result:
+        seconds = f"{limit:g} s" if limit else "the time limit"
+        if which == "wall" and limit:
+            took = (f"ran for more than {WALL_FACTOR * limit:g} s of wall time (waiting, or on a busy machine; "
+                    f"the limit is {seconds} of computing time)")
+        else:
+            took = f"took more than {seconds} of computing time"
+        where = f" and was stopped on {case.describe()} ({done} of {total} finished)" if case is not None else \
+            " and was stopped"
+        result = self._result(FAILED, f"time limit: your function {took} in total on the hidden cases{where}. "
+                                      f"Look for a loop that never ends, or a Python loop over single elements "
+                                      f"where one tensor operation would do.", "timeout")
         if getattr(_depth, "timeout", None) is None:
             _depth.timeout = result
         return result
-
-    def _timeout_message(self, limit: float | None, case: Case | None, done: int, total: int) -> Result:
-        seconds = f"{limit:g} s" if limit else "the time limit"
-        where = f" and was stopped on {case.describe()} ({done} of {total} finished)" if case is not None else \
-            " and was stopped"
-        return self._result(FAILED, f"time limit: your function took more than {seconds} in total on the hidden "
-                                    f"cases{where}. Look for a loop that never ends, or a Python loop over single "
-                                    f"elements where one tensor operation would do.", "timeout")
 
     def evaluate(self, fn: Any) -> Result:
         """Check ``fn`` against every hidden case and return the ``Result`` (never raises)."""
@@ -671,18 +692,22 @@ class Exercise:
     def _run(self, fn: Callable[..., Any], cases: list[Case]) -> list[_Outcome] | Result:
         """The learner's function on every case, within the time limit (a ``Result`` when it ends early)."""
         limit = self._effective_time_limit()
-        budget = limit if _alarm_available() else None  # no signals here (Windows, another thread): no limit
+        if limit is None or not _alarm_available():  # no signals here (Windows, another thread): no limit
+            cpu_left = wall_left = None
+        else:
+            cpu_left, wall_left = _cpu_budget(limit), WALL_FACTOR * limit
         outcomes: list[_Outcome] = []
         for i, case in enumerate(cases):
             args, kwargs = _fresh(case.args, case.kwargs)
-            if budget is not None and budget <= 0:
-                return self._timeout_result(limit, case, i, len(cases))
-            started = time.monotonic()
+            if cpu_left is not None and (cpu_left <= 0 or wall_left <= 0):
+                return self._timeout_result(limit, case, i, len(cases), "cpu" if cpu_left <= 0 else "wall")
+            started, started_cpu = time.monotonic(), time.process_time()
+            guard = _TimeLimit(cpu_left, wall_left)
             try:
-                with _TimeLimit(budget):
+                with guard:
                     value = fn(*args, **kwargs)
             except CheckTimeout:
-                return self._timeout_result(limit, case, i, len(cases))
+                return self._timeout_result(limit, case, i, len(cases), guard.fired)
             except NotImplementedError as err:
                 if i == 0:
                     return self._result(NOT_ATTEMPTED, "not attempted yet (replace `raise NotImplementedError` "
@@ -693,8 +718,9 @@ class Exercise:
             else:
                 outcomes.append(_Outcome(case, "none" if value is None else "value", value))
             finally:
-                if budget is not None:
-                    budget -= time.monotonic() - started
+                if cpu_left is not None:
+                    cpu_left -= time.process_time() - started_cpu
+                    wall_left -= time.monotonic() - started
         return outcomes
 
     def _evaluate(self, fn: Any) -> Result:
