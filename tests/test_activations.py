@@ -46,3 +46,22 @@ def test_unknown_activation_names_the_argument():
         get_activation("gleu")
     with pytest.raises(ValueError, match="beta must be a non-negative number, got -1"):
         swish(torch.zeros(1), -1.0)
+
+
+def _steps(gap: torch.Tensor, output: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """gap in units of one step of ``dtype`` at ``output`` (distance from |output| to the next larger number)."""
+    v = output.abs().to(dtype)
+    return gap / (torch.nextafter(v, torch.full_like(v, math.inf)) - v).double()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_hides_the_gelu_gap_only_for_positive_inputs(dtype):
+    """Notebook 01, section 3: below one step of the format for x > 0, many steps around x = -2.7."""
+    x = torch.linspace(-6, 6, 120_001, dtype=torch.float64).to(dtype).double()
+    exact, tanh = get_activation("gelu")(x), get_activation("gelu_tanh")(x)
+    steps = _steps((exact - tanh).abs(), exact, dtype)
+    assert steps[x > 0].max() < 1
+    assert steps[(x > -3) & (x < -2.5)].min() > 1
+    low = x.to(dtype)
+    differ = get_activation("gelu")(low) != get_activation("gelu_tanh")(low)
+    assert differ[x < 0].double().mean() > 0.5 > differ[x > 0].double().mean()

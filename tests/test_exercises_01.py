@@ -1,54 +1,281 @@
-"""Notebook 01's checkers: references checked independently, unlisted wrong answers, specific messages
+"""Notebook 01's checkers: references checked independently, hidden cases that cover every branch the task
+statements allow, unlisted wrong answers, other correct forms, specific messages
 (the generic contract for every checker is in test_exercise_contract.py).
 """
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from helpers import activations
-from helpers.exercises.engine import FAILED
-from helpers.exercises.nb01 import (EXERCISES, check_collapse, check_dead_fraction, check_gelu_derivative,
-                                  check_gelu_exact, check_gelu_tanh, check_swish)
+from helpers.exercises.engine import FAILED, PASSED
+from helpers.exercises.nb01 import (EXERCISES, _dead_after, _fit_beta, _fit_beta_gates, check_collapse, check_dead_after,
+                                    check_dead_fraction, check_fit_beta, check_gelu_tanh_derivative,
+                                    experiment_data)
+from helpers.ffn import FFN
 
 IDS = [ex.title for ex in EXERCISES]
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "01_activations.ipynb"
 
 
-# The course's own helpers are independent implementations: they must pass too.
-def test_course_helpers_pass_the_checkers():
-    assert check_gelu_exact.evaluate(activations.gelu).passed
-    assert check_gelu_tanh.evaluate(activations.gelu_tanh).passed
-    assert check_swish.evaluate(activations.swish).passed
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As in the notebooks (helpers.env.setup): one CPU thread, so small trainings stay fast on a busy machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
-def test_gelu_derivative_reference_matches_autograd():
-    x = torch.linspace(-5, 5, 201, dtype=torch.float64, requires_grad=True)
-    (grad,) = torch.autograd.grad(activations.gelu(x).sum(), x)
-    torch.testing.assert_close(check_gelu_derivative.reference(x.detach()), grad)
+def test_two_investigate_exercises_and_the_rest_build():
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "build", "investigate"]
+
+
+# ---------------------------------------------------------------- references, checked independently
+def test_collapse_reference_reproduces_the_stack_for_every_case():
+    for case in check_collapse.cases():
+        (layers,) = case.args
+        w, b = check_collapse.reference(layers)
+        x = torch.randn(10, layers[0][0].shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        y = x
+        for w_k, b_k in layers:
+            y = y @ w_k.T + b_k
+        torch.testing.assert_close(x @ w.T + b, y)
+
+
+def test_collapse_cases_cover_one_layer_square_and_changing_widths():
+    depths = [len(case.args[0]) for case in check_collapse.cases()]
+    assert 1 in depths and max(depths) >= 4
+    shapes = [tuple(w.shape) for case in check_collapse.cases() for w, _ in case.args[0]]
+    assert any(o == i for o, i in shapes) and any(o != i for o, i in shapes)
+
+
+def test_tanh_derivative_reference_matches_autograd():
+    x = torch.linspace(-12, 12, 2401, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(F.gelu(x, approximate="tanh").sum(), x)
+    torch.testing.assert_close(check_gelu_tanh_derivative.reference(x.detach()), grad, atol=1e-12, rtol=0)
+
+
+def test_fit_beta_reference_is_the_least_squares_minimum():
+    x = torch.linspace(-6, 6, 1201, dtype=torch.float64)
+    beta = _fit_beta(x)
+
+    def sse(b):
+        return ((x * torch.sigmoid(b * x) - F.gelu(x)) ** 2).sum().item()
+    assert sse(beta) < sse(beta - 1e-3) and sse(beta) < sse(beta + 1e-3)
+    assert beta == pytest.approx(1.780, abs=1e-3)        # not 1.702: that constant fits the gates, not GELU
+
+
+def test_fit_beta_hidden_cases_disagree_so_no_constant_passes():
+    betas = [_fit_beta(*case.args) for case in check_fit_beta.cases()]
+    assert max(betas) - min(betas) > 0.1
+    for constant in (1.702, 1.78, sum(betas) / len(betas)):
+        assert check_fit_beta.evaluate(lambda x, c=constant: c).status == FAILED
 
 
 def test_dead_fraction_reference_on_a_small_example():
-    pre = torch.tensor([[-1.0, 0.0, 2.0, -3.0], [-0.5, 0.0, -1.0, 0.1], [-2.0, 0.0, -1.0, -0.2]])
-    assert check_dead_fraction.reference(pre) == 0.5  # units 0 and 1 never fire; 2 and 3 fire once
+    pre = torch.tensor([[[0.7, 0.0, -0.2], [-1.0, -0.3, -0.5]],
+                        [[-0.4, 0.0, -0.1], [2.0, 5.0, 3.0]]])
+    mask = torch.tensor([[True, True], [True, False]])
+    assert check_dead_fraction.reference(pre, mask) == pytest.approx(2 / 3)
 
 
-def test_collapse_reference_reproduces_the_two_layers():
-    g = torch.Generator().manual_seed(0)
-    w1, b1 = torch.randn(7, 3, generator=g, dtype=torch.float64), torch.randn(7, generator=g, dtype=torch.float64)
-    w2, b2 = torch.randn(4, 7, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)
-    x = torch.randn(10, 3, generator=g, dtype=torch.float64)
-    w, b = check_collapse.reference(w1, b1, w2, b2)
-    torch.testing.assert_close(x @ w.T + b, (x @ w1.T + b1) @ w2.T + b2)
+def test_dead_fraction_cases_cover_every_branch_of_the_statement():
+    """Zeros mixed with negatives, units firing only at padding, a batch of one sequence, a sequence that is all
+    padding, no dead unit and no live unit: each must occur in the hidden cases."""
+    seen = set()
+    for case in check_dead_fraction.cases():
+        pre, mask = case.args
+        real = mask.unsqueeze(-1).expand_as(pre)
+        dead = ((pre <= 0) | ~real).flatten(0, 1).all(dim=0)
+        for unit in range(pre.shape[-1]):
+            on_real = pre[..., unit][mask]
+            if dead[unit] and (on_real == 0).any() and (on_real < 0).any():
+                seen.add("zeros mixed with negatives")
+            if dead[unit] and (pre[..., unit][~mask] > 0).any():
+                seen.add("fires at padding only")
+            if not dead[unit] and (on_real == 0).any():
+                seen.add("a live unit that is also exactly 0 somewhere")
+        seen.add(f"dead share {'0' if not dead.any() else '1' if dead.all() else 'between'}")
+        if pre.shape[0] == 1:
+            seen.add("one sequence")
+        if (~mask).all(dim=1).any():
+            seen.add("a sequence of padding only")
+    assert seen >= {"zeros mixed with negatives", "fires at padding only", "a live unit that is also exactly 0 somewhere",
+                    "dead share 0", "dead share 1", "dead share between", "one sequence", "a sequence of padding only"}
 
 
-# Wrong answers that are not in the mistake lists still fail (and get no misleading hint).
+def test_dead_after_reference_reproduces_section_5_and_the_notebook_data():
+    x, y = experiment_data()
+    assert _dead_after(2.0, 5, x, y) == 50 / 256          # the notebook's 19.5 % after phase 1
+    # the data recipe is the one the notebook's section 5 runs (its first four lines)
+    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+                if "teacher = torch.randn(16, 16, generator=gen)" in "".join(c["source"]))
+    namespace = {"torch": torch}
+    exec("\n".join(cell.splitlines()[:4]), namespace)
+    torch.testing.assert_close(namespace["X"], x)
+    torch.testing.assert_close(namespace["Y"], y)
+
+
+def test_dead_after_cases_include_other_data_and_a_batch_of_one():
+    sizes = {case.args[2].shape[0] for case in check_dead_after.cases()}
+    assert {256, 1} <= sizes and len(sizes) >= 3
+    values = {_dead_after(*case.args) for case in check_dead_after.cases()}
+    assert len(values) >= 4                                 # the cases do not all give the same fraction
+
+
+# ---------------------------------------------------------------- other correct forms pass
+def _collapse_reduce(layers):
+    w = torch.eye(layers[0][0].shape[1], dtype=layers[0][0].dtype)
+    b = torch.zeros(layers[0][0].shape[1], dtype=layers[0][0].dtype)
+    for w_k, b_k in layers:
+        w, b = w_k @ w, w_k @ b + b_k
+    return w, b
+
+
+def _collapse_by_probing(layers):
+    """Reads the map off like section 1: b = f(0), columns of W = f(e_j) - f(0)."""
+    d_in = layers[0][0].shape[1]
+
+    def f(x):
+        for w_k, b_k in layers:
+            x = x @ w_k.T + b_k
+        return x
+    b = f(torch.zeros(d_in, dtype=torch.float64))
+    return (f(torch.eye(d_in, dtype=torch.float64)) - b).T, b
+
+
+def _tanh_derivative_sech(x):
+    k = math.sqrt(2 / math.pi)
+    u = k * (x + 0.044715 * x ** 3)
+    return 0.5 * (1 + torch.tanh(u)) + 0.5 * x * k * (1 + 0.134145 * x ** 2) / torch.cosh(u) ** 2
+
+
+def _tanh_derivative_autograd(x):
+    x = x.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(F.gelu(x, approximate="tanh").sum(), x)
+    return g
+
+
+def _fit_beta_newton(x):
+    beta = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    for _ in range(30):
+        loss = ((x * torch.sigmoid(beta * x) - F.gelu(x)) ** 2).sum()
+        (g,) = torch.autograd.grad(loss, beta, create_graph=True)
+        (h,) = torch.autograd.grad(g, beta)
+        with torch.no_grad():
+            beta -= g / h
+    return beta.item()
+
+
+def _fit_beta_adam(x):
+    beta = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([beta], lr=0.05)
+    target = F.gelu(x)
+    for _ in range(300):
+        loss = ((x * torch.sigmoid(beta * x) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return beta.item()
+
+
+def _fit_beta_fine_grid(x):
+    betas = torch.arange(1.0, 2.5, 2e-4, dtype=torch.float64)
+    sse = torch.stack([((x * torch.sigmoid(b * x) - F.gelu(x)) ** 2).sum() for b in betas])
+    return betas[sse.argmin()]                               # a 0-dimensional tensor is fine too
+
+
+def _dead_fraction_float32_and_masked_fill(pre, mask):
+    filled = pre.masked_fill(~mask.unsqueeze(-1), -1.0)
+    return (filled.reshape(-1, pre.shape[-1]).max(dim=0).values <= 0).float().mean().item()
+
+
+def _dead_fraction_loop(pre, mask):
+    dead = 0
+    for unit in range(pre.shape[-1]):
+        dead += bool((pre[..., unit][mask] <= 0).all())
+    return dead / pre.shape[-1]
+
+
+def _dead_after_own_loss(lr, steps, x, y):
+    torch.manual_seed(0)
+    model = FFN(x.shape[1], 256, activation="relu")
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        h = x @ model.w1.weight.T + model.w1.bias
+    return (h.max(dim=0).values <= 0).float().mean()        # a float32 tensor, not a Python float
+
+
+@pytest.mark.parametrize("ex, correct", [
+    (check_collapse, _collapse_reduce),
+    (check_collapse, _collapse_by_probing),
+    (check_gelu_tanh_derivative, _tanh_derivative_sech),
+    (check_gelu_tanh_derivative, _tanh_derivative_autograd),
+    (check_fit_beta, _fit_beta_newton),
+    (check_fit_beta, _fit_beta_adam),
+    (check_fit_beta, _fit_beta_fine_grid),
+    (check_dead_fraction, _dead_fraction_float32_and_masked_fill),
+    (check_dead_fraction, _dead_fraction_loop),
+    (check_dead_after, _dead_after_own_loss),
+], ids=lambda v: getattr(v, "__name__", None) or getattr(v, "title", ""))
+def test_other_correct_answers_pass(ex, correct):
+    result = ex.evaluate(correct)
+    assert result.status == PASSED, result.message
+
+
+# ---------------------------------------------------------------- wrong answers that only some inputs expose
+def _dead_fraction_zeros_or_negatives_separately(pre, mask):
+    """Wrong: 'all zero' or 'all negative' on real tokens, missing units that mix zeros and negatives."""
+    real = mask.unsqueeze(-1)
+    all_neg = ((pre < 0) | ~real).flatten(0, 1).all(dim=0)
+    all_zero = ((pre == 0) | ~real).flatten(0, 1).all(dim=0)
+    return (all_neg | all_zero).double().mean().item()
+
+
+def _dead_fraction_multiplies_by_mask_then_strict(pre, mask):
+    """Wrong: zeroing padding then testing < 0 makes every padded unit look alive."""
+    return ((pre * mask.unsqueeze(-1)) < 0).flatten(0, 1).all(dim=0).double().mean().item()
+
+
+def _dead_fraction_first_sequence_only(pre, mask):
+    return ((pre[0] <= 0) | ~mask[0].unsqueeze(-1)).all(dim=0).double().mean().item()
+
+
+def _dead_after_global_data(lr, steps, x, y):
+    """Wrong: trains on the notebook's data whatever it is given."""
+    return _dead_after(lr, steps, *experiment_data())
+
+
+def _collapse_two_layers_only(layers):
+    (w1, b1), (w2, b2) = layers[0], layers[-1]
+    return (w2 @ w1, w2 @ b1 + b2) if len(layers) > 1 else (w1, b1)
+
+
 @pytest.mark.parametrize("ex, wrong", [
-    (check_gelu_exact, lambda x: x * 0.5 * (1 + torch.erf(x / 1.4))),
-    (check_gelu_tanh, lambda x: 0.5 * x * (1 + torch.tanh(0.8 * (x + 0.044715 * x ** 3)))),
-    (check_swish, lambda x, beta: x * torch.sigmoid(beta * x + 0.01)),
-    (check_gelu_derivative, lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-x * x / 2) / 2.5),
-    (check_dead_fraction, lambda pre: (pre <= -0.5).all(dim=0).double().mean().item()),
-    (check_collapse, lambda w1, b1, w2, b2: (w2 @ w1, w2 @ b1 - b2)),
+    (check_dead_fraction, _dead_fraction_zeros_or_negatives_separately),
+    (check_dead_fraction, _dead_fraction_multiplies_by_mask_then_strict),
+    (check_dead_fraction, _dead_fraction_first_sequence_only),
+    (check_dead_after, _dead_after_global_data),
+    (check_collapse, _collapse_two_layers_only),
+], ids=lambda v: getattr(v, "__name__", None) or getattr(v, "title", ""))
+def test_wrong_on_some_inputs_only_still_fails(ex, wrong):
+    assert ex.evaluate(wrong).status == FAILED
+
+
+# ---------------------------------------------------------------- unlisted wrong answers fail without a misleading hint
+@pytest.mark.parametrize("ex, wrong", [
+    (check_collapse, lambda layers: (layers[-1][0] @ layers[0][0], layers[-1][1])),
+    (check_gelu_tanh_derivative, lambda x: 0.5 * (1 + torch.tanh(0.8 * (x + 0.044715 * x ** 3)))),
+    (check_fit_beta, lambda x: 1.75),
+    (check_dead_fraction, lambda pre, mask: ((pre <= -0.5) | ~mask.unsqueeze(-1)).flatten(0, 1).all(0).double().mean().item()),
+    (check_dead_after, lambda lr, steps, x, y: _dead_after(lr, steps + 1, x, y)),
 ], ids=IDS)
 def test_unlisted_wrong_answer_fails(ex, wrong):
     result = ex.evaluate(wrong)
@@ -56,8 +283,11 @@ def test_unlisted_wrong_answer_fails(ex, wrong):
     assert "Likely mistake" not in result.message
 
 
-def test_wrong_shape_and_type_are_reported():
-    assert "expected shape" in check_gelu_exact.evaluate(lambda x: x.flatten()[:3]).message
-    assert "expected a number" in check_dead_fraction.evaluate(lambda pre: "half").message
-    transposed = check_collapse.evaluate(lambda w1, b1, w2, b2: ((w2 @ w1).T, w2 @ b1 + b2))
-    assert transposed.status == FAILED and "[0]" in transposed.message  # the first case is square: values differ
+def test_messages_name_the_problem():
+    transposed = check_collapse.evaluate(lambda layers: tuple(t.T if t.dim() == 2 else t
+                                                              for t in _collapse_reduce(layers)))
+    assert transposed.status == FAILED and "transposed" in transposed.message
+    assert "expected a number" in check_dead_fraction.evaluate(lambda pre, mask: "half").message
+    padding = check_dead_fraction.evaluate(lambda pre, mask: (pre <= 0).flatten(0, 1).all(0).double().mean().item())
+    assert "padded positions must be ignored" in padding.message
+    assert "fitted the gates" in check_fit_beta.evaluate(_fit_beta_gates).message

@@ -1,21 +1,24 @@
 """Checkers for the exercises of notebook 01 (activations).
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
-e.g. ``check_gelu_exact(gelu_exact)``, and it prints one line (not attempted /
-passed / what is wrong, with the likely mistake). The hidden cases come from
-seeded generators with varied shapes, so a function that only handles the
-example in the notebook will not pass.
+e.g. ``check_collapse(collapse)``, and it prints one line (not attempted / passed / what
+is wrong, with the likely mistake). The hidden cases are built from seeded generators and
+cover every input the task statement allows, so a function that only handles the example
+in the notebook will not pass.
 
-=========================  =======================================  ==========================
-checker                    your function                            returns
-=========================  =======================================  ==========================
-``check_gelu_exact``       ``gelu_exact(x)``                        ``x * Phi(x)``, shape of x
-``check_gelu_tanh``        ``gelu_tanh(x)``                         tanh approximation
-``check_swish``            ``swish(x, beta)``                       ``x * sigmoid(beta x)``
-``check_gelu_derivative``  ``gelu_derivative(x)``                   ``Phi(x) + x Phi'(x)``
-``check_dead_fraction``    ``dead_fraction(pre)``, pre ``(N, F)``   float in [0, 1]
-``check_collapse``         ``collapse(W1, b1, W2, b2)``             ``(W, b)``
-=========================  =======================================  ==========================
+=============================  ======  ==========================================  ===================================
+checker                        kind    your function                               returns
+=============================  ======  ==========================================  ===================================
+``check_collapse``             build   ``collapse(layers)``, ``[(W, b), ...]``      ``(W, b)`` of the whole stack
+``check_gelu_tanh_derivative`` build   ``gelu_tanh_derivative(x)``                 slope of GELU's tanh form, shape x
+``check_fit_beta``             invest. ``fit_beta(x)``, x ``(n,)`` float64         least-squares β of x·σ(βx) ≈ GELU
+``check_dead_fraction``        build   ``dead_fraction(pre, mask)``                float: share of dead units
+                                       pre ``(B, T, F)``, mask ``(B, T)`` bool
+``check_dead_after``           invest. ``dead_after(lr, steps, X, Y)``             float: dead share after training
+=============================  ======  ==========================================  ===================================
+
+Weights follow ``nn.Linear``'s layout throughout: ``W`` is ``(out, in)`` and a layer maps a
+column vector ``x`` to ``W x + b`` (a batch of row vectors ``X`` to ``X Wᵀ + b``).
 """
 
 from __future__ import annotations
@@ -23,29 +26,18 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from helpers.exercises.engine import Case, Exercise
+from helpers.ffn import FFN
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_C = 0.044715
 
 
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def _random_shape(g: torch.Generator, n_dims: int, low: int = 2, high: int = 9) -> tuple[int, ...]:
-    return tuple(int(v) for v in torch.randint(low, high, (n_dims,), generator=g))
-
-
-def _inputs(seed: int, scale: float = 2.5) -> list[Case]:
-    """Float64 inputs of 1, 2 and 3 dimensions, plus a grid that crosses the interesting region [-4, 4]."""
-    g = _generator(seed)
-    cases = [Case((torch.linspace(-4, 4, 81, dtype=torch.float64),), note="input linspace(-4, 4, 81)")]
-    for n_dims in (1, 2, 3):
-        shape = _random_shape(g, n_dims)
-        cases.append(Case((scale * torch.randn(shape, generator=g, dtype=torch.float64),)))
-    return cases
 
 
 def _normal_cdf(x: torch.Tensor) -> torch.Tensor:
@@ -56,200 +48,369 @@ def _normal_pdf(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
-# ---------------------------------------------------------------- exercise 1: exact GELU
-def _gelu_exact(x: torch.Tensor) -> torch.Tensor:
-    return x * _normal_cdf(x)
+# ---------------------------------------------------------------- exercise 1 (build): collapse a stack of layers
+def _collapse(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """layers[0] is applied first: x -> W_L(...(W_1 x + b_1)...) + b_L = W x + b."""
+    w, b = layers[0]
+    for w_next, b_next in layers[1:]:
+        w, b = w_next @ w, w_next @ b + b_next
+    return w, b
 
 
-def _gelu_tanh_form(x: torch.Tensor, coeff: float = 0.044715, scale: float = _SQRT_2_OVER_PI) -> torch.Tensor:
-    return 0.5 * x * (1.0 + torch.tanh(scale * (x + coeff * x ** 3)))
+def _collapse_reversed_order(layers):
+    """Multiplies the weights left to right (W_1 W_2 ... W_L), the wrong way round."""
+    w, b = layers[0]
+    for w_next, b_next in layers[1:]:
+        w, b = w @ w_next, w_next @ b + b_next
+    return w, b
 
 
-check_gelu_exact = Exercise(
-    "Exercise 1 (exact GELU)",
-    _gelu_exact,
-    lambda: _inputs(101),
-    [
-        ("you used the tanh approximation; this exercise wants the exact x·Φ(x), with Φ(x) = ½(1 + erf(x/√2)).",
-         _gelu_tanh_form),
-        ("you returned ReLU, max(0, x); GELU weights x by Φ(x) instead of cutting it at 0.", torch.relu),
-        ("you forgot the ½ in Φ(x) = ½(1 + erf(x/√2)), so the output is twice too large.",
-         lambda x: x * (1.0 + torch.erf(x / _SQRT2))),
-        ("you computed x·σ(x) (SiLU); GELU uses the normal CDF Φ, not the logistic sigmoid σ.",
-         lambda x: x * torch.sigmoid(x)),
-        ("erf needs x/√2, not x: Φ(x) = ½(1 + erf(x/√2)).", lambda x: 0.5 * x * (1.0 + torch.erf(x))),
-    ],
-    atol=1e-6, rtol=1e-5,
-)
+def _collapse_biases_summed(layers):
+    """Adds the biases as they are, without passing the earlier ones through the later layers."""
+    w, b = _collapse(layers)
+    return w, sum(bias for _, bias in layers)
 
 
-# ---------------------------------------------------------------- exercise 2: tanh-approximate GELU
-check_gelu_tanh = Exercise(
-    "Exercise 2 (tanh-approximate GELU)",
-    _gelu_tanh_form,
-    lambda: _inputs(202),
-    [
-        ("the cubic coefficient is 0.044715, not 0.0447 (the checker is strict enough to see the difference).",
-         lambda x: _gelu_tanh_form(x, coeff=0.0447)),
-        ("the x³ term is missing: the argument of tanh is √(2/π)·(x + 0.044715·x³).",
-         lambda x: _gelu_tanh_form(x, coeff=0.0)),
-        ("the scale is √(2/π) ≈ 0.798, not √(π/2) ≈ 1.253.",
-         lambda x: _gelu_tanh_form(x, scale=math.sqrt(math.pi / 2.0))),
-        ("you returned the exact GELU (erf); this exercise asks for the tanh approximation.", _gelu_exact),
-        ("you forgot the leading ½: GELU ≈ ½·x·(1 + tanh(…)).", lambda x: 2.0 * _gelu_tanh_form(x)),
-    ],
-    atol=1e-9, rtol=1e-6,
-)
+def _collapse_last_bias_only(layers):
+    w, _ = _collapse(layers)
+    return w, layers[-1][1]
 
 
-# ---------------------------------------------------------------- exercise 3: Swish with beta
-def _swish(x: torch.Tensor, beta: float) -> torch.Tensor:
-    return x * torch.sigmoid(beta * x)
+def _collapse_middle_biases_lost(layers):
+    """Generalises ``W2 b1 + b2`` as (later weights) @ b1 + b_last, losing the biases in between."""
+    w, _ = _collapse(layers)
+    if len(layers) == 1:
+        return w, layers[0][1]
+    w_after_first, _ = _collapse(layers[1:])
+    return w, w_after_first @ layers[0][1] + layers[-1][1]
 
 
-def _swish_cases() -> list[Case]:
-    g = _generator(303)
-    cases = []
-    for beta in (2.0, 0.5, 1.702, 5.0, 0.0):
-        shape = _random_shape(g, int(torch.randint(1, 4, (1,), generator=g)))
-        x = 3.0 * torch.randn(shape, generator=g, dtype=torch.float64)
-        cases.append(Case((x, beta), note=f"x of shape {shape}, beta={beta}"))
-    return cases
-
-
-check_swish = Exercise(
-    "Exercise 3 (Swish with β)",
-    _swish,
-    _swish_cases,
-    [
-        ("β is ignored: you computed x·σ(x) (SiLU); scale the sigmoid's input, σ(β·x).",
-         lambda x, beta: x * torch.sigmoid(x)),
-        ("you divided by β instead of putting β inside the sigmoid: the formula is x·σ(β·x).",
-         lambda x, beta: x * torch.sigmoid(x) / beta),
-        ("β multiplies the whole output; it belongs inside the sigmoid: x·σ(β·x), not β·x·σ(x).",
-         lambda x, beta: beta * x * torch.sigmoid(x)),
-        ("you returned the gate σ(β·x) alone; Swish multiplies it by x.", lambda x, beta: torch.sigmoid(beta * x)),
-    ],
-)
-
-
-# ---------------------------------------------------------------- exercise 4: GELU's derivative
-def _gelu_derivative(x: torch.Tensor) -> torch.Tensor:
-    return _normal_cdf(x) + x * _normal_pdf(x)
-
-
-def _tanh_form_derivative(x: torch.Tensor) -> torch.Tensor:
-    inner = _SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
-    t = torch.tanh(inner)
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x ** 2)
-
-
-check_gelu_derivative = Exercise(
-    "Exercise 4 (GELU's derivative)",
-    _gelu_derivative,
-    lambda: _inputs(404),
-    [
-        ("you kept only Φ(x); the product rule on x·Φ(x) also gives x·Φ'(x), with Φ'(x) = e^(−x²/2)/√(2π) the normal "
-          "density.",
-         _normal_cdf),
-        ("sign error: d/dx [x·Φ(x)] = Φ(x) + x·Φ'(x), a plus, because Φ'(x) > 0.",
-         lambda x: _normal_cdf(x) - x * _normal_pdf(x)),
-        ("that is the derivative of the tanh approximation; differentiate the exact x·Φ(x) instead.",
-         _tanh_form_derivative),
-        ("you returned Φ'(x), the normal density alone; GELU's derivative is Φ(x) + x·Φ'(x).", _normal_pdf),
-        ("the normal density needs the ½ in its exponent: Φ'(x) = e^(−x²/2)/√(2π), not e^(−x²)/√(2π).",
-         lambda x: _normal_cdf(x) + x * torch.exp(-x * x) / math.sqrt(2.0 * math.pi)),
-    ],
-    atol=1e-6, rtol=1e-5,
-)
-
-
-# ---------------------------------------------------------------- exercise 5: dead ReLU units
-def _dead_fraction(pre: torch.Tensor) -> float:
-    return (pre <= 0).all(dim=0).double().mean().item()
-
-
-def _dead_cases() -> list[Case]:
-    """Pre-activation matrices (N examples, F units) with a known set of dead units.
-
-    Some dead units are negative everywhere, some are exactly 0 everywhere (a unit whose
-    weights and bias are all zero: ReLU gives 0 and passes no gradient), and every live unit
-    is positive on at least one example, not necessarily on most.
-    """
-    g = _generator(505)
-    cases = []
-    for n, f in ((6, 10), (32, 20), (9, 50), (64, 7)):
-        pre = torch.randn(n, f, generator=g, dtype=torch.float64)
-        n_dead = int(torch.randint(1, f, (1,), generator=g))
-        dead = torch.randperm(f, generator=g)[:n_dead]
-        pre[:, dead] = -pre[:, dead].abs()
-        pre[:, dead[: max(1, n_dead // 3)]] = 0.0
-        alive = torch.ones(f, dtype=torch.bool)
-        alive[dead] = False
-        rows = torch.randint(0, n, (f,), generator=g)
-        cols = torch.arange(f)[alive]
-        pre[rows[alive], cols] = pre[rows[alive], cols].abs() + 0.1  # each live unit fires at least once
-        cases.append(Case((pre,), note=f"pre-activations of shape ({n}, {f}) with {n_dead} dead units"))
-    return cases
-
-
-check_dead_fraction = Exercise(
-    "Exercise 5 (fraction of dead ReLU units)",
-    _dead_fraction,
-    _dead_cases,
-    [
-        ("you counted (example, unit) pairs that are ≤ 0; a unit is dead only when it is ≤ 0 on EVERY example "
-         "(reduce over the example axis first, with .all(dim=0)).", lambda pre: (pre <= 0).double().mean().item()),
-        ("you returned the fraction of units that are alive; the question asks for the dead ones.",
-         lambda pre: 1.0 - (pre <= 0).all(dim=0).double().mean().item()),
-        ("wrong axis: rows are examples and columns are units, so reduce over dim=0 (examples), not dim=1.",
-         lambda pre: (pre <= 0).all(dim=1).double().mean().item()),
-        ("use ≤ 0, not < 0: a pre-activation of exactly 0 gives ReLU output 0 and gradient 0, so the unit is dead.",
-         lambda pre: (pre < 0).all(dim=0).double().mean().item()),
-        ("you used .any() where .all() is needed: a unit that is off on SOME examples is still alive.",
-         lambda pre: (pre <= 0).any(dim=0).double().mean().item()),
-        ("you returned the NUMBER of dead units; divide by the number of units (or take .mean()) to get a fraction.",
-         lambda pre: int((pre <= 0).all(dim=0).sum())),
-    ],
-)
-
-
-# ---------------------------------------------------------------- exercise 6: collapse two linear layers
-def _collapse(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    return w2 @ w1, w2 @ b1 + b2
+def _collapse_transposed(layers):
+    w, b = _collapse(layers)
+    return w.T, b
 
 
 def _collapse_cases() -> list[Case]:
-    g = _generator(606)
+    """Stacks of 1 to 5 layers, square and non-square, every bias non-zero.
+
+    One layer (nothing to collapse), two square layers (where the wrong product order still
+    has the right shape), widths that change at every layer, and a deep stack where a bias
+    must pass through several later layers.
+    """
+    g = _generator(101)
     cases = []
-    for d_in, d_hidden, d_out in ((5, 5, 5), (3, 7, 4), (6, 2, 9), (8, 12, 8)):
-        w1 = torch.randn(d_hidden, d_in, generator=g, dtype=torch.float64)
-        b1 = torch.randn(d_hidden, generator=g, dtype=torch.float64)
-        w2 = torch.randn(d_out, d_hidden, generator=g, dtype=torch.float64)
-        b2 = torch.randn(d_out, generator=g, dtype=torch.float64)
-        cases.append(Case((w1, b1, w2, b2), note=f"W1 ({d_hidden}, {d_in}), W2 ({d_out}, {d_hidden})"))
+    for widths in ((4, 3), (5, 5, 5), (3, 7, 2, 6), (6, 6, 6, 6), (2, 5, 4, 3, 5, 4)):
+        layers = []
+        for d_in, d_out in zip(widths, widths[1:]):
+            w = torch.randn(d_out, d_in, generator=g, dtype=torch.float64) / math.sqrt(d_in)
+            b = torch.randn(d_out, generator=g, dtype=torch.float64)
+            layers.append((w, b))
+        shapes = " -> ".join(str(d) for d in widths)
+        cases.append(Case((layers,), note=f"{len(layers)} layer{'s' if len(layers) > 1 else ''} of widths {shapes}"))
     return cases
 
 
 check_collapse = Exercise(
-    "Exercise 6 (collapse two linear layers)",
+    "Exercise 1 (collapse a stack of affine layers)",
     _collapse,
     _collapse_cases,
     [
-        ("wrong order: the layer applied first stands on the right, so W = W2 @ W1, not W1 @ W2.",
-         lambda w1, b1, w2, b2: (w1 @ w2, w2 @ b1 + b2)),
-        ("the first layer's bias is missing: b1 passes through W2, so b = W2 @ b1 + b2.",
-         lambda w1, b1, w2, b2: (w2 @ w1, b2)),
-        ("the second layer's bias b2 is missing: b = W2 @ b1 + b2.",
-         lambda w1, b1, w2, b2: (w2 @ w1, w2 @ b1)),
-        ("b1 cannot be added as it is: it goes through the second layer first, so b = W2 @ b1 + b2.",
-         lambda w1, b1, w2, b2: (w2 @ w1, b1 + b2)),
-        ("W is transposed: it maps D inputs to O outputs, so its shape is (O, D), like W2 @ W1 (not W1.T @ W2.T).",
-         lambda w1, b1, w2, b2: (w1.T @ w2.T, w2 @ b1 + b2)),
+        ("wrong order: the layer applied first stands on the RIGHT, so two layers give W2 @ W1, and each new layer "
+         "multiplies from the left (W = W_new @ W).", _collapse_reversed_order),
+        ("the biases cannot be added as they are: an earlier bias passes through every later layer, so after "
+         "x -> W1 x + b1 -> W2(...) + b2 the bias is W2 @ b1 + b2.", _collapse_biases_summed),
+        ("you kept only the last layer's bias; the earlier ones pass through the later layers and add up: "
+         "b = W2 @ b1 + b2 for two layers.", _collapse_last_bias_only),
+        ("every bias passes through all the layers after it, the middle ones included: for three layers "
+         "b = W3 W2 b1 + W3 b2 + b3 (you dropped the W3 b2 term).", _collapse_middle_biases_lost),
+        ("W is transposed: nn.Linear's layout maps a column vector x to W x, so W has shape (out, in), like "
+         "W2 @ W1 (not W1.T @ W2.T, which is the map for row vectors).", _collapse_transposed),
     ],
+    atol=1e-9, rtol=1e-7, kind="build",
+)
+
+
+# ---------------------------------------------------------------- exercise 2 (build): slope of GELU's tanh form
+def _tanh_parts(x: torch.Tensor, coeff: float = _C) -> tuple[torch.Tensor, torch.Tensor]:
+    t = torch.tanh(_SQRT_2_OVER_PI * (x + coeff * x ** 3))
+    return t, _SQRT_2_OVER_PI * (1.0 + 3.0 * coeff * x ** 2)
+
+
+def _gelu_tanh_derivative(x: torch.Tensor) -> torch.Tensor:
+    """d/dx of ½x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³): ½(1 + t) + ½x(1 − t²)·u'."""
+    t, du = _tanh_parts(x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+
+
+def _tanh_derivative_cases() -> list[Case]:
+    """A grid through the region where the slope dips and overshoots, the far tails (where tanh saturates),
+    random tensors of 1 to 3 dimensions, and a 0-dimensional tensor."""
+    g = _generator(202)
+    cases = [Case((torch.linspace(-5, 5, 201, dtype=torch.float64),), note="input linspace(-5, 5, 201)"),
+             Case((torch.tensor([-12.0, -7.5, -4.0, 4.0, 7.5, 12.0], dtype=torch.float64),),
+                  note="input [-12, -7.5, -4, 4, 7.5, 12] (the tails)")]
+    for shape in ((7,), (3, 5), (2, 3, 4)):
+        cases.append(Case((2.5 * torch.randn(shape, generator=g, dtype=torch.float64),)))
+    cases.append(Case((torch.tensor(-1.3, dtype=torch.float64),), note="a 0-dimensional tensor(-1.3)"))
+    return cases
+
+
+def _missing_inner_chain(x):
+    t, _ = _tanh_parts(x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI
+
+
+def _missing_three(x):
+    t = torch.tanh(_SQRT_2_OVER_PI * (x + _C * x ** 3))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + _C * x ** 2)
+
+
+def _only_second_term(x):
+    t, du = _tanh_parts(x)
+    return 0.5 * x * (1.0 - t * t) * du
+
+
+def _tanh_instead_of_sech2(x):
+    t, du = _tanh_parts(x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t) * du
+
+
+check_gelu_tanh_derivative = Exercise(
+    "Exercise 2 (slope of GELU's tanh form)",
+    _gelu_tanh_derivative,
+    _tanh_derivative_cases,
+    [
+        ("the inner derivative is missing: u = √(2/π)(x + 0.044715x³) has u' = √(2/π)(1 + 3·0.044715·x²), "
+         "not just √(2/π).", _missing_inner_chain),
+        ("d/dx of 0.044715·x³ is 3·0.044715·x², so u' = √(2/π)(1 + 3·0.044715·x²); the 3 is missing.",
+         _missing_three),
+        ("the product rule on ½x·(1 + tanh u) has two terms: ½(1 + tanh u) + ½x·(1 − tanh²u)·u'; you kept only the "
+         "second.", _only_second_term),
+        ("d/du tanh(u) = 1 − tanh²(u) (a square), not 1 − tanh(u).", _tanh_instead_of_sech2),
+        ("that is the slope of the exact GELU, Φ(x) + x·Φ'(x); this exercise differentiates the tanh form, whose "
+         "slope differs from it by up to about 1e-3.", lambda x: _normal_cdf(x) + x * _normal_pdf(x)),
+    ],
+    atol=1e-9, rtol=1e-7, kind="build",
+)
+
+
+# ---------------------------------------------------------------- exercise 3 (investigate): refit 1.702
+def _golden_min(loss, low: float, high: float, iters: int = 120) -> float:
+    """Minimum of a unimodal function of one variable on [low, high], by golden-section search."""
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = low, high
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = loss(c), loss(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = loss(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = loss(d)
+    return (a + b) / 2.0
+
+
+def _fit(x: torch.Tensor, residual) -> float:
+    """The β in [0.5, 5] minimising ``residual(x, β)`` (a scalar), searched in float64."""
+    x = x.detach().to(torch.float64)
+    return _golden_min(lambda beta: float(residual(x, beta)), 0.5, 5.0)
+
+
+def _fit_beta(x: torch.Tensor) -> float:
+    """Least-squares β: minimises Σ_i (x_i σ(β x_i) − GELU(x_i))² over the given points."""
+    return _fit(x, lambda x, beta: ((x * torch.sigmoid(beta * x) - F.gelu(x)) ** 2).sum())
+
+
+def _fit_beta_gates(x):
+    return _fit(x, lambda x, beta: ((torch.sigmoid(beta * x) - _normal_cdf(x)) ** 2).sum())
+
+
+def _fit_beta_minimax(x):
+    return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().max())
+
+
+def _fit_beta_l1(x):
+    return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().sum())
+
+
+def _fit_cases() -> list[Case]:
+    """Symmetric grids of several widths, a lopsided one, points on one side of 0 only, and random points.
+
+    The least-squares β differs from case to case (from about 1.64 to 1.78), so no single constant passes.
+    """
+    g = _generator(303)
+    cases = [Case((torch.linspace(lo, hi, n, dtype=torch.float64),), note=f"x = linspace({lo}, {hi}, {n})")
+             for lo, hi, n in ((-6, 6, 1201), (-1, 1, 201), (-8, 2, 1001), (-4.0, -0.5, 351))]
+    cases.append(Case((1.5 * torch.randn(500, generator=g, dtype=torch.float64),),
+                      note="500 random points, 1.5·randn"))
+    return cases
+
+
+check_fit_beta = Exercise(
+    "Exercise 3 (refit the constant 1.702)",
+    _fit_beta,
+    _fit_cases,
+    [
+        ("you returned the textbook constant 1.702 instead of fitting it on the given points.",
+         lambda x: 1.702),
+        ("you fitted the gates, σ(βx) to Φ(x); the task fits the functions, x·σ(βx) to x·Φ(x), which weights each "
+         "point's gate error by x².", _fit_beta_gates),
+        ("you minimised the largest error (a minimax fit); least squares minimises the sum of squared errors.",
+         _fit_beta_minimax),
+        ("you minimised the sum of absolute errors; least squares minimises the sum of SQUARED errors.",
+         _fit_beta_l1),
+    ],
+    atol=5e-4, rtol=0.0, kind="investigate",
+)
+
+
+# ---------------------------------------------------------------- exercise 4 (build): dead units in a padded batch
+def _dead_fraction(pre: torch.Tensor, mask: torch.Tensor) -> float:
+    """A unit is dead when pre <= 0 at every real (mask True) token of every sequence."""
+    off_or_padding = (pre <= 0) | ~mask.unsqueeze(-1)
+    return off_or_padding.all(dim=1).all(dim=0).double().mean().item()
+
+
+def _dead_cases() -> list[Case]:
+    """Pre-activations (B, T, F) and a padding mask (B, T) built so that every branch of the statement matters.
+
+    Among the dead units: some negative at every real token, some exactly 0 at every real token, some a mix of
+    zeros and negatives, and some POSITIVE at padded positions only. Every live unit is positive at exactly one
+    real token (in one case that is the last real token of the last sequence). Sequences have different lengths,
+    one case has a batch of one sequence, one a sequence that is all padding, one no dead unit and one no live
+    unit.
+    """
+    g = _generator(404)
+    specs = [  # (B, T, F, lengths, n_dead)
+        (3, 5, 12, (5, 3, 1), 7),
+        (1, 6, 9, (4,), 4),             # a batch of one sequence, with padding
+        (4, 4, 10, (4, 0, 2, 3), 10),   # a sequence that is all padding; every unit dead
+        (2, 7, 8, (7, 5), 0),           # no dead unit
+        (5, 3, 16, (1, 2, 3, 3, 2), 9),
+    ]
+    cases = []
+    for b, t, f, lengths, n_dead in specs:
+        mask = torch.zeros(b, t, dtype=torch.bool)
+        for row, length in enumerate(lengths):
+            mask[row, :length] = True
+        pre = -torch.rand(b, t, f, generator=g, dtype=torch.float64) - 0.05     # everything off to start with
+        order = torch.randperm(f, generator=g)
+        dead, alive = order[:n_dead], order[n_dead:]
+        for k, unit in enumerate(dead.tolist()):
+            kind = k % 4
+            if kind == 1:                                                      # exactly 0 at every real token
+                pre[..., unit] = torch.where(mask, torch.zeros(()), pre[..., unit])
+            elif kind == 2:                                                    # zeros mixed with negatives
+                zeros = mask & (torch.rand(b, t, generator=g) < 0.5)
+                pre[..., unit] = torch.where(zeros, torch.zeros(()), pre[..., unit])
+            elif kind == 3:                                                    # fires on padding only
+                pre[..., unit] = torch.where(~mask, pre[..., unit].abs() + 0.5, pre[..., unit])
+        real = mask.nonzero().tolist()
+        for k, unit in enumerate(alive.tolist()):
+            row, pos = real[-1] if k == 0 else real[int(torch.randint(len(real), (1,), generator=g))]
+            pre[row, pos, unit] = 0.25 + float(torch.rand((), generator=g))  # positive at one real token
+            if k % 3 == 1:                                                     # and exactly 0 at another one
+                other = real[int(torch.randint(len(real), (1,), generator=g))]
+                if tuple(other) != (row, pos):
+                    pre[other[0], other[1], unit] = 0.0
+        note = (f"pre of shape ({b}, {t}, {f}), sequence lengths {list(lengths)}, {n_dead} of {f} units dead")
+        cases.append(Case((pre, mask), note=note))
+    return cases
+
+
+check_dead_fraction = Exercise(
+    "Exercise 4 (dead units in a padded batch)",
+    _dead_fraction,
+    _dead_cases,
+    [
+        ("padded positions must be ignored: a unit that is positive only at padding never fires on real tokens, so "
+         "it is dead (use the mask).", lambda pre, mask: (pre <= 0).all(dim=1).all(dim=0).double().mean().item()),
+        ("use ≤ 0, not < 0: a pre-activation of exactly 0 gives ReLU output 0 and slope 0, so a unit that is 0 or "
+         "negative at every real token is dead.",
+         lambda pre, mask: ((pre < 0) | ~mask.unsqueeze(-1)).all(dim=1).all(dim=0).double().mean().item()),
+        ("the mask is True at REAL tokens and False at padding; you used it the other way round.",
+         lambda pre, mask: ((pre <= 0) | mask.unsqueeze(-1)).all(dim=1).all(dim=0).double().mean().item()),
+        ("a unit is dead only if it is off on every real token of EVERY sequence; you judged each (sequence, unit) "
+         "pair on its own and averaged those verdicts.",
+         lambda pre, mask: ((pre <= 0) | ~mask.unsqueeze(-1)).all(dim=1).double().mean().item()),
+        ("you used .any() where .all() is needed: a unit that is off on SOME tokens is still alive.",
+         lambda pre, mask: ((pre <= 0) & mask.unsqueeze(-1)).any(dim=1).any(dim=0).double().mean().item()),
+        ("you returned the NUMBER of dead units; divide by the number of units to get a fraction.",
+         lambda pre, mask: int(((pre <= 0) | ~mask.unsqueeze(-1)).all(dim=1).all(dim=0).sum())),
+    ],
+    atol=1e-6, rtol=0.0, kind="build",
+)
+
+
+# ---------------------------------------------------------------- exercise 5 (investigate): dead units vs learning rate
+def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Section 5's regression data: X ``(n, d)`` standard normal, Y = sin(2 X T) with a fixed random T ``(d, d)``."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen)
+    teacher = torch.randn(d, d, generator=gen) / 4
+    return x, torch.sin(2 * x @ teacher)
+
+
+_TRAINED: dict[tuple, torch.Tensor] = {}
+
+
+def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pre-activations ``(n, 256)`` of section 5's ReLU FFN after ``steps`` full-batch SGD steps at ``lr``.
+
+    Cached by the inputs' values, so the reference and the mistake models train once per hidden case.
+    """
+    key = (float(lr), int(steps), tuple(x.shape), x.double().sum().item(), y.double().sum().item())
+    if key not in _TRAINED:
+        torch.manual_seed(0)
+        model = FFN(x.shape[1], 256, activation="relu")
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        with torch.enable_grad():
+            for _ in range(steps):
+                loss = F.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        with torch.no_grad():
+            _TRAINED[key] = model.w1(x)
+    return _TRAINED[key].clone()
+
+
+def _dead_after(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor) -> float:
+    return (_trained_pre(lr, steps, x, y) <= 0).all(dim=0).double().mean().item()
+
+
+def _dead_after_cases() -> list[Case]:
+    """The notebook's data at several learning rates and step counts (below, near and far past the stability
+    limit), and the same recipe on other data (another seed, fewer examples, a batch of one example)."""
+    x, y = experiment_data()
+    cases = [Case((lr, steps, x, y), note=f"lr={lr}, steps={steps}, the notebook's X and Y")
+             for lr, steps in ((2.0, 10), (3.0, 5), (1.0, 5), (2.5, 3))]
+    x2, y2 = experiment_data(seed=7, n=64)
+    cases.append(Case((3.0, 4, x2, y2), note="lr=3.0, steps=4, another X and Y with 64 examples"))
+    x3, y3 = experiment_data(seed=11, n=1)
+    cases.append(Case((0.5, 3, x3, y3), note="lr=0.5, steps=3, X and Y with a single example"))
+    return cases
+
+
+check_dead_after = Exercise(
+    "Exercise 5 (dead units vs learning rate)",
+    _dead_after,
+    _dead_after_cases,
+    [
+        ("you returned the share of units that are ALIVE; the question asks for the dead ones.",
+         lambda lr, steps, x, y: 1.0 - _dead_after(lr, steps, x, y)),
+        ("you returned the NUMBER of dead units; divide by the number of hidden units (256).",
+         lambda lr, steps, x, y: int((_trained_pre(lr, steps, x, y) <= 0).all(dim=0).sum())),
+        ("a unit is dead when it is ≤ 0 on EVERY example (.all over the examples), not on some of them.",
+         lambda lr, steps, x, y: (_trained_pre(lr, steps, x, y) <= 0).any(dim=0).double().mean().item()),
+        ("you measured the untrained model: train it for `steps` SGD steps first, then count.",
+         lambda lr, steps, x, y: _dead_after(lr, 0, x, y)),
+    ],
+    atol=1e-6, rtol=0.0, kind="investigate",
 )
 
 #: every checker of this notebook, in order
-EXERCISES = [check_gelu_exact, check_gelu_tanh, check_swish, check_gelu_derivative, check_dead_fraction,
-             check_collapse]
+EXERCISES = [check_collapse, check_gelu_tanh_derivative, check_fit_beta, check_dead_fraction, check_dead_after]
