@@ -34,8 +34,9 @@ ROW_LAYOUT = [
     re.compile(r"\bW_?1\b[^\n(]{0,24}\(\s*d(?:_model)?\s*,\s*d_ff\s*\)"),
     re.compile(r"\bW_?2\b[^\n(]{0,24}\(\s*d_ff\s*,\s*d(?:_model)?\s*\)"),
 ]
-# Code that multiplies by W1 on the right without a transpose (x @ W1 is the row layout).
-ROW_CODE = re.compile(r"@\s*(?:W1|W3|w1|w3)\b(?!\s*\.\s*(?:T|t\(\)|mT|transpose))")
+# Code that multiplies data (x, X, h, H, tokens, inputs...) by W1 on the right without a transpose: x @ W1 is the
+# row layout. (W2 @ W1, a product of weights, is nn.Linear's composition and is fine.)
+ROW_CODE = re.compile(r"\b(?:x|X|h|H|xs|tok\w*|inp\w*|batch)\w*\s*@\s*(?:W1|W3|w1|w3)\b(?!\s*\.\s*(?:T|t\(\)|mT|transpose))")
 
 
 def _sources():
@@ -65,6 +66,7 @@ def test_the_patterns_catch_the_other_layout():
     assert not any(p.search(r"W_1 \in \mathbb{R}^{d_\mathrm{ff} \times d}") for p in ROW_LAYOUT)
     assert not any(p.search("W1 of shape (d_ff, d_model)") for p in ROW_LAYOUT)
     assert ROW_CODE.search("h = x @ W1 + b1") and not ROW_CODE.search("h = x @ W1.T + b1")
+    assert not ROW_CODE.search("W = W2 @ W1")
 
 
 def _exercises():
@@ -94,15 +96,16 @@ def test_checkers_pass_weights_in_nn_linear_layout(name, exercise, params):
         bound = dict(zip(params, case.args)) | case.kwargs
         w1 = bound.get("W1", bound.get("w1"))
         w2 = bound.get("W2", bound.get("w2"))
-        x = next((bound[k] for k in ("x", "X", "h") if isinstance(bound.get(k), torch.Tensor)), None)
+        x = next((bound[k] for k in ("x", "X") if isinstance(bound.get(k), torch.Tensor)), None)
         if isinstance(w1, torch.Tensor) and w1.dim() >= 2:
             saw_rectangular |= w1.shape[-1] != w1.shape[-2]
         if isinstance(w1, torch.Tensor) and isinstance(w2, torch.Tensor):
             assert w2.shape[-1] == w1.shape[-2], f"{name}: W2 {tuple(w2.shape)} does not take W1's {tuple(w1.shape)} output"
         if isinstance(w1, torch.Tensor) and x is not None and x.dim() >= 1:
             assert x.shape[-1] == w1.shape[-1], f"{name}: x {tuple(x.shape)} vs W1 {tuple(w1.shape)}: not (d_ff, d_model)"
-        if isinstance(w2, torch.Tensor) and x is not None and w1 is None and x.dim() >= 1:
-            assert x.shape[-1] == w2.shape[-1], f"{name}: hidden {tuple(x.shape)} vs W2 {tuple(w2.shape)}"
+        hidden = next((bound[k] for k in ("h", "H", "hidden") if isinstance(bound.get(k), torch.Tensor)), None)
+        if isinstance(w2, torch.Tensor) and hidden is not None and hidden.dim() >= 1:
+            assert hidden.shape[-1] == w2.shape[-1], f"{name}: hidden {tuple(hidden.shape)} vs W2 {tuple(w2.shape)}"
     assert saw_rectangular or not any(isinstance(dict(zip(params, c.args)).get("W1"), torch.Tensor)
                                       for c in exercise.cases()), \
         f"{name}: give at least one hidden case with d_ff != d_model, or the layout is not tested"
