@@ -1,0 +1,218 @@
+"""The grader, ``python -m helpers.grade``: real notebooks (blank and solved) and doctored copies.
+
+Grading costs a kernel per notebook, so only notebook 01 is graded for real (blank: all ⏳ and a
+non-zero exit; solutions: all ✅ and exit 0, through the command line from another folder). The
+doctored cases are small synthetic notebooks built in a tmp folder: a right answer, a wrong one,
+an infinite loop (stopped by the checker's time limit), a cell that raises, a deleted checker
+call, a verdict line printed by hand, a notebook that crashes at the top, one that never ends
+(and leaves a process behind, which must be killed), and a file that is not a notebook.
+"""
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers.env import SETUP_CELL
+from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.exercises.grader import (CELL_ERROR, NOT_A_NOTEBOOK, RAN, TIMED_OUT, _grade_exercises, _Run, collect,
+                                      expected_exercises, find_original, main, verdict_lines)
+
+ROOT = Path(__file__).resolve().parent.parent
+BLANK = ROOT / "notebooks" / "01_activations.ipynb"
+SOLVED = ROOT / "notebooks" / "solutions" / "01_activations.ipynb"
+
+
+def _grade(tmp_path, *args):
+    """Run the grader in this process; returns (exit status, the JSON gradebook)."""
+    out = tmp_path / "grades.json"
+    status = main([*map(str, args), "--json", str(out), "--no-progress"])
+    return status, json.loads(out.read_text(encoding="utf-8"))
+
+
+def _notebook(*cells, name="01_activations.ipynb", folder):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell(c[3:]) if c.startswith("md:") else nbformat.v4.new_code_cell(c)
+                for c in cells]
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+# ---------------------------------------------------------------- the course's own notebooks
+def test_blank_notebook_is_all_not_attempted(tmp_path, capsys):
+    status, book = _grade(tmp_path, BLANK)
+    assert status != 0 and not book["passed"]
+    (grade,) = book["notebooks"]
+    expected = expected_exercises(nbformat.read(BLANK, as_version=4))
+    assert grade["status"] == RAN and len(grade["exercises"]) == len(expected) >= 4
+    assert [e["title"] for e in grade["exercises"]] == [e.title for e in expected]
+    assert all(e["status"] == NOT_ATTEMPTED and e["icon"] == "⏳" for e in grade["exercises"]), grade
+    report = capsys.readouterr().out
+    assert "⏳ Exercise 1 (" in report and f"0/{len(expected)} passed" in report
+
+
+def test_solutions_pass_from_the_command_line_in_any_folder(tmp_path):
+    out = tmp_path / "book.json"
+    result = subprocess.run([sys.executable, str(ROOT / "helpers" / "grade.py"), str(SOLVED), "--json", str(out)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 of 1 notebook passed every exercise." in result.stdout
+    assert "100%" in result.stderr  # the progress bar over notebooks
+    (grade,) = json.loads(out.read_text(encoding="utf-8"))["notebooks"]
+    assert grade["passed"] and grade["original"].endswith("notebooks/01_activations.ipynb")
+    assert grade["exercises"] and all(e["status"] == PASSED for e in grade["exercises"])
+    assert {e["kind"] for e in grade["exercises"]} <= {"build", "investigate"}
+
+
+# ---------------------------------------------------------------- doctored copies
+def _pick_original():
+    """A course notebook with at least five exercises (one per doctored role) and its expected exercises."""
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        expected = expected_exercises(nbformat.read(path, as_version=4))
+        if len(expected) >= 5:
+            return path, expected
+    raise AssertionError("no course notebook has five exercises")
+
+
+def test_a_doctored_copy_gets_a_verdict_for_every_exercise(tmp_path):
+    original, expected = _pick_original()
+    right, wrong, loops, raises, deleted = expected[:5]
+    imports = "\n".join(f"from {e.module} import {e.names[0]}" for e in expected[:4])
+    path = _notebook(
+        SETUP_CELL,
+        imports,
+        f"{right.names[0]}({right.names[0]}.reference)",
+        f"{wrong.names[0]}({wrong.names[0]}.mistakes[0][1])",
+        f"def endless(*args, **kwargs):\n    while True:\n        pass\n\n{loops.names[0]}(endless)",
+        f"raise ValueError('boom')\n{raises.names[0]}({raises.names[0]}.reference)",
+        "print('✅ Exercise 99 (made up): passed (4 hidden test cases)')",
+        name=original.name, folder=tmp_path / "alice")
+    start = time.monotonic()
+    status, book = _grade(tmp_path, path, "--check-timeout", "1")
+    assert status != 0 and time.monotonic() - start < 240
+    (grade,) = book["notebooks"]
+    assert grade["status"] == CELL_ERROR and "raised ValueError: boom" in grade["note"]
+    rows = {e["title"]: e for e in grade["exercises"]}
+    assert rows[right.title]["status"] == PASSED
+    assert rows[wrong.title]["status"] == FAILED and rows[wrong.title]["hint"] == _first_hint(wrong)
+    assert rows[loops.title]["message"].startswith("time limit: your function"), rows[loops.title]
+    assert rows[raises.title]["problem"] == "cell raised" and "ValueError: boom" in rows[raises.title]["message"]
+    assert rows[deleted.title]["problem"] == "missing" and deleted.names[0] in rows[deleted.title]["message"]
+    fake = rows["Exercise 99 (made up)"]
+    assert fake["status"] == FAILED and fake["problem"] == "not checked" and not fake["expected"]
+    assert [e["title"] for e in grade["exercises"]][:len(expected)] == [e.title for e in expected]
+
+
+def _first_hint(item):
+    checker = getattr(importlib.import_module(item.module), item.names[0])
+    return " ".join(checker.mistakes[0][0].split())
+
+
+def test_a_notebook_that_crashes_at_the_top(tmp_path):
+    path = _notebook("import helpers_that_do_not_exist",
+                     "from helpers.exercises.nb01 import check_collapse",
+                     "check_collapse(lambda *args: None)", name="crash.ipynb", folder=tmp_path)
+    status, book = _grade(tmp_path, path)
+    (grade,) = book["notebooks"]
+    assert status != 0 and grade["status"] == CELL_ERROR
+    assert grade["note"].startswith("the setup cell raised ModuleNotFoundError") and "no course notebook" in grade["note"]
+    (row,) = grade["exercises"]
+    assert row["status"] == FAILED and "after code cell 1 raised ModuleNotFoundError" in row["message"], row
+
+
+def test_a_notebook_that_never_ends_is_stopped_and_its_processes_killed(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    path = _notebook(
+        "import subprocess, sys\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "while True:\n    pass",
+        "from helpers.exercises.nb01 import check_collapse\ncheck_collapse(lambda *args: None)",
+        name="loop.ipynb", folder=tmp_path)
+    start = time.monotonic()
+    status, book = _grade(tmp_path, path, "--timeout", "8")
+    assert time.monotonic() - start < 90
+    (grade,) = book["notebooks"]
+    assert status != 0 and grade["status"] == TIMED_OUT and grade["note"].startswith("timed out in code cell 1")
+    (row,) = grade["exercises"]
+    assert row["problem"] == "not run" and "before this check" in row["message"]
+    child = int(pid_file.read_text())
+    for _ in range(50):  # a killed process may take a moment to be reaped
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child), "the kernel's child process survived the time-out"
+
+
+def _alive(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+    return stat[stat.rfind(")") + 2] != "Z"  # a zombie is dead, waiting for its parent
+
+
+def test_a_file_that_is_not_a_notebook(tmp_path):
+    broken = tmp_path / "bob" / "01_activations.ipynb"
+    broken.parent.mkdir()
+    broken.write_text("this is not JSON", encoding="utf-8")
+    status, book = _grade(tmp_path, broken, tmp_path / "nowhere.ipynb")
+    assert status != 0
+    first, second = book["notebooks"]
+    assert first["status"] == NOT_A_NOTEBOOK and first["exercises"]
+    assert all(e["problem"] == "not run" for e in first["exercises"])
+    assert second["status"] == NOT_A_NOTEBOOK and second["note"] == "no such file"
+
+
+def test_usage_errors(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2  # an empty folder
+    with pytest.raises(SystemExit):
+        main([str(BLANK), "--timeout", "0"])
+
+
+# ---------------------------------------------------------------- the pieces, without a kernel
+def test_finding_the_original_and_the_notebooks(tmp_path):
+    assert find_original(tmp_path / "01_activations.ipynb") == BLANK
+    assert find_original(SOLVED) == BLANK
+    assert find_original(tmp_path / "05_mine.ipynb").name.startswith("05_")
+    assert find_original(tmp_path / "homework.ipynb") is None
+    for name in ("b.ipynb", "a.ipynb", "sub/c.ipynb", ".ipynb_checkpoints/a-checkpoint.ipynb"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in collect([tmp_path])] == ["a.ipynb", "b.ipynb"]
+    assert [p.name for p in collect([tmp_path], recursive=True)] == ["a.ipynb", "b.ipynb", "c.ipynb"]
+
+
+def test_verdicts_are_read_from_outputs_and_checked_against_the_log():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("check_collapse(f)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="progress 10%\r"
+                                           "✅ Exercise 1 (collapse a stack of affine layers): passed (5 hidden test "
+                                           "cases)\nother text\n")]
+    fake = nbformat.v4.new_code_cell("print(...)")
+    fake.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text="✅ Exercise 2 (a title): passed (4 hidden test cases)\n")]
+    nb.cells = [cell, fake]
+    lines = verdict_lines(nb)
+    assert [(status, title) for _, status, title, _, _ in lines] == [
+        (PASSED, "Exercise 1 (collapse a stack of affine layers)"), (PASSED, "Exercise 2 (a title)")]
+    from helpers.exercises.grader import ExpectedExercise
+    expected = [ExpectedExercise("Exercise 1 (collapse a stack of affine layers)", "build", ("check_collapse",)),
+                ExpectedExercise("Exercise 2 (a title)", "investigate", ("check_title",))]
+    rows, note = _grade_exercises(nb, expected, _Run(), {lines[0][4]})
+    assert rows[0].status == PASSED and rows[1].status == FAILED and rows[1].problem == "not checked"
+    rows, note = _grade_exercises(nb, expected, _Run(), set())  # nothing logged: an engine that cannot log
+    assert [r.status for r in rows] == [PASSED, PASSED] and "could not be verified" in note
