@@ -17,7 +17,9 @@ finds, for any model that exposes its FFNs:
   (``value_logits``), and the **agreement rate** between a neuron's value and
   the next token of its top trigger (``agreement``);
 * the per-neuron sub-updates ``m_i v_i`` of one forward pass (``sub_updates``);
-* the effect of switching neurons off (``knock_out``, ``answer_probability``).
+* the effect of switching neurons off (``knock_out``, ``answer_probability``);
+* a neuron explorer (``NeuronExplorer``) and notebook 03's shipped model (``load_fact_model``,
+  ``python -m helpers.memory --make-checkpoint``).
 
 Supported models (``find_ffns``): the course's ``TinyGPT`` (or anything with
 ``model.blocks[l].ffn`` being a ``helpers.ffn.FFN``, plus ``model.ln_f`` and
@@ -34,12 +36,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from helpers import validate
 from helpers.ffn import FFN
+from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 # ---------------------------------------------------------------------------------------------
 # Finding the FFNs of a model
@@ -290,7 +294,8 @@ def top_triggers(coefficients: torch.Tensor, k: int, valid: torch.Tensor | None 
             raise ValueError("valid has a row with no True position: every example needs at least one prefix")
         coefficients = coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf"))
     best, best_pos = coefficients.max(dim=1)                  # (N, n): best position of every example
-    values, examples = best.T.topk(k, dim=1)                  # (n, k): best examples per neuron
+    # (n, k): best examples per neuron; a stable sort keeps exact ties (saturated neurons) in row order
+    values, examples = (t[:, :k] for t in best.T.sort(dim=1, descending=True, stable=True))
     positions = best_pos.T.gather(1, examples)
     if neuron is not None:
         return Triggers(examples[0], positions[0], values[0])
@@ -323,6 +328,40 @@ def pattern_share(examples: torch.Tensor, labels: Sequence[object]) -> torch.Ten
     return counts.max(dim=1).values.float() / examples.shape[1]
 
 
+def peak_coefficients(coefficients: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Each example's peak: ``(N, d_ff)``, the largest coefficient over the ``valid`` positions of its row.
+
+    This is the number ``top_triggers`` ranks examples by. Invalid positions are masked with ``-inf``
+    (not 0), so a row whose valid coefficients are all negative keeps its (negative) peak.
+    """
+    coefficients = _check_coefficients(coefficients)
+    N, T, _ = coefficients.shape
+    if valid is not None:
+        if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool or valid.shape != (N, T):
+            raise ValueError(f"valid must be a bool tensor of shape {(N, T)}, got "
+                             f"{getattr(valid, 'dtype', type(valid).__name__)} {tuple(getattr(valid, 'shape', ()))}")
+        if not valid.any(dim=1).all():
+            raise ValueError("valid has a row with no True position: every example needs at least one prefix")
+        coefficients = coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf"))
+    return coefficients.max(dim=1).values
+
+
+def group_profile(peaks: torch.Tensor, groups: Sequence[object]) -> tuple[torch.Tensor, list[object]]:
+    """Mean peak per group: ``(d_ff, G)`` from ``peaks`` ``(N, d_ff)`` and one label per example.
+
+    Returns the profile and the group labels in order of first appearance (column g is ``names[g]``).
+    E.g. ``groups`` = each fact's relation gives a neuron's activation per relation.
+    """
+    validate.float_tensor("peaks", peaks, min_dims=2)
+    if peaks.dim() != 2 or len(groups) != peaks.shape[0]:
+        raise ValueError(f"peaks must be (N, d_ff) with one label per row in groups, got shape "
+                         f"{tuple(peaks.shape)} and {len(groups)} labels")
+    names = list(dict.fromkeys(groups))
+    code = torch.tensor([names.index(g) for g in groups])
+    one_hot = torch.nn.functional.one_hot(code, len(names)).to(peaks.dtype)     # (N, G)
+    return (peaks.T @ one_hot) / one_hot.sum(0), names
+
+
 # ---------------------------------------------------------------------------------------------
 # Values: what a neuron writes
 # ---------------------------------------------------------------------------------------------
@@ -342,21 +381,37 @@ def _check_neurons(neurons: int | Sequence[int] | torch.Tensor | None, d_ff: int
 
 
 @torch.no_grad()
-def project_to_vocab(model: nn.Module, vectors: torch.Tensor) -> torch.Tensor:
-    """Read residual-stream vectors ``(..., d_model)`` as logits ``(..., vocab)``: ``unembed(final_norm(v))``."""
+def project_to_vocab(model: nn.Module, vectors: torch.Tensor, *, biases: bool = True) -> torch.Tensor:
+    """Read residual-stream vectors ``(..., d_model)`` as logits ``(..., vocab)``.
+
+    ``biases=True``: ``unembed(final_norm(v))``, the model's own read-out applied to ``v`` alone.
+    ``biases=False``: only the part that depends on ``v``, ``W_U (γ ⊙ (v − mean(v)) / σ(v))``: the final
+    norm's shift β and the unembedding's bias (if any) are left out, because they add the same vector to
+    every read-out, whatever ``v`` is.
+    """
     memories = find_ffns(model)
-    return memories.unembed(memories.final_norm(vectors))
+    if biases:
+        return memories.unembed(memories.final_norm(vectors))
+    norm, unembed = memories.final_norm, memories.unembed
+    if not isinstance(norm, nn.LayerNorm) or not hasattr(unembed, "weight"):
+        raise TypeError(f"biases=False needs an nn.LayerNorm final norm and an unembedding with a weight, got "
+                        f"{type(norm).__name__} and {type(unembed).__name__}")
+    normed = torch.nn.functional.layer_norm(vectors, norm.normalized_shape, norm.weight, None, norm.eps)
+    return normed @ unembed.weight.T
 
 
 @torch.no_grad()
-def value_logits(model: nn.Module, layer: int, neurons: int | Sequence[int] | None = None) -> torch.Tensor:
-    """What value vectors say about the next token: ``(n, vocab)`` logits, ``lm_head(ln_f(v_i))``.
+def value_logits(model: nn.Module, layer: int, neurons: int | Sequence[int] | None = None, *,
+                 biases: bool = True) -> torch.Tensor:
+    """What value vectors say about the next token: ``(n, vocab)`` logits, ``project_to_vocab(v_i)``.
 
     ``neurons``: one index, a list, or ``None`` for all ``d_ff`` neurons of ``layer``.
+    ``biases``: see ``project_to_vocab`` (``True``: ``lm_head(ln_f(v_i))``; ``False``: without ln_f's β
+    and lm_head's bias, which are the same for every neuron).
     """
     ffn = find_ffns(model).layer(layer)
     index = _check_neurons(neurons, ffn.d_ff)
-    return project_to_vocab(model, ffn.values[index].detach())
+    return project_to_vocab(model, ffn.values[index].detach(), biases=biases)
 
 
 @dataclass
@@ -381,7 +436,7 @@ class Agreement:
 
 
 def agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: torch.Tensor | None = None,
-              coefficients: torch.Tensor | None = None) -> Agreement:
+              coefficients: torch.Tensor | None = None, *, biases: bool = True) -> Agreement:
     """Agreement rate and median rank for one layer (Geva et al. 2021, section 4).
 
     For each neuron: its top trigger prefix ``ids[n, :t+1]`` (``top_triggers`` with k=1), the
@@ -390,6 +445,7 @@ def agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: torch.Tens
     Args:
         ids: ``(N, T)`` the data set. valid: ``(N, T)`` prefix ends that have a next token
             (default ``prefix_mask(ids)``). coefficients: precomputed ``(N, T, d_ff)`` for ``layer``.
+        biases: how values are read, see ``project_to_vocab``.
     """
     ids = _ids(ids)
     find_ffns(model).layer(layer)
@@ -402,7 +458,7 @@ def agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: torch.Tens
     if int(positions.max()) + 1 >= ids.shape[1]:
         raise ValueError("a top trigger ends at the last position, which has no next token: pass valid")
     next_tokens = ids[examples, positions + 1]
-    logits = value_logits(model, layer)
+    logits = value_logits(model, layer, biases=biases)
     target = logits.gather(1, next_tokens.unsqueeze(1).to(logits.device))
     ranks = (logits > target).sum(dim=1).cpu() + 1
     return Agreement(rate=(ranks == 1).float().mean().item(), median_rank=ranks.float().median().item(),
@@ -484,6 +540,109 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
         handle.remove()
 
 
+class NeuronExplorer:
+    """Everything notebook 03's neuron explorer shows, computed once so that a redraw is instant.
+
+    For any layer and neuron: its top trigger prefixes, its mean peak activation per group of examples
+    (e.g. per relation), the tokens its value promotes and suppresses most, and what switching it off does
+    to the answers of the facts it fires on most.
+
+    Args:
+        model: a model ``find_ffns`` understands. ids: ``(N, T)`` examples. valid: ``(N, T)`` bool prefix ends.
+        answer_pos, answer_id: ``(N,)`` where each example's answer is predicted, and the answer.
+        tokens: the vocabulary's words (``tokens[i]`` is token ``i``). groups: one label per example.
+        row_labels: a short text per example (for the knock-out panel).
+        k: how many triggers to list. n_tokens: promoted and suppressed tokens shown. n_facts: facts knocked out.
+        biases: how values are read (see ``project_to_vocab``).
+    """
+
+    def __init__(self, model: nn.Module, ids: torch.Tensor, valid: torch.Tensor, answer_pos: torch.Tensor,
+                 answer_id: torch.Tensor, tokens: Sequence[str], groups: Sequence[object],
+                 row_labels: Sequence[str], *, k: int = 8, n_tokens: int = 6, n_facts: int = 8,
+                 biases: bool = False) -> None:
+        self.model, self.memories = model, find_ffns(model)
+        self.ids, self.valid = _ids(ids), valid
+        self.answer_pos, self.answer_id = answer_pos, answer_id
+        self.tokens, self.row_labels = list(tokens), list(row_labels)
+        self.n_tokens, self.n_facts, self.biases = n_tokens, n_facts, biases
+        trace = collect(model, ids)
+        rows = torch.arange(ids.shape[0])
+        self.triggers = [top_triggers(c, k, valid) for c in trace.coefficients]          # (d_ff, k) each
+        self.profiles, self.group_names = [], []
+        for c in trace.coefficients:
+            profile, names = group_profile(peak_coefficients(c, valid), groups)
+            self.profiles.append(profile)                                                 # (d_ff, G)
+            self.group_names = names
+        self.at_answer = [c[rows, answer_pos] for c in trace.coefficients]                # (N, d_ff) each
+        self.values = [value_logits(model, layer, biases=biases) for layer in range(self.memories.n_layers)]
+        self.p_before = answer_probability(model, ids, answer_pos, answer_id)              # (N,)
+
+    @property
+    def n_layers(self) -> int:
+        return self.memories.n_layers
+
+    def knock_out_effect(self, layer: int, neuron: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ``n_facts`` examples where ``neuron`` fires most at the answer position, and P(answer) for
+        each before and after switching that one neuron off: ``(rows, p_before, p_after)``."""
+        ffn = self.memories.layer(layer)
+        validate.int_in_range("neuron", neuron, 0, ffn.d_ff - 1)
+        rows = self.at_answer[layer][:, neuron].topk(self.n_facts).indices
+        with knock_out(self.model, layer, neuron):
+            after = answer_probability(self.model, self.ids[rows], self.answer_pos[rows], self.answer_id[rows])
+        return rows, self.p_before[rows], after
+
+    def figure(self, layer: int, neuron: int):
+        """A 2×2 matplotlib figure about one neuron (triggers, groups, value, knock-out)."""
+        import matplotlib.pyplot as plt
+
+        ffn = self.memories.layer(layer)
+        validate.int_in_range("neuron", neuron, 0, ffn.d_ff - 1)
+        fig, axes = plt.subplots(2, 2, figsize=(12.5, 7.4), gridspec_kw={"width_ratios": [1.25, 1]})
+        fig.subplots_adjust(left=0.2, right=0.98, top=0.9, bottom=0.08, wspace=0.38, hspace=0.38)
+        (text_ax, group_ax), (value_ax, ko_ax) = axes
+        tr = self.triggers[layer]
+        text_ax.axis("off")
+        lines = []
+        for e, p, v in zip(tr.examples[neuron].tolist(), tr.positions[neuron].tolist(),
+                           tr.coefficients[neuron].tolist()):
+            words = [w for w in (self.tokens[i] for i in self.ids[e, :p + 1].tolist()) if w not in ("<bos>", "<pad>")]
+            prefix = " ".join(words)
+            prefix = prefix if len(prefix) <= 46 else "…" + prefix[-45:]
+            lines.append(f"m = {v:5.2f}  {prefix}  → {self.tokens[int(self.ids[e, p + 1])]}")
+        text_ax.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=9,
+                     transform=text_ax.transAxes)
+        text_ax.set_title(f"Top {len(lines)} trigger prefixes → next token", loc="left")
+
+        profile = self.profiles[layer][neuron]
+        names = [str(n) for n in self.group_names]
+        group_ax.bar(names, profile.tolist(), color=["#0072B2" if v >= 0 else "#D55E00" for v in profile.tolist()])
+        group_ax.axhline(0, color="0.4", lw=0.8)
+        group_ax.set(ylabel="mean peak m", title="Mean activation per group")
+
+        logits = self.values[layer][neuron]
+        top, bottom = logits.topk(self.n_tokens), logits.topk(self.n_tokens, largest=False)
+        order = torch.cat([top.indices, bottom.indices.flip(0)])
+        heights = logits[order]
+        ys = list(range(len(order)))
+        value_ax.barh(ys, heights.tolist(), color=["#009E73" if v > 0 else "#D55E00" for v in heights.tolist()])
+        value_ax.set_yticks(ys, [self.tokens[i] for i in order.tolist()], fontsize=9)
+        value_ax.invert_yaxis()
+        value_ax.axvline(0, color="0.4", lw=0.8)
+        read = "lm_head(ln_f(v))" if self.biases else "W_U(γ⊙norm(v)), no biases"
+        value_ax.set(xlabel=f"logit, {read}", title="Its value: most promoted / suppressed")
+
+        rows, before, after = self.knock_out_effect(layer, neuron)
+        ys = torch.arange(len(rows))
+        ko_ax.barh(ys - 0.2, before.tolist(), 0.4, color="0.7", label="intact")
+        ko_ax.barh(ys + 0.2, after.tolist(), 0.4, color="#CC79A7", label="this neuron off")
+        ko_ax.set_yticks(ys.tolist(), [self.row_labels[r] for r in rows.tolist()], fontsize=8)
+        ko_ax.invert_yaxis()
+        ko_ax.set(xlim=(0, 1.02), xlabel="P(right answer)", title=f"Switched off: the {len(rows)} facts it fires on most")
+        ko_ax.legend(fontsize=8, loc="lower left")
+        fig.suptitle(f"Layer {layer}, neuron {neuron}", fontsize=13, x=0.01, ha="left")
+        return fig
+
+
 def token_positions(ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``(N,)`` the first position of ``tokens[n]`` in row ``ids[n]`` (e.g. where each fact's subject sits)."""
     ids = _ids(ids)
@@ -509,6 +668,109 @@ def answer_probability(model: nn.Module, ids: torch.Tensor, answer_pos: torch.Te
     rows = torch.arange(ids.shape[0], device=device)
     probs = logits[rows, answer_pos.to(device)].softmax(-1)
     return probs[rows, answer_id.to(device)].cpu()
+
+
+# ---------------------------------------------------------------------------------------------
+# The course's fact model: trained once, shipped, loaded everywhere the same
+# ---------------------------------------------------------------------------------------------
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+#: how notebook 03's model is trained; ``python -m helpers.memory --make-checkpoint`` uses exactly this
+FACT_MODEL = {"d_model": 48, "n_layers": 2, "n_heads": 4, "steps": 150, "lr": 1.5e-2}
+
+
+def fact_model_path(seed: int = 0) -> Path:
+    """Where the shipped checkpoint for ``seed`` lives: ``helpers/data/fact_model.pt`` (seed 0), else
+    ``helpers/data/fact_model_seed<seed>.pt``."""
+    validate.non_negative_int("seed", seed)
+    return DATA_DIR / ("fact_model.pt" if seed == 0 else f"fact_model_seed{seed}.pt")
+
+
+def fact_model_config(data) -> GPTConfig:
+    """The ``GPTConfig`` of notebook 03's model for a ``helpers.facts.FactDataset`` ``data``."""
+    return GPTConfig(vocab_size=len(data.vocab), d_model=FACT_MODEL["d_model"], n_layers=FACT_MODEL["n_layers"],
+                     n_heads=FACT_MODEL["n_heads"], max_len=data.ids.shape[1])
+
+
+def untrained_fact_model(data, seed: int = 0) -> TinyGPT:
+    """Notebook 03's model as initialised by ``torch.manual_seed(seed)``, before any training (eval mode).
+
+    Initialisation is not chaotic: these weights are the same on every machine and torch version.
+    """
+    validate.non_negative_int("seed", seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyGPT(fact_model_config(data))
+    return model.eval()
+
+
+def train_fact_model(data, seed: int = 0, *, progress: bool = True) -> tuple[TinyGPT, list[float]]:
+    """Train notebook 03's model on every next token of ``data`` (full batch, AdamW, ``FACT_MODEL``).
+
+    Returns the model (eval mode) and the loss of every step. Deterministic on one machine; on another CPU
+    or torch version the weights differ by a few per cent (training is chaotic), which is why the notebook
+    analyses the shipped checkpoint (``load_fact_model``).
+    """
+    model = untrained_fact_model(data, seed).train()
+    losses = train_lm(model, data.ids, data.targets, steps=FACT_MODEL["steps"], lr=FACT_MODEL["lr"], seed=seed,
+                      progress=progress, desc=f"learning {len(data)} facts")
+    return model.eval(), losses
+
+
+def save_fact_model(model: TinyGPT, losses: Sequence[float], data, path: str | Path, seed: int) -> Path:
+    """Write ``model``'s float32 weights, its loss history and what it was trained on to ``path``."""
+    import platform
+
+    path = Path(path)
+    checkpoint = {
+        "state_dict": {k: v.detach().float().cpu().clone() for k, v in model.state_dict().items()},
+        "losses": [float(x) for x in losses],
+        "vocab": list(data.vocab.tokens),
+        "seed": int(seed),
+        "recipe": dict(FACT_MODEL),
+        "made_with": f"torch {torch.__version__}, {platform.machine()}, "
+                     f"CPU capability {torch.backends.cpu.get_cpu_capability()}",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, path)
+    return path
+
+
+def load_fact_model(data, seed: int = 0, path: str | Path | None = None) -> tuple[TinyGPT, list[float]]:
+    """Load the shipped model trained with ``seed`` (``fact_model_path(seed)``, or ``path``).
+
+    Returns the model (eval mode, on the CPU) and its training loss history. Raises ``ValueError`` when
+    the checkpoint was made for another vocabulary or recipe than ``data`` and ``FACT_MODEL``.
+    """
+    path = fact_model_path(seed) if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path={str(path)!r}: no checkpoint there; make it with "
+                                f"python -m helpers.memory --make-checkpoint --seed {seed}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if checkpoint["vocab"] != list(data.vocab.tokens):
+        raise ValueError(f"the checkpoint {path.name} was trained on another vocabulary "
+                         f"({len(checkpoint['vocab'])} tokens) than data ({len(data.vocab)} tokens)")
+    if checkpoint["recipe"] != FACT_MODEL:
+        raise ValueError(f"the checkpoint {path.name} was made with {checkpoint['recipe']}, not {FACT_MODEL}")
+    model = TinyGPT(fact_model_config(data))
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval(), list(checkpoint["losses"])
+
+
+def _make_checkpoints(seeds: Sequence[int]) -> None:
+    """Train and write the shipped checkpoints; print what each one knows."""
+    from helpers.facts import load_facts, make_dataset
+    from helpers.transformer import answer_accuracy
+
+    torch.set_num_threads(1)        # as in the notebooks (helpers.env.setup)
+    data = make_dataset(load_facts())
+    for seed in seeds:
+        model, losses = train_fact_model(data, seed)
+        path = save_fact_model(model, losses, data, fact_model_path(seed), seed)
+        accuracy = answer_accuracy(model, data.ids, data.answer_pos, data.answer_id)
+        print(f"seed {seed}: loss {losses[0]:.3f} -> {losses[-1]:.3f}, answer accuracy {accuracy:.2%}; "
+              f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -547,3 +809,14 @@ def load_gpt2(name: str = "gpt2", *, download: bool | None = None):
                  "they are not in the local cache (set FFN_COURSE_GPT2=1 to download ~500 MB)")
         return None, None, f"GPT-2's weights ({name!r}) are unavailable: {where} [{type(err).__name__}]"
     return model.eval(), tokenizer, None
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Train and write notebook 03's shipped fact model(s).")
+    parser.add_argument("--make-checkpoint", action="store_true", required=True,
+                        help="train with FACT_MODEL and write helpers/data/fact_model*.pt")
+    parser.add_argument("--seed", type=int, nargs="+", default=[0, 1],
+                        help="training seeds (default: 0 1; seed 0 is the model the notebook analyses)")
+    _make_checkpoints(parser.parse_args().seed)

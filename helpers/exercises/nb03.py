@@ -1,22 +1,28 @@
 """Checkers for notebook 03 (the FFN as a key-value memory).
 
 Each ``check_*`` is an ``helpers.exercises.engine.Exercise``: call it on your function,
-``check_memory_coefficients(my_fn)``, and it prints one line (not attempted /
-passed / what is wrong and the likely mistake). Hidden cases come from seeded
-``torch.Generator`` s, with shapes the notebook never shows.
+``check_memory_coefficients(my_fn)``, and it prints one line (not attempted / passed /
+what is wrong and the likely mistake). Hidden cases come from seeded ``torch.Generator`` s,
+with shapes the notebook never shows, and they cover every input the task statement allows:
+batches of one, the last neuron, rows whose allowed values are all negative, linear layers
+with and without a bias, unequal group sizes.
 
 Layout: PyTorch's ``nn.Linear`` layout, as in ``helpers.ffn.FFN``: ``W1`` is
 ``(d_ff, d_model)`` (row i = key i) and ``W2`` is ``(d_model, d_ff)`` (column i = value i).
 
-===========================  ===========================================================================
-checker                      the learner writes
-===========================  ===========================================================================
-``check_memory_coefficients`` ``memory_coefficients(x, W1, b1)`` -> ``(B, T, d_ff)``
-``check_top_triggers``        ``top_trigger_prefixes(coefficients, valid, neuron, k)`` -> (examples, positions)
-``check_value_logits``        ``value_to_vocab(ffn, neuron, ln_f, lm_head)`` -> ``(vocab,)``
-``check_agreement_rate``      ``agreement_rate(coefficients, ids, valid, value_logits)`` -> float
-``check_rank_one_update``     ``rank_one_update(W, C, k_star, v_star)`` -> ``(d_out, d_in)``
-===========================  ===========================================================================
+=============================  ======  ==============================================================
+checker                        kind    the learner writes
+=============================  ======  ==============================================================
+``check_memory_coefficients``  build   ``memory_coefficients(x, W1, b1)`` -> ``(B, T, d_ff)``
+``check_top_triggers``         build   ``top_trigger_prefixes(coefficients, valid, neuron, k)``
+                                       -> (examples ``(k,)``, positions ``(k,)``)
+``check_value_logits``         build   ``value_to_vocab(ffn, neuron, ln_f, lm_head, biases)`` -> ``(vocab,)``
+``check_agreement_rate``       build   ``agreement_rate(coefficients, ids, valid, value_logits)`` -> float
+``check_rank_one_update``      build   ``rank_one_edit(W, C, k_star, v_star)`` -> ``(d_out, d_in)``
+``check_relation_profile``     invest. ``relation_profile(coefficients, valid, relation, n_relations)``
+                                       -> ``(d_ff, n_relations)`` mean peak per relation
+``check_best_match``           invest. ``best_match(a, b)`` -> (index ``(n_a,)``, correlation ``(n_a,)``)
+=============================  ======  ==============================================================
 """
 
 from __future__ import annotations
@@ -37,14 +43,42 @@ def _randint(gen: torch.Generator, low: int, high: int) -> int:
 
 
 def _no_grad(fn: Callable[..., object]) -> Callable[..., object]:
-    def wrapped(*args: object) -> object:
+    def wrapped(*args: object, **kwargs: object) -> object:
         with torch.no_grad():
-            return fn(*args)
+            return fn(*args, **kwargs)
     return wrapped
 
 
+def _valid_mask(gen: torch.Generator, N: int, T: int, last_allowed: bool = False,
+                padded: bool = False) -> torch.Tensor:
+    """Rows of different real lengths; a prefix needs a next token, so the last real position is out.
+
+    With ``last_allowed`` some rows may also end a prefix at the very last position ``T - 1`` (the task
+    statement allows any mask with at least one True per row). With ``padded`` every row ends in padding
+    (real length at most ``T - 1``).
+    """
+    lengths = torch.randint(2, T if padded else T + 1, (N,), generator=gen)
+    valid = torch.arange(T).unsqueeze(0) < (lengths - 1).unsqueeze(1)
+    if last_allowed:
+        valid[torch.rand(N, generator=gen) < 0.5, -1] = True
+    return valid
+
+
+def _negative_rows(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Generator,
+                   share: float = 0.4) -> None:
+    """In place, for ``coefficients`` ``(N, T, d_ff)`` and ``valid`` ``(N, T)``: in a share of the rows (at
+    least one) every allowed value is negative (GELU's small dip, -0.17..0), and every position that is not
+    allowed holds a large positive value. Masking with 0 instead of -inf then picks a forbidden position."""
+    N, _, d_ff = coefficients.shape
+    rows = torch.zeros(N, dtype=torch.bool)
+    rows[torch.randperm(N, generator=gen)[: max(1, round(share * N))]] = True
+    allowed = rows.unsqueeze(1) & valid                                            # (N, T)
+    coefficients[allowed] = -0.17 * torch.rand(int(allowed.sum()), d_ff, generator=gen)
+    coefficients[~valid] = coefficients[~valid].abs() + 2.0
+
+
 # --------------------------------------------------------------------------------------------
-# Exercise 1: memory coefficients for a batch
+# Exercise 1 (build): memory coefficients for a batch
 # --------------------------------------------------------------------------------------------
 
 
@@ -55,16 +89,16 @@ def _memory_coefficients(x: torch.Tensor, W1: torch.Tensor, b1: torch.Tensor) ->
 
 def _coefficient_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2021)
+    shapes = [(2, 4, 5, 5),     # square W1: a transposed W1 still runs, so its result must be told apart
+              (1, 1, 3, 11),    # a batch of one, one position
+              (3, 6, 8, 20),
+              (2, 3, 9, 4)]     # fewer neurons than model width
     cases = []
-    for k in range(4):
-        B, T = _randint(gen, 1, 3), _randint(gen, 2, 6)
-        d = _randint(gen, 3, 9)
-        d_ff = d if k == 0 else _randint(gen, 10, 24)   # first case square: a transposed W1 still runs
+    for B, T, d, d_ff in shapes:
         x = torch.randn(B, T, d, generator=gen)
         W1 = torch.randn(d_ff, d, generator=gen)
         b1 = torch.randn(d_ff, generator=gen)
-        note = f"x {tuple(x.shape)}, W1 {tuple(W1.shape)}, b1 {tuple(b1.shape)}"
-        cases.append(Case((x, W1, b1), note=note))
+        cases.append(Case((x, W1, b1), note=f"x {tuple(x.shape)}, W1 {tuple(W1.shape)}, b1 {tuple(b1.shape)}"))
     return cases
 
 
@@ -90,7 +124,7 @@ check_memory_coefficients = Exercise(
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 2: top-k trigger prefixes of one neuron
+# Exercise 2 (build): top-k trigger prefixes of one neuron
 # --------------------------------------------------------------------------------------------
 
 
@@ -103,21 +137,20 @@ def _top_triggers(coefficients: torch.Tensor, valid: torch.Tensor, neuron: int,
     return examples, position[examples]
 
 
-def _valid_mask(gen: torch.Generator, N: int, T: int) -> torch.Tensor:
-    """Rows of different real lengths (3..T); a prefix needs a next token, so the last real position is out."""
-    lengths = torch.randint(3, T + 1, (N,), generator=gen)
-    return torch.arange(T).unsqueeze(0) < (lengths - 1).unsqueeze(1)
-
-
 def _trigger_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2022)
     cases = []
-    for _ in range(4):
-        N, T, d_ff = _randint(gen, 8, 20), _randint(gen, 5, 8), _randint(gen, 4, 12)
+    # (N, T, d_ff, neuron, k, rows whose allowed values are all negative, the last position may be allowed)
+    for N, T, d_ff, neuron, k, negative, last in [(14, 6, 7, 3, 4, False, False),
+                                                   (9, 5, 5, 4, 9, True, False),    # k = N, last neuron
+                                                   (1, 4, 3, 0, 1, True, False),    # one example
+                                                   (16, 7, 10, 9, 5, True, True),
+                                                   (12, 8, 6, 2, 3, False, True)]:
         coefficients = torch.randn(N, T, d_ff, generator=gen)
-        coefficients[:, -1] += 3.0     # the last position (never a valid prefix end) fires strongly
-        valid = _valid_mask(gen, N, T)
-        neuron, k = _randint(gen, 0, d_ff - 1), _randint(gen, 3, 6)
+        coefficients[:, -1] += 3.0     # the last position fires strongly: it counts only where it is allowed
+        valid = _valid_mask(gen, N, T, last_allowed=last)
+        if negative:
+            _negative_rows(coefficients, valid, gen)
         note = f"coefficients {tuple(coefficients.shape)}, valid {tuple(valid.shape)}, neuron={neuron}, k={k}"
         cases.append(Case((coefficients, valid, neuron, k), note=note))
     return cases
@@ -132,6 +165,12 @@ def _triggers_argmin(c, valid, neuron, k):
 
 def _triggers_no_mask(c, valid, neuron, k):
     best, position = c[:, :, neuron].max(dim=1)
+    examples = best.topk(k).indices
+    return examples, position[examples]
+
+
+def _triggers_zero_mask(c, valid, neuron, k):
+    best, position = (c[:, :, neuron] * valid).max(dim=1)
     examples = best.topk(k).indices
     return examples, position[examples]
 
@@ -156,6 +195,9 @@ check_top_triggers = Exercise(
          "fires MOST.", _triggers_argmin),
         ("you ignored `valid`: positions that are padding or have no next token must not count (mask them with "
          "-inf before taking the max).", _triggers_no_mask),
+        ("you masked the positions that are not allowed with 0 (e.g. by multiplying with `valid`); where every "
+         "allowed value of a row is negative (GELU dips to -0.17), 0 wins and an invalid position is picked. "
+         "Mask with -inf: masked_fill(~valid, float('-inf')).", _triggers_zero_mask),
         ("one example appears several times: take the best position of each example first (max over T), then "
          "the top k examples.", _triggers_many_per_example),
         ("off by one: return the position t where the prefix ends (the prefix is ids[n, :t+1]), not its "
@@ -164,33 +206,60 @@ check_top_triggers = Exercise(
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 3: a value vector read in the vocabulary
+# Exercise 3 (build): a value vector read in the vocabulary, with and without the biases
 # --------------------------------------------------------------------------------------------
 
 
-def _value_to_vocab(ffn: FFN, neuron: int, ln_f: nn.LayerNorm, lm_head: nn.Linear) -> torch.Tensor:
-    """``(vocab,)`` logits: ``lm_head(ln_f(W2[:, neuron]))``."""
+def _value_to_vocab(ffn: FFN, neuron: int, ln_f: nn.LayerNorm, lm_head: nn.Linear,
+                    biases: bool = True) -> torch.Tensor:
+    """``(vocab,)`` logits: ``lm_head(ln_f(v))``, or without ln_f's β and lm_head's bias."""
     with torch.no_grad():
-        return lm_head(ln_f(ffn.w2.weight[:, neuron]))
+        value = ffn.w2.weight[:, neuron]
+        if biases:
+            return lm_head(ln_f(value))
+        return F.layer_norm(value, ln_f.normalized_shape, ln_f.weight, None, ln_f.eps) @ lm_head.weight.T
 
 
 def _value_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2023)
     cases = []
-    for k in range(4):
-        d = _randint(gen, 4, 10)
-        d_ff = d if k == 0 else _randint(gen, 12, 30)   # first case square: a row of W2 still fits
-        vocab = _randint(gen, 15, 40)
+    # (d_model, d_ff, vocab, lm_head has a bias, biases)
+    for k, (d, d_ff, vocab, head_bias, biases) in enumerate([(6, 6, 21, True, True),      # square W2
+                                                             (5, 17, 30, True, False),
+                                                             (8, 20, 25, False, True),
+                                                             (7, 7, 18, False, False),    # square W2
+                                                             (4, 12, 33, True, True)]):
         with torch.random.fork_rng(devices=[]):       # module init draws from the global generator
             torch.manual_seed(3000 + k)
-            ffn, ln_f, lm_head = FFN(d, d_ff).eval(), nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+            ffn = FFN(d, d_ff).eval()
+            ln_f, lm_head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=head_bias)
         with torch.no_grad():                          # a trained-looking final norm: scale and shift not 1 and 0
             ln_f.weight.copy_(1 + 0.5 * torch.randn(d, generator=gen))
             ln_f.bias.copy_(0.5 * torch.randn(d, generator=gen))
-        neuron = _randint(gen, 0, d_ff - 1)
-        note = f"FFN(d_model={d}, d_ff={d_ff}), neuron={neuron}, LayerNorm({d}), lm_head {d}->{vocab}"
-        cases.append(Case((ffn, neuron, ln_f, lm_head), note=note))
+            if head_bias:
+                lm_head.bias.copy_(torch.randn(vocab, generator=gen))
+        neuron = d_ff - 1 if k in (1, 3) else _randint(gen, 0, d_ff - 2)
+        note = (f"FFN(d_model={d}, d_ff={d_ff}), neuron={neuron}, LayerNorm({d}), "
+                f"lm_head {d}->{vocab} {'with' if head_bias else 'without'} bias, biases={biases}")
+        cases.append(Case((ffn, neuron, ln_f, lm_head, biases), note=note))
     return cases
+
+
+def _ln_no_beta(v: torch.Tensor, ln: nn.LayerNorm) -> torch.Tensor:
+    return F.layer_norm(v, ln.normalized_shape, ln.weight, None, ln.eps)
+
+
+def _values_with_read(read: Callable[[torch.Tensor, nn.LayerNorm, nn.Linear, bool], torch.Tensor],
+                      column: Callable[[FFN, int], torch.Tensor] = lambda f, i: f.w2.weight[:, i]):
+    """A mistake model: ``read(v, ln_f, lm_head, biases)`` applied to the vector ``column(ffn, neuron)``."""
+    @torch.no_grad()
+    def wrong(f, i, ln, head, biases=True):
+        return read(column(f, i), ln, head, biases)
+    return wrong
+
+
+def _right_read(v, ln, head, biases):
+    return head(ln(v)) if biases else _ln_no_beta(v, ln) @ head.weight.T
 
 
 check_value_logits = Exercise(
@@ -199,21 +268,31 @@ check_value_logits = Exercise(
     _value_cases,
     mistakes=[
         ("you forgot ln_f: the model always normalises the residual stream before the unembedding, so read "
-         "the value as lm_head(ln_f(v)).",
-         _no_grad(lambda f, i, ln, head: head(f.w2.weight[:, i]))),
+         "the value through ln_f (with biases) or through its normalisation and scale γ (without).",
+         _values_with_read(lambda v, ln, head, b: head(v) if b else v @ head.weight.T)),
         ("you used the key (row i of w1.weight); the value is column i of w2.weight, w2.weight[:, i].",
-         _no_grad(lambda f, i, ln, head: head(ln(f.w1.weight[i])))),
+         _values_with_read(_right_read, lambda f, i: f.w1.weight[i])),
         ("you took row i of w2.weight; w2.weight is (d_model, d_ff), so value i is its column, w2.weight[:, i].",
-         _no_grad(lambda f, i, ln, head: head(ln(f.w2.weight[i])))),
-        ("you returned probabilities (softmax); return the logits, lm_head(ln_f(v)).",
-         _no_grad(lambda f, i, ln, head: head(ln(f.w2.weight[:, i])).softmax(-1))),
-        ("you normalised without ln_f's learned scale and shift: call ln_f(v) itself.",
-         _no_grad(lambda f, i, ln, head: head(F.layer_norm(f.w2.weight[:, i], ln.normalized_shape)))),
+         _values_with_read(_right_read, lambda f, i: f.w2.weight[i])),
+        ("you returned probabilities (softmax); return the logits.",
+         _values_with_read(lambda v, ln, head, b: _right_read(v, ln, head, b).softmax(-1))),
+        ("biases=False ignored: without the biases, leave out ln_f's shift β and lm_head's bias "
+         "(F.layer_norm(v, shape, ln_f.weight, None, ln_f.eps) @ lm_head.weight.T).",
+         _values_with_read(lambda v, ln, head, b: head(ln(v)))),
+        ("without the biases you also dropped ln_f's scale γ: only β is the same for every neuron; γ scales each "
+         "coordinate and belongs to the read-out.",
+         _values_with_read(lambda v, ln, head, b: head(ln(v)) if b else
+                           F.layer_norm(v, ln.normalized_shape, eps=ln.eps) @ head.weight.T)),
+        ("without the biases you kept lm_head's bias: like β it adds the same vector to every neuron's logits, "
+         "so leave it out too.",
+         _values_with_read(lambda v, ln, head, b: head(ln(v)) if b else head(_ln_no_beta(v, ln)))),
+        ("with the biases you dropped lm_head's bias: the full read-out is lm_head(ln_f(v)), bias included.",
+         _values_with_read(lambda v, ln, head, b: (ln(v) if b else _ln_no_beta(v, ln)) @ head.weight.T)),
     ],
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 4: agreement rate
+# Exercise 4 (build): agreement rate
 # --------------------------------------------------------------------------------------------
 
 
@@ -231,12 +310,14 @@ def _agreement_rate(coefficients: torch.Tensor, ids: torch.Tensor, valid: torch.
 def _agreement_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2024)
     cases = []
-    for _ in range(4):
+    for negative in (False, True, False, True):
         N, T, d_ff, vocab = _randint(gen, 10, 25), _randint(gen, 5, 8), _randint(gen, 12, 30), _randint(gen, 20, 40)
         ids = torch.randint(1, vocab, (N, T), generator=gen)
-        valid = _valid_mask(gen, N, T)
+        valid = _valid_mask(gen, N, T, padded=negative)
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0
+        if negative:
+            _negative_rows(coefficients, valid, gen, share=1.0)     # every allowed value is negative
         logits = torch.randn(d_ff, vocab, generator=gen)
         # plant answers: about half of the neurons agree; some others point at the trigger's own last token
         # (what an off-by-one finds) or have the next token as their argmin, so each mistake gets its own rate
@@ -248,40 +329,44 @@ def _agreement_cases() -> list[Case]:
         u = torch.rand(d_ff, generator=gen)
         top, bottom = logits.max() + 1.0, logits.min() - 1.0
         agree, off_by_one, lowest = u < 0.5, (u >= 0.5) & (u < 0.75) & (last != nxt), u >= 0.9
+        agree[-1] = True                                       # the last neuron counts too
         logits[agree, nxt[agree]] = top
         logits[off_by_one, last[off_by_one]] = top
         logits[lowest, nxt[lowest]] = bottom
+        if negative:   # where 0-masking finds another trigger, some values name ITS next token
+            zero_example, zero_t = _trigger_max(coefficients, valid, fill=0.0)
+            zero_next = ids[zero_example, zero_t + 1]
+            zero = (u >= 0.75) & (u < 0.9) & (zero_next != nxt) & (zero_next != last)
+            logits[zero, zero_next[zero]] = top
         note = f"coefficients {tuple(coefficients.shape)}, ids {tuple(ids.shape)}, value_logits {tuple(logits.shape)}"
         cases.append(Case((coefficients, ids, valid, logits), note=note))
     return cases
 
 
-def _agreement_last_token(c, ids, valid, logits):
-    cm = c.masked_fill(~valid.unsqueeze(-1), float("-inf"))
-    best, position = cm.max(dim=1)
-    example = best.argmax(dim=0)
-    t = position[example, torch.arange(c.shape[2])]
-    return (logits.argmax(dim=1) == ids[example, t]).float().mean().item()
+def _agreement_with(trigger: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+                    shift: int = 1, pick: str = "argmax", per: float = 1.0):
+    """A mistake model of the agreement rate: ``trigger(c, valid)`` gives each neuron's (example, position)."""
+    def wrong(c, ids, valid, logits):
+        example, t = trigger(c, valid)
+        top = logits.argmax(dim=1) if pick == "argmax" else logits.argmin(dim=1)
+        return (top == ids[example, t + shift]).float().mean().item() * per
+    return wrong
 
 
-def _agreement_value_argmin(c, ids, valid, logits):
-    cm = c.masked_fill(~valid.unsqueeze(-1), float("-inf"))
-    best, position = cm.max(dim=1)
+def _trigger_max(c, valid, fill=float("-inf")):
+    best, position = c.masked_fill(~valid.unsqueeze(-1), fill).max(dim=1)
     example = best.argmax(dim=0)
-    t = position[example, torch.arange(c.shape[2])]
-    return (logits.argmin(dim=1) == ids[example, t + 1]).float().mean().item()
+    return example, position[example, torch.arange(c.shape[2])]
+
+
+def _trigger_min(c, valid):
+    worst, position = c.masked_fill(~valid.unsqueeze(-1), float("inf")).min(dim=1)
+    example = worst.argmin(dim=0)
+    return example, position[example, torch.arange(c.shape[2])]
 
 
 def _agreement_count(c, ids, valid, logits):
     return _agreement_rate(c, ids, valid, logits) * c.shape[2]
-
-
-def _agreement_weakest_trigger(c, ids, valid, logits):
-    cm = c.masked_fill(~valid.unsqueeze(-1), float("inf"))
-    worst, position = cm.min(dim=1)
-    example = worst.argmin(dim=0)
-    t = position[example, torch.arange(c.shape[2])]
-    return (logits.argmax(dim=1) == ids[example, t + 1]).float().mean().item()
 
 
 check_agreement_rate = Exercise(
@@ -290,16 +375,20 @@ check_agreement_rate = Exercise(
     _agreement_cases,
     mistakes=[
         ("off by one: you compared with the last token OF the trigger prefix, ids[n, t]; agreement is about the "
-         "token that comes NEXT, ids[n, t + 1].", _agreement_last_token),
-        ("you took the value's argmin; a value's prediction is its top (argmax) token.", _agreement_value_argmin),
+         "token that comes NEXT, ids[n, t + 1].", _agreement_with(_trigger_max, shift=0)),
+        ("you took the value's argmin; a value's prediction is its top (argmax) token.",
+         _agreement_with(_trigger_max, pick="argmin")),
         ("you returned the number of agreeing neurons; the rate is that number divided by d_ff.", _agreement_count),
         ("you took the weakest trigger (argmin over the coefficients); the top trigger is where the neuron fires "
-         "most.", _agreement_weakest_trigger),
+         "most.", _agreement_with(_trigger_min)),
+        ("you masked the positions that are not allowed with 0; where every allowed value is negative, 0 wins "
+         "and the trigger ends at a position that is not allowed. Mask with -inf.",
+         _agreement_with(lambda c, valid: _trigger_max(c, valid, fill=0.0))),
     ],
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 5: the rank-one update
+# Exercise 5 (build): the rank-one update
 # --------------------------------------------------------------------------------------------
 
 
@@ -312,8 +401,7 @@ def _rank_one(W: torch.Tensor, C: torch.Tensor, k_star: torch.Tensor, v_star: to
 def _rank_one_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2025)
     cases = []
-    for _ in range(4):
-        d_out, d_in = _randint(gen, 3, 8), _randint(gen, 9, 20)
+    for d_out, d_in in [(4, 12), (1, 9), (7, 5), (3, 20)]:
         W = torch.randn(d_out, d_in, generator=gen, dtype=torch.float64)
         keys = torch.randn(4 * d_in, d_in, generator=gen, dtype=torch.float64) + 0.5
         C = keys.T @ keys / keys.shape[0] + 0.1 * torch.eye(d_in, dtype=torch.float64)
@@ -343,5 +431,155 @@ check_rank_one_update = Exercise(
     atol=1e-8, rtol=1e-6,
 )
 
+# --------------------------------------------------------------------------------------------
+# Exercise 6 (investigate): a neuron's activation per relation
+# --------------------------------------------------------------------------------------------
+
+
+def _relation_profile(coefficients: torch.Tensor, valid: torch.Tensor, relation: torch.Tensor,
+                      n_relations: int) -> torch.Tensor:
+    """``(d_ff, n_relations)``: per relation, the mean over its examples of each example's peak coefficient."""
+    peaks = coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf")).max(dim=1).values     # (N, d_ff)
+    one_hot = F.one_hot(relation, n_relations).to(peaks.dtype)                                   # (N, R)
+    return (peaks.T @ one_hot) / one_hot.sum(dim=0)
+
+
+def _profile_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(2026)
+    cases = []
+    # (N, T, d_ff, R, rows whose allowed values are all negative)
+    for N, T, d_ff, R, negative in [(13, 6, 5, 3, True), (9, 4, 7, 4, False), (20, 7, 3, 2, True),
+                                     (5, 5, 6, 1, False), (11, 8, 4, 5, True)]:
+        coefficients = torch.randn(N, T, d_ff, generator=gen)
+        valid = _valid_mask(gen, N, T, last_allowed=True)
+        if negative:
+            _negative_rows(coefficients, valid, gen, share=0.5)
+        # every relation appears at least once, in unequal numbers, interleaved; the last one only once
+        relation = torch.cat([torch.arange(R - 1), torch.randint(0, max(R - 1, 1), (N - R,), generator=gen),
+                              torch.tensor([R - 1])]) if R > 1 else torch.zeros(N, dtype=torch.long)
+        relation = relation[torch.randperm(N, generator=gen)]
+        note = (f"coefficients {tuple(coefficients.shape)}, valid {tuple(valid.shape)}, relation ({N},) with "
+                f"counts {torch.bincount(relation, minlength=R).tolist()}, n_relations={R}")
+        cases.append(Case((coefficients, valid, relation, R), note=note))
+    return cases
+
+
+def _profile_from_peaks(peaks_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], divide: str = "count"):
+    def wrong(c, valid, relation, R):
+        peaks = peaks_of(c, valid)
+        one_hot = F.one_hot(relation, R).to(peaks.dtype)
+        total = peaks.T @ one_hot
+        if divide == "count":
+            return total / one_hot.sum(dim=0)
+        if divide == "none":
+            return total
+        return total / (c.shape[0] / R)                      # as if every relation had N/R examples
+    return wrong
+
+
+def _peaks(c, valid, fill=float("-inf")):
+    return c.masked_fill(~valid.unsqueeze(-1), fill).max(dim=1).values
+
+
+def _mean_over_positions(c, valid):
+    v = valid.unsqueeze(-1).to(c.dtype)
+    return (c * v).sum(dim=1) / v.sum(dim=1)
+
+
+check_relation_profile = Exercise(
+    "Exercise 6 (activation per relation)",
+    _relation_profile,
+    _profile_cases,
+    mistakes=[
+        ("you masked the positions that are not allowed with 0; where every allowed value of an example is "
+         "negative, its peak must stay negative. Mask with -inf before the max over positions.",
+         _profile_from_peaks(lambda c, valid: _peaks(c, valid, 0.0))),
+        ("you ignored `valid`: only positions where a prefix may end count.",
+         _profile_from_peaks(lambda c, valid: c.max(dim=1).values)),
+        ("you averaged over the positions; the profile averages each example's PEAK (its max over the allowed "
+         "positions), the number trigger lists are ranked by.", _profile_from_peaks(_mean_over_positions)),
+        ("you summed instead of averaging: divide each relation's total by its number of examples.",
+         _profile_from_peaks(_peaks, divide="none")),
+        ("you divided by N / n_relations, as if every relation had as many examples; divide by each "
+         "relation's own count.", _profile_from_peaks(_peaks, divide="equal")),
+        ("your result is (n_relations, d_ff); return (d_ff, n_relations): one row per neuron.",
+         lambda c, valid, relation, R: _relation_profile(c, valid, relation, R).T),
+    ],
+    kind="investigate",
+)
+
+# --------------------------------------------------------------------------------------------
+# Exercise 7 (investigate): the best-matching neuron of another model
+# --------------------------------------------------------------------------------------------
+
+
+def _best_match(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each column of ``a`` ``(M, n_a)``: the column of ``b`` ``(M, n_b)`` with the largest Pearson
+    correlation, and that correlation; ``(n_a,)`` long and ``(n_a,)`` float."""
+    za = (a - a.mean(dim=0)) / a.std(dim=0)
+    zb = (b - b.mean(dim=0)) / b.std(dim=0)
+    r = za.T @ zb / (a.shape[0] - 1)                         # (n_a, n_b)
+    best, index = r.max(dim=1)
+    return index, best
+
+
+def _match_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(2027)
+    cases = []
+    for M, n_a, n_b in [(40, 6, 9), (25, 5, 5), (60, 8, 1), (30, 7, 12), (50, 4, 3)]:
+        a = torch.randn(M, n_a, generator=gen, dtype=torch.float64)
+        b = torch.randn(M, n_b, generator=gen, dtype=torch.float64)
+        # plant partners: some columns of b are a shuffled, rescaled, shifted, noisy copy of a column of a
+        for j in torch.randperm(n_b, generator=gen)[: min(n_a, n_b) // 2 + 1].tolist():
+            i = _randint(gen, 0, n_a - 1)
+            b[:, j] = 3.0 * torch.rand(1, generator=gen, dtype=torch.float64) * (
+                a[:, i] + 0.6 * torch.randn(M, generator=gen, dtype=torch.float64)) + 5.0
+        if n_b > 2:   # a decoy: strongly ANTI-correlated with a column of a (larger |r| than any partner)
+            b[:, -1] = -0.5 * a[:, 0] + 0.02 * torch.randn(M, generator=gen, dtype=torch.float64) - 2.0
+        a = a * (0.2 + 4 * torch.rand(n_a, generator=gen, dtype=torch.float64)) + 3.0   # other scales and offsets
+        note = f"a ({M}, {n_a}), b ({M}, {n_b}) float64"
+        cases.append(Case((a, b), note=note))
+    return cases
+
+
+def _match_from(r_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], absolute: bool = False):
+    def wrong(a, b):
+        r = r_of(a, b)
+        best, index = (r.abs() if absolute else r).max(dim=1)
+        return index, r.gather(1, index.unsqueeze(1)).squeeze(1)
+    return wrong
+
+
+def _corr(a, b):
+    za, zb = (a - a.mean(0)) / a.std(0), (b - b.mean(0)) / b.std(0)
+    return za.T @ zb / (a.shape[0] - 1)
+
+
+def _cosine(a, b):
+    return F.normalize(a, dim=0).T @ F.normalize(b, dim=0)
+
+
+def _covariance(a, b):
+    return (a - a.mean(0)).T @ (b - b.mean(0)) / (a.shape[0] - 1)
+
+
+check_best_match = Exercise(
+    "Exercise 7 (best-matching neuron)",
+    _best_match,
+    _match_cases,
+    mistakes=[
+        ("you ranked by |r|: a neuron that fires exactly when the other is silent (r close to -1) is not the same "
+         "memory. Take the largest r itself.", _match_from(_corr, absolute=True)),
+        ("you did not subtract each column's mean: that is the cosine of the raw activations, which a constant "
+         "offset (GELU's outputs are mostly positive) inflates. Pearson's r centres both columns first.",
+         _match_from(_cosine)),
+        ("you compared covariances: a neuron with larger activations wins. Divide by both standard deviations "
+         "(Pearson's r is scale-free).", _match_from(_covariance)),
+        ("you matched the wrong way round: return one entry per neuron of `a` (the best column of b for each "
+         "column of a).", lambda a, b: _best_match(b, a)),
+    ],
+    kind="investigate",
+)
+
 __all__ = ["check_memory_coefficients", "check_top_triggers", "check_value_logits", "check_agreement_rate",
-           "check_rank_one_update"]
+           "check_rank_one_update", "check_relation_profile", "check_best_match"]
