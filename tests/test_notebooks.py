@@ -7,9 +7,12 @@ import json
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from helpers.env import REPO_SLUG, SETUP_CELL
+from helpers.exercises.engine import Exercise
+from helpers.exercises.grader import _checker_modules, expected_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"
@@ -81,3 +84,53 @@ def test_solutions_pass(path):
     outputs = "".join("".join(o.get("text", "")) for c in load(path)["cells"] if c["cell_type"] == "code"
                       for o in c["outputs"])
     assert outputs.count("✅") >= 4 and "❌" not in outputs and "not attempted" not in outputs
+
+
+#: a line that introduces an exercise: a heading or a bold lead-in
+EXERCISE_LINE = re.compile(r"^\s*(?:#+\s*|\*\*)Exercise\s+\d")
+#: how it must read: ``### Exercise 3 (investigate): what to find out``
+EXERCISE_HEADING = re.compile(r"^#{2,4} Exercise (\d+) \((build|investigate)\): \S")
+
+
+def exercise_headings(nb):
+    """``[(line, number, kind)]`` for every line that introduces an exercise (number/kind None when malformed)."""
+    found = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            for line in source(cell).splitlines():
+                if EXERCISE_LINE.match(line):
+                    match = EXERCISE_HEADING.match(line)
+                    found.append((line, *(match.groups() if match else (None, None))))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
+def test_exercise_headings_say_build_or_investigate(path):
+    headings = exercise_headings(load(path))
+    malformed = [line for line, number, _ in headings if number is None]
+    assert not malformed, f"write each exercise as '### Exercise N (build|investigate): ...', not {malformed}"
+    assert [int(number) for _, number, _ in headings] == list(range(1, len(headings) + 1)), "numbered 1, 2, 3, ..."
+    kinds = [kind for _, _, kind in headings]
+    assert kinds.count("investigate") >= 2, "at least two investigate exercises"
+    assert "build" in kinds, "at least one build exercise"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_headings_agree_with_the_checkers_and_the_solutions(path):
+    nb = load(path)
+    headings = {number: kind for _, number, kind in exercise_headings(nb)}
+    code = "\n".join(source(c) for c in nb["cells"] if c["cell_type"] == "code")
+    called = {}
+    for module in _checker_modules(code):
+        for name, ex in vars(module).items():
+            if isinstance(ex, Exercise) and re.search(rf"\b{re.escape(name)}\s*\(", code):
+                called[ex.number] = ex
+    assert set(called) == set(headings), f"headings {sorted(headings)} vs checkers called {sorted(called)}"
+    wrong_kind = {n: (headings[n], ex.kind) for n, ex in called.items() if ex.kind != headings[n]}
+    assert not wrong_kind, f"heading kind vs the checker's kind= : {wrong_kind}"
+    solution = NB_DIR / "solutions" / path.name
+    assert [(n, k) for _, n, k in exercise_headings(load(solution))] == \
+        [(n, k) for _, n, k in exercise_headings(nb)], "the solutions notebook has the same exercises"
+    assert [e.title for e in expected_exercises(nbformat.read(path, as_version=4))] == \
+        [e.title for e in expected_exercises(nbformat.read(solution, as_version=4))], \
+        "and calls the same checkers, in order"

@@ -115,8 +115,13 @@ class NotebookGrade:
 
 
 # ---------------------------------------------------------------- what a notebook should contain
+def _source(cell: Any) -> str:
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
 def _code(nb: Any) -> str:
-    return "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    return "\n".join(_source(cell) for cell in nb.cells if cell.cell_type == "code")
 
 
 def _call_re(names: Iterable[str]) -> re.Pattern[str]:
@@ -141,7 +146,8 @@ def _kinds_from_headings(nb: Any) -> dict[str, str]:
     kinds = {}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            for number, kind in re.findall(r"^#+\s*Exercise\s+(\w+)\s*\((build|investigate)\)", cell.source, re.M):
+            for number, kind in re.findall(r"^#+\s*Exercise\s+(\w+)\s*\((build|investigate)\)", _source(cell),
+                                           re.M):
                 kinds[number] = kind
     return kinds
 
@@ -384,7 +390,7 @@ def _grade_exercises(nb: Any, expected: list[ExpectedExercise], run: _Run, logge
                 rows.append(ExerciseGrade(item.title, item.kind, status, message, _split_hint(message)))
             continue
         call = _call_re(item.names)
-        cells = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and call.search(cell.source)]
+        cells = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and call.search(_source(cell))]
         name = item.names[0]
         if not cells:
             problem, message = "missing", f"missing: the notebook no longer calls {name}(...) (the checker call " \
