@@ -1,11 +1,13 @@
-"""Notebook 03's checkers: unlisted wrong answers and informative hidden cases
-(the generic contract for every checker is in test_exercise_contract.py).
+"""Notebook 03's checkers: unlisted wrong answers, correct answers written differently, and hidden cases
+that cover every branch the task statements allow (the generic contract for every checker is in
+test_exercise_contract.py).
 """
 import pytest
+import torch
 import torch.nn.functional as F
 
 from helpers.exercises import nb03 as ex
-from helpers.exercises.engine import FAILED
+from helpers.exercises.engine import FAILED, PASSED
 
 EXERCISES = {
     "coefficients": ex.check_memory_coefficients,
@@ -13,6 +15,8 @@ EXERCISES = {
     "values": ex.check_value_logits,
     "agreement": ex.check_agreement_rate,
     "rank_one": ex.check_rank_one_update,
+    "profile": ex.check_relation_profile,
+    "match": ex.check_best_match,
 }
 
 
@@ -26,9 +30,11 @@ def _triggers_unsorted(c, valid, neuron, k):
 UNLISTED_WRONG = {
     "coefficients": lambda x, W1, b1: F.gelu(x @ W1.T + b1) * 1.01,
     "triggers": _triggers_unsorted,
-    "values": lambda f, i, ln, head: head(ln(f.w2.weight[:, i])) + 0.1,
+    "values": lambda f, i, ln, head, biases=True: ex._value_to_vocab(f, i, ln, head, biases) + 0.1,
     "agreement": lambda c, ids, valid, logits: ex._agreement_rate(c, ids, valid, logits) + 0.05,
     "rank_one": lambda W, C, k, v: ex._rank_one(W, C, k, v) * 1.001,
+    "profile": lambda c, valid, rel, R: ex._relation_profile(c, valid, rel, R) + 0.01,
+    "match": lambda a, b: (ex._best_match(a, b)[0], ex._best_match(a, b)[1] ** 2),
 }
 
 
@@ -39,7 +45,139 @@ def test_unlisted_wrong_answer_fails_without_a_hint(name):
     assert "Likely mistake" not in result.message
 
 
+# --------------------------------------------------------------------------------------------
+# correct answers written another way pass
+# --------------------------------------------------------------------------------------------
+
+
+def _triggers_by_loop(c, valid, neuron, k):
+    peaks = []
+    for n in range(c.shape[0]):
+        allowed = [(c[n, t, neuron].item(), t) for t in range(c.shape[1]) if valid[n, t]]
+        value, t = max(allowed)
+        peaks.append((value, n, t))
+    peaks.sort(key=lambda p: -p[0])
+    return torch.tensor([n for _, n, _ in peaks[:k]]), torch.tensor([t for _, _, t in peaks[:k]])
+
+
+def _values_by_hand(f, i, ln, head, biases=True):
+    with torch.no_grad():
+        v = f.w2.weight[:, i]
+        z = (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + ln.eps) * ln.weight
+        if biases:
+            z = z + ln.bias
+            return F.linear(z, head.weight, head.bias)
+        return F.linear(z, head.weight)
+
+
+def _profile_by_loop(c, valid, relation, R):
+    peaks = c.masked_fill(~valid.unsqueeze(-1), float("-inf")).amax(dim=1)
+    return torch.stack([peaks[relation == r].mean(dim=0) for r in range(R)], dim=1)
+
+
+def _match_with_corrcoef(a, b):
+    n_a = a.shape[1]
+    r = torch.corrcoef(torch.cat([a, b], dim=1).T)[:n_a, n_a:]
+    best, index = r.max(dim=1)
+    return index, best
+
+
+ALSO_RIGHT = {
+    "coefficients": lambda x, W1, b1: F.gelu(F.linear(x, W1, b1)),
+    "triggers": _triggers_by_loop,
+    "values": _values_by_hand,
+    "rank_one": lambda W, C, k, v: W + torch.outer(v - W @ k, torch.linalg.inv(C) @ k) / (k @ torch.linalg.inv(C) @ k),
+    "profile": _profile_by_loop,
+    "match": _match_with_corrcoef,
+}
+
+
+@pytest.mark.parametrize("name", ALSO_RIGHT)
+def test_a_correct_answer_written_differently_passes(name):
+    result = EXERCISES[name].evaluate(ALSO_RIGHT[name])
+    assert result.status == PASSED, result.message
+
+
+# --------------------------------------------------------------------------------------------
+# the hidden cases cover every branch the statements allow
+# --------------------------------------------------------------------------------------------
+
+
+def _all_negative_rows(coefficients, valid):
+    """Rows (examples) whose allowed coefficients are all negative, in any neuron."""
+    masked = coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf")).amax(dim=1)   # (N, d_ff)
+    return (masked < 0).any()
+
+
+def test_coefficient_cases_cover_square_single_and_narrow_shapes():
+    shapes = [(c.args[0].shape, c.args[1].shape) for c in ex.check_memory_coefficients.cases()]
+    assert any(w[0] == w[1] for _, w in shapes), "a square W1, so x @ W1 runs and must be told apart"
+    assert any(x[0] == 1 and x[1] == 1 for x, _ in shapes), "a batch of one with one position"
+    assert any(w[0] < w[1] for _, w in shapes), "fewer neurons than model width"
+
+
+def test_trigger_cases_cover_the_edges():
+    cases = ex.check_top_triggers.cases()
+    assert any(c.args[3] == c.args[0].shape[0] for c in cases), "k = N"
+    assert any(c.args[0].shape[0] == 1 for c in cases), "a single example"
+    assert any(c.args[2] == c.args[0].shape[2] - 1 for c in cases), "the last neuron"
+    assert any(c.args[1][:, -1].any() for c in cases), "a mask that allows the last position"
+    assert any(_all_negative_rows(c.args[0][:, :, c.args[2]:c.args[2] + 1], c.args[1]) for c in cases)
+
+
+def test_masking_with_zero_fails_triggers_agreement_and_profile():
+    """The slip issue 12 names: filling forbidden positions with 0 instead of -inf."""
+    zero_triggers = ex._triggers_zero_mask
+    zero_agreement = ex._agreement_with(lambda c, valid: ex._trigger_max(c, valid, fill=0.0))
+    zero_profile = ex._profile_from_peaks(lambda c, valid: ex._peaks(c, valid, 0.0))
+    for check, wrong in [(ex.check_top_triggers, zero_triggers), (ex.check_agreement_rate, zero_agreement),
+                         (ex.check_relation_profile, zero_profile)]:
+        assert check.evaluate(wrong).status == FAILED
+
+
+def test_value_cases_have_a_biased_head_in_both_modes_and_the_last_neuron():
+    cases = ex.check_value_logits.cases()
+    modes = {(c.args[3].bias is not None, c.args[4]) for c in cases}
+    assert modes == {(True, True), (True, False), (False, True), (False, False)}
+    assert any(c.args[1] == c.args[0].d_ff - 1 for c in cases)
+    assert any(c.args[0].d_ff == c.args[0].d_model for c in cases), "a square W2: a row still fits"
+
+
+def test_value_answers_that_ignore_the_head_bias_fail():
+    def never_head_bias(f, i, ln, head, biases=True):
+        with torch.no_grad():
+            v = f.w2.weight[:, i]
+            return (ln(v) if biases else F.layer_norm(v, ln.normalized_shape, ln.weight, None, ln.eps)) @ head.weight.T
+
+    result = ex.check_value_logits.evaluate(never_head_bias)
+    assert result.status == FAILED and "you dropped lm_head's bias" in result.message
+
+
 def test_agreement_cases_are_informative():
-    """The hidden agreement cases have rates well away from 0 and 1."""
-    for case in ex.check_agreement_rate.cases():
+    """The hidden agreement cases have rates well away from 0 and 1, and half of them have only negative
+    allowed coefficients."""
+    cases = ex.check_agreement_rate.cases()
+    for case in cases:
         assert 0.2 < ex._agreement_rate(*case.args) < 0.9
+    assert sum(bool((case.args[0].masked_fill(~case.args[2].unsqueeze(-1), -1.0) < 0).all()) for case in cases) >= 2
+
+
+def test_profile_cases_cover_unequal_groups_single_members_and_one_relation():
+    cases = ex.check_relation_profile.cases()
+    counts = [torch.bincount(c.args[2], minlength=c.args[3]) for c in cases]
+    assert all((n >= 1).all() for n in counts), "every relation occurs (as the statement promises)"
+    assert any(len(set(n.tolist())) > 1 for n in counts), "unequal group sizes"
+    assert any((n == 1).any() and len(n) > 1 for n in counts), "a relation with one example"
+    assert any(c.args[3] == 1 for c in cases), "a single relation"
+    assert any(_all_negative_rows(c.args[0], c.args[1]) for c in cases)
+
+
+def test_match_cases_have_a_strong_negative_decoy_and_a_single_candidate():
+    cases = ex.check_best_match.cases()
+    assert any(c.args[1].shape[1] == 1 for c in cases)
+    decoy = 0
+    for c in cases:
+        a, b = c.args
+        r = ex._corr(a, b)
+        decoy += int((r.min(dim=1).values.abs() > r.max(dim=1).values).any())
+    assert decoy >= 2, "|r| and r must pick different neurons somewhere"

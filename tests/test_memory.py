@@ -5,10 +5,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import memory
-from helpers.memory import (agreement, answer_probability, collect, find_ffns, knock_out, pattern_share,
-                            prefix_mask, prefix_words, project_to_vocab, sub_updates, token_positions,
-                            top_triggers, value_logits)
-from helpers.transformer import GPTConfig, TinyGPT
+from helpers.facts import RELATIONS, load_facts, make_dataset
+from helpers.memory import (FACT_MODEL, NeuronExplorer, agreement, answer_probability, collect, fact_model_config,
+                            fact_model_path, find_ffns, group_profile, knock_out, load_fact_model, pattern_share,
+                            peak_coefficients, prefix_mask, prefix_words, project_to_vocab, save_fact_model,
+                            sub_updates, token_positions, top_triggers, untrained_fact_model, value_logits)
+from helpers.transformer import GPTConfig, TinyGPT, answer_accuracy
 
 VOCAB = 13
 
@@ -242,6 +244,148 @@ def test_load_gpt2_without_transformers_says_why(monkeypatch):
                         lambda name, *a: None if name == "transformers" else real(name, *a))
     model, tokenizer, why = memory.load_gpt2()
     assert model is None and tokenizer is None and "not installed" in why
+
+
+def test_top_triggers_keep_exact_ties_in_row_order():
+    """A saturated neuron gives many examples the same peak: which ten are "top" must not depend on the
+    sorting algorithm (a stable sort keeps them in row order)."""
+    c = torch.zeros(12, 3, 2)
+    c[:, 1, 0] = 2.0                  # neuron 0: every example peaks at exactly 2.0
+    c[5, 1, 0] = 3.0
+    trig = top_triggers(c, 4, neuron=0)
+    assert trig.examples.tolist() == [5, 0, 1, 2] and trig.positions.tolist() == [1, 1, 1, 1]
+
+
+def test_peak_coefficients_mask_with_minus_infinity():
+    c = torch.tensor([[[-0.1], [5.0], [-0.05]], [[0.3], [-0.2], [4.0]]])      # (2, 3, 1)
+    valid = torch.tensor([[True, False, True], [True, True, False]])
+    assert torch.allclose(peak_coefficients(c, valid)[:, 0], torch.tensor([-0.05, 0.3]))
+    assert torch.allclose(peak_coefficients(c)[:, 0], torch.tensor([5.0, 4.0]))
+    with pytest.raises(ValueError, match="valid has a row with no True position"):
+        peak_coefficients(c, torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_group_profile_is_the_mean_per_group_in_order_of_first_appearance():
+    peaks = torch.tensor([[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [-1.0, 6.0]])
+    profile, names = group_profile(peaks, ["b", "a", "b", "b"])
+    assert names == ["b", "a"]
+    assert torch.allclose(profile, torch.tensor([[5 / 3, 3.0], [10 / 3, 2.0]]))
+    with pytest.raises(ValueError, match="one label per row"):
+        group_profile(peaks, ["a", "b"])
+
+
+def test_project_to_vocab_without_biases_leaves_out_exactly_the_shared_terms():
+    model = tiny()
+    with torch.no_grad():
+        model.ln_f.bias.copy_(torch.randn(16, generator=torch.Generator().manual_seed(0)))
+        model.ln_f.weight.mul_(1.5)
+        v = model.blocks[0].ffn.w2.weight[:, 3].detach()
+        full = project_to_vocab(model, v)
+        bare = project_to_vocab(model, v, biases=False)
+        z = (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + model.ln_f.eps)
+        assert torch.allclose(bare, (model.ln_f.weight * z) @ model.lm_head.weight.T, atol=1e-5)
+        assert torch.allclose(full - bare, model.lm_head(model.ln_f.bias), atol=1e-5)   # W_U β, the same for all
+    assert torch.allclose(value_logits(model, 0, 3, biases=False)[0], bare)
+    a_full = agreement(model, toy_ids(), 0, prefix_mask(toy_ids()))
+    a_bare = agreement(model, toy_ids(), 0, prefix_mask(toy_ids()), biases=False)
+    assert torch.equal(a_bare.top_tokens, value_logits(model, 0, biases=False).argmax(1))
+    assert torch.equal(a_full.next_tokens, a_bare.next_tokens)        # the triggers do not depend on the read-out
+
+
+def test_project_to_vocab_without_biases_drops_an_unembedding_bias_too():
+    model = tiny()
+    model.lm_head = nn.Linear(16, VOCAB, bias=True)
+    v = torch.randn(16)
+    with torch.no_grad():
+        assert torch.allclose(project_to_vocab(model, v) - project_to_vocab(model, v, biases=False),
+                              model.lm_head(model.ln_f.bias), atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 03's shipped models
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def facts_data():
+    return make_dataset(load_facts())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_shipped_checkpoint_loads_into_the_notebook_config_and_knows_every_fact(facts_data, seed):
+    path = fact_model_path(seed)
+    assert path.is_file() and path.stat().st_size < 600_000, "a small float32 checkpoint ships in helpers/data"
+    model, losses = load_fact_model(facts_data, seed=seed)
+    assert model.config == fact_model_config(facts_data)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert len(losses) == FACT_MODEL["steps"] and losses[-1] < 1.1
+    assert answer_accuracy(model, facts_data.ids, facts_data.answer_pos, facts_data.answer_id) == 1.0
+    assert not model.training
+
+
+def test_shipped_checkpoint_was_trained_from_the_untrained_model(facts_data):
+    """The recorded first loss is the untrained model's loss: the checkpoint and untrained_fact_model agree."""
+    _, losses = load_fact_model(facts_data)
+    untrained = untrained_fact_model(facts_data)
+    with torch.no_grad():
+        logits = untrained(facts_data.ids)
+        first = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                  facts_data.targets.reshape(-1), ignore_index=-100)
+    assert first.item() == pytest.approx(losses[0], abs=1e-4)
+
+
+def test_untrained_fact_model_is_seeded_and_leaves_the_global_generator_alone(facts_data):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, b = untrained_fact_model(facts_data, seed=0), untrained_fact_model(facts_data, seed=0)
+    assert torch.equal(torch.rand(3), expected)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    c = untrained_fact_model(facts_data, seed=1)
+    assert not torch.equal(a.blocks[0].ffn.w1.weight, c.blocks[0].ffn.w1.weight)
+
+
+def test_load_fact_model_refuses_another_vocabulary_or_a_missing_file(facts_data, tmp_path):
+    model, losses = load_fact_model(facts_data)
+    path = save_fact_model(model, losses, facts_data, tmp_path / "copy.pt", seed=0)
+    reloaded, _ = load_fact_model(facts_data, path=path)
+    assert torch.equal(reloaded.lm_head.weight, model.lm_head.weight)
+    fewer = make_dataset(load_facts(relations=["capital"]))
+    with pytest.raises(ValueError, match="trained on another vocabulary"):
+        load_fact_model(fewer, path=path)
+    with pytest.raises(FileNotFoundError, match="python -m helpers.memory --make-checkpoint --seed 7"):
+        load_fact_model(facts_data, seed=7)
+
+
+def test_neuron_explorer_shows_what_the_helpers_compute(facts_data):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = facts_data
+    model, _ = load_fact_model(data)
+    facts = data.facts
+    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in facts]))
+    valid = prefix_mask(data.ids) & (torch.arange(data.ids.shape[1]) >= subject_pos[:, None])
+    explorer = NeuronExplorer(model, data.ids, valid, data.answer_pos, data.answer_id, data.vocab.tokens,
+                              [f.relation for f in facts], [f.subject for f in facts], k=5, n_facts=4)
+    assert explorer.group_names == list(RELATIONS)
+    trace = collect(model, data.ids)
+    profile, _ = group_profile(peak_coefficients(trace.coefficients[1], valid), [f.relation for f in facts])
+    assert torch.allclose(explorer.profiles[1], profile)
+    assert torch.equal(explorer.triggers[0].examples, top_triggers(trace.coefficients[0], 5, valid).examples)
+    rows, before, after = explorer.knock_out_effect(1, 151)
+    with knock_out(model, 1, [151]):
+        expected = answer_probability(model, data.ids[rows], data.answer_pos[rows], data.answer_id[rows])
+    assert torch.allclose(after, expected) and len(rows) == 4
+    assert torch.equal(before, answer_probability(model, data.ids[rows], data.answer_pos[rows],
+                                                  data.answer_id[rows]))
+    fig = explorer.figure(0, 191)
+    assert len(fig.axes) == 4 and "Layer 0, neuron 191" in fig.texts[0].get_text()
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"neuron must be an int in \[0, 191\], got 192"):
+        explorer.figure(1, 192)
 
 
 # --------------------------------------------------------------------------------------------
