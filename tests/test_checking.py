@@ -9,8 +9,10 @@ import json
 import math
 import random
 import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +21,9 @@ import torch
 from helpers.exercises import engine
 from helpers.exercises.engine import (DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED,
                                       TIME_LIMIT_ENV, VERDICT_LOG_ENV, Case, Exercise, Result, compare, parse_line)
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def square(x):
@@ -476,3 +481,42 @@ def test_result_keeps_its_positional_signature():
     result = Result(FAILED, "message", "title")
     assert result.line() == "❌ title: message" and result.hint is None and not result.passed
     assert math.isclose(DEFAULT_TIME_LIMIT, 10.0)
+
+
+def test_in_a_jupyter_kernel_the_limit_works_and_an_interrupt_leaves_the_kernel_usable():
+    """The real thing: ipykernel runs cells in its main thread, so the limit applies; the learner's
+    interrupt (the stop button) ends the check with KeyboardInterrupt and leaves no timer or handler behind."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT), stderr=subprocess.DEVNULL)
+    try:
+        def run(code, timeout=60):
+            outputs = []
+            reply = kc.execute_interactive(code, timeout=timeout, output_hook=lambda msg: outputs.append(msg))
+            text = "".join(m["content"].get("text", "") for m in outputs if m["msg_type"] == "stream")
+            errors = [m["content"]["ename"] for m in outputs if m["msg_type"] == "error"]
+            return reply["content"]["status"], text, errors
+
+        setup = ("import signal, time, torch\n"
+                 "from helpers.exercises.engine import Case, Exercise\n"
+                 "ex = Exercise('Exercise 1 (square)', lambda x: x * x, [Case((torch.ones(3),))] * 4, time_limit=0.5)\n"
+                 "def hang(x):\n    while True:\n        pass\n")
+        assert run(setup)[0] == "ok"
+        status, text, _ = run("ex.check(hang)")
+        assert text.startswith("❌ Exercise 1 (square): time limit: your function"), text
+        msg_id = kc.execute("Exercise('Exercise 1 (square)', lambda x: x * x, [Case((torch.ones(3),))] * 4,"
+                            " time_limit=60).check(hang)")
+        time.sleep(1.5)
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=30)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        status, text, _ = run("print(signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_PROF),"
+                              " signal.getsignal(signal.SIGALRM) == signal.getsignal(signal.SIGPROF) == signal.SIG_DFL)"
+                              "\nex.check(lambda x: x * x)")
+        assert text.splitlines() == ["(0.0, 0.0) (0.0, 0.0) True",
+                                     "✅ Exercise 1 (square): passed (4 hidden test cases)"], text
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
