@@ -169,7 +169,7 @@ def test_a_file_that_is_not_a_notebook(tmp_path):
     broken = tmp_path / "bob" / "01_activations.ipynb"
     broken.parent.mkdir()
     broken.write_text("this is not JSON", encoding="utf-8")
-    status, book = _grade(tmp_path, broken, tmp_path / "nowhere.ipynb")
+    status, book = _grade(tmp_path, broken, tmp_path / "nowhere.ipynb", "--jobs", "2")  # two worker processes
     assert status != 0
     first, second = book["notebooks"]
     assert first["status"] == NOT_A_NOTEBOOK and first["exercises"]
@@ -179,8 +179,9 @@ def test_a_file_that_is_not_a_notebook(tmp_path):
 
 def test_usage_errors(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2  # an empty folder
-    with pytest.raises(SystemExit):
-        main([str(BLANK), "--timeout", "0"])
+    for bad in (["--timeout", "0"], ["--jobs", "0"]):
+        with pytest.raises(SystemExit):
+            main([str(BLANK), *bad])
 
 
 # ---------------------------------------------------------------- the pieces, without a kernel

@@ -13,8 +13,9 @@ see ``helpers.exercises.engine.parse_line``) and prints a table notebook × exer
 * a verdict line the notebook printed itself, without a checker call behind it, is not
   trusted (the checkers also log what they print, to a file only the grader reads).
 
-``--json FILE`` writes the same table for a gradebook. The exit status is 0 only when every
-exercise of every notebook passed and every notebook ran to its end.
+``--json FILE`` writes the same table for a gradebook; ``--jobs N`` grades N notebooks at a
+time. The exit status is 0 only when every exercise of every notebook passed and every
+notebook ran to its end (1 otherwise; 2 for a usage error or no notebook found).
 
 Each notebook runs with its own folder as the working directory (its setup cell finds
 ``helpers`` by walking up from there); a notebook outside the course repository runs from
@@ -527,6 +528,38 @@ def to_json(grades: Sequence[NotebookGrade]) -> dict[str, Any]:
             "notebooks": [g.to_json() for g in grades]}
 
 
+def _grade_path(path: Path, options: dict[str, Any]) -> NotebookGrade:
+    if not path.exists():
+        return NotebookGrade(_display_path(path), NOT_A_NOTEBOOK, "no such file")
+    return grade_notebook(path, **options)
+
+
+def grade_all(paths: Sequence[Path], *, jobs: int = 1, show_progress: bool = True, **options: Any
+              ) -> list[NotebookGrade]:
+    """Grade ``paths`` in order (``jobs`` at a time, each in its own process), with a bar over notebooks."""
+    from helpers.progress import progress
+
+    bar = progress(total=len(paths), desc="grading", unit="notebook", disable=not show_progress, file=sys.stderr)
+    grades: list[NotebookGrade | None] = [None] * len(paths)
+    if jobs == 1 or len(paths) == 1:
+        for i, path in enumerate(paths):
+            bar.set_postfix_str(path.name)
+            grades[i] = _grade_path(path, options)
+            bar.update()
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_grade_path, path, options): i for i, path in enumerate(paths)}
+            for future in as_completed(futures):
+                grades[futures[future]] = future.result()
+                bar.set_postfix_str(paths[futures[future]].name)
+                bar.update()
+    bar.close()
+    return [g for g in grades if g is not None]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m helpers.grade",
@@ -541,27 +574,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the grades to FILE as JSON")
     parser.add_argument("-r", "--recursive", action="store_true", help="look for notebooks in sub-folders too")
     parser.add_argument("--kernel", default=None, help="kernel name (default: the notebook's, else python3)")
+    parser.add_argument("-j", "--jobs", type=int, default=1,
+                        help="notebooks graded at the same time, each in its own process (default 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
-
-    from helpers.progress import progress
-
+    if args.jobs < 1:
+        parser.error(f"--jobs must be a positive int, got {args.jobs}")
     paths = collect(args.paths, args.recursive)
     if not paths:
         print("No notebooks found in: " + ", ".join(map(str, args.paths)), file=sys.stderr)
         return 2
-    grades = []
-    bar = progress(paths, desc="grading", unit="notebook", disable=args.no_progress, file=sys.stderr)
-    for path in bar:
-        bar.set_postfix_str(path.name)
-        if not path.exists():
-            grades.append(NotebookGrade(_display_path(path), NOT_A_NOTEBOOK, "no such file"))
-            continue
-        grades.append(grade_notebook(path, timeout=args.timeout, cell_timeout=args.cell_timeout,
-                                     check_timeout=args.check_timeout, kernel_name=args.kernel))
-    bar.close()
+    options = dict(timeout=args.timeout, cell_timeout=args.cell_timeout, check_timeout=args.check_timeout,
+                   kernel_name=args.kernel)
+    grades = grade_all(paths, jobs=args.jobs, show_progress=not args.no_progress, **options)
     print(format_report(grades))
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(grades), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
