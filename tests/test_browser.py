@@ -1,19 +1,22 @@
-"""Notebook 01 as a learner meets it: JupyterLab in a real (headless) browser.
+"""Notebooks 01 and 03 as a learner meets them: JupyterLab in a real (headless) browser.
 
 The test starts JupyterLab on loopback (free port, random token) over a temporary
-copy of the course (``helpers/``, ``figures/`` and notebook 01 with its outputs
+copy of the course (``helpers/``, ``figures/`` and notebooks 01 and 03 with their outputs
 stripped, so nothing committed is touched and every output on screen comes from
-this run), opens the notebook in Debian's Chromium driven by Playwright, runs
+this run), opens a notebook in Debian's Chromium driven by Playwright, runs
 *Run → Run All Cells* from the menu, waits until the kernel is idle with no cell
 queued, and checks what the learner would see:
 
 * every code cell ran, and no cell shows an error or anything on stderr;
 * at least one plot image is rendered in the outputs;
-* the ``beta`` slider of ``helpers.plotting.interactive_plot`` is rendered, and
-  moving it with the keyboard redraws the plot (the image changes).
+* the slider of ``helpers.plotting.interactive_plot`` is rendered (notebook 01: Swish's
+  ``beta``; notebook 03: the neuron explorer's ``neuron``), and moving it with the
+  keyboard redraws the plot (the image changes) without an error.
 
-A second case runs a copy of notebook 01 with a ``1/0`` cell inserted halfway and
-checks that the same checks report it, so a broken cell cannot pass unnoticed.
+Second cases check that the same checks catch what can go wrong: a copy of notebook 01
+with a ``1/0`` cell inserted halfway (a broken cell cannot pass unnoticed), and a copy
+of notebook 03 whose explorer callback raises as soon as a control moves (a broken
+explorer cannot pass unnoticed, although its first figure renders).
 
 A quick check without a browser: JupyterLab 4 has the widget extension that ipywidgets 8 needs
 (``jupyterlab_widgets`` 3, installed with ipywidgets), else sliders would show as text.
@@ -55,6 +58,17 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SLIDER = "beta"  # notebook 01: interactive_plot(draw, beta=(0.0, 10.0, 0.1, 1.0))
 BROKEN_CELL = "1/0  # inserted by tests/test_browser.py: this cell must be reported"
+EXPLORER_NOTEBOOK = "notebooks/03_key_value_memories.ipynb"
+EXPLORER_SLIDER = "neuron"  # notebook 03: interactive_plot(draw_neuron, layer=..., neuron=(0, d_ff - 1, 1, FEATURED))
+EXPLORER_CALL = "_ = interactive_plot(draw_neuron,"
+# Put in front of the explorer's interactive_plot call in the broken copy: the first figure (at the defaults)
+# still renders, every later one raises.
+BROKEN_CALLBACK = (
+    "_first_draw = draw_neuron\n\n\n"
+    "def draw_neuron(layer, neuron):  # inserted by tests/test_browser.py: the callback fails once a control moves\n"
+    "    if (layer, neuron) != (1, FEATURED):\n"
+    "        raise RuntimeError('inserted by tests/test_browser.py: the explorer callback fails')\n"
+    "    _first_draw(layer, neuron)\n\n\n")
 
 # JupyterLab user settings for the run: render every cell (no windowing, so off-screen
 # outputs are in the page) and no news or update pop-ups.
@@ -66,6 +80,7 @@ LAB_SETTINGS = {
 
 SERVER_START_S = 90
 RUN_ALL_S = 150
+RUN_ALL_03_S = 420  # notebook 03 computes more (knock-outs, 160 edits): allow for a loaded machine
 SLIDER_S = 45
 
 
@@ -189,19 +204,34 @@ class Lab:
         self.watched.update(descendants(self.proc.pid))
 
 
+def with_failing_callback(nb: dict) -> dict:
+    """A copy of notebook 03 whose explorer callback raises for any control value but the defaults."""
+    nb = copy.deepcopy(nb)
+    cells = [cell for cell in nb["cells"] if cell["cell_type"] == "code" and EXPLORER_CALL in "".join(cell["source"])]
+    assert len(cells) == 1, f"{EXPLORER_NOTEBOOK} should have one cell calling {EXPLORER_CALL!r}"
+    cell = cells[0]
+    cell["source"] = "".join(cell["source"]).replace(EXPLORER_CALL, BROKEN_CALLBACK + EXPLORER_CALL)
+    return nb
+
+
 def make_course_copy(root: Path) -> dict[str, str]:
-    """Copy what notebook 01 needs into ``root``; return case -> notebook path relative to ``root``."""
+    """Copy what notebooks 01 and 03 need into ``root``; return case -> notebook path relative to ``root``."""
     shutil.copytree(ROOT / "helpers", root / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
     if (ROOT / "figures").is_dir():
         shutil.copytree(ROOT / "figures", root / "figures")
-    source = ROOT / NOTEBOOK
-    assert source.is_file(), f"{NOTEBOOK} is missing"
-    nb = strip_outputs(json.loads(source.read_text(encoding="utf-8")))
     (root / "notebooks").mkdir()
-    broken = NOTEBOOK.replace(".ipynb", "_with_failing_cell.ipynb")
-    (root / NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
-    (root / broken).write_text(json.dumps(with_failing_cell(nb), indent=1), encoding="utf-8")
-    return {"as_committed": NOTEBOOK, "with_failing_cell": broken}
+    cases = {}
+    for notebook, broken_name, breaker in [(NOTEBOOK, "with_failing_cell", with_failing_cell),
+                                           (EXPLORER_NOTEBOOK, "with_failing_callback", with_failing_callback)]:
+        source = ROOT / notebook
+        assert source.is_file(), f"{notebook} is missing"
+        nb = strip_outputs(json.loads(source.read_text(encoding="utf-8")))
+        broken = notebook.replace(".ipynb", f"_{broken_name}.ipynb")
+        (root / notebook).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+        (root / broken).write_text(json.dumps(breaker(nb), indent=1), encoding="utf-8")
+        prefix = notebook.split("/")[-1][:2]
+        cases[f"{prefix}_as_committed"], cases[f"{prefix}_{broken_name}"] = notebook, broken
+    return cases
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +362,7 @@ def read_page(page) -> Report:
     return Report(prompts=[p.strip() for p in prompts], errors=[e.strip()[-600:] for e in errors], images=images)
 
 
-def problems(report: Report, *, expect_slider: bool = True) -> list[str]:
+def problems(report: Report, *, expect_slider: bool = True, slider: str = SLIDER) -> list[str]:
     """Everything a learner would see go wrong; an empty list means the notebook works in the browser."""
     found = [f"error output: {text}" for text in report.errors]
     not_run = [i for i, p in enumerate(report.prompts, 1) if not p.strip("[]: ").isdigit()]
@@ -342,14 +372,14 @@ def problems(report: Report, *, expect_slider: bool = True) -> list[str]:
         found.append("no plot image was rendered")
     if expect_slider:
         if report.slider is None:
-            found.append(f"no ipywidgets slider labelled {SLIDER!r} was rendered")
+            found.append(f"no ipywidgets slider labelled {slider!r} was rendered")
         elif not report.plot_changed:
-            found.append(f"moving the {SLIDER!r} slider from {report.slider} to {report.slider_moved_to} "
+            found.append(f"moving the {slider!r} slider from {report.slider} to {report.slider_moved_to} "
                          "did not change the plot")
     return found
 
 
-def open_and_run_all(page, lab: Lab, notebook: str) -> None:
+def open_and_run_all(page, lab: Lab, notebook: str, seconds: float = RUN_ALL_S) -> None:
     # "reset": start from an empty workspace, so only this notebook is open in the page.
     page.goto(f"{lab.url}/lab/tree/{notebook}?token={lab.token}&reset")
     n_code = sum(c["cell_type"] == "code" for c in json.loads((lab.root / notebook).read_text())["cells"])
@@ -364,7 +394,7 @@ def open_and_run_all(page, lab: Lab, notebook: str) -> None:
         time.sleep(0.3)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel:text-is('Run All Cells')").click()
-    wait_until_idle(page, lab, RUN_ALL_S, started=lambda prompts: any(p != "[ ]:" for p in prompts))
+    wait_until_idle(page, lab, seconds, started=lambda prompts: any(p != "[ ]:" for p in prompts))
 
 
 def wait_until_idle(page, lab: Lab, seconds: float, started=lambda prompts: True) -> None:
@@ -385,14 +415,14 @@ def plot_src(widget) -> str | None:
     return image.first.get_attribute("src") if image.count() else None
 
 
-def move_slider(page, lab: Lab, report: Report) -> None:
-    """Press End on the slider's handle (β to its maximum) and see whether the plot is redrawn."""
+def move_slider(page, lab: Lab, report: Report, label: str = SLIDER) -> None:
+    """Press End on the handle of the slider ``label`` (to its maximum) and see whether the plot is redrawn."""
     widget = page.locator(".widget-interact").filter(
-        has=page.locator(f".widget-slider .widget-label:text-is('{SLIDER}')"))
+        has=page.locator(f".widget-slider .widget-label:text-is('{label}')"))
     if widget.count() == 0:
         return
     widget = widget.first
-    handle = widget.locator(".widget-slider").filter(has=page.locator(f".widget-label:text-is('{SLIDER}')")) \
+    handle = widget.locator(".widget-slider").filter(has=page.locator(f".widget-label:text-is('{label}')")) \
         .locator(".noUi-handle").first
     handle.scroll_into_view_if_needed()
     report.slider = handle.get_attribute("aria-valuenow")
@@ -413,6 +443,7 @@ def move_slider(page, lab: Lab, report: Report) -> None:
 
 @pytest.mark.parametrize("case", ["as_committed", "with_failing_cell"])
 def test_notebook_01_in_jupyterlab(lab, browser, case):
+    case = f"01_{case}"
     started = time.monotonic()
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
     page = context.new_page()
@@ -424,23 +455,23 @@ def test_notebook_01_in_jupyterlab(lab, browser, case):
     try:
         open_and_run_all(page, lab, lab.notebooks[case])
         report = read_page(page)
-        if case == "as_committed":
+        if case == "01_as_committed":
             move_slider(page, lab, report)
             report.errors = read_page(page).errors  # errors raised while redrawing count too
     finally:
         error = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
         if error.count():  # show the first error, else whatever the run ended on (the slider)
             error.first.scroll_into_view_if_needed()
-        page.screenshot(path=str(ARTIFACTS / f"browser_01_activations_{case}.png"))
+        page.screenshot(path=str(ARTIFACTS / f"browser_01_activations_{case[3:]}.png"))
         lab.watch()
         for session in lab.api("/api/sessions"):  # free the kernel (CPU, memory) for the next case
             lab.api(f"/api/sessions/{session['id']}", method="DELETE")
         context.close()
-    found = problems(report, expect_slider=case == "as_committed")
+    found = problems(report, expect_slider=case == "01_as_committed")
     elapsed = time.monotonic() - started
     print(f"{case}: {len(report.prompts)} code cells, {report.images} images, slider {report.slider} -> "
           f"{report.slider_moved_to}, {elapsed:.1f} s; problems: {found}")
-    if case == "as_committed":
+    if case == "01_as_committed":
         assert not found, "notebook 01 in JupyterLab:\n" + "\n".join(found) + \
             "\n(see artifacts/browser_01_activations_as_committed.png; browser console errors: " + \
             "; ".join(console[-5:]) + ")"
@@ -449,6 +480,46 @@ def test_notebook_01_in_jupyterlab(lab, browser, case):
             f"the inserted 1/0 cell was not reported as an error; found: {found}"
         first_skipped = [p for p in found if "did not run" in p]
         assert first_skipped, "cells after the failing one should be reported as not run"
+
+
+@pytest.mark.parametrize("case", ["as_committed", "with_failing_callback"])
+def test_notebook_03_explorer_in_jupyterlab(lab, browser, case):
+    """Run notebook 03, move the neuron explorer's ``neuron`` slider and see the figure redraw, without errors;
+    on the copy whose callback raises once a control moves, the same checks must report it."""
+    case = f"03_{case}"
+    started = time.monotonic()
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    console = []
+    page.on("console", lambda msg: console.append(msg.text)
+            if msg.type == "error" and "ERR_NAME_NOT_RESOLVED" not in msg.text else None)
+    report = None
+    try:
+        open_and_run_all(page, lab, lab.notebooks[case], RUN_ALL_03_S)
+        report = read_page(page)
+        move_slider(page, lab, report, EXPLORER_SLIDER)
+        report.errors = read_page(page).errors  # errors raised while redrawing count too
+    finally:
+        error = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+        if error.count():
+            error.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"browser_03_key_value_memories_{case[3:]}.png"))
+        lab.watch()
+        for session in lab.api("/api/sessions"):
+            lab.api(f"/api/sessions/{session['id']}", method="DELETE")
+        context.close()
+    found = problems(report, slider=EXPLORER_SLIDER)
+    elapsed = time.monotonic() - started
+    print(f"{case}: {len(report.prompts)} code cells, {report.images} images, neuron {report.slider} -> "
+          f"{report.slider_moved_to}, {elapsed:.1f} s; problems: {found}")
+    if case == "03_as_committed":
+        assert not found, "notebook 03 in JupyterLab:\n" + "\n".join(found) + \
+            "\n(see artifacts/browser_03_key_value_memories_as_committed.png; browser console errors: " + \
+            "; ".join(console[-5:]) + ")"
+    else:
+        assert report.slider is not None, "the explorer's first figure should render before the callback breaks"
+        assert any("RuntimeError" in p for p in found), \
+            f"the explorer callback's RuntimeError was not reported as an error; found: {found}"
 
 
 def test_jupyterlab_can_render_the_widgets():
