@@ -598,7 +598,7 @@ class NeuronExplorer:
         ffn = self.memories.layer(layer)
         validate.int_in_range("neuron", neuron, 0, ffn.d_ff - 1)
         fig, axes = plt.subplots(2, 2, figsize=(12.5, 7.4), gridspec_kw={"width_ratios": [1.25, 1]})
-        fig.subplots_adjust(left=0.2, right=0.98, top=0.9, bottom=0.08, wspace=0.38, hspace=0.38)
+        fig.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.08, wspace=0.5, hspace=0.38)
         (text_ax, group_ax), (value_ax, ko_ax) = axes
         tr = self.triggers[layer]
         text_ax.axis("off")
@@ -617,7 +617,7 @@ class NeuronExplorer:
         names = [str(n) for n in self.group_names]
         group_ax.bar(names, profile.tolist(), color=["#0072B2" if v >= 0 else "#D55E00" for v in profile.tolist()])
         group_ax.axhline(0, color="0.4", lw=0.8)
-        group_ax.set(ylabel="mean peak m", title="Mean activation per group")
+        group_ax.set(ylabel="mean peak m", title="Mean peak activation per group")
 
         logits = self.values[layer][neuron]
         top, bottom = logits.topk(self.n_tokens), logits.topk(self.n_tokens, largest=False)
@@ -635,10 +635,12 @@ class NeuronExplorer:
         ys = torch.arange(len(rows))
         ko_ax.barh(ys - 0.2, before.tolist(), 0.4, color="0.7", label="intact")
         ko_ax.barh(ys + 0.2, after.tolist(), 0.4, color="#CC79A7", label="this neuron off")
-        ko_ax.set_yticks(ys.tolist(), [self.row_labels[r] for r in rows.tolist()], fontsize=8)
+        labels = [self.row_labels[r] if len(self.row_labels[r]) <= 24 else self.row_labels[r][:23] + "…"
+                  for r in rows.tolist()]
+        ko_ax.set_yticks(ys.tolist(), labels, fontsize=8)
         ko_ax.invert_yaxis()
-        ko_ax.set(xlim=(0, 1.02), xlabel="P(right answer)", title=f"Switched off: the {len(rows)} facts it fires on most")
-        ko_ax.legend(fontsize=8, loc="lower left")
+        ko_ax.set(xlim=(0, 1.02), xlabel="P(right answer): grey intact, pink this neuron off",
+                  title=f"Switched off: the {len(rows)} facts it fires on most")
         fig.suptitle(f"Layer {layer}, neuron {neuron}", fontsize=13, x=0.01, ha="left")
         return fig
 
