@@ -20,8 +20,9 @@ import pytest
 
 from helpers.env import SETUP_CELL
 from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
-from helpers.exercises.grader import (CELL_ERROR, NOT_A_NOTEBOOK, RAN, TIMED_OUT, _grade_exercises, _Run, collect,
-                                      expected_exercises, find_original, main, verdict_lines)
+from helpers.exercises.grader import (CELL_ERROR, KERNEL_DIED, NOT_A_NOTEBOOK, RAN, TIMED_OUT, ExpectedExercise, _Run,
+                                      _grade_exercises, collect, expected_exercises, find_original, main,
+                                      verdict_lines)
 
 ROOT = Path(__file__).resolve().parent.parent
 BLANK = ROOT / "notebooks" / "01_activations.ipynb"
@@ -153,6 +154,16 @@ def test_a_notebook_that_never_ends_is_stopped_and_its_processes_killed(tmp_path
     assert not _alive(child), "the kernel's child process survived the time-out"
 
 
+def test_a_notebook_that_kills_its_kernel(tmp_path):
+    path = _notebook("import os\nos._exit(1)",
+                     "from helpers.exercises.nb01 import check_collapse\ncheck_collapse(lambda *args: None)",
+                     name="dies.ipynb", folder=tmp_path)
+    status, book = _grade(tmp_path, path)
+    (grade,) = book["notebooks"]
+    assert status != 0 and grade["status"] == KERNEL_DIED and grade["note"].startswith("kernel died in code cell 1")
+    assert grade["exercises"][0]["message"] == "not run: the kernel died in code cell 1, before this check"
+
+
 def _alive(pid):
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -210,7 +221,6 @@ def test_verdicts_are_read_from_outputs_and_checked_against_the_log():
     lines = verdict_lines(nb)
     assert [(status, title) for _, status, title, _, _ in lines] == [
         (PASSED, "Exercise 1 (collapse a stack of affine layers)"), (PASSED, "Exercise 2 (a title)")]
-    from helpers.exercises.grader import ExpectedExercise
     expected = [ExpectedExercise("Exercise 1 (collapse a stack of affine layers)", "build", ("check_collapse",)),
                 ExpectedExercise("Exercise 2 (a title)", "investigate", ("check_title",))]
     rows, note = _grade_exercises(nb, expected, _Run(), {lines[0][4]})

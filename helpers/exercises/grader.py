@@ -398,8 +398,8 @@ def _grade_exercises(nb: Any, expected: list[ExpectedExercise], run: _Run, logge
                                           f"was deleted or renamed)"
         elif run.stopped_at is not None and cells[0] >= run.stopped_at:
             problem = "not run"
-            message = (f"not run: the notebook {run.status} in code cell {_code_cell_number(nb, run.stopped_at)}, "
-                       f"before this check")
+            what = "the kernel died" if run.status == KERNEL_DIED else f"the notebook {run.status}"
+            message = f"not run: {what} in code cell {_code_cell_number(nb, run.stopped_at)}, before this check"
         elif cells[0] in run.errors:
             problem = "cell raised"
             message = f"no verdict: its cell (code cell {_code_cell_number(nb, cells[0])}) raised " \
