@@ -93,7 +93,8 @@ def test_the_verdict_line_parses_back():
     line = Exercise("Exercise 3 (peak bytes)", square, EX.cases).evaluate(lambda x: x + 1).line()
     status, title, message = parse_line(line + "\n")
     assert (status, title) == (FAILED, "Exercise 3 (peak bytes)") and message.endswith("hidden cases fail).")
-    assert parse_line("100%|██████████| 24/24") is None and parse_line("Course environment: ...") is None
+    assert parse_line("100%|██████████| 24/24") is None
+    assert parse_line("Course environment: ...") is None
 
 
 def test_compare_values():

@@ -182,7 +182,8 @@ TITLE_RE = re.compile(r"^Exercise \d+[a-z]? \(.+\)$")
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_title_kind_and_line_format(ex):
-    assert TITLE_RE.match(ex.title) and ": " not in ex.title, f"title should read 'Exercise N (short name)': {ex.title!r}"
+    assert TITLE_RE.match(ex.title) and ": " not in ex.title, \
+        f"title should read 'Exercise N (short name)': {ex.title!r}"
     assert ex.kind in KINDS
     for fn in (stub, ex.reference, ex.mistakes[0][1]):
         line = ex.evaluate(fn).line()

@@ -125,7 +125,8 @@ def test_a_notebook_that_crashes_at_the_top(tmp_path):
     status, book = _grade(tmp_path, path)
     (grade,) = book["notebooks"]
     assert status != 0 and grade["status"] == CELL_ERROR
-    assert grade["note"].startswith("the setup cell raised ModuleNotFoundError") and "no course notebook" in grade["note"]
+    assert grade["note"].startswith("the setup cell raised ModuleNotFoundError")
+    assert "no course notebook" in grade["note"]
     (row,) = grade["exercises"]
     assert row["status"] == FAILED and "after code cell 1 raised ModuleNotFoundError" in row["message"], row
 
