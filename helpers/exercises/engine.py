@@ -531,10 +531,11 @@ def _guard_evaluate(method: Callable[..., Result]) -> Callable[..., Result]:
             limit = self._effective_time_limit()
             try:
                 cpu, wall = (_cpu_budget(3 * limit), WALL_FACTOR * 3 * limit) if limit else (None, None)
-                with _checking_state(), _TimeLimit(cpu, wall):
+                guard = _TimeLimit(cpu, wall)
+                with _checking_state(), guard:
                     return method(self, fn, *args, **kwargs)
             except CheckTimeout:
-                return getattr(_depth, "timeout", None) or self._timeout_result(limit)
+                return getattr(_depth, "timeout", None) or self._timeout_result(limit, which=guard.fired)
             except Exception as err:  # the checker itself must not crash the notebook
                 return self._result(FAILED, f"the checker could not compare your answer "
                                             f"({type(err).__name__}: {err})", "checker")
