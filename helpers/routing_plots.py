@@ -165,8 +165,10 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
     right.set_ylabel("entropy of the load / log E")
     right.set_title("Load entropy (1 = even, 0 = one expert)")
     right.set_ylim(0, 1.05)
-    left.legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    rows = -(-len(labels) // 4)                                   # legend rows under the panels
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
     return fig
 
 
