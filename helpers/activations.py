@@ -3,16 +3,16 @@
 Every function maps a tensor of any shape ``(...)`` to a tensor of the same
 shape, element by element.
 
-==============  ===============================================  ==================
+==============  ===============================================  ======================================
 name            formula                                          used in
-==============  ===============================================  ==================
+==============  ===============================================  ======================================
 ``relu``        max(0, x)                                        original Transformer
-``gelu``        x * Phi(x), Phi the standard normal CDF          BERT, GPT-2 (exact)
-``gelu_tanh``   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  GPT-2's code
+``gelu``        x * Phi(x), Phi the standard normal CDF          BERT in Hugging Face (``"gelu"``)
+``gelu_tanh``   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  GPT-2 (Hugging Face ``"gelu_new"``)
 ``silu``        x * sigmoid(x)  (Swish with beta = 1)            SwiGLU's gate
 ``sigmoid``     1 / (1 + exp(-x))                                GLU's gate
 ``identity``    x                                                Bilinear "gate"
-==============  ===============================================  ==================
+==============  ===============================================  ======================================
 
 ``swish(x, beta)`` is the one-parameter family x * sigmoid(beta x): beta = 0
 gives x / 2, beta = 1 gives SiLU, and beta -> infinity approaches ReLU.
