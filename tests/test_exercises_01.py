@@ -110,11 +110,15 @@ def test_dead_fraction_cases_cover_every_branch_of_the_statement():
 def test_dead_after_reference_reproduces_section_5_and_the_notebook_data():
     x, y = experiment_data()
     assert _dead_after(2.0, 5, x, y) == 50 / 256          # the notebook's 19.5 % after phase 1
-    # the data recipe is the one the notebook's section 5 runs (its first four lines)
+    # the data recipe is the one the notebook's section 5 runs (its four lines from `gen = ...` to `Y = ...`)
     cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
                 if "teacher = torch.randn(16, 16, generator=gen)" in "".join(c["source"]))
+    lines = cell.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("gen = "))
+    last = next(i for i, line in enumerate(lines) if line.startswith("Y = "))
+    assert last - first == 3, lines[first:last + 1]
     namespace = {"torch": torch}
-    exec("\n".join(cell.splitlines()[:4]), namespace)
+    exec("\n".join(lines[first:last + 1]), namespace)
     torch.testing.assert_close(namespace["X"], x)
     torch.testing.assert_close(namespace["Y"], y)
 
