@@ -26,7 +26,6 @@ functions return seconds, rates and the bytes and FLOPs they are based on.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,10 +36,37 @@ from torch import nn
 from helpers import validate
 from helpers.costs import ffn_flops_per_token
 
-#: Mixtral 8×7B (Jiang et al. 2024): parameters in total and active per token
-MIXTRAL_TOTAL_PARAMS = 46.7e9
-MIXTRAL_ACTIVE_PARAMS = 12.9e9
-MIXTRAL_EXPERTS, MIXTRAL_TOP_K = 8, 2
+#: Mixtral 8×7B's published configuration (Hugging Face ``mistralai/Mixtral-8x7B-v0.1`` config.json; Jiang et
+#: et al. 2024): 32 layers, width 4096, grouped-query attention with 32 query and 8 key/value heads of 128,
+#: 8 SwiGLU experts of d_ff 14336 per layer, top-2, 32000-token vocabulary, untied input and output embeddings.
+MIXTRAL_CONFIG = dict(n_layers=32, d_model=4096, d_ff=14336, n_heads=32, n_kv_heads=8, head_dim=128,
+                      vocab_size=32000, n_experts=8, top_k=2)
+MIXTRAL_EXPERTS, MIXTRAL_TOP_K = MIXTRAL_CONFIG["n_experts"], MIXTRAL_CONFIG["top_k"]
+
+
+def mixtral_param_counts(config: dict[str, int] | None = None) -> dict[str, int]:
+    """Parameters of Mixtral 8×7B counted from its configuration (default ``MIXTRAL_CONFIG``).
+
+    Returns ``shared`` (attention, norms, routers, input and output embeddings: used by every token),
+    ``expert_slot`` (one expert of every layer: ``n_layers · 3 · d_model · d_ff``), ``total`` (shared + E
+    slots) and ``active`` (shared + k slots). The paper rounds them to 47 B and 13 B; Mistral AI's release
+    post (December 2023) gives 46.7 B and 12.9 B, which these counts reproduce.
+    """
+    c = dict(MIXTRAL_CONFIG if config is None else config)
+    d, layers = c["d_model"], c["n_layers"]
+    q_and_out = 2 * d * c["n_heads"] * c["head_dim"]
+    k_and_v = 2 * d * c["n_kv_heads"] * c["head_dim"]
+    per_layer = q_and_out + k_and_v + d * c["n_experts"] + 2 * d            # attention, router, two RMSNorms
+    shared = layers * per_layer + 2 * c["vocab_size"] * d + d               # + embeddings, unembedding, final norm
+    expert_slot = layers * 3 * d * c["d_ff"]                                # W1, W3 (d_ff, d) and W2 (d, d_ff)
+    return dict(shared=shared, expert_slot=expert_slot, total=shared + c["n_experts"] * expert_slot,
+                active=shared + c["top_k"] * expert_slot)
+
+
+_MIXTRAL = mixtral_param_counts()
+#: Mixtral 8×7B: parameters in total (46.7 B) and active per token (12.9 B), counted from ``MIXTRAL_CONFIG``
+MIXTRAL_TOTAL_PARAMS = _MIXTRAL["total"]
+MIXTRAL_ACTIVE_PARAMS = _MIXTRAL["active"]
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -96,20 +122,24 @@ def roofline(intensity: float | Sequence[float], peak_flops: float, bandwidth: f
 def mixtral_params_read(n_tokens: int) -> float:
     """Parameters a Mixtral 8×7B decode step with ``n_tokens`` tokens reads (uniform routing, every layer).
 
-    From the published totals: ``46.7 B = shared + 8·expert`` and ``12.9 B =
-    shared + 2·expert`` give ``expert = 5.63 B`` (all layers' copies of one
-    expert slot) and ``shared = 1.63 B`` (attention, norms, embeddings, routers).
+    The shared part (1.61 B: attention, norms, routers, embeddings) plus every expert slot some token
+    uses (5.64 B each over all layers), from ``mixtral_param_counts``: ``active`` for one token, tending
+    to ``total``.
     """
-    expert = (MIXTRAL_TOTAL_PARAMS - MIXTRAL_ACTIVE_PARAMS) / (MIXTRAL_EXPERTS - MIXTRAL_TOP_K)
-    shared = MIXTRAL_TOTAL_PARAMS - MIXTRAL_EXPERTS * expert
-    return shared + expected_experts_touched(n_tokens, MIXTRAL_EXPERTS, MIXTRAL_TOP_K) * expert
+    return _MIXTRAL["shared"] + expected_experts_touched(n_tokens, MIXTRAL_EXPERTS, MIXTRAL_TOP_K) * _MIXTRAL["expert_slot"]
 
 
 # ----------------------------------------------------------------------------- measurements
 
-def _median_seconds(fn: Callable[[], object], repeats: int, min_seconds: float = 0.0) -> float:
-    fn()                                                          # warm up
-    samples = []
+def _fastest_seconds(fn: Callable[[], object], repeats: int, min_seconds: float = 0.0, warm_up: bool = True) -> float:
+    """Seconds per call of ``fn`` in the fastest of ``repeats`` rounds (each round at least ``min_seconds``).
+
+    The fastest round, not the median: other programs on the machine can only slow a round down, so the
+    fastest is the best estimate of what the machine itself can do.
+    """
+    if warm_up:
+        fn()
+    best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         calls = 0
@@ -118,13 +148,13 @@ def _median_seconds(fn: Callable[[], object], repeats: int, min_seconds: float =
             calls += 1
             if time.perf_counter() - start >= min_seconds:
                 break
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
 
 
 @dataclass(frozen=True)
 class Machine:
-    """This machine's roofline: ``bandwidth`` (bytes/s read) and ``peak_flops`` (matmul FLOP/s), as measured."""
+    """This machine's roofline: ``bandwidth`` (bytes/s read) and ``peak_flops`` (the ceiling, FLOP/s), as measured."""
 
     bandwidth: float
     peak_flops: float
@@ -135,8 +165,12 @@ class Machine:
         return self.peak_flops / self.bandwidth
 
 
-def measure_bandwidth(tensors: torch.Tensor | Sequence[torch.Tensor], repeats: int = 3) -> float:
-    """Bytes per second read by summing ``tensors`` (e.g. a model's weight matrices; more than the caches hold)."""
+def measure_bandwidth(tensors: torch.Tensor | Sequence[torch.Tensor], repeats: int = 5) -> float:
+    """Bytes per second read by summing ``tensors`` (e.g. a model's weight matrices; more than the caches hold).
+
+    The fastest of ``repeats`` rounds. A streaming sum is the easiest read a CPU does: a matrix-vector
+    product over the same bytes usually reads them more slowly.
+    """
     tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
     if not tensors:
         raise ValueError("tensors must hold at least one tensor, got none")
@@ -145,24 +179,29 @@ def measure_bandwidth(tensors: torch.Tensor | Sequence[torch.Tensor], repeats: i
     validate.positive_int("repeats", repeats)
     n_bytes = sum(t.numel() * t.element_size() for t in tensors)
     with torch.inference_mode():
-        seconds = _median_seconds(lambda: [t.sum() for t in tensors], repeats)
+        seconds = _fastest_seconds(lambda: [t.sum() for t in tensors], repeats)
     return n_bytes / seconds
 
 
-def measure_matmul_rate(n_tokens: int, d_in: int, d_out: int, repeats: int = 3, seed: int = 0) -> float:
-    """FLOP/s of ``(n_tokens × d_in) @ (d_in × d_out)`` in float32 (``2·n·d_in·d_out`` FLOPs per call)."""
+def measure_matmul_rate(n_tokens: int, d_in: int, d_out: int, repeats: int = 10, seed: int = 0) -> float:
+    """FLOP/s of ``x @ W.T`` with ``x`` ``(n_tokens, d_in)`` and ``W`` ``(d_out, d_in)`` (``nn.Linear``'s layout), float32.
+
+    ``2·n·d_in·d_out`` FLOPs per call; the fastest of ``repeats`` rounds (see ``_fastest_seconds``).
+    """
     for name, value in (("n_tokens", n_tokens), ("d_in", d_in), ("d_out", d_out), ("repeats", repeats)):
         validate.positive_int(name, value)
     gen = torch.Generator().manual_seed(seed)
-    a, b = torch.randn(n_tokens, d_in, generator=gen), torch.randn(d_in, d_out, generator=gen)
+    x, w = torch.randn(n_tokens, d_in, generator=gen), torch.randn(d_out, d_in, generator=gen)
     with torch.inference_mode():
-        seconds = _median_seconds(lambda: a @ b, repeats, min_seconds=0.02)
+        seconds = _fastest_seconds(lambda: x @ w.T, repeats)
     return 2 * n_tokens * d_in * d_out / seconds
 
 
 def seconds_per_token(layers: Sequence[nn.Module], batch_sizes: Sequence[int], d_model: int, *,
                       repeats: int = 3, seed: int = 0) -> dict[int, float]:
-    """Median seconds per token and per layer of one pass of ``B`` tokens through every module in ``layers``.
+    """Seconds per token and per layer of one pass of ``B`` tokens through every module in ``layers``.
+
+    The fastest of ``repeats`` rounds (see ``_fastest_seconds``).
 
     The layers are run one after the other, like a model's FFNs, so with more
     weights than the caches hold each pass reads them from memory. A module that
@@ -176,7 +215,7 @@ def seconds_per_token(layers: Sequence[nn.Module], batch_sizes: Sequence[int], d
     gen = torch.Generator().manual_seed(seed)
     out = {}
     with torch.inference_mode():
-        for batch in batch_sizes:
+        for i, batch in enumerate(batch_sizes):
             validate.positive_int("batch_sizes[i]", batch)
             x = torch.randn(batch, d_model, generator=gen)
 
@@ -186,7 +225,8 @@ def seconds_per_token(layers: Sequence[nn.Module], batch_sizes: Sequence[int], d
                     if isinstance(y, tuple):
                         y = y[0]
 
-            out[batch] = _median_seconds(run, repeats, min_seconds=0.01) / (batch * len(layers))
+            # one warm-up call before the first batch is enough: later batches reuse the warmed-up kernels
+            out[batch] = _fastest_seconds(run, repeats, min_seconds=0.01, warm_up=i == 0) / (batch * len(layers))
     return out
 
 
@@ -198,3 +238,10 @@ def weight_bytes(layers: Sequence[nn.Module]) -> int:
 def dense_flops_per_token(d_model: int, d_ff: int, gated: bool = False) -> int:
     """Forward matmul FLOPs per token of one FFN (``helpers.costs.ffn_flops_per_token``)."""
     return ffn_flops_per_token(d_model, d_ff, gated=gated)
+
+
+def seconds_per_call(fn: Callable[[], object], repeats: int = 5, min_seconds: float = 0.005) -> float:
+    """Seconds per call of ``fn()``, the fastest of ``repeats`` rounds of at least ``min_seconds`` each."""
+    validate.positive_int("repeats", repeats)
+    with torch.inference_mode():
+        return _fastest_seconds(fn, repeats, min_seconds)

@@ -4,8 +4,9 @@ import torch
 
 from helpers.ffn import FFN
 from helpers.inference import (MIXTRAL_ACTIVE_PARAMS, MIXTRAL_TOTAL_PARAMS, Machine, expected_experts_touched,
-                               ffn_intensity, measure_bandwidth, measure_matmul_rate, mixtral_params_read,
-                               moe_intensity, roofline, seconds_per_token, weight_bytes)
+                               ffn_intensity, measure_bandwidth, measure_matmul_rate, mixtral_param_counts,
+                               mixtral_params_read, moe_intensity, roofline, seconds_per_call, seconds_per_token,
+                               weight_bytes)
 from helpers.moe import MoE
 
 
@@ -24,6 +25,14 @@ def test_roofline_and_ridge():
     assert roofline([1.0, 100.0], m.peak_flops, m.bandwidth) == [10e9, 100e9]
 
 
+def test_mixtral_counts_from_the_config_match_the_published_totals():
+    counts = mixtral_param_counts()
+    assert round(counts["total"] / 1e9, 1) == 46.7 and round(counts["active"] / 1e9, 1) == 12.9   # release post
+    assert round(counts["shared"] / 1e9, 2) == 1.61 and round(counts["expert_slot"] / 1e9, 2) == 5.64
+    assert counts["total"] == counts["shared"] + 8 * counts["expert_slot"]
+    assert (MIXTRAL_TOTAL_PARAMS, MIXTRAL_ACTIVE_PARAMS) == (counts["total"], counts["active"])
+
+
 def test_mixtral_reads_active_params_for_one_token_and_all_for_many():
     assert mixtral_params_read(1) == pytest.approx(MIXTRAL_ACTIVE_PARAMS)
     assert mixtral_params_read(1000) == pytest.approx(MIXTRAL_TOTAL_PARAMS)
@@ -38,6 +47,7 @@ def test_measurements_run_and_are_positive():
     assert moe_times[3] > 0
     assert measure_bandwidth([p for layer in layers for p in layer.parameters()], repeats=1) > 0
     assert measure_matmul_rate(8, 16, 32, repeats=1) > 0
+    assert seconds_per_call(lambda: torch.ones(8).sum(), repeats=1) > 0
 
 
 def test_bad_input_is_explained():

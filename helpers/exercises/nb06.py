@@ -141,8 +141,9 @@ def _blocks(d_ff: int, n_parts: int, kind: str = "contiguous") -> list[torch.Ten
 def _tp(x, w1, b1, w2, b2, n_parts, *, kind="contiguous", b2_where="once"):
     parts = []
     for block in _blocks(w1.shape[0], n_parts, kind):
-        h = F.gelu(x @ w1[block].T + b1[block])
-        part = h @ w2[:, block].T
+        w1_r, b1_r, w2_r = w1[block], b1[block], w2[:, block]      # rows of W1, columns of W2 (nn.Linear layout)
+        h = F.gelu(x @ w1_r.T + b1_r)
+        part = h @ w2_r.T
         parts.append(part + b2 if b2_where == "every" else part)
     total = sum(parts)
     y = total + b2 if b2_where == "once" else total
@@ -197,7 +198,7 @@ check_tensor_parallel = Exercise(
          "evenly: torch.tensor_split makes blocks that differ by at most one and cover every unit.",
          lambda *a: _tp(*a, kind="floor")),
     ],
-    atol=1e-10, rtol=1e-10,
+    atol=1e-10, rtol=1e-10, kind="investigate",
 )
 
 # ----------------------------------------------------------------------------- 4. all-to-all split sizes
@@ -344,5 +345,5 @@ check_moe_intensity = Exercise(
         ("the answer is FLOPs per *byte*: multiply the elements read by bytes_per_element.",
          lambda *a: _intensity(*a, use_bytes=False)),
     ],
-    atol=0, rtol=1e-9,
+    atol=0, rtol=1e-9, kind="investigate",
 )
