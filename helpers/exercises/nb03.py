@@ -107,9 +107,9 @@ check_memory_coefficients = Exercise(
     _memory_coefficients,
     _coefficient_cases,
     mistakes=[
-        ("you used the columns of W1 as keys (x @ W1); in nn.Linear's layout the keys are the rows of W1 "
-         "(shape (d_ff, d_model)), so the match scores are x @ W1.T.",
-         lambda x, W1, b1: F.gelu(x @ W1 + b1)),
+        ("you used the columns of W1 as keys (W1 without its transpose, the row layout); in nn.Linear's "
+         "layout the keys are the rows of W1 (shape (d_ff, d_model)), so the match scores are x @ W1.T.",
+         lambda x, W1, b1: F.gelu(torch.matmul(x, W1) + b1)),
         ("you forgot the activation: these are the pre-activations k_i·x + b1_i; the memory coefficient is "
          "GELU of that.",
          lambda x, W1, b1: x @ W1.T + b1),
