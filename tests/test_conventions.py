@@ -36,7 +36,7 @@ ROW_LAYOUT = [
 ]
 # Code that multiplies data (x, X, h, H, tokens, inputs...) by W1 on the right without a transpose: x @ W1 is the
 # row layout. (W2 @ W1, a product of weights, is nn.Linear's composition and is fine.)
-ROW_CODE = re.compile(r"\b(?:x|X|h|H|xs|tok\w*|inp\w*|batch)\w*\s*@\s*(?:W1|W3|w1|w3)\b(?!\s*\.\s*(?:T|t\(\)|mT|transpose))")
+ROW_CODE = re.compile(r"\b(?:x|X|h|H|xs|tok\w*|inp\w*|batch)\w*\s*@\s*(?:W1|W3|w1|w3)\b(?!\s*(?:\[[^\]]*\])?\s*\.\s*(?:T|t\(\)|mT|transpose))")
 
 
 def _sources():
@@ -66,7 +66,7 @@ def test_the_patterns_catch_the_other_layout():
     assert not any(p.search(r"W_1 \in \mathbb{R}^{d_\mathrm{ff} \times d}") for p in ROW_LAYOUT)
     assert not any(p.search("W1 of shape (d_ff, d_model)") for p in ROW_LAYOUT)
     assert ROW_CODE.search("h = x @ W1 + b1") and not ROW_CODE.search("h = x @ W1.T + b1")
-    assert not ROW_CODE.search("W = W2 @ W1")
+    assert not ROW_CODE.search("W = W2 @ W1") and not ROW_CODE.search("x @ w1[block].T")
 
 
 def _exercises():
