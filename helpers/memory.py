@@ -576,6 +576,19 @@ class NeuronExplorer:
         self.at_answer = [c[rows, answer_pos] for c in trace.coefficients]                # (N, d_ff) each
         self.values = [value_logits(model, layer, biases=biases) for layer in range(self.memories.n_layers)]
         self.p_before = answer_probability(model, ids, answer_pos, answer_id)              # (N,)
+        # every neuron's knock-out, precomputed: one batched forward pass per layer, each row of the batch
+        # silencing one neuron at one of the n_facts facts it fires on most (so a redraw runs no model)
+        self.ko_rows, self.ko_after = [], []
+        for layer, at in enumerate(self.at_answer):
+            d_ff = at.shape[1]
+            top_rows = at.topk(min(n_facts, at.shape[0]), dim=0).indices.T                  # (d_ff, n_facts)
+            flat = top_rows.reshape(-1)                                                      # (d_ff·n_facts,)
+            mask = torch.zeros(flat.shape[0], d_ff, dtype=torch.bool)
+            mask[torch.arange(flat.shape[0]), torch.arange(d_ff).repeat_interleave(top_rows.shape[1])] = True
+            with knock_out(model, layer, mask):
+                after = answer_probability(model, self.ids[flat], answer_pos[flat], answer_id[flat])
+            self.ko_rows.append(top_rows)
+            self.ko_after.append(after.view(d_ff, -1))                                      # (d_ff, n_facts)
 
     @property
     def n_layers(self) -> int:
@@ -586,10 +599,8 @@ class NeuronExplorer:
         each before and after switching that one neuron off: ``(rows, p_before, p_after)``."""
         ffn = self.memories.layer(layer)
         validate.int_in_range("neuron", neuron, 0, ffn.d_ff - 1)
-        rows = self.at_answer[layer][:, neuron].topk(self.n_facts).indices
-        with knock_out(self.model, layer, neuron):
-            after = answer_probability(self.model, self.ids[rows], self.answer_pos[rows], self.answer_id[rows])
-        return rows, self.p_before[rows], after
+        rows = self.ko_rows[layer][neuron]
+        return rows, self.p_before[rows], self.ko_after[layer][neuron]
 
     def figure(self, layer: int, neuron: int):
         """A 2×2 matplotlib figure about one neuron (triggers, groups, value, knock-out)."""
