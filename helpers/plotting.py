@@ -117,10 +117,15 @@ def _layer_column(ax: Axes, x: float, n: int, height: float, color: str, label: 
 
 
 def ffn_diagram_figure() -> Figure:
-    """The expand-activate-contract picture of the position-wise FFN, with shapes."""
-    fig, ax = plt.subplots(figsize=(10, 4.6))
+    """The expand-activate-contract picture of the position-wise FFN, with shapes.
+
+    Drawn in the course's one weight layout, PyTorch's ``nn.Linear``: ``W1`` is
+    ``(d_ff, d)`` (``ffn.w1.weight``, row i = key i), ``W2`` is ``(d, d_ff)``
+    (``ffn.w2.weight``, column i = value i); ``y = W2·φ(W1·x + b1) + b2`` per token.
+    """
+    fig, ax = plt.subplots(figsize=(10, 5.0))
     ax.set_xlim(-0.6, 10.2)
-    ax.set_ylim(-4.1, 3.9)
+    ax.set_ylim(-4.9, 3.9)
     ax.axis("off")
     cols = [
         (0.4, 4, 2.4, "#56B4E9", "x", "(B, T, d)\ninput"),
@@ -130,10 +135,15 @@ def ffn_diagram_figure() -> Figure:
     ]
     for x, n, height, color, label, sub in cols:
         _layer_column(ax, x, n, height, color, label, sub)
-    for (x0, _, _, _, _, _), (x1, _, _, _, _, _), text in zip(cols, cols[1:], ["W₁: d → d_ff", "φ elementwise", "W₂: d_ff → d"]):
-        ax.add_patch(FancyArrowPatch((x0 + 0.3, 0), (x1 - 0.3, 0), arrowstyle="-|>", mutation_scale=18, lw=1.6, color="0.25"))
+    arrows = ["W₁ (d_ff × d)\n= ffn.w1.weight", "φ elementwise", "W₂ (d × d_ff)\n= ffn.w2.weight"]
+    for (x0, *_), (x1, *_), text in zip(cols, cols[1:], arrows):
+        ax.add_patch(FancyArrowPatch((x0 + 0.3, 0), (x1 - 0.3, 0), arrowstyle="-|>", mutation_scale=18, lw=1.6,
+                                     color="0.25"))
         ax.text((x0 + x1) / 2, 0.25, text, ha="center", va="bottom", fontsize=10,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})
+    ax.text(4.6, -4.6, "weights in nn.Linear's layout: row i of W₁ is key i, column i of W₂ is value i\n"
+                       "a batch of tokens as rows X:  Y = φ(X W₁ᵀ + b₁) W₂ᵀ + b₂",
+            ha="center", va="center", fontsize=10, color="0.25", linespacing=1.5)
     ax.set_title("The position-wise FFN: expand, activate, contract (the same weights at every position)", fontsize=12)
     return fig
 
