@@ -134,9 +134,10 @@ def trace_stack(x: torch.Tensor, ffns, norms, *, norm: str = "pre", residual: bo
 def scaled_output_init(ffns, factor: float) -> nn.ModuleList:
     """A copy of ``ffns`` whose output projections ``w2.weight`` are multiplied by ``factor``.
 
-    GPT-2 scales the weights of every residual layer's output projection at initialisation by
-    ``1/sqrt(N)``, ``N`` the number of residual layers (two per block in a transformer, so
-    ``1/sqrt(2 * n_layers)``; one per FFN in a stack of FFNs). The originals are left untouched.
+    GPT-2's paper scales the weights of the residual layers at initialisation by ``1/sqrt(N)``,
+    ``N`` the number of residual layers (a transformer block has two, so implementations such as
+    nanoGPT use ``1/sqrt(2 * n_layers)`` on each output projection; in a stack of FFNs each FFN is
+    one). The originals are left untouched.
     """
     validate.positive_float("factor", factor)
     scaled = copy.deepcopy(ffns)

@@ -3,27 +3,31 @@
 Each ``check_*`` is an ``helpers.exercises.engine.Exercise``: call it on your function,
 ``check_ffn_forward(my_ffn_forward)``, and it prints one line (not attempted /
 passed / what is wrong and the likely mistake). The hidden cases are drawn from
-seeded ``torch.Generator`` s with shapes the notebook never shows.
+seeded ``torch.Generator`` s with shapes the notebook never shows, and cover every
+branch the task statement allows (biases present and absent, one token, d_ff = d_model,
+every LayerNorm placement with and without the residual, gradients left over from an
+earlier backward pass, ...).
 
-Layout used by the exercises (the notebook's section 1): token vectors are
-rows, so ``W1`` is ``(d_model, d_ff)`` and ``W2`` is ``(d_ff, d_model)``:
-``FFN(x) = GELU(x @ W1 + b1) @ W2 + b2``. ``nn.Linear`` (and therefore
-``helpers.ffn.FFN``) stores the transposes: ``ffn.w1.weight`` is ``(d_ff, d_model)``.
+Weight layout (the course's one convention, PyTorch's ``nn.Linear``): ``W1`` is
+``(d_ff, d_model)``, ``W2`` is ``(d_model, d_ff)``; for token rows ``x``:
+``FFN(x) = GELU(x @ W1.T + b1) @ W2.T + b2``. ``ffn.w1.weight`` *is* ``W1``.
 
-========================  ===================================================
-checker                   the learner writes
-========================  ===================================================
-``check_ffn_forward``     ``ffn_forward(x, W1, b1, W2, b2)`` -> ``(..., d_model)``
-``check_param_count``     ``ffn_params(d_model, d_ff, bias)`` -> int
-``check_forward_flops``   ``ffn_forward_flops(n_tokens, d_model, d_ff)`` -> int
-``check_contributions``   ``neuron_contributions(ffn, x)`` -> ``(T, d_ff, d_model)``
-``check_pre_ln_step``     ``pre_ln_step(x, ffn, ln)`` -> ``(B, T, d_model)``
-========================  ===================================================
+==========================  ===============  =========================================================
+checker                     kind             the learner writes
+==========================  ===============  =========================================================
+``check_ffn_forward``       build            ``ffn_forward(x, W1, b1, W2, b2)`` -> ``(..., d_model)``
+``check_step_flops``        investigate      ``step_flops(n_tokens, d_model, d_ff, input_grad, weight_grad)`` -> int
+``check_stack_forward``     build            ``stack_forward(x, ffns, norms, norm, residual)`` -> ``(..., d_model)``
+``check_layer_grad_norms``  investigate      ``layer_grad_norms(x, target, ffns, norms, norm, residual)`` -> ``(L,)``
+``check_contributions``     build            ``neuron_contributions(ffn, x)`` -> ``(T, d_ff, d_model)``
+==========================  ===============  =========================================================
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -32,18 +36,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers.exercises import engine
 from helpers.exercises.engine import FAILED, Case, Exercise, Result, compare
-from helpers.ffn import FFN, ffn_param_count
+from helpers.ffn import FFN
+from helpers.residual import NORMS, block_step
 
-# --------------------------------------------------------------------------------------------
-# Exercise 1: the FFN forward pass from explicit weights
-# --------------------------------------------------------------------------------------------
+HINT_PREFIX = getattr(engine, "HINT_PREFIX", "Likely mistake: ")
 
 
-def _ffn_forward(x: torch.Tensor, W1: torch.Tensor, b1: torch.Tensor, W2: torch.Tensor,
-                 b2: torch.Tensor) -> torch.Tensor:
-    """``(..., d) -> (..., d)``: exact-GELU FFN, W1 ``(d, d_ff)``, W2 ``(d_ff, d)``."""
-    return F.gelu(x @ W1 + b1) @ W2 + b2
+def _make(cls: type, *args: Any, kind: str, **kwargs: Any) -> Exercise:
+    """Build an exercise and record its kind (``"build"`` / ``"investigate"``), whatever engine version runs."""
+    if "kind" in inspect.signature(cls.__init__).parameters:
+        return cls(*args, kind=kind, **kwargs)
+    exercise = cls(*args, **kwargs)
+    exercise.kind = kind
+    return exercise
 
 
 def _randint(gen: torch.Generator, low: int, high: int) -> int:
@@ -59,56 +66,115 @@ def _distinct_sizes(gen: torch.Generator) -> tuple[int, int, int]:
             return T, d, d_ff
 
 
+def _seeded_ffn(seed: int, *args: Any, **kwargs: Any) -> FFN:
+    """``FFN(*args, **kwargs)`` initialised from ``seed``; the global generator is left untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return FFN(*args, **kwargs).eval()
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 1 (build): the FFN forward pass from explicit weights, nn.Linear layout
+# --------------------------------------------------------------------------------------------
+
+
+def _linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``x @ W.T (+ b)``: ``(..., in) -> (..., out)`` for ``W`` of shape ``(out, in)``."""
+    return F.linear(x, W, b)
+
+
+def _ffn_forward(x: torch.Tensor, W1: torch.Tensor, b1: torch.Tensor | None, W2: torch.Tensor,
+                 b2: torch.Tensor | None) -> torch.Tensor:
+    """``(..., d) -> (..., d)``: exact-GELU FFN; W1 ``(d_ff, d)``, W2 ``(d, d_ff)``, biases or ``None``."""
+    return _linear(F.gelu(_linear(x, W1, b1)), W2, b2)
+
+
 def _forward_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2021)
+    layouts = [  # (leading shape of x as a function of T, biases?, square?)
+        (lambda T: (T,), True, False, "tokens as rows"),
+        (lambda T: (_randint(gen, 2, 3), T), True, False, "a batch of sequences"),
+        (lambda T: (), True, False, "one token vector"),
+        (lambda T: (1, 1), True, False, "batch size one, one token"),
+        (lambda T: (T,), False, False, "no biases"),
+        (lambda T: (2, T), False, False, "no biases, batched"),
+        (lambda T: (T,), True, True, "d_ff = d_model"),
+    ]
     cases = []
-    for k in range(4):
+    for lead, bias, square, what in layouts:
         T, d, d_ff = _distinct_sizes(gen)
-        lead = (_randint(gen, 2, 3), T) if k == 2 else (T,)     # one batched (B, T, d) input
-        x = torch.randn(*lead, d, generator=gen)
-        W1 = torch.randn(d, d_ff, generator=gen)          # pre-activations of std ≈ sqrt(d): GELU's curved part
-        b1 = torch.randn(d_ff, generator=gen)
-        W2 = torch.randn(d_ff, d, generator=gen) / 2
-        b2 = torch.randn(d, generator=gen)
-        note = (f"x {tuple(x.shape)}, W1 {tuple(W1.shape)}, b1 {tuple(b1.shape)}, "
-                f"W2 {tuple(W2.shape)}, b2 {tuple(b2.shape)}")
+        d_ff = d if square else d_ff
+        x = torch.randn(*lead(T), d, generator=gen)
+        W1 = torch.randn(d_ff, d, generator=gen)          # pre-activations of std ≈ sqrt(d): GELU's curved part
+        W2 = torch.randn(d, d_ff, generator=gen) / 2
+        b1 = torch.randn(d_ff, generator=gen) if bias else None
+        b2 = torch.randn(d, generator=gen) if bias else None
+        shape = lambda t: "None" if t is None else str(tuple(t.shape))  # noqa: E731
+        note = (f"{what}: x {shape(x)}, W1 {shape(W1)}, b1 {shape(b1)}, W2 {shape(W2)}, b2 {shape(b2)}")
         cases.append(Case((x, W1, b1, W2, b2), note=note))
     return cases
 
 
+def _with_hint(result: Result, hint: str) -> Result:
+    """``result`` with ``hint`` appended to its message (and stored as its ``hint`` where the engine has one)."""
+    changes: dict[str, Any] = {"message": f"{result.message} {HINT_PREFIX}{hint}"}
+    if "hint" in {f.name for f in dataclasses.fields(result)}:
+        changes["hint"] = hint
+    return dataclasses.replace(result, **changes)
+
+
+def _plus(t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return t if b is None else t + b
+
+
 class _ForwardExercise(Exercise):
-    """Adds one diagnosis the engine cannot make from outputs alone: a weight used transposed.
+    """Adds two diagnoses the engine cannot make from outputs alone: a weight in the other layout, a None bias.
 
     With non-square weights a transposed weight makes the learner's code *raise* (shapes do
     not multiply), so there is no wrong output to compare. Instead, when the answer fails,
     re-run the learner's function with W1 and/or W2 handed over transposed: if that makes
-    it right on every case, the learner's code expects the other orientation.
+    it right on every case, the learner's code expects the other orientation. Likewise, if
+    the function is right on every case with biases and fails only where the biases are
+    ``None``, the hint says so.
     """
 
     _LAYOUT_HINTS = {
-        (True, False): "W1 is used in the wrong orientation: your code treats it as (d_ff, d_model) "
-                       "(nn.Linear's layout, x @ W1.T or F.linear); here W1 is (d_model, d_ff), "
-                       "so the expand step is x @ W1 + b1.",
-        (False, True): "W2 is used in the wrong orientation: your code treats it as (d_model, d_ff) "
-                       "(nn.Linear's layout, m @ W2.T or F.linear); here W2 is (d_ff, d_model), "
-                       "so the contract step is m @ W2 + b2.",
-        (True, True): "both weights are used in the wrong orientation: your code expects nn.Linear's "
-                      "(out, in) layout; here W1 is (d_model, d_ff) and W2 is (d_ff, d_model), "
-                      "so FFN(x) = GELU(x @ W1 + b1) @ W2 + b2.",
+        (True, False): "W1 is used in the wrong orientation: your code treats it as (d_model, d_ff) "
+                       "(x @ W1); in the course's layout, nn.Linear's, W1 is (d_ff, d_model) (row i is key i), "
+                       "so the expand step is x @ W1.T + b1 (or F.linear(x, W1, b1)).",
+        (False, True): "W2 is used in the wrong orientation: your code treats it as (d_ff, d_model) "
+                       "(m @ W2); in the course's layout, nn.Linear's, W2 is (d_model, d_ff) (column i is "
+                       "value i), so the contract step is m @ W2.T + b2 (or F.linear(m, W2, b2)).",
+        (True, True): "both weights are used in the wrong orientation: your code expects them as "
+                      "(in, out); in the course's layout, nn.Linear's, W1 is (d_ff, d_model) and W2 is "
+                      "(d_model, d_ff), so FFN(x) = GELU(x @ W1.T + b1) @ W2.T + b2.",
     }
+    _NONE_HINT = ("b1 and b2 are None for an FFN without biases: skip the addition then "
+                  "(F.linear(x, W, None) does it for you).")
 
     def evaluate(self, fn: Any) -> Result:
         result = super().evaluate(fn)
-        if result.status != FAILED or "Likely mistake" in result.message or not callable(fn):
-            return result
+        message = result.message
+        if (result.status != FAILED or HINT_PREFIX in message or not callable(fn)
+                or getattr(result, "reason", "wrong") not in ("wrong", "error")
+                or not ("raised" in message or "differ" in message or "shape" in message)):
+            return result  # passed, already explained, not a function, or a time limit: nothing to add
+        biased = lambda case: case.args[2] is not None  # noqa: E731
         for flips, hint in self._LAYOUT_HINTS.items():
-            if self._right_when_flipped(fn, flips):
-                return Result(FAILED, f"{result.message} Likely mistake: {hint}", self.title)
+            if self._right_on(fn, lambda case: True, flips):
+                return _with_hint(result, hint)
+            if self._right_on(fn, biased, flips):
+                return _with_hint(result, f"{hint} Also: {self._NONE_HINT}")
+        if self._right_on(fn, biased, (False, False)):
+            return _with_hint(result, self._NONE_HINT)
         return result
 
-    def _right_when_flipped(self, fn: Callable[..., Any], flips: tuple[bool, bool]) -> bool:
+    def _right_on(self, fn: Callable[..., Any], which: Callable[[Case], bool], flips: tuple[bool, bool]) -> bool:
+        """True when ``fn`` matches the reference on every case ``which`` selects, weights transposed per ``flips``."""
         try:
             for case in self.cases():
+                if not which(case):
+                    continue
                 x, W1, b1, W2, b2 = copy.deepcopy(case.args)
                 expected = self.reference(x.clone(), W1.clone(), b1, W2.clone(), b2)
                 W1 = W1.T.contiguous() if flips[0] else W1
@@ -119,120 +185,297 @@ class _ForwardExercise(Exercise):
                 if got is None or compare(got, expected, self.atol, self.rtol) is not None:
                     return False
             return True
-        except Exception:  # the flipped call failing just means "not this mistake"
+        except Exception:  # the re-run failing just means "not this mistake"
             return False
 
 
-check_ffn_forward = _ForwardExercise(
+check_ffn_forward = _make(
+    _ForwardExercise,
     "Exercise 1 (FFN forward from explicit weights)",
     _ffn_forward,
     _forward_cases,
+    kind="build",
     mistakes=[
-        ("b1 is missing: add it before the activation, GELU(x @ W1 + b1).",
-         lambda x, W1, b1, W2, b2: F.gelu(x @ W1) @ W2 + b2),
-        ("b2 is missing: add it after the contraction, ... @ W2 + b2.",
-         lambda x, W1, b1, W2, b2: F.gelu(x @ W1 + b1) @ W2),
-        ("both biases are missing: FFN(x) = GELU(x @ W1 + b1) @ W2 + b2.",
-         lambda x, W1, b1, W2, b2: F.gelu(x @ W1) @ W2),
+        ("b1 is missing: add it before the activation, GELU(x @ W1.T + b1).",
+         lambda x, W1, b1, W2, b2: _linear(F.gelu(_linear(x, W1, None)), W2, b2)),
+        ("b2 is missing: add it after the contraction, ... @ W2.T + b2.",
+         lambda x, W1, b1, W2, b2: _linear(F.gelu(_linear(x, W1, b1)), W2, None)),
+        ("both biases are missing: FFN(x) = GELU(x @ W1.T + b1) @ W2.T + b2.",
+         lambda x, W1, b1, W2, b2: _linear(F.gelu(_linear(x, W1, None)), W2, None)),
         ("you used ReLU; this FFN uses the exact GELU, x·Φ(x) (torch.nn.functional.gelu).",
-         lambda x, W1, b1, W2, b2: torch.relu(x @ W1 + b1) @ W2 + b2),
+         lambda x, W1, b1, W2, b2: _linear(torch.relu(_linear(x, W1, b1)), W2, b2)),
         ("you used GELU's tanh approximation; the exercise asks for the exact GELU, x·Φ(x) = "
          "x/2·(1 + erf(x/√2)) (F.gelu without approximate='tanh').",
-         lambda x, W1, b1, W2, b2: F.gelu(x @ W1 + b1, approximate="tanh") @ W2 + b2),
+         lambda x, W1, b1, W2, b2: _linear(F.gelu(_linear(x, W1, b1), approximate="tanh"), W2, b2)),
         ("there is no activation: without φ the two matrices collapse into one linear map.",
-         lambda x, W1, b1, W2, b2: (x @ W1 + b1) @ W2 + b2),
-        ("b1 was added after the activation: it belongs inside, GELU(x @ W1 + b1).",
-         lambda x, W1, b1, W2, b2: (F.gelu(x @ W1) + b1) @ W2 + b2),
+         lambda x, W1, b1, W2, b2: _linear(_linear(x, W1, b1), W2, b2)),
+        ("b1 was added after the activation: it belongs inside, GELU(x @ W1.T + b1).",
+         lambda x, W1, b1, W2, b2: _linear(_plus(F.gelu(_linear(x, W1, None)), b1), W2, b2)),
     ],
     atol=1e-5, rtol=1e-5,
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 2: parameter count
+# Exercise 2 (investigate): FLOPs of a training step when not everything needs a gradient
 # --------------------------------------------------------------------------------------------
 
 
-def _param_count(d_model: int, d_ff: int, bias: bool = True) -> int:
-    return ffn_param_count(d_model, d_ff, bias=bias)
+def _step_flops(n_tokens: int, d_model: int, d_ff: int, input_grad: bool, weight_grad: bool) -> int:
+    """Matmul FLOPs FlopCounterMode counts for forward (+ backward when anything needs a gradient).
 
-
-def _param_cases() -> list[Case]:
-    gen = torch.Generator().manual_seed(148)
-    sizes = [(6, 20, True), (10, 24, False), (16, 64, True)]
-    for _ in range(3):
-        d, d_ff = _randint(gen, 2, 200), _randint(gen, 3, 900)
-        sizes.append((d, d_ff + (d_ff == 4 * d), bool(_randint(gen, 0, 1))))
-    sizes.append((768, 3072, True))
-    return [Case(s, note="d_model={}, d_ff={}, bias={}".format(*s)) for s in sizes]
-
-
-check_param_count = Exercise(
-    "Exercise 2 (parameter count)",
-    _param_count,
-    _param_cases,
-    mistakes=[
-        ("the biases are missing: with bias=True add b1 (d_ff numbers) and b2 (d_model numbers).",
-         lambda d, d_ff, bias=True: 2 * d * d_ff),
-        ("only b1 is counted: b2 adds d_model more numbers.",
-         lambda d, d_ff, bias=True: 2 * d * d_ff + (d_ff if bias else 0)),
-        ("only b2 is counted: b1 adds d_ff more numbers.",
-         lambda d, d_ff, bias=True: 2 * d * d_ff + (d if bias else 0)),
-        ("you used 8·d² + 5·d, which assumes d_ff = 4·d_model; count with the d_ff you are given: "
-         "2·d_model·d_ff + d_ff + d_model.",
-         lambda d, d_ff, bias=True: 8 * d * d + (5 * d if bias else 0)),
-        ("you counted the biases even though bias=False.",
-         lambda d, d_ff, bias=True: 2 * d * d_ff + d_ff + d),
-        ("only the first layer (W1, b1) is counted: the contraction W2 has d_ff·d_model more weights.",
-         lambda d, d_ff, bias=True: d * d_ff + (d_ff if bias else 0)),
-    ],
-)
-
-# --------------------------------------------------------------------------------------------
-# Exercise 3: forward FLOPs
-# --------------------------------------------------------------------------------------------
-
-
-def _forward_flops(n_tokens: int, d_model: int, d_ff: int) -> int:
-    return 4 * n_tokens * d_model * d_ff
+    Forward: two products, 2·n·d·d_ff FLOPs each. Backward, per matrix: the weight's gradient
+    (when the weights need one) and the gradient of the matrix's input. W2's input is the hidden
+    layer: its gradient is needed whenever anything below it needs one (W1 or the input); W1's
+    input is the FFN's input: its gradient only when ``input_grad``.
+    """
+    product = 2 * n_tokens * d_model * d_ff
+    total = 2 * product                                             # forward: W1, then W2
+    if weight_grad:
+        total += 2 * product                                        # dW1 and dW2
+    if weight_grad or input_grad:
+        total += product                                            # d hidden (through W2)
+    if input_grad:
+        total += product                                            # d input (through W1)
+    return total
 
 
 def _flops_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(4)
-    sizes = [(10, 6, 20), (128, 64, 256)]
-    for _ in range(3):
-        n, d, d_ff = _randint(gen, 2, 5000), _randint(gen, 2, 300), _randint(gen, 3, 1200)
-        sizes.append((n, d, d_ff + (d_ff == 4 * d)))
-    sizes.append((1024, 768, 3072))
-    return [Case(s, note="n_tokens={}, d_model={}, d_ff={}".format(*s)) for s in sizes]
+    cases = []
+    flags = [(True, True), (False, True), (True, False), (False, False)] * 2
+    for k, (input_grad, weight_grad) in enumerate(flags):
+        if k == 4:
+            n, d, d_ff = 1, _randint(gen, 2, 300), _randint(gen, 3, 1200)              # one token
+        elif k == 5:
+            n = _randint(gen, 2, 5000)
+            d = d_ff = _randint(gen, 2, 300)                                          # d_ff = d_model
+        else:
+            n, d, d_ff = _randint(gen, 2, 5000), _randint(gen, 2, 300), _randint(gen, 3, 1200)
+            d_ff += d_ff == 4 * d
+        cases.append(Case((n, d, d_ff, input_grad, weight_grad),
+                          note=f"n_tokens={n}, d_model={d}, d_ff={d_ff}, input_grad={input_grad}, "
+                               f"weight_grad={weight_grad}"))
+    cases.append(Case((1024, 768, 3072, False, True), note="GPT-2 small's MLP, 1024 tokens, input_grad=False, "
+                                                           "weight_grad=True"))
+    return cases
 
 
-check_forward_flops = Exercise(
-    "Exercise 3 (forward FLOPs)",
-    _forward_flops,
+check_step_flops = _make(
+    Exercise,
+    "Exercise 2 (FLOPs of a training step)",
+    _step_flops,
     _flops_cases,
+    kind="investigate",
     mistakes=[
-        ("your count is half the right one: either a multiply-add was counted as 1 FLOP instead of 2, "
-         "or only one of the two matrix products (x·W1 and m·W2, each n·d_model·d_ff multiply-adds) was counted.",
-         lambda n, d, d_ff: 2 * n * d * d_ff),
-        ("you counted forward + backward (12·n·d·d_ff); the exercise asks for the forward pass only (4·n·d·d_ff).",
-         lambda n, d, d_ff: 12 * n * d * d_ff),
-        ("you gave the count for one token: multiply by n_tokens.",
-         lambda n, d, d_ff: 4 * d * d_ff),
-        ("you assumed d_ff = 4·d_model (16·n·d²); use the d_ff you are given.",
-         lambda n, d, d_ff: 16 * n * d * d),
-        ("you also counted the bias additions (and/or the activation); count only the two matrix "
-         "products, as FlopCounterMode does.",
-         lambda n, d, d_ff: 4 * n * d * d_ff + n * (d_ff + d)),
+        ("you always counted the full 12·n·d·d_ff: which gradients are needed changes the backward pass "
+         "(frozen weights need no weight gradients; an input that needs no gradient needs no product for it).",
+         lambda n, d, f, i, w: 12 * n * d * f),
+        ("with input_grad=False you dropped the backward through W2 as well; only W1's input gradient is "
+         "skipped: the gradient of the hidden layer (through W2) is still needed to reach W1, so "
+         "forward 4 + weights 4 + hidden 2 = 10·n·d·d_ff.",
+         lambda n, d, f, i, w: 4 * n * d * f * (1 + int(i) + int(w))),
+        ("with frozen weights (weight_grad=False) the input's gradient still needs a backward pass "
+         "through both matrices: 4 (forward) + 2 + 2 = 8·n·d·d_ff when input_grad=True.",
+         lambda n, d, f, i, w: _step_flops(n, d, f, False, w) if not w else _step_flops(n, d, f, i, w)),
+        ("with nothing needing a gradient there is no backward pass, but the forward still costs "
+         "4·n·d·d_ff.",
+         lambda n, d, f, i, w: 0 if not (i or w) else _step_flops(n, d, f, i, w)),
+        ("your count is per token: multiply by n_tokens.",
+         lambda n, d, f, i, w: _step_flops(1, d, f, i, w)),
+        ("a multiply-add is 2 FLOPs; you counted it as 1 (your count is half the right one).",
+         lambda n, d, f, i, w: _step_flops(n, d, f, i, w) // 2),
+    ],
+    atol=0, rtol=0,
+)
+
+# --------------------------------------------------------------------------------------------
+# Exercise 3 (build): a stack of FFNs with a chosen LayerNorm placement, with or without residuals
+# --------------------------------------------------------------------------------------------
+
+
+def _stack_forward(x: torch.Tensor, ffns, norms, norm: str = "pre", residual: bool = True) -> torch.Tensor:
+    """``(..., d) -> (..., d)`` through every layer, the update rule chosen by ``norm`` and ``residual``."""
+    with torch.no_grad():
+        for ffn, ln in zip(ffns, norms):
+            x, _ = block_step(x, ffn, ln, norm=norm, residual=residual)
+    return x
+
+
+def _stack(depth: int, d: int, seed: int, gen: torch.Generator) -> tuple[nn.ModuleList, nn.ModuleList]:
+    """``depth`` seeded FFNs and LayerNorms whose scales and shifts are not 1 and 0 and differ per layer."""
+    ffns = nn.ModuleList(_seeded_ffn(seed + layer, d, 2 * d + 1) for layer in range(depth))
+    norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(depth))
+    with torch.no_grad():
+        for ln in norms:
+            ln.weight.copy_(1 + 0.5 * torch.randn(d, generator=gen))
+            ln.bias.copy_(0.5 * torch.randn(d, generator=gen))
+    return ffns, norms
+
+
+_SETTINGS = [(norm, residual) for norm in NORMS for residual in (True, False)]
+
+
+def _stack_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(5)
+    cases = []
+    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("post", True)]):
+        depth, d = (1, 6) if k == 6 else (_randint(gen, 2, 4), _randint(gen, 4, 9))
+        lead = (1, 1) if k == 7 else (_randint(gen, 1, 3), _randint(gen, 2, 5))
+        ffns, norms = _stack(depth, d, 3000 + 10 * k, gen)
+        x = 2 * torch.randn(*lead, d, generator=gen) + 1
+        what = "one layer, " if depth == 1 else ("batch size one, one token, " if lead == (1, 1) else "")
+        cases.append(Case((x, ffns, norms, norm, residual),
+                          note=f"{what}x {tuple(x.shape)}, {depth} FFN(d_model={d}) layers, "
+                               f"norm={norm!r}, residual={residual}"))
+    return cases
+
+
+def _stack_with(rule: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A whole (wrong) learner answer from a per-layer ``rule(x, ffn, ln, layer, norms, norm, residual)``."""
+    def stack_forward(x, ffns, norms, norm="pre", residual=True):
+        with torch.no_grad():
+            for layer, (ffn, ln) in enumerate(zip(ffns, norms)):
+                x = rule(x, ffn, ln, layer, norms, norm, residual)
+        return x
+    return stack_forward
+
+
+def _right(x, ffn, ln, layer, norms, norm, residual):
+    return block_step(x, ffn, ln, norm=norm, residual=residual)[0]
+
+
+check_stack_forward = _make(
+    Exercise,
+    "Exercise 3 (a stack of FFNs)",
+    _stack_forward,
+    _stack_cases,
+    kind="build",
+    mistakes=[
+        ("post-LN normalises after the FFN and the residual addition, LN(x + FFN(x)); you normalised the FFN's "
+         "input instead (that is pre-LN).",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: _right(x, f, ln, l, ns, "pre" if norm == "post" else norm,
+                                                               res))),
+        ("with pre-LN the residual carries the raw stream: x + FFN(LN(x)); you added LN(x) back.",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: ln(x) + f(ln(x)) if norm == "pre" and res
+                     else _right(x, f, ln, l, ns, norm, res))),
+        ("with post-LN the LayerNorm acts on the sum, LN(x + FFN(x)); you normalised only the FFN's output, "
+         "x + LN(FFN(x)).",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: x + ln(f(x)) if norm == "post" and res
+                     else _right(x, f, ln, l, ns, norm, res))),
+        ("residual=False means no identity path: the FFN's output replaces the stream (then LN for post-LN); "
+         "you added x back anyway.",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: _right(x, f, ln, l, ns, norm, True))),
+        ("every layer has its own LayerNorm: use norms[l] with ffns[l]; you used norms[0] throughout.",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: _right(x, f, ns[0], l, ns, norm, res))),
+        ("you normalised without the LayerNorm's learned scale and shift (ln.weight, ln.bias): call the "
+         "LayerNorm module, ln(x).",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: _right(
+             x, f, lambda t: F.layer_norm(t, t.shape[-1:]), l, ns, norm, res))),
     ],
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 4: per-neuron contributions m_i · v_i
+# Exercise 4 (investigate): gradient norms per layer through the stack
+# --------------------------------------------------------------------------------------------
+
+
+class StaleGrads(nn.ModuleList):
+    """A ``ModuleList`` of FFNs whose parameters hold gradients left over from an earlier backward pass.
+
+    ``copy.deepcopy`` of a parameter drops its ``.grad``; this list keeps them, so a hidden case
+    can hand the learner FFNs with stale gradients (as in a training loop without ``zero_grad``).
+    """
+
+    def __deepcopy__(self, memo: dict) -> StaleGrads:
+        clone = StaleGrads(copy.deepcopy(module, memo) for module in self)
+        for old, new in zip(self.parameters(), clone.parameters()):
+            if old.grad is not None:
+                new.grad = old.grad.detach().clone()
+        return clone
+
+
+def _grad_norms(x: torch.Tensor, target: torch.Tensor, ffns, norms, norm: str = "pre",
+                residual: bool = True) -> torch.Tensor:
+    """``(L,)``: Frobenius norm of d loss / d W1 of every layer, loss = mean squared error of the stack's output."""
+    weights = [ffn.w1.weight for ffn in ffns]
+    with torch.enable_grad():
+        out = x
+        for ffn, ln in zip(ffns, norms):
+            out, _ = block_step(out, ffn, ln, norm=norm, residual=residual)
+        grads = torch.autograd.grad(F.mse_loss(out, target), weights)
+    return torch.stack([g.norm() for g in grads]).detach()
+
+
+def _grad_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(6)
+    cases = []
+    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("none", True)]):
+        depth = 1 if k == 6 else _randint(gen, 2, 5)
+        d = _randint(gen, 4, 9)
+        lead = (1, 1) if k == 7 else (_randint(gen, 1, 3), _randint(gen, 2, 5))
+        ffns, norms = _stack(depth, d, 4000 + 10 * k, gen)
+        x = torch.randn(*lead, d, generator=gen)
+        target = torch.randn(*lead, d, generator=gen)
+        stale = k in (1, 3, 7)
+        if stale:  # gradients from an earlier, unrelated backward pass
+            ffns = StaleGrads(ffns)
+            with torch.enable_grad():
+                sum(ffn(torch.randn(3, d, generator=gen)).pow(2).sum() for ffn in ffns).backward()
+        what = ("one layer, " if depth == 1 else "") + ("batch size one, one token, " if lead == (1, 1) else "")
+        what += "FFNs holding stale gradients, " if stale else ""
+        cases.append(Case((x, target, ffns, norms, norm, residual),
+                          note=f"{what}x {tuple(x.shape)}, {depth} FFN(d_model={d}) layers, norm={norm!r}, "
+                               f"residual={residual}"))
+    return cases
+
+
+def _backward_then(read: Callable[[nn.Module], torch.Tensor], *, loss: str = "mean",
+                   zero: bool = True) -> Callable[..., torch.Tensor]:
+    """A learner answer that calls ``.backward()`` and reads ``read(ffn)`` (a gradient) from every layer."""
+    def layer_grad_norms(x, target, ffns, norms, norm="pre", residual=True):
+        if zero:
+            for ffn in ffns:
+                ffn.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            out = x
+            for ffn, ln in zip(ffns, norms):
+                out, _ = block_step(out, ffn, ln, norm=norm, residual=residual)
+            F.mse_loss(out, target, reduction=loss).backward()
+        return torch.stack([read(ffn) for ffn in ffns]).detach()
+    return layer_grad_norms
+
+
+check_layer_grad_norms = _make(
+    Exercise,
+    "Exercise 4 (gradients through depth)",
+    _grad_norms,
+    _grad_cases,
+    kind="investigate",
+    mistakes=[
+        ("your gradients include what the FFNs already held (.backward() adds to .grad): zero them first "
+         "(ffn.zero_grad()) or use torch.autograd.grad, which returns fresh gradients.",
+         _backward_then(lambda f: f.w1.weight.grad.norm(), zero=False)),
+        ("you measured the gradient of W2 (ffn.w2.weight); the exercise asks for W1's (ffn.w1.weight).",
+         _backward_then(lambda f: f.w2.weight.grad.norm())),
+        ("you took the norm over all of the FFN's parameters; the exercise asks for W1's gradient only.",
+         _backward_then(lambda f: torch.cat([p.grad.flatten() for p in f.parameters()]).norm())),
+        ("the loss is the mean squared error (F.mse_loss, a mean over all entries); you summed the squared errors.",
+         _backward_then(lambda f: f.w1.weight.grad.norm(), loss="sum")),
+        ("you returned squared norms (sum of squares); return the Frobenius norm, its square root.",
+         _backward_then(lambda f: f.w1.weight.grad.pow(2).sum())),
+        ("the layers are in reverse order: index 0 must be the first layer (the one the input enters).",
+         lambda *a, **k: _grad_norms(*a, **k).flip(0)),
+    ],
+    atol=1e-7, rtol=1e-4,
+)
+
+# --------------------------------------------------------------------------------------------
+# Exercise 5 (build): per-neuron contributions m_i · v_i
 # --------------------------------------------------------------------------------------------
 
 
 def _contributions(ffn: FFN, x: torch.Tensor) -> torch.Tensor:
-    """``(T, d) -> (T, d_ff, d)``: ``out[t, i] = m[t, i] · w2.weight[:, i]``."""
+    """``(T, d) -> (T, d_ff, d)``: ``out[t, i] = m[t, i] · W2[:, i]`` (``W2 = ffn.w2.weight``)."""
     with torch.no_grad():
         return ffn.hidden(x).unsqueeze(-1) * ffn.w2.weight.T
 
@@ -240,16 +483,21 @@ def _contributions(ffn: FFN, x: torch.Tensor) -> torch.Tensor:
 def _contribution_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(3)
     cases = []
-    for k, act in enumerate(["gelu", "gelu", "relu", "gelu"]):
+    settings = [("gelu", True, "", False), ("relu", True, "", False), ("silu", True, "", False),
+                ("gelu", False, "no biases, ", False), ("gelu", True, "one token, ", False),
+                ("relu", True, "d_ff = d_model, ", True)]
+    for k, (act, bias, what, square) in enumerate(settings):
         T, d, d_ff = _distinct_sizes(gen)
-        with torch.random.fork_rng(devices=[]):  # FFN's init draws from the global generator: leave it untouched
-            torch.manual_seed(1000 + k)
-            ffn = FFN(d, d_ff, act).eval()
-        with torch.no_grad():  # biases as large as the weights, so a missing b1 shows
-            ffn.w1.bias.copy_(torch.randn(d_ff, generator=gen) * 0.5)
-            ffn.w2.bias.copy_(torch.randn(d, generator=gen) * 0.5)
+        T = 1 if what == "one token, " else T
+        d_ff = d if square else d_ff
+        ffn = _seeded_ffn(1000 + k, d, d_ff, act, bias=bias)
+        if bias:
+            with torch.no_grad():  # biases as large as the weights, so a missing b1 shows
+                ffn.w1.bias.copy_(torch.randn(d_ff, generator=gen) * 0.5)
+                ffn.w2.bias.copy_(torch.randn(d, generator=gen) * 0.5)
         x = torch.randn(T, d, generator=gen) * 2
-        cases.append(Case((ffn, x), note=f"FFN(d_model={d}, d_ff={d_ff}, activation={act!r}), x {tuple(x.shape)}"))
+        cases.append(Case((ffn, x), note=f"{what}FFN(d_model={d}, d_ff={d_ff}, activation={act!r}, bias={bias}), "
+                                         f"x {tuple(x.shape)}"))
     return cases
 
 
@@ -260,82 +508,34 @@ def _without_grad(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor
     return wrapped
 
 
-check_contributions = Exercise(
-    "Exercise 4 (per-neuron contributions)",
+check_contributions = _make(
+    Exercise,
+    "Exercise 5 (per-neuron contributions)",
     _contributions,
     _contribution_cases,
+    kind="build",
     mistakes=[
         ("you weighted the values by the pre-activation h_i = k_i·x + b1_i; the memory coefficient is "
          "m_i = φ(h_i) (ffn.hidden(x) gives it).",
          _without_grad(lambda f, x: f.w1(x).unsqueeze(-1) * f.w2.weight.T)),
-        ("you used the key k_i (row i of w1.weight) where the value belongs: value i is column i of "
-         "w2.weight, i.e. w2.weight[:, i].",
+        ("you used the key k_i (row i of W1 = w1.weight) where the value belongs: value i is column i of "
+         "W2 = w2.weight, i.e. w2.weight[:, i].",
          _without_grad(lambda f, x: f.hidden(x).unsqueeze(-1) * f.w1.weight)),
         ("you reshaped w2.weight to (d_ff, d_model) with .view/.reshape: that reorders the numbers "
-         "instead of transposing; the values are the rows of w2.weight.T.",
+         "instead of transposing; the values are the columns of w2.weight, the rows of w2.weight.T.",
          _without_grad(lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight.reshape(f.d_ff, f.d_model))),
         ("b2 was added to every neuron's contribution: b2 is added once, after the sum over neurons.",
-         _without_grad(lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight.T + f.w2.bias)),
+         _without_grad(lambda f, x: _plus(f.hidden(x).unsqueeze(-1) * f.w2.weight.T, f.w2.bias))),
         ("b1 is missing from m: m_i = φ(k_i·x + b1_i).",
          _without_grad(lambda f, x: f.act(x @ f.w1.weight.T).unsqueeze(-1) * f.w2.weight.T)),
-        ("you hard-coded GELU: use the FFN's own activation (ffn.act, or ffn.hidden(x)); one hidden case uses ReLU.",
+        ("you hard-coded GELU: use the FFN's own activation (ffn.act, or ffn.hidden(x)); hidden cases use "
+         "ReLU and SiLU too.",
          _without_grad(lambda f, x: F.gelu(f.w1(x)).unsqueeze(-1) * f.w2.weight.T)),
     ],
 )
 
-# --------------------------------------------------------------------------------------------
-# Exercise 5: one pre-LayerNorm residual step
-# --------------------------------------------------------------------------------------------
+#: every exercise of notebook 02, in the notebook's order
+EXERCISES = [check_ffn_forward, check_step_flops, check_stack_forward, check_layer_grad_norms, check_contributions]
 
-
-def _pre_ln_step(x: torch.Tensor, ffn: nn.Module, ln: nn.LayerNorm) -> torch.Tensor:
-    """``(B, T, d) -> (B, T, d)``: ``x + FFN(LN(x))``."""
-    with torch.no_grad():
-        return x + ffn(ln(x))
-
-
-def _pre_ln_cases() -> list[Case]:
-    gen = torch.Generator().manual_seed(5)
-    cases = []
-    for k in range(4):
-        B, T, d = _randint(gen, 1, 3), _randint(gen, 2, 6), _randint(gen, 4, 12)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(2000 + k)
-            ffn = FFN(d).eval()
-        ln = nn.LayerNorm(d)
-        with torch.no_grad():  # a trained-looking LayerNorm: its scale and shift are not 1 and 0
-            ln.weight.copy_(1 + 0.5 * torch.randn(d, generator=gen))
-            ln.bias.copy_(0.5 * torch.randn(d, generator=gen))
-        x = 3 * torch.randn(B, T, d, generator=gen) + 1
-        cases.append(Case((x, ffn, ln), note=f"x {tuple(x.shape)}, FFN(d_model={d}), LayerNorm({d})"))
-    return cases
-
-
-def _no_grad3(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    def wrapped(x: torch.Tensor, ffn: nn.Module, ln: nn.LayerNorm) -> torch.Tensor:
-        with torch.no_grad():
-            return fn(x, ffn, ln)
-    return wrapped
-
-
-check_pre_ln_step = Exercise(
-    "Exercise 5 (pre-LN residual step)",
-    _pre_ln_step,
-    _pre_ln_cases,
-    mistakes=[
-        ("that is post-LN, LN(x + FFN(x)) (the original Transformer); pre-LN normalises only the "
-         "FFN's input: x + FFN(LN(x)).",
-         _no_grad3(lambda x, f, ln: ln(x + f(x)))),
-        ("the residual is missing: add the input back, x + FFN(LN(x)).",
-         _no_grad3(lambda x, f, ln: f(ln(x)))),
-        ("the LayerNorm is missing: the FFN should see LN(x), x + FFN(LN(x)).",
-         _no_grad3(lambda x, f, ln: x + f(x))),
-        ("you added the normalised input LN(x) back; the residual carries the raw x: x + FFN(LN(x)).",
-         _no_grad3(lambda x, f, ln: ln(x) + f(ln(x)))),
-        ("you normalised without the LayerNorm's learned scale and shift (ln.weight, ln.bias): call ln(x).",
-         _no_grad3(lambda x, f, ln: x + f(F.layer_norm(x, x.shape[-1:])))),
-    ],
-)
-
-__all__ = ["check_ffn_forward", "check_param_count", "check_forward_flops", "check_contributions",
-           "check_pre_ln_step"]
+__all__ = ["check_ffn_forward", "check_step_flops", "check_stack_forward", "check_layer_grad_norms",
+           "check_contributions", "EXERCISES"]
