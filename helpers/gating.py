@@ -11,12 +11,16 @@ A gated unit multiplies two projections of the same input,
 with nothing else changed (same data, same full batch every step, same
 optimiser, same seed → same attention and embedding initialisation) and
 records the answer-token loss along the way, for a comparison in the spirit
-of Shazeer (2020), Table 1 (``SHAZEER_2020_65K``).
+of Shazeer (2020), Table 1 (``SHAZEER_2020_65K`` with its run-to-run standard
+deviations ``SHAZEER_2020_65K_SD``, and ``SHAZEER_2020_524K``).
+``paired_difference`` and ``adjacent_gaps`` put a gap next to its noise.
+``saved_activation_names`` says which tensors autograd keeps for one FFN.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -27,17 +31,23 @@ from torch import nn
 from helpers import validate
 from helpers.activations import ACTIVATIONS, get_activation
 from helpers.facts import FactDataset
-from helpers.ffn import VARIANTS
+from helpers.ffn import FFN, VARIANTS
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 from helpers.progress import progress as progress_bar
 
 #: Shazeer (2020), Table 1: held-out log-perplexity on C4 (T5 base, d_model 768,
-#: d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps.
+#: d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps: the mean
+#: of four runs per variant ("to measure inter-run variability", section 3.2).
 SHAZEER_2020_65K: dict[str, float] = {
     "relu": 1.997, "gelu": 1.983, "swish": 1.994, "glu": 1.982,
     "bilinear": 1.960, "geglu": 1.942, "swiglu": 1.944, "reglu": 1.953,
 }
-#: The same table after 524,288 steps.
+#: The standard deviation between those four runs (the numbers in parentheses in Table 1).
+SHAZEER_2020_65K_SD: dict[str, float] = {
+    "relu": 0.005, "gelu": 0.005, "swish": 0.003, "glu": 0.006,
+    "bilinear": 0.005, "geglu": 0.004, "swiglu": 0.010, "reglu": 0.003,
+}
+#: The same table after 524,288 steps: one full pre-training run per variant, no standard deviation given.
 SHAZEER_2020_524K: dict[str, float] = {
     "relu": 1.677, "gelu": 1.679, "swish": 1.683, "glu": 1.663,
     "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645,
@@ -78,6 +88,7 @@ def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
 
     Returns:
         ``(grad_a, grad_b) = (grad_h · φ'(a) · b, grad_h · φ(a))``, each of shape ``(...)``.
+        Works the same inside ``torch.no_grad()`` or with autograd switched off.
     """
     validate.float_tensor("a", a)
     validate.float_tensor("b", b)
@@ -86,10 +97,11 @@ def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
         raise ValueError(f"a, b and grad_h must have the same shape, got {tuple(a.shape)}, "
                          f"{tuple(b.shape)} and {tuple(grad_h.shape)}")
     phi = get_activation(validate.one_of("activation", activation, ACTIVATIONS))
-    a = a.detach().clone().requires_grad_(True)
-    b = b.detach().clone().requires_grad_(True)
-    h = phi(a) * b
-    grad_a, grad_b = torch.autograd.grad(h, (a, b), grad_outputs=grad_h)
+    with torch.inference_mode(False), torch.enable_grad():    # whatever the caller's autograd state
+        a = a.detach().clone().requires_grad_(True)
+        b = b.detach().clone().requires_grad_(True)
+        h = phi(a) * b
+        grad_a, grad_b = torch.autograd.grad(h, (a, b), grad_outputs=grad_h.detach())
     return grad_a, grad_b
 
 
@@ -132,6 +144,8 @@ class VariantComparison:
 
     Attributes:
         variants, seeds: what was trained (every variant with every seed).
+        Use ``final`` (the loss after the last step) or ``run_mean`` (the loss averaged
+        over the run) per variant, and ``paired_difference`` to compare two variants seed by seed.
         eval_steps: the optimisation steps at which the answer loss was measured (0 = at initialisation).
         curves: variant -> ``(n_seeds, n_evals)`` answer loss at ``eval_steps``.
         ffn_params: variant -> parameters of one FFN block.
@@ -150,6 +164,10 @@ class VariantComparison:
     def final(self, variant: str) -> torch.Tensor:
         """``(n_seeds,)`` answer loss after the last step."""
         return self.curves[validate.one_of("variant", variant, self.variants)][:, -1]
+
+    def run_mean(self, variant: str) -> torch.Tensor:
+        """``(n_seeds,)`` answer loss averaged over every evaluation of the run (the area under the curve)."""
+        return self.curves[validate.one_of("variant", variant, self.variants)].mean(dim=1)
 
 
 def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence[int] = (0, 1, 2), *,
@@ -209,17 +227,139 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
     return result
 
 
-def rank_correlation(x: dict[str, float], y: dict[str, float]) -> float:
-    """Spearman's rank correlation between two scores of the same keys (no ties assumed).
+@dataclass
+class PairedDifference:
+    """Variant minus baseline, seed by seed (within a seed everything but the FFN starts the same).
 
-    +1: same order, -1: reversed. Uses the keys of ``x``; each must be in ``y``.
+    Attributes:
+        diffs: ``(n_seeds,)`` the differences (negative: the variant's loss is lower).
+        mean: their mean. se: the standard error of that mean, ``sd / sqrt(n_seeds)``
+            (``nan`` for a single seed). lower: in how many seeds the variant is lower.
     """
-    keys = list(x)
-    missing = [k for k in keys if k not in y]
-    if missing or len(keys) < 2:
-        raise ValueError(f"x and y must share at least two keys; y lacks {missing}")
-    rx = torch.tensor([x[k] for k in keys], dtype=torch.float64).argsort().argsort().double()
-    ry = torch.tensor([y[k] for k in keys], dtype=torch.float64).argsort().argsort().double()
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    return float((rx * ry).sum() / (rx.norm() * ry.norm()))
 
+    diffs: torch.Tensor
+    mean: float
+    se: float
+    lower: int
+
+    @property
+    def n(self) -> int:
+        return int(self.diffs.numel())
+
+    def verdict(self, threshold: float = 2.0) -> str:
+        """``"lower"`` or ``"higher"`` when the sign is the same in every seed and ``|mean|`` exceeds
+        ``threshold`` standard errors; otherwise ``"not resolved"``."""
+        validate.positive_float("threshold", threshold)
+        if self.n < 2 or not math.isfinite(self.se):
+            return "not resolved"
+        if self.lower == self.n and -self.mean > threshold * self.se:
+            return "lower"
+        if self.lower == 0 and bool((self.diffs > 0).all()) and self.mean > threshold * self.se:
+            return "higher"
+        return "not resolved"
+
+
+def paired_difference(values: torch.Tensor, baseline: torch.Tensor) -> PairedDifference:
+    """Seed-by-seed ``values - baseline`` for two ``(n_seeds,)`` tensors of the same seeds."""
+    validate.float_tensor("values", values)
+    validate.float_tensor("baseline", baseline)
+    if values.dim() != 1 or values.shape != baseline.shape or values.numel() == 0:
+        raise ValueError(f"values and baseline must be 1-D with the same length (one entry per seed), got "
+                         f"{tuple(values.shape)} and {tuple(baseline.shape)}")
+    diffs = (values - baseline).double()
+    n = diffs.numel()
+    se = diffs.std().item() / math.sqrt(n) if n > 1 else float("nan")
+    return PairedDifference(diffs, diffs.mean().item(), se, int((diffs < 0).sum()))
+
+
+@dataclass
+class Gap:
+    """One step between two variants ordered by their mean (``better`` has the lower loss)."""
+
+    better: str
+    worse: str
+    gap: float          # worse mean - better mean (>= 0)
+    in_sd: float        # gap / the larger of the two standard deviations
+
+    def resolved(self, threshold: float = 2.0) -> bool:
+        """The gap exceeds ``threshold`` standard deviations."""
+        return self.in_sd > threshold
+
+
+def adjacent_gaps(means: dict[str, float], sds: dict[str, float]) -> list[Gap]:
+    """Order the keys by mean and measure each step to the next one in standard deviations.
+
+    ``in_sd`` divides the gap by the larger of the two standard deviations, so a
+    step of less than about 2 is within the run-to-run noise of a single run:
+    it is not a ranking. Ties in the mean keep the order of ``means``.
+    """
+    keys = list(means)
+    if len(keys) < 2:
+        raise ValueError(f"means must have at least two entries, got {len(keys)}")
+    missing = [k for k in keys if k not in sds]
+    if missing:
+        raise ValueError(f"sds lacks {missing}")
+    for k in keys:
+        if not sds[k] > 0:
+            raise ValueError(f"sds[{k!r}] must be positive, got {sds[k]!r}")
+    order = sorted(keys, key=lambda k: means[k])
+    return [Gap(a, b, means[b] - means[a], (means[b] - means[a]) / max(sds[a], sds[b]))
+            for a, b in zip(order, order[1:])]
+
+
+def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
+    """Name every activation autograd keeps for the backward pass of ``ffn(x)``.
+
+    Names: ``x`` (the input), ``a`` (``W1 x``), ``b`` (``W3 x``, gated only), ``φ(a)``,
+    and ``h`` for the tensor entering ``W2`` when it is a new one (the product
+    ``φ(a)·b`` of a gated FFN). A tensor saved by two operations is listed once;
+    the weights are left out. For Bilinear, ``φ(a)`` is ``a`` itself.
+
+    Args:
+        ffn: a ``helpers.ffn.FFN``. x: ``(..., d_model)`` input (give it ``requires_grad``
+            to see what flows back to earlier layers).
+    """
+    if not isinstance(ffn, FFN):
+        raise TypeError(f"ffn must be a helpers.ffn.FFN, got {type(ffn).__name__}")
+    validate.float_tensor("x", x, last_dim=ffn.d_model)
+    params = {p.untyped_storage().data_ptr() for p in ffn.parameters()}
+    caught: dict[str, torch.Tensor] = {}
+    saved: list[torch.Tensor] = []
+
+    def keep_output(name: str):
+        def hook(module, inputs, output):
+            caught[name] = output
+        return hook
+
+    def keep_input(module, inputs):
+        caught["h"] = inputs[0]
+
+    handles = [ffn.w1.register_forward_hook(keep_output("a")), ffn.w2.register_forward_pre_hook(keep_input)]
+    if ffn.w3 is not None:
+        handles.append(ffn.w3.register_forward_hook(keep_output("b")))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            ffn(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    ptr = {name: t.untyped_storage().data_ptr() for name, t in caught.items()}
+    ptr["x"] = x.untyped_storage().data_ptr()
+    names, seen = [], set()
+    for t in saved:
+        p = t.untyped_storage().data_ptr()
+        if p in params or p in seen:
+            continue
+        seen.add(p)
+        if p == ptr["x"]:
+            names.append("x")
+        elif p == ptr["a"]:
+            names.append("a = φ(a)" if ffn.activation_name == "identity" else "a")
+        elif p == ptr.get("b"):
+            names.append("b")
+        elif p == ptr["h"]:
+            names.append("h = φ(a)·b" if ffn.gated else "φ(a)")
+        else:
+            names.append("φ(a)")
+    order = ["x", "a", "a = φ(a)", "φ(a)", "b", "h = φ(a)·b"]
+    return sorted(names, key=order.index)

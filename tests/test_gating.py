@@ -5,8 +5,9 @@ import torch.nn.functional as F
 from helpers.costs import measure_saved_tensors
 from helpers.facts import load_facts, make_dataset
 from helpers.ffn import FFN, VARIANTS
-from helpers.gating import (SAVED_D_FF_TENSORS, SHAZEER_2020_65K, SHAZEER_2020_524K, answer_loss, compare_variants,
-                            gate_gradients, rank_correlation, saved_per_token, torch_threads)
+from helpers.gating import (SAVED_D_FF_TENSORS, SHAZEER_2020_65K, SHAZEER_2020_65K_SD, SHAZEER_2020_524K, adjacent_gaps,
+                            answer_loss, compare_variants, gate_gradients, paired_difference, saved_activation_names,
+                            saved_per_token, torch_threads)
 from helpers.transformer import GPTConfig, TinyGPT
 
 
@@ -116,12 +117,88 @@ def test_torch_threads_restores():
             pass
 
 
-def test_rank_correlation():
-    assert rank_correlation({"a": 1, "b": 2, "c": 3}, {"a": 10, "b": 20, "c": 30}) == pytest.approx(1.0)
-    assert rank_correlation({"a": 1, "b": 2, "c": 3}, {"a": 3, "b": 2, "c": 1}) == pytest.approx(-1.0)
-    assert rank_correlation(SHAZEER_2020_65K, SHAZEER_2020_65K) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="y lacks"):
-        rank_correlation({"a": 1, "b": 2}, {"a": 1})
+def test_paired_difference_and_its_verdict():
+    d = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 3.5, 4.0]))
+    assert d.diffs.tolist() == [-1.0, -1.5, -1.0] and d.lower == 3 and d.n == 3
+    assert d.mean == pytest.approx(-7 / 6)
+    assert d.se == pytest.approx(torch.tensor([-1.0, -1.5, -1.0]).std().item() / 3 ** 0.5)
+    assert d.verdict() == "lower"
+    assert d.verdict(threshold=100.0) == "not resolved"
+    mixed = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 1.0, 3.5]))
+    assert mixed.lower == 2 and mixed.verdict() == "not resolved"     # one seed the other way
+    worse = paired_difference(torch.tensor([2.0, 3.0, 4.1]), torch.tensor([1.0, 2.0, 3.0]))
+    assert worse.lower == 0 and worse.verdict() == "higher"
+    tie = paired_difference(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
+    assert tie.lower == 1 and tie.verdict() == "not resolved"         # a zero difference is not a win
+    one = paired_difference(torch.tensor([1.0]), torch.tensor([2.0]))
+    assert one.verdict() == "not resolved"                              # no spread from one seed
+    with pytest.raises(ValueError, match="one entry per seed"):
+        paired_difference(torch.zeros(3), torch.zeros(2))
+    with pytest.raises(ValueError, match="threshold must be a positive number, got 0"):
+        d.verdict(threshold=0)
+
+
+def test_adjacent_gaps_order_and_units():
+    gaps = adjacent_gaps({"a": 2.0, "b": 1.0, "c": 1.05}, {"a": 0.1, "b": 0.01, "c": 0.02})
+    assert [(g.better, g.worse) for g in gaps] == [("b", "c"), ("c", "a")]
+    assert gaps[0].gap == pytest.approx(0.05) and gaps[0].in_sd == pytest.approx(2.5) and gaps[0].resolved()
+    assert gaps[1].in_sd == pytest.approx(9.5) and not gaps[1].resolved(threshold=10)
+    with pytest.raises(ValueError, match="sds lacks"):
+        adjacent_gaps({"a": 1.0, "b": 2.0}, {"a": 0.1})
+    with pytest.raises(ValueError, match="must be positive"):
+        adjacent_gaps({"a": 1.0, "b": 2.0}, {"a": 0.1, "b": 0.0})
+
+
+def test_shazeer_65k_steps_in_standard_deviations():
+    """The paper's 65k column (mean of four runs, sd in parentheses) orders only some neighbours."""
+    assert set(SHAZEER_2020_65K_SD) == set(SHAZEER_2020_65K)
+    steps = {(g.better, g.worse): round(g.in_sd, 2) for g in adjacent_gaps(SHAZEER_2020_65K, SHAZEER_2020_65K_SD)}
+    assert steps == {("geglu", "swiglu"): 0.2, ("swiglu", "reglu"): 0.9, ("reglu", "bilinear"): 1.4,
+                     ("bilinear", "glu"): 3.67, ("glu", "gelu"): 0.17, ("gelu", "swish"): 2.2,
+                     ("swish", "relu"): 0.6}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("frozen", [False, True])
+def test_saved_activation_names_match_the_count(variant, frozen):
+    d, d_ff = 6, 10
+    ffn = FFN.from_variant(variant, d, d_ff, bias=True)
+    ffn.requires_grad_(not frozen)
+    x = torch.randn(4, d, requires_grad=True)
+    names = saved_activation_names(ffn, x)
+    saved = measure_saved_tensors(lambda: ffn(x), exclude=ffn).per_token(4)
+    assert saved == sum(d if n == "x" else d_ff for n in names)
+    if not frozen:
+        assert saved == saved_per_token(variant, d, d_ff)
+        assert names[0] == "x"
+    else:
+        assert "x" not in names and not any(n.startswith("h") for n in names)
+
+
+def test_saved_activation_names_examples_and_bad_input():
+    x = torch.randn(3, 4, requires_grad=True)
+    assert saved_activation_names(FFN.from_variant("relu", 4), x) == ["x", "φ(a)"]
+    assert saved_activation_names(FFN.from_variant("swiglu", 4), x) == ["x", "a", "φ(a)", "b", "h = φ(a)·b"]
+    assert saved_activation_names(FFN.from_variant("bilinear", 4), x) == ["x", "a = φ(a)", "b", "h = φ(a)·b"]
+    with pytest.raises(TypeError, match="ffn must be a helpers.ffn.FFN"):
+        saved_activation_names(torch.nn.Linear(4, 4), x)
+
+
+def test_gate_gradients_ignore_the_callers_autograd_state():
+    a, b, g = (torch.randn(5, dtype=torch.float64) for _ in range(3))
+    expected = gate_gradients(a, b, g)
+    with torch.no_grad():
+        assert all(torch.equal(u, v) for u, v in zip(gate_gradients(a, b, g), expected))
+    with torch.inference_mode():
+        ai, bi, gi = a.clone(), b.clone(), g.clone()
+        assert all(torch.equal(u, v) for u, v in zip(gate_gradients(ai, bi, gi), expected))
+
+
+def test_run_mean_is_the_mean_over_evaluations():
+    data = make_dataset(load_facts(relations=["continent"])[:16])
+    result = compare_variants(data, ["relu"], [0, 1], d_model=8, n_heads=2, steps=4, eval_every=2, progress=False)
+    torch.testing.assert_close(result.run_mean("relu"), result.curves["relu"].mean(dim=1))
+    assert result.run_mean("relu").shape == (2,)
 
 
 def test_shazeer_tables_cover_the_same_variants():
