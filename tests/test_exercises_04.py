@@ -1,66 +1,185 @@
-"""Notebook 04's checkers: other correct forms pass, unlisted wrong answers fail
-(the generic contract for every checker is in test_exercise_contract.py).
+"""Notebook 04's checkers: other correct forms pass, unlisted wrong answers fail, and the references
+agree with what PyTorch measures (the generic contract for every checker is in test_exercise_contract.py).
 """
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers.costs import measure_saved_tensors
 from helpers.exercises.engine import FAILED, PASSED
-from helpers.exercises.nb04 import (check_gate_gradients, check_gated_params, check_gated_width, check_saved_per_token,
-                                  check_swiglu)
-
-# ---- learner-style solutions: other correct ways pass, unlisted wrong answers still fail
-def test_swiglu_other_correct_forms_pass_and_unlisted_errors_fail():
-    def with_linear(x, w1, w3, w2):
-        return F.linear(F.silu(F.linear(x, w1)) * F.linear(x, w3), w2)
-
-    def by_hand(x, w1, w3, w2):
-        a = x @ w1.T
-        return (a * torch.sigmoid(a) * (x @ w3.T)) @ w2.T
-
-    assert check_swiglu.evaluate(with_linear).status == PASSED
-    assert check_swiglu.evaluate(by_hand).status == PASSED
-    doubled = check_swiglu.evaluate(lambda x, w1, w3, w2: 2 * by_hand(x, w1, w3, w2))
-    assert doubled.status == FAILED and "Likely mistake" not in doubled.message
-    first_only = check_swiglu.evaluate(lambda x, w1, w3, w2: by_hand(x[..., :1].expand_as(x), w1, w3, w2))
-    assert first_only.status == FAILED
+from helpers.exercises.nb04 import (ALL_VARIANTS, EXERCISES, GATED, check_fused_ffn, check_frozen_saved,
+                                    check_gate_gradients, check_llama_width)
+from helpers.ffn import FFN, VARIANTS
+from helpers.gating import gate_gradients
 
 
-def test_gated_width_other_correct_forms_pass_and_unlisted_errors_fail():
-    def integer_arithmetic(d, m):
+def test_every_exercise_is_marked_and_at_least_two_investigate():
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 5)]
+
+
+# ---- exercise 1: LLaMA's width rule
+def test_llama_width_released_configurations():
+    cases = {(c.args[0], c.args[1], c.args[2]): check_llama_width.reference(*c.args)
+             for c in check_llama_width.cases()}
+    assert cases[(4096, 256, None)] == 11008          # LLaMA-1/2 7B
+    assert cases[(4096, 1024, 1.3)] == 14336          # LLaMA-3 8B
+    assert cases[(8192, 4096, 1.3)] == 28672          # LLaMA-2 70B
+    assert cases[(2048, 256, 1.5)] == 8192            # Llama 3.2 1B
+
+
+def test_llama_width_other_correct_forms_pass_and_unlisted_errors_fail():
+    def integer_arithmetic(d, m, k=None):
         w = 8 * d // 3
+        if k is not None:
+            w = int(w * k)
         return -(-w // m) * m
 
-    assert check_gated_width.evaluate(integer_arithmetic).status == PASSED
-    assert check_gated_width.evaluate(lambda d, m: math.ceil(int(2 * 4 * d / 3) / m) * m).status == PASSED
-    wrong = check_gated_width.evaluate(lambda d, m: 4 * d)        # the dense width
+    assert check_llama_width.evaluate(integer_arithmetic).status == PASSED
+    wrong = check_llama_width.evaluate(lambda d, m, k=None: 4 * d)          # the dense width
     assert wrong.status == FAILED and "Likely mistake" not in wrong.message
-    assert check_gated_width.evaluate(lambda d, m: float(integer_arithmetic(d, m)) + 0.5).status == FAILED
+    assert check_llama_width.evaluate(lambda d, m, k=None: integer_arithmetic(d, m, k) + 0.5).status == FAILED
 
 
-def test_gated_params_unlisted_error_fails():
-    assert check_gated_params.evaluate(lambda d, f, b: 3 * d * f + (2 * f + d) * b).status == PASSED
-    wrong = check_gated_params.evaluate(lambda d, f, b: 3 * (d + 1) * f)
-    assert wrong.status == FAILED and "Likely mistake" not in wrong.message
-
-
-def test_gate_gradients_by_formula_or_autograd_pass_and_unlisted_error_fails():
-    def by_formula(a, b, gh):
+# ---- exercise 2: gradients through any gate
+def _by_formula(a, b, gh, variant):
+    if variant == "glu":
         s = torch.sigmoid(a)
-        return gh * b * s * (1 + a * (1 - s)), gh * a * s
+        phi, slope = s, s * (1 - s)
+    elif variant == "bilinear":
+        phi, slope = a, torch.ones_like(a)
+    elif variant == "reglu":
+        phi, slope = a.clamp(min=0), torch.where(a > 0, 1.0, 0.0).to(a.dtype)
+    elif variant == "geglu":
+        cdf = torch.special.ndtr(a)
+        phi, slope = a * cdf, cdf + a * torch.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+    else:
+        s = torch.sigmoid(a)
+        phi, slope = a * s, s + a * s * (1 - s)
+    return gh * slope * b, gh * phi
 
-    def by_autograd(a, b, gh):
+
+def test_gate_gradients_by_formula_pass_with_autograd_on_or_off():
+    assert check_gate_gradients.evaluate(_by_formula).status == PASSED
+    torch.set_grad_enabled(False)          # the old checker's reference used autograd and failed here
+    try:
+        assert check_gate_gradients.evaluate(_by_formula).status == PASSED
+    finally:
+        torch.set_grad_enabled(True)
+    with torch.inference_mode():
+        assert check_gate_gradients.evaluate(_by_formula).status == PASSED
+
+
+def test_gate_gradients_by_autograd_pass():
+    phis = {"glu": torch.sigmoid, "bilinear": lambda t: t, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+
+    def by_autograd(a, b, gh, variant):
         a, b = a.clone().requires_grad_(), b.clone().requires_grad_()
-        return torch.autograd.grad(F.silu(a) * b, (a, b), gh)
+        return torch.autograd.grad(phis[variant](a) * b, (a, b), gh)
 
-    assert check_gate_gradients.evaluate(by_formula).status == PASSED
     assert check_gate_gradients.evaluate(by_autograd).status == PASSED
-    wrong = check_gate_gradients.evaluate(lambda a, b, gh: (gh * b, gh * b))
-    assert wrong.status == FAILED and "Likely mistake" not in wrong.message
-    assert check_gate_gradients.evaluate(lambda a, b, gh: by_formula(a, b, gh)[0]).status == FAILED
 
 
-def test_saved_per_token_unlisted_error_fails():
-    wrong = check_saved_per_token.evaluate(lambda v, d, f: 2 * d + 4 * f)
+def test_gate_gradients_reference_matches_the_autograd_helper():
+    for case in check_gate_gradients.cases():
+        a, b, gh, variant = case.args
+        expected = gate_gradients(a, b, gh, VARIANTS[variant][0])
+        got = check_gate_gradients.reference(a, b, gh, variant)
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-10)
+
+
+def test_gate_gradients_cases_cover_every_variant_and_the_kink():
+    cases = check_gate_gradients.cases()
+    assert {c.args[3] for c in cases} == set(GATED)
+    assert any(c.args[3] == "reglu" and (c.args[0] == 0).any() for c in cases)
+    assert any(c.args[0].dim() == 1 and c.args[0].numel() == 1 for c in cases)
+
+
+def test_gate_gradients_unlisted_errors_fail_without_a_hint():
+    wrong = check_gate_gradients.evaluate(lambda a, b, gh, v: (gh * b, gh * b))
     assert wrong.status == FAILED and "Likely mistake" not in wrong.message
+    assert check_gate_gradients.evaluate(lambda a, b, gh, v: _by_formula(a, b, gh, v)[0]).status == FAILED
+
+
+# ---- exercise 3: one matrix for gate and content
+def test_fused_ffn_other_correct_forms_pass():
+    phis = {"glu": torch.sigmoid, "bilinear": lambda t: t, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+
+    def with_chunk(x, w13, b13, w2, b2, variant):
+        a, b = F.linear(x, w13, b13).chunk(2, dim=-1)
+        return F.linear(phis[variant](a) * b, w2, b2)
+
+    def with_matmul(x, w13, b13, w2, b2, variant):
+        both = x @ w13.T
+        if b13 is not None:
+            both = both + b13
+        d_ff = w13.shape[0] // 2
+        out = (phis[variant](both[..., :d_ff]) * both[..., d_ff:]) @ w2.T
+        return out if b2 is None else out + b2
+
+    def weights_split_first(x, w13, b13, w2, b2, variant):      # two matmuls: not fused, but equal
+        w1, w3 = w13.split(w13.shape[0] // 2)
+        b1, b3 = (None, None) if b13 is None else b13.split(w13.shape[0] // 2)
+        return F.linear(phis[variant](F.linear(x, w1, b1)) * F.linear(x, w3, b3), w2, b2)
+
+    for fn in (with_chunk, with_matmul, weights_split_first):
+        assert check_fused_ffn.evaluate(fn).status == PASSED, fn.__name__
+
+
+def test_fused_ffn_equals_the_course_ffn():
+    """The reference is the three-matrix FFN of helpers.ffn on the split weights."""
+    for case in check_fused_ffn.cases():
+        x, w13, b13, w2, b2, variant = case.args
+        d_ff = w13.shape[0] // 2
+        ffn = FFN.from_variant(variant, x.shape[-1], d_ff, bias=True).double()
+        with torch.no_grad():
+            ffn.w1.weight.copy_(w13[:d_ff])
+            ffn.w3.weight.copy_(w13[d_ff:])
+            ffn.w2.weight.copy_(w2)
+            ffn.w1.bias.copy_(b13[:d_ff] if b13 is not None else torch.zeros(d_ff))
+            ffn.w3.bias.copy_(b13[d_ff:] if b13 is not None else torch.zeros(d_ff))
+            ffn.w2.bias.copy_(b2 if b2 is not None else torch.zeros(x.shape[-1]))
+            torch.testing.assert_close(check_fused_ffn.reference(*case.args), ffn(x), atol=1e-12, rtol=1e-10)
+
+
+def test_fused_ffn_cases_cover_variants_biases_and_shapes():
+    cases = check_fused_ffn.cases()
+    assert {c.args[5] for c in cases} == set(GATED)
+    assert {(c.args[2] is not None, c.args[4] is not None) for c in cases} == {(True, True), (True, False),
+                                                                              (False, True), (False, False)}
+    assert {c.args[0].dim() for c in cases} == {1, 2, 3}
+    assert any(c.args[0].dim() == 2 and c.args[0].shape[0] == 1 for c in cases)
+
+
+def test_fused_ffn_unlisted_error_fails_without_a_hint():
+    wrong = check_fused_ffn.evaluate(lambda x, w13, b13, w2, b2, v: torch.zeros(*x.shape, dtype=x.dtype))
+    assert wrong.status == FAILED and "Likely mistake" not in wrong.message
+
+
+# ---- exercise 4: what a frozen FFN keeps
+def _by_measuring(variant, d_model, d_ff):
+    ffn = FFN.from_variant(variant, d_model, d_ff, bias=True).requires_grad_(False)
+    x = torch.randn(3, d_model, requires_grad=True)
+    return int(measure_saved_tensors(lambda: ffn(x), exclude=ffn).per_token(3))
+
+
+def test_frozen_reference_is_what_pytorch_keeps():
+    """A learner who measures instead of predicting gets the checker's answer on every hidden case."""
+    assert check_frozen_saved.evaluate(_by_measuring).status == PASSED
+    assert {c.args[0] for c in check_frozen_saved.cases()} == set(ALL_VARIANTS)
+
+
+def test_frozen_unlisted_error_fails_without_a_hint():
+    wrong = check_frozen_saved.evaluate(lambda v, d, f: 2 * f)
+    assert wrong.status == FAILED and "Likely mistake" not in wrong.message
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.title)
+def test_blank_stub_is_not_attempted(ex):
+    def stub(*args):
+        raise NotImplementedError
+
+    assert "not attempted yet" in ex.evaluate(stub).line()

@@ -1,32 +1,40 @@
 """Checkers for the exercises of notebook 04 (gated FFNs at matched parameters).
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
-e.g. ``check_swiglu(swiglu)``, and it prints one line (not attempted / passed /
-what is wrong, with the likely mistake). The hidden cases come from seeded
-generators with varied shapes and sizes, not only the examples in the notebook.
+e.g. ``check_llama_width(llama_ffn_width)``, and it prints one line (not attempted /
+passed / what is wrong, with the likely mistake). The hidden cases are built from
+seeded generators and cover every input the task statement allows (every variant,
+biases present and absent, a single token, exact zeros where a derivative has a kink),
+so a function that only handles the example in the notebook will not pass.
 
-==========================  ============================================  ===================================
-checker                     your function                                 returns
-==========================  ============================================  ===================================
-``check_swiglu``            ``swiglu(x, w1, w3, w2)``                     ``(..., d_model)``
-``check_gated_width``       ``gated_width(d_model, multiple_of)``         int
-``check_gated_params``      ``gated_params(d_model, d_ff, bias)``         int
-``check_gate_gradients``    ``gate_gradients(a, b, grad_h)``              ``(grad_a, grad_b)``
-``check_saved_per_token``   ``saved_per_token(variant, d_model, d_ff)``   int
-==========================  ============================================  ===================================
+=========================  ======  ===========================================================  ================
+checker                    kind    your function                                                returns
+=========================  ======  ===========================================================  ================
+``check_llama_width``      build   ``llama_ffn_width(d_model, multiple_of, ffn_dim_multiplier)``  int
+``check_gate_gradients``   build   ``gated_unit_gradients(a, b, grad_h, variant)``               ``(grad_a, grad_b)``
+``check_fused_ffn``        invest. ``fused_gated_ffn(x, w13, b13, w2, b2, variant)``             ``(..., d_model)``
+``check_frozen_saved``     invest. ``saved_when_frozen(variant, d_model, d_ff)``                 int
+=========================  ======  ===========================================================  ================
+
+Weights follow ``nn.Linear``'s layout: ``W1``, ``W3`` are ``(d_ff, d_model)``, ``W2`` is
+``(d_model, d_ff)``; a batch of row vectors ``X`` maps to ``X W1ᵀ``. The fused matrix of
+exercise 3 stacks the rows of ``W1`` (gate) on top of the rows of ``W3`` (content):
+``(2·d_ff, d_model)``. No reference here uses autograd, so a kernel with autograd
+switched off (``torch.set_grad_enabled(False)``) judges the same.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
 
 from helpers.exercises.engine import Case, Exercise
-from helpers.ffn import ffn_param_count, matched_gated_width
-from helpers.gating import gate_gradients as _gate_gradients
-from helpers.gating import saved_per_token as _saved_per_token
+
+GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
+ALL_VARIANTS = ("relu", "gelu", "swish") + GATED
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -38,201 +46,338 @@ def _randint(g: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high, (1,), generator=g))
 
 
-# ---------------------------------------------------------------- exercise 1: SwiGLU forward
-def _swiglu(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    return (F.silu(x @ w1.T) * (x @ w3.T)) @ w2.T
+# ---------------------------------------------------------------- exercise 1: LLaMA's width rule
+def _round_up(width: int, m: int) -> int:
+    return m * ((width + m - 1) // m)
 
 
-def _swiglu_cases() -> list[Case]:
+def _llama_width(d_model: int, multiple_of: int, ffn_dim_multiplier: float | None = None) -> int:
+    width = int(2 * 4 * d_model / 3)
+    if ffn_dim_multiplier is not None:
+        width = int(ffn_dim_multiplier * width)
+    return _round_up(width, multiple_of)
+
+
+def _ambiguous(d_model: int, multiplier: float | None) -> bool:
+    """True when multiplier·width is a whole number that float arithmetic may land just below
+    (1.2 * 170 = 203.99999999999997): a case whose answer depends on how the product is written."""
+    if multiplier is None:
+        return False
+    width = int(2 * 4 * d_model / 3)
+    exact = Fraction(str(multiplier)) * width
+    return exact.denominator == 1 and multiplier * width != exact
+
+
+def _llama_width_cases() -> list[Case]:
+    # Released configurations first (LLaMA-1 7B, LLaMA-3 8B, LLaMA-2 70B, Llama 3.2 1B), then edges:
+    # 768 (8d/3 is already a multiple), 2 (8d/3 = 5.33 truncates to 5), 10 with 1.3 (26·1.3 = 33.8: truncate, do
+    # not round; 6 with 1.3: 16·1.3 = 20.8, where scaling 4d first happens to give the right answer), 1 (the
+    # smallest width), 48 with multiple 64 (already a multiple after the multiplier).
+    fixed = [(4096, 256, None), (4096, 1024, 1.3), (8192, 4096, 1.3), (2048, 256, 1.5), (768, 256, None),
+             (2, 1, None), (10, 1, 1.3), (6, 1, 1.3), (1, 2, None), (100, 8, 1.5), (48, 64, 1.5), (7, 4, 0.8)]
     g = _generator(401)
-    cases = []
-    # (leading shape, d_model, d_ff): one square case (d_ff == d_model) so a missing transpose cannot hide
-    # behind a shape error, and several rectangular ones.
-    for lead, d, d_ff in [((2, 3), 6, 6), ((5,), 4, 6), ((7,), 3, 8), ((2, 4), 5, 9)]:
-        x = torch.randn(*lead, d, generator=g, dtype=torch.float64)
-        w1 = torch.randn(d_ff, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-        w3 = torch.randn(d_ff, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-        w2 = torch.randn(d, d_ff, generator=g, dtype=torch.float64) / math.sqrt(d_ff)
-        cases.append(Case((x, w1, w3, w2), note=f"x {tuple(x.shape)}, d_ff={d_ff}"))
-    return cases
+    multipliers = [None, None, 0.8, 1.0, 1.2, 1.3, 1.5, 2.0]
+    multiples = [1, 2, 8, 32, 64, 128, 256, 1024]
+    while len(fixed) < 20:
+        d = _randint(g, 1, 9000)
+        m = multiples[_randint(g, 0, len(multiples))]
+        k = multipliers[_randint(g, 0, len(multipliers))]
+        if not _ambiguous(d, k):
+            fixed.append((d, m, k))
+    assert not any(_ambiguous(d, k) for d, _, k in fixed)
+    return [Case((d, m, k), note=f"d_model={d}, multiple_of={m}, ffn_dim_multiplier={k}") for d, m, k in fixed]
 
 
-check_swiglu = Exercise(
-    "Exercise 1 (SwiGLU forward)",
-    _swiglu,
-    _swiglu_cases,
+def _width_mistake(order: str):
+    def wrong(d: int, m: int, k: float | None = None) -> int:
+        width = int(2 * 4 * d / 3)
+        if order == "ignore multiplier":
+            return _round_up(width, m)
+        if order == "multiplier after rounding":
+            width = _round_up(width, m)
+            return int(k * width) if k is not None else width
+        if order == "multiplier on 4d":
+            width = int(2 * int(k * 4 * d) / 3) if k is not None else width
+            return _round_up(width, m)
+        if order == "round the product":
+            width = round(k * width) if k is not None else width
+            return _round_up(width, m)
+        if order == "round down":
+            width = int(k * width) if k is not None else width
+            return m * (width // m)
+        if order == "no truncation":
+            exact = 8 * d / 3 * (k if k is not None else 1)
+            return m * math.ceil(exact / m)
+        if order == "ignore multiple":
+            return int(k * width) if k is not None else width
+        raise AssertionError(order)
+    return wrong
+
+
+check_llama_width = Exercise(
+    "Exercise 1 (LLaMA's FFN width rule)",
+    _llama_width,
+    _llama_width_cases,
     [
-        ("SiLU went on the wrong branch: in this course φ acts on x @ w1.T (the gate), and x @ w3.T stays linear.",
-         lambda x, w1, w3, w2: ((x @ w1.T) * F.silu(x @ w3.T)) @ w2.T),
-        ("you used the sigmoid σ(a) as the gate, which is GLU; SwiGLU uses SiLU(a) = a·σ(a).",
-         lambda x, w1, w3, w2: (torch.sigmoid(x @ w1.T) * (x @ w3.T)) @ w2.T),
-        ("you used GELU, which makes GEGLU; SwiGLU's gate is SiLU(a) = a·σ(a).",
-         lambda x, w1, w3, w2: (F.gelu(x @ w1.T) * (x @ w3.T)) @ w2.T),
-        ("you added the two branches; a gated FFN multiplies them elementwise: SiLU(x w1ᵀ) ⊙ (x w3ᵀ).",
-         lambda x, w1, w3, w2: (F.silu(x @ w1.T) + (x @ w3.T)) @ w2.T),
-        ("the output projection is missing: contract the hidden vector with w2 (h @ w2.T) back to d_model.",
-         lambda x, w1, w3, w2: F.silu(x @ w1.T) * (x @ w3.T)),
-        ("w2 is stored as (d_model, d_ff) like nn.Linear, so the contraction is h @ w2.T, not h @ w2.",
-         lambda x, w1, w3, w2: (F.silu(x @ w1.T) * (x @ w3.T)) @ w2),
-        ("you applied SiLU to the product as well (or instead): only the gate branch goes through SiLU.",
-         lambda x, w1, w3, w2: F.silu((x @ w1.T) * (x @ w3.T)) @ w2.T),
-    ],
-    atol=1e-9, rtol=1e-7,
-)
-
-
-# ---------------------------------------------------------------- exercise 2: the matched width rule
-def _gated_width(d_model: int, multiple_of: int) -> int:
-    return matched_gated_width(d_model, 4, multiple_of)
-
-
-def _round_up(width: float, m: int) -> int:
-    return m * math.ceil(width / m)
-
-
-def _gated_width_cases() -> list[Case]:
-    # The first cases are chosen so that each listed mistake first fails on a case that tells it apart:
-    # (4096, 256) LLaMA's rounding; (768, 256) 8d/3 is already a multiple; (2, 1) 8d/3 = 5.33 truncates to 5.
-    fixed = [(4096, 256), (768, 256), (2, 1), (4096, 1), (5120, 256), (24, 1), (100, 8), (1, 2), (64, 64), (7, 4)]
-    g = _generator(402)
-    for _ in range(8):
-        fixed.append((_randint(g, 1, 6000), [1, 2, 8, 32, 64, 128, 256][_randint(g, 0, 7)]))
-    return [Case((d, m), note=f"d_model={d}, multiple_of={m}") for d, m in fixed]
-
-
-check_gated_width = Exercise(
-    "Exercise 2 (matched width rule)",
-    _gated_width,
-    _gated_width_cases,
-    [
+        ("ffn_dim_multiplier was ignored: when it is given (not None), multiply the 2/3 width by it, truncate to "
+         "an int, and only then round up (LLaMA-3 8B: 10922 -> 14198 -> 14336).", _width_mistake("ignore multiplier")),
+        ("you applied ffn_dim_multiplier after rounding to the multiple; the released code scales int(2·4·d/3) "
+         "first, truncates, and rounds the result up to the multiple last.", _width_mistake("multiplier after rounding")),
+        ("you scaled 4·d_model by the multiplier before taking 2/3; the rule takes int(2·4·d/3) first and "
+         "multiplies that width.", _width_mistake("multiplier on 4d")),
+        ("you rounded multiplier × width to the nearest integer; the rule truncates it with int() "
+         "(26 × 1.3 = 33.8 -> 33), then rounds up to the multiple.", _width_mistake("round the product")),
         ("you rounded *down* to the multiple; LLaMA rounds up (10922 -> 11008 with multiple 256), so the width "
-         "never drops below 2/3·4d.", lambda d, m: m * (int(8 * d / 3) // m)),
-        ("you took 2/3 of d_model; the dense FFN being matched has width 4·d_model, so the rule is int(2·4·d/3).",
-         lambda d, m: _round_up(int(2 * d / 3), m)),
-        ("you rounded 8d/3 to the nearest integer; the rule truncates first: int(2·4·d/3) (4096 -> 10922, "
-         "not 10923), then rounds up to the multiple.", lambda d, m: _round_up(round(8 * d / 3), m)),
-        ("you rounded 8d/3 up without truncating it first (math.ceil on the fraction): take int(2·4·d/3) first, "
-         "then round *that* up to the multiple (d_model=2, multiple 1 gives 5, not 6).",
-         lambda d, m: _round_up(8 * d / 3, m)),
-        ("multiple_of was ignored: round int(2·4·d/3) up to the next multiple of multiple_of.",
-         lambda d, m: int(8 * d / 3)),
-        ("a width that is already a multiple must stay as it is; you always added one more multiple.",
-         lambda d, m: m * (int(8 * d / 3) // m + 1)),
+         "never drops below the scaled 2/3 width.", _width_mistake("round down")),
+        ("you rounded the fraction up without truncating it first: take int(2·4·d/3) (d_model = 2 gives 5, "
+         "not 6), apply the multiplier and int() again, then round up to the multiple.",
+         _width_mistake("no truncation")),
+        ("multiple_of was ignored: round the width up to the next multiple of multiple_of.",
+         _width_mistake("ignore multiple")),
     ],
+    kind="build",
 )
 
 
-# ---------------------------------------------------------------- exercise 3: parameters of a gated FFN
-def _gated_params(d_model: int, d_ff: int, bias: bool) -> int:
-    return ffn_param_count(d_model, d_ff, gated=True, bias=bias)
+# ---------------------------------------------------------------- exercise 2: gradients through any gate
+def _phi_and_slope(a: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """φ(a) and φ'(a) in closed form (ReLU'(0) = 0, as PyTorch's autograd; exact erf GELU)."""
+    if variant == "glu":
+        s = torch.sigmoid(a)
+        return s, s * (1 - s)
+    if variant == "bilinear":
+        return a, torch.ones_like(a)
+    if variant == "reglu":
+        return torch.relu(a), (a > 0).to(a.dtype)
+    if variant == "geglu":
+        cdf = 0.5 * (1 + torch.erf(a / math.sqrt(2.0)))
+        pdf = torch.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+        return a * cdf, cdf + a * pdf
+    if variant == "swiglu":
+        s = torch.sigmoid(a)
+        return a * s, s * (1 + a * (1 - s))
+    raise ValueError(f"variant must be one of {list(GATED)}, got {variant!r}")
 
 
-def _gated_params_cases() -> list[Case]:
-    fixed = [(24, 64, False), (768, 2048, True), (4096, 11008, False), (8, 12, True), (16, 16, True)]
-    g = _generator(403)
-    for i in range(6):
-        fixed.append((_randint(g, 2, 300), _randint(g, 2, 900), bool(i % 2)))
-    return [Case((d, f, b), note=f"d_model={d}, d_ff={f}, bias={b}") for d, f, b in fixed]
-
-
-check_gated_params = Exercise(
-    "Exercise 3 (parameters of a gated FFN)",
-    _gated_params,
-    _gated_params_cases,
-    [
-        ("you counted two weight matrices, like a dense FFN; a gated FFN has three: w1 (gate), w3 (content) and "
-         "w2 (output), 3·d·d_ff weights.", lambda d, f, b: ffn_param_count(d, f, gated=False, bias=b)),
-        ("one d_ff-sized bias is missing: with bias=True both input projections (w1 and w3) have a bias of "
-         "size d_ff, plus d_model for w2.", lambda d, f, b: 3 * d * f + ((f + d) if b else 0)),
-        ("the output bias has size d_model (w2 maps d_ff -> d_model), not d_ff.",
-         lambda d, f, b: 3 * d * f + (3 * f if b else 0)),
-        ("the output projection's bias (size d_model) is missing.", lambda d, f, b: 3 * d * f + (2 * f if b else 0)),
-        ("with bias=False there are no biases at all: only 3·d·d_ff weights.",
-         lambda d, f, b: 3 * d * f + 2 * f + d),
-        ("the weights are d·d_ff each, three of them: you squared a width somewhere.",
-         lambda d, f, b: 3 * d * d + ((2 * f + d) if b else 0)),
-    ],
-)
-
-
-# ---------------------------------------------------------------- exercise 4: the gradient through the gate
-def _silu_prime(a: torch.Tensor) -> torch.Tensor:
-    s = torch.sigmoid(a)
-    return s * (1 + a * (1 - s))
+def _gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
+                    variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    phi, slope = _phi_and_slope(a, variant)
+    return grad_h * slope * b, grad_h * phi
 
 
 def _gate_gradient_cases() -> list[Case]:
-    g = _generator(404)
+    g = _generator(402)
     cases = []
-    for shape in [(6,), (3, 5), (2, 3, 4), (9,)]:
-        a, b, gh = (2.0 * torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(3))
-        cases.append(Case((a, b, gh), note=f"a, b, grad_h of shape {shape}"))
+    shapes = {"glu": (6,), "bilinear": (3, 5), "reglu": (2, 3, 4), "geglu": (1,), "swiglu": (4, 4)}
+    for variant in GATED:
+        a, b, gh = (2.0 * torch.randn(shapes[variant], generator=g, dtype=torch.float64) for _ in range(3))
+        flat = a.view(-1)
+        if variant == "reglu":                       # exact zeros: ReLU'(0) = 0 must be honoured
+            flat[::3] = 0.0
+        if variant in ("glu", "swiglu"):             # a far into both tails
+            flat[0], flat[-1] = 30.0, -30.0
+        if variant == "geglu":
+            flat[0] = -1.5
+        cases.append(Case((a, b, gh, variant), note=f"variant={variant!r}, a, b, grad_h of shape {tuple(a.shape)}"))
+    # a second round: every variant on one shared batch with zeros in b and in grad_h
+    a, b, gh = (2.0 * torch.randn(3, 7, generator=g, dtype=torch.float64) for _ in range(3))
+    a[0, 0], b[1, :2], gh[2, 3] = 0.0, 0.0, 0.0
+    for variant in GATED:
+        cases.append(Case((a, b, gh, variant), note=f"variant={variant!r}, a, b, grad_h of shape (3, 7) with zeros"))
     return cases
 
 
-def _silu_gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _gate_gradients(a, b, grad_h, "silu")
+def _gate_mistake(kind: str):
+    def wrong(a, b, gh, variant):
+        phi, slope = _phi_and_slope(a, variant)
+        if kind == "swapped":
+            return gh * phi, gh * slope * b
+        if kind == "no slope":
+            return gh * b, gh * phi
+        if kind == "phi for slope":
+            return gh * phi * b, gh * phi
+        if kind == "pre-activation":
+            return gh * slope * b, gh * a
+        if kind == "no upstream":
+            return slope * b, phi
+        if kind == "no content":
+            return gh * slope, gh * phi
+        if kind == "silu slope" and variant == "swiglu":
+            return gh * torch.sigmoid(a) * b, gh * phi
+        if kind == "gelu slope" and variant == "geglu":
+            return gh * 0.5 * (1 + torch.erf(a / math.sqrt(2.0))) * b, gh * phi
+        if kind == "sigmoid slope" and variant == "glu":
+            return gh * torch.sigmoid(a) * b, gh * phi
+        if kind == "relu at zero" and variant == "reglu":
+            return gh * (a >= 0).to(a.dtype) * b, gh * phi
+        return gh * slope * b, gh * phi
+    return wrong
 
 
 check_gate_gradients = Exercise(
-    "Exercise 4 (gradient through the gate)",
-    _silu_gate_gradients,
+    "Exercise 2 (gradients through any gate)",
+    _gate_gradients,
     _gate_gradient_cases,
     [
+        ("SwiGLU: SiLU'(a) is σ(a)·(1 + a·(1 − σ(a))), not σ(a): differentiate a·σ(a) with the product rule.",
+         _gate_mistake("silu slope")),
+        ("GEGLU: GELU'(a) = Φ(a) + a·φ_N(a) (φ_N the standard normal density), not Φ(a) alone: differentiate "
+         "a·Φ(a) with the product rule.", _gate_mistake("gelu slope")),
+        ("GLU: the sigmoid's derivative is σ(a)·(1 − σ(a)), not σ(a).", _gate_mistake("sigmoid slope")),
+        ("ReGLU: at a = 0 exactly, ReLU'(0) = 0 here (as PyTorch's autograd has it): use a > 0, not a >= 0.",
+         _gate_mistake("relu at zero")),
         ("the two gradients are swapped: return (grad_a, grad_b), gate first, content second.",
-         lambda a, b, gh: (gh * F.silu(a), gh * b * _silu_prime(a))),
-        ("SiLU's derivative is missing from grad_a: ∂h/∂a = SiLU'(a)·b, not b (that would be the Bilinear "
-         "variant, with no activation).", lambda a, b, gh: (gh * b, gh * F.silu(a))),
-        ("SiLU'(a) is σ(a)·(1 + a·(1 − σ(a))), not σ(a): differentiate a·σ(a) with the product rule.",
-         lambda a, b, gh: (gh * b * torch.sigmoid(a), gh * F.silu(a))),
-        ("grad_b is the gate's *value* SiLU(a) times grad_h, not the pre-activation a.",
-         lambda a, b, gh: (gh * b * _silu_prime(a), gh * a)),
-        ("you used the content b where the gate value belongs: ∂h/∂b = SiLU(a), the gate, not b.",
-         lambda a, b, gh: (gh * b * _silu_prime(a), gh * b)),
+         _gate_mistake("swapped")),
+        ("φ'(a) is missing from grad_a: ∂h/∂a = φ'(a)·b, not b (b alone is right only for Bilinear, "
+         "where φ is the identity).", _gate_mistake("no slope")),
+        ("you used φ(a) where its derivative φ'(a) belongs: ∂h/∂a = φ'(a)·b.", _gate_mistake("phi for slope")),
+        ("grad_b is the gate's *value* φ(a) times grad_h, not the pre-activation a.", _gate_mistake("pre-activation")),
         ("the upstream gradient grad_h is missing: by the chain rule multiply both local derivatives by grad_h.",
-         lambda a, b, gh: (b * _silu_prime(a), F.silu(a))),
-        ("grad_a lost the content factor b: ∂h/∂a = SiLU'(a)·b (the gate learns only when there is content).",
-         lambda a, b, gh: (gh * _silu_prime(a), gh * F.silu(a))),
+         _gate_mistake("no upstream")),
+        ("grad_a lost the content factor b: ∂h/∂a = φ'(a)·b (the gate learns only when there is content).",
+         _gate_mistake("no content")),
     ],
-    atol=1e-9, rtol=1e-7,
+    atol=1e-9, rtol=1e-7, kind="build",
 )
 
 
-# ---------------------------------------------------------------- exercise 5: saved activations per token
-_SAVED_CASE_VARIANTS = ["relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu"]
+# ---------------------------------------------------------------- exercise 3: one matrix for gate and content
+def _fused_gated_ffn(x: torch.Tensor, w13: torch.Tensor, b13: torch.Tensor | None, w2: torch.Tensor,
+                     b2: torch.Tensor | None, variant: str) -> torch.Tensor:
+    """The three-matrix form on W1 = w13[:d_ff], W3 = w13[d_ff:] (the checker's reference)."""
+    d_ff = w13.shape[0] // 2
+    b1, b3 = (None, None) if b13 is None else (b13[:d_ff], b13[d_ff:])
+    phi, _ = _phi_and_slope(F.linear(x, w13[:d_ff], b1), variant)
+    return F.linear(phi * F.linear(x, w13[d_ff:], b3), w2, b2)
 
 
-def _saved_cases() -> list[Case]:
-    g = _generator(405)
+def _fused_cases() -> list[Case]:
+    g = _generator(403)
+    # (variant, x shape, d_ff, bias on w13, bias on w2): every variant, every bias combination,
+    # one token as a 1-D vector, a batch of one, 3-D batches, and d_ff equal to d_model.
+    plan = [("swiglu", (4, 6), 5, True, True), ("geglu", (2, 3, 6), 6, False, True),
+            ("glu", (6,), 7, True, False), ("bilinear", (1, 5), 4, False, False),
+            ("reglu", (3, 4), 8, True, True), ("swiglu", (2, 2, 3), 3, False, False),
+            ("geglu", (5, 4), 6, True, True)]
     cases = []
-    for variant in _SAVED_CASE_VARIANTS:
-        d, f = _randint(g, 4, 200), _randint(g, 8, 800)
+    for variant, shape, d_ff, has_b13, has_b2 in plan:
+        d = shape[-1]
+        x = torch.randn(*shape, generator=g, dtype=torch.float64)
+        w13 = torch.randn(2 * d_ff, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+        w2 = torch.randn(d, d_ff, generator=g, dtype=torch.float64) / math.sqrt(d_ff)
+        b13 = torch.randn(2 * d_ff, generator=g, dtype=torch.float64) if has_b13 else None
+        b2 = torch.randn(d, generator=g, dtype=torch.float64) if has_b2 else None
+        note = (f"variant={variant!r}, x {tuple(shape)}, d_ff={d_ff}, b13 {'given' if has_b13 else 'None'}, "
+                f"b2 {'given' if has_b2 else 'None'}")
+        cases.append(Case((x, w13, b13, w2, b2, variant), note=note))
+    return cases
+
+
+def _fused_mistake(kind: str):
+    def wrong(x, w13, b13, w2, b2, variant):
+        both = F.linear(x, w13, b13 if kind != "no b13" else None)
+        d_ff = w13.shape[0] // 2
+        if kind == "interleaved":
+            a, b = both[..., 0::2], both[..., 1::2]
+        else:
+            a, b = both[..., :d_ff], both[..., d_ff:]
+        if kind == "swapped":
+            a, b = b, a
+        if kind == "silu always":
+            phi = F.silu(a)
+        elif kind == "gelu tanh" and variant == "geglu":
+            phi = F.gelu(a, approximate="tanh")
+        else:
+            phi, _ = _phi_and_slope(a, variant)
+        if kind == "phi on both":
+            b = _phi_and_slope(b, variant)[0]
+        return F.linear(phi * b, w2, b2 if kind != "no b2" else None)
+    return wrong
+
+
+check_fused_ffn = Exercise(
+    "Exercise 3 (one matrix for gate and content)",
+    _fused_gated_ffn,
+    _fused_cases,
+    [
+        ("the halves are swapped: the first d_ff outputs (rows 0..d_ff-1 of w13, the stacked W1) are the gate "
+         "a that goes through φ; the last d_ff (W3's rows) are the content b.", _fused_mistake("swapped")),
+        ("you took every other output (interleaved); w13 stacks W1's rows on top of W3's, so split the 2·d_ff "
+         "outputs into two contiguous halves: [..., :d_ff] and [..., d_ff:].", _fused_mistake("interleaved")),
+        ("the output bias b2 is missing: add it when it is given (it is None in some cases).",
+         _fused_mistake("no b2")),
+        ("the input bias b13 is missing: it belongs to the fused projection, b13[:d_ff] for the gate and "
+         "b13[d_ff:] for the content.", _fused_mistake("no b13")),
+        ("you used SiLU for every variant; φ depends on the variant: σ for GLU, none for Bilinear, ReLU for "
+         "ReGLU, GELU for GEGLU, SiLU for SwiGLU.", _fused_mistake("silu always")),
+        ("GEGLU uses the exact GELU, x·Φ(x) (F.gelu's default), not its tanh approximation.",
+         _fused_mistake("gelu tanh")),
+        ("φ went on both halves; only the gate half goes through φ, the content half stays linear.",
+         _fused_mistake("phi on both")),
+    ],
+    atol=1e-9, rtol=1e-7, kind="investigate",
+)
+
+
+# ---------------------------------------------------------------- exercise 4: what a frozen FFN keeps
+#: Tensors of width d_ff that autograd keeps when the FFN's weights are frozen (requires_grad=False) but its
+#: input needs a gradient: only what the backward pass to x needs; no x, and no W2 input.
+FROZEN_D_FF_TENSORS: dict[str, int] = {
+    "relu": 1,       # ReLU's output (its backward reads the mask from it)
+    "gelu": 1,       # a (GELU's derivative needs its input)
+    "swish": 1,      # a (SiLU's derivative needs its input)
+    "glu": 2,        # σ(a) (the sigmoid's derivative uses its output; the product needs it too) and b
+    "bilinear": 2,   # a and b (each factor of the product)
+    "reglu": 2,      # ReLU(a) (the mask and the product's factor) and b
+    "geglu": 3,      # a, GELU(a) and b
+    "swiglu": 3,     # a, SiLU(a) and b
+}
+_TRAINABLE_D_FF_TENSORS = {"relu": 1, "gelu": 2, "swish": 2, "glu": 3, "bilinear": 3, "reglu": 3,
+                           "geglu": 4, "swiglu": 4}
+
+
+def _saved_when_frozen(variant: str, d_model: int, d_ff: int) -> int:
+    return FROZEN_D_FF_TENSORS[variant] * d_ff
+
+
+def _frozen_cases() -> list[Case]:
+    g = _generator(404)
+    cases = []
+    for variant in ALL_VARIANTS:
+        d = _randint(g, 4, 300)
+        f = _randint(g, 8, 900)
+        while f == d:
+            f = _randint(g, 8, 900)
         cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
     return cases
 
 
-def _saved_wrong(k: dict[str, int]):
-    return lambda v, d, f: d + k[v] * f
+def _frozen_wrong(change):
+    return lambda v, d, f: _saved_when_frozen(v, d, f) + change(v, d, f)
 
 
-check_saved_per_token = Exercise(
-    "Exercise 5 (saved activations per token)",
-    _saved_per_token,
-    _saved_cases,
+check_frozen_saved = Exercise(
+    "Exercise 4 (what a frozen FFN keeps)",
+    _saved_when_frozen,
+    _frozen_cases,
     [
-        ("GELU and SiLU need their *input* for the backward pass, so they keep the pre-activation as well as their "
-         "output: dense GELU/Swish save d + 2·d_ff, GEGLU/SwiGLU d + 4·d_ff.",
-         _saved_wrong({"relu": 1, "gelu": 1, "swish": 1, "glu": 3, "bilinear": 3, "reglu": 3, "geglu": 3,
-                       "swiglu": 3})),
-        ("x is saved once, even though w1 and w3 both read it: the two matrix products keep the same tensor.",
-         lambda v, d, f: _saved_per_token(v, d, f) + (d if v in ("glu", "bilinear", "reglu", "geglu", "swiglu")
-                                                      else 0)),
-        ("the product φ(a)·b is saved too: w2's backward needs its input to compute w2's gradient.",
-         lambda v, d, f: _saved_per_token(v, d, f) - (f if v in ("glu", "bilinear", "reglu", "geglu", "swiglu")
-                                                      else 0)),
-        ("ReLU's output is all its backward needs (the mask is output > 0), and w2 reuses that same tensor: "
-         "dense ReLU saves d + d_ff.", lambda v, d, f: _saved_per_token(v, d, f) + (f if v == "relu" else 0)),
-        ("the input x (d per token) counts too: w1's gradient needs it.",
-         lambda v, d, f: _saved_per_token(v, d, f) - d),
+        ("that is what a *trainable* FFN keeps (section 6). With frozen weights autograd computes no weight "
+         "gradient, so neither x (kept for W1's and W3's gradients) nor W2's input is needed.",
+         lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f),
+        ("x is kept only to compute the weight gradients of W1 and W3; with frozen weights the gradient to x "
+         "needs only the weights, so x (d per token) is not saved.", _frozen_wrong(lambda v, d, f: d)),
+        ("W2's input (φ(a)·b, or φ(a) in a dense FFN) is kept only for W2's own weight gradient. Frozen, it is "
+         "saved only where another operation needs it (dense ReLU's backward reads its output).",
+         _frozen_wrong(lambda v, d, f: f if v in ("gelu", "swish") + GATED else 0)),
+        ("ReLU's backward needs to know where its input was positive, and it reads that from its output: "
+         "ReLU(a) stays saved (1 tensor for dense ReLU, and it is the product's factor in ReGLU).",
+         _frozen_wrong(lambda v, d, f: -f if v in ("relu", "reglu") else 0)),
+        ("GELU and SiLU compute their derivative from their *input* a, so a stays saved next to φ(a) and b "
+         "(GEGLU, SwiGLU: 3 tensors; dense GELU, Swish: a only).",
+         _frozen_wrong(lambda v, d, f: -f if v in ("gelu", "swish", "geglu", "swiglu") else 0)),
     ],
+    kind="investigate",
 )
+
+
+EXERCISES = [check_llama_width, check_gate_gradients, check_fused_ffn, check_frozen_saved]
