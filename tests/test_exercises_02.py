@@ -189,6 +189,7 @@ def test_stack_cases_cover_every_setting_one_layer_and_batch_one(name):
     assert any(len(c.args[-3]) == 1 for c in cases), "one layer"
     assert any(len(c.args[-3]) >= 2 for c in cases)
     assert any(c.args[0].shape[:-1] == (1, 1) for c in cases), "batch size one, one token"
+    assert any(c.args[0].dim() == 2 for c in cases), "tokens as rows, no batch axis"
 
 
 def test_stack_reference_matches_the_helper_and_the_residual_formulas():
@@ -244,6 +245,6 @@ def test_contributions_sum_to_the_ffn_output():
 
 def test_contribution_cases_cover_activations_biases_one_token_and_square():
     cases = [c.args for c in ex.check_contributions.cases()]
-    assert {f.activation_name for f, _ in cases} >= {"gelu", "relu", "silu"}
+    assert {f.activation_name for f, _ in cases} >= {"gelu", "relu", "silu", "sigmoid"}
     assert any(f.w2.bias is None for f, _ in cases) and any(f.w2.bias is not None for f, _ in cases)
     assert any(x.shape[0] == 1 for _, x in cases) and any(f.d_ff == f.d_model for f, _ in cases)

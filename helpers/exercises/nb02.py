@@ -318,12 +318,13 @@ _SETTINGS = [(norm, residual) for norm in NORMS for residual in (True, False)]
 def _stack_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(5)
     cases = []
-    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("post", True)]):
+    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("post", True), ("post", False)]):
         depth, d = (1, 6) if k == 6 else (_randint(gen, 2, 4), _randint(gen, 4, 9))
-        lead = (1, 1) if k == 7 else (_randint(gen, 1, 3), _randint(gen, 2, 5))
+        lead = (1, 1) if k == 7 else ((_randint(gen, 2, 5),) if k == 8 else (_randint(gen, 1, 3), _randint(gen, 2, 5)))
         ffns, norms = _stack(depth, d, 3000 + 10 * k, gen)
         x = 2 * torch.randn(*lead, d, generator=gen) + 1
         what = "one layer, " if depth == 1 else ("batch size one, one token, " if lead == (1, 1) else "")
+        what += "tokens as rows (no batch axis), " if len(lead) == 1 else ""
         cases.append(Case((x, ffns, norms, norm, residual),
                           note=f"{what}x {tuple(x.shape)}, {depth} FFN(d_model={d}) layers, "
                                f"norm={norm!r}, residual={residual}"))
@@ -409,10 +410,10 @@ def _grad_norms(x: torch.Tensor, target: torch.Tensor, ffns, norms, norm: str = 
 def _grad_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(6)
     cases = []
-    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("none", True)]):
+    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("none", True), ("post", True)]):
         depth = 1 if k == 6 else _randint(gen, 2, 5)
         d = _randint(gen, 4, 9)
-        lead = (1, 1) if k == 7 else (_randint(gen, 1, 3), _randint(gen, 2, 5))
+        lead = (1, 1) if k == 7 else ((_randint(gen, 2, 5),) if k == 8 else (_randint(gen, 1, 3), _randint(gen, 2, 5)))
         ffns, norms = _stack(depth, d, 4000 + 10 * k, gen)
         x = torch.randn(*lead, d, generator=gen)
         target = torch.randn(*lead, d, generator=gen)
@@ -423,6 +424,7 @@ def _grad_cases() -> list[Case]:
                 sum(ffn(torch.randn(3, d, generator=gen)).pow(2).sum() for ffn in ffns).backward()
         what = ("one layer, " if depth == 1 else "") + ("batch size one, one token, " if lead == (1, 1) else "")
         what += "FFNs holding stale gradients, " if stale else ""
+        what += "tokens as rows (no batch axis), " if len(lead) == 1 else ""
         cases.append(Case((x, target, ffns, norms, norm, residual),
                           note=f"{what}x {tuple(x.shape)}, {depth} FFN(d_model={d}) layers, norm={norm!r}, "
                                f"residual={residual}"))
@@ -485,7 +487,7 @@ def _contribution_cases() -> list[Case]:
     cases = []
     settings = [("gelu", True, "", False), ("relu", True, "", False), ("silu", True, "", False),
                 ("gelu", False, "no biases, ", False), ("gelu", True, "one token, ", False),
-                ("relu", True, "d_ff = d_model, ", True)]
+                ("relu", True, "d_ff = d_model, ", True), ("sigmoid", True, "", False)]
     for k, (act, bias, what, square) in enumerate(settings):
         T, d, d_ff = _distinct_sizes(gen)
         T = 1 if what == "one token, " else T
