@@ -58,7 +58,10 @@ Configurations of today's MoE layers (same class, keyword arguments):
   so active compute is unchanged.
 * ``score="sigmoid"`` (DeepSeek-V3): affinities ``sigmoid(logits)`` instead of a
   softmax; the combine weights are the chosen affinities normalised to sum to 1
-  (k ≥ 2).
+  when k ≥ 2. At k = 1 the course keeps the affinity ``sigmoid(logit)`` itself:
+  DeepSeek-V3's ``Gate`` normalises at every k (its k is 8), which at k = 1 would
+  make every weight 1 and leave the router without a gradient. Also left out:
+  the ``route_scale`` factor on the weights and group-limited (node-limited) routing.
 * ``bias_update=γ`` (DeepSeek-V3's auxiliary-loss-free balancing): a per-expert
   ``selection_bias`` is added to the scores for choosing the top k only; the
   combine weights are the unbiased scores. After each optimizer step,

@@ -1,4 +1,4 @@
-"""What sparsity buys: a small fact-lookup language model whose only capacity knob is its FFN.
+"""What sparsity buys: a small fact-lookup language model in which only the FFN is varied.
 
 Every fact of ``helpers.facts`` ("the capital of france is paris") is reduced to its two informative
 prompt tokens, the subject and the relation, and the model predicts the answer token:
@@ -7,12 +7,12 @@ prompt tokens, the subject and the relation, and the model predicts the answer t
     h      = h + FFN(LayerNorm(h))                      the one FFN (dense, or an ``MoE``)
     logits = U · LayerNorm(h)                           (n_answers,)
 
-Without the FFN the logits are a sum of a subject part and a relation part, which cannot
-store which answer belongs to which (subject, relation) pair once there are more facts than the
-embedding width allows; the FFN supplies the rest. So the loss it reaches after a fixed number
-of steps measures how many facts the FFN could store: the course's memorisation task (notebook 03),
-with attention taken out so that a training run is quick and its outcome depends on the FFN
-rather than on whether attention happened to learn to copy the subject.
+The embeddings and the unembedding are trained too, and the LayerNorm before ``U`` is not
+linear, so this model can fit every fact even without an FFN (``NoFFN``, the control) when it
+is trained long enough. What a fixed, short budget of steps measures is therefore how fast a
+model fits the facts, not how many it can store: the kind of claim Switch makes (a lower loss
+after the same steps at the same FLOPs per token). Attention is taken out so that a training run
+is quick and its outcome does not depend on whether attention happened to learn to copy the subject.
 
 ``FactLookup`` fits ``helpers.transformer.train_lm``: its input is ``(N, 1)`` ids, one per fact,
 ``subject · n_relations + relation`` (the two prompt tokens packed into one number), its output
@@ -113,6 +113,16 @@ class FactLookup(nn.Module):
     def ffn_records(self) -> list[object]:
         """The FFN's record of the last forward, as a one-layer list (``RoutingLog`` reads it)."""
         return [self.ffn_record]
+
+
+class NoFFN(nn.Module):
+    """The control: an "FFN" that adds nothing, ``(N, d_model)`` -> zeros of the same shape.
+
+    ``FactLookup(..., ffn=NoFFN())`` is the model of embeddings and unembedding alone; it has no FFN parameters.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(x)
 
 
 @torch.no_grad()

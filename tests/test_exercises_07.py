@@ -17,6 +17,18 @@ def test_v3_reference_agrees_with_the_library_router():
     torch.testing.assert_close(gates, expected, atol=1e-6, rtol=1e-6)
 
 
+def test_v3_reference_agrees_with_the_library_router_at_k1():
+    """At k = 1 both keep the affinity sigma(logit) of the chosen expert (no normalisation to 1)."""
+    torch.manual_seed(1)
+    layer = MoE(8, 5, 1, d_ff=8, score="sigmoid").eval()
+    layer.selection_bias.copy_(torch.tensor([0.0, 0.3, -0.2, 0.0, 0.1]))
+    r = layer.route(torch.randn(12, 8))
+    gates = nb07._v3_gates(r.logits.double(), layer.selection_bias.double(), 1)
+    expected = torch.zeros(12, 5, dtype=torch.float64).scatter(1, r.expert_index, r.weight.double())
+    torch.testing.assert_close(gates, expected, atol=1e-6, rtol=1e-6)
+    assert bool((gates.sum(1) < 1).all())
+
+
 def test_bias_reference_agrees_with_the_library():
     bias, load = torch.randn(5, dtype=torch.float64), torch.tensor([3, 9, 5, 5, 3])
     torch.testing.assert_close(nb07._bias_step(bias, load, 0.02), bias_update_step(bias, load, 0.02))

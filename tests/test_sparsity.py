@@ -77,3 +77,10 @@ def test_train_seeds_records_and_figures():
         plt.close(fig)
     with pytest.raises(ValueError, match="seeds must list at least one seed"):
         train_seeds("x", lambda: FFN(8), data, d_model=8, seeds=())
+
+
+def test_no_ffn_control_adds_nothing():
+    from helpers.sparsity import NoFFN
+    x = torch.randn(4, 8)
+    assert torch.equal(NoFFN()(x), torch.zeros_like(x))
+    assert sum(p.numel() for p in NoFFN().parameters()) == 0

@@ -43,7 +43,9 @@ def _v3_gates(logits: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
     affinity = torch.sigmoid(logits)
     index = torch.topk(affinity + bias, k, dim=-1).indices
     weight = affinity.gather(1, index)
-    return _dense_gates(index, weight / weight.sum(-1, keepdim=True), logits.shape[-1])
+    if k >= 2:                                # at k = 1 the course keeps σ itself (see helpers.moe)
+        weight = weight / weight.sum(-1, keepdim=True)
+    return _dense_gates(index, weight, logits.shape[-1])
 
 
 def _v3_cases() -> list[Case]:
@@ -75,7 +77,7 @@ def _v3_wrong(kind: str):
         index = torch.topk(select, k, dim=-1).indices
         source = affinity + bias if kind == "bias in weights" else affinity
         weight = source.gather(1, index)
-        if kind != "no normalise":
+        if kind != "no normalise" and (k >= 2 or kind == "normalise at k=1"):
             weight = weight / weight.sum(-1, keepdim=True)
         return _dense_gates(index, weight, logits.shape[-1])
     return wrong
@@ -91,6 +93,9 @@ check_v3_gates = Exercise(
         ("the bias was not used for the choice: pick the top k of σ(logits) + bias.", _v3_wrong("no bias")),
         ("the weights are not normalised: divide the chosen affinities by their sum.", _v3_wrong("no normalise")),
         ("DeepSeek-V3 scores with a sigmoid per expert, not a softmax over experts.", _v3_wrong("softmax")),
+        ("with k = 1 the weight was normalised to 1, which would give the router no gradient; the course "
+         "keeps the affinity σ(logit) of the one chosen expert and normalises only when k ≥ 2.",
+         _v3_wrong("normalise at k=1")),
     ],
     atol=1e-9, rtol=1e-7,
 )
