@@ -169,6 +169,8 @@ def plot_stack_trace(trace: StackTrace, *, noise_floor: float = 1e-7, note: str 
     ax_s.axhspan(floor, noise_floor, color="0.9", label="float32 rounding noise")
     top = max(max(trace.stream_std), max(trace.spread), 1.0)
     ax_s.set_ylim(floor, 3 * top)
+    ax_s.yaxis.set_major_formatter(lambda v, _: f"{v:.0e}" if v < 0.01 else f"{v:g}")  # plain text: faster than
+    ax_s.yaxis.set_minor_formatter(lambda v, _: "")                                     # mathtext, for explorers
     ax_s.set_xlabel("layer")
     ax_s.set_ylabel("standard deviation (log scale)")
     ax_s.set_title("The stream after each layer")

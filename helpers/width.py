@@ -179,6 +179,8 @@ def width_tradeoff_figure(expansions: Sequence[int], params: Sequence[int], seco
     ax_c.set_yscale("log", base=2)
     ax_c.set_xticks(expansions, [f"{e}d" for e in expansions])
     ax_c.yaxis.set_major_formatter(lambda v, _: f"{v:g}×")
+    for axis in (ax_c.xaxis, ax_c.yaxis):
+        axis.set_minor_formatter(lambda v, _: "")  # no mathtext tick labels: keeps a redraw fast
     ax_c.set_xlabel("hidden width d_ff")
     ax_c.set_ylabel(f"cost relative to d_ff = {reference}d")
     ax_c.set_title(f"What it costs (d = {cost_d_model}; time: this machine)")
@@ -195,6 +197,7 @@ def width_tradeoff_figure(expansions: Sequence[int], params: Sequence[int], seco
               label="facts recalled (mean)")
     ax_q.set_xscale("log", base=2)
     ax_q.set_xticks(expansions, [f"{e}d" for e in expansions])
+    ax_q.xaxis.set_minor_formatter(lambda v, _: "")
     ax_q.set_ylim(-0.03, 1.03)
     ax_q.set_xlabel("hidden width d_ff")
     ax_q.set_ylabel("fraction")
