@@ -10,16 +10,23 @@ env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
 activations ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
+residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
+width       what a wider hidden layer buys: memorising random facts
 costs       FLOPs and activation memory: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
 memory      an FFN read as a key-value memory: triggers, values, agreement, sub-updates, knock-out
 editing     ROME-style rank-one edits of an FFN's value matrix
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
-moe         mixture of experts: routers, capacity, balance and z losses, dispatch
+moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
+            experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
+sparsity    notebook 07's side-by-side training: dense vs MoE vs dense of equal total parameters
 routing_plots routing histograms and heat maps
 chunking    sequence chunking, with and without activation checkpointing
+distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
+tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over processes
+inference   inference cost: arithmetic intensity, a measured roofline, decode vs prefill, Mixtral's bytes
 benchmark   ``python -m helpers.benchmark``: FFN vs matmul speed, activation memory, MoE ratios
 benchmark_moe ``python -m helpers.benchmark_moe``: MoE vs dense-active vs loop timings
 plotting    the course's figure style and shared plots
