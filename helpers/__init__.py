@@ -1,7 +1,7 @@
 """Helpers for the transformer feed-forward network (FFN) course.
 
 One small module per idea, imported explicitly by the notebooks, e.g.
-``from helpers.ffn import FFN``. Nothing is imported here so that
+``from helpers.ffn import FFN``. Nothing but ``logging`` is imported here, so
 ``import helpers`` stays instant and no module pulls in a later idea.
 
 Modules
