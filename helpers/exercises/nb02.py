@@ -139,12 +139,14 @@ class _ForwardExercise(Exercise):
     """
 
     _LAYOUT_HINTS = {
-        (True, False): "W1 is used in the wrong orientation: your code treats it as (d_model, d_ff) "
-                       "(x @ W1); in the course's layout, nn.Linear's, W1 is (d_ff, d_model) (row i is key i), "
-                       "so the expand step is x @ W1.T + b1 (or F.linear(x, W1, b1)).",
-        (False, True): "W2 is used in the wrong orientation: your code treats it as (d_ff, d_model) "
-                       "(m @ W2); in the course's layout, nn.Linear's, W2 is (d_model, d_ff) (column i is "
-                       "value i), so the contract step is m @ W2.T + b2 (or F.linear(m, W2, b2)).",
+        (True, False): "W1 is used in the wrong orientation: your code treats it as (d_model, d_ff) and "
+                       "multiplies x by W1 as it stands; in the course's layout, nn.Linear's, W1 is "
+                       "(d_ff, d_model) (row i is key i), so the expand step is x @ W1.T + b1 "
+                       "(or F.linear(x, W1, b1)).",
+        (False, True): "W2 is used in the wrong orientation: your code treats it as (d_ff, d_model) and "
+                       "multiplies m by W2 as it stands; in the course's layout, nn.Linear's, W2 is "
+                       "(d_model, d_ff) (column i is value i), so the contract step is m @ W2.T + b2 "
+                       "(or F.linear(m, W2, b2)).",
         (True, True): "both weights are used in the wrong orientation: your code expects them as "
                       "(in, out); in the course's layout, nn.Linear's, W1 is (d_ff, d_model) and W2 is "
                       "(d_model, d_ff), so FFN(x) = GELU(x @ W1.T + b1) @ W2.T + b2.",
