@@ -13,7 +13,8 @@ optimiser, same seed → same attention and embedding initialisation) and
 records the answer-token loss along the way, for a comparison in the spirit
 of Shazeer (2020), Table 1 (``SHAZEER_2020_65K`` with its run-to-run standard
 deviations ``SHAZEER_2020_65K_SD``, and ``SHAZEER_2020_524K``).
-``paired_difference`` and ``adjacent_gaps`` put a gap next to its noise.
+``paired_difference`` and ``adjacent_gaps`` put a gap next to its noise (a t statistic beside the 5 %
+critical value of ``t_critical``).
 ``saved_activation_names`` says which tensors autograd keeps for one FFN.
 """
 
@@ -37,7 +38,7 @@ from helpers.progress import progress as progress_bar
 
 #: Shazeer (2020), Table 1: held-out log-perplexity on C4 (T5 base, d_model 768,
 #: d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps: the mean
-#: of four runs per variant ("to measure inter-run variability", section 3.2).
+#: of four runs per variant (facts sheet of COURSE_DESIGN.md).
 SHAZEER_2020_65K: dict[str, float] = {
     "relu": 1.997, "gelu": 1.983, "swish": 1.994, "glu": 1.982,
     "bilinear": 1.960, "geglu": 1.942, "swiglu": 1.944, "reglu": 1.953,
@@ -47,7 +48,7 @@ SHAZEER_2020_65K_SD: dict[str, float] = {
     "relu": 0.005, "gelu": 0.005, "swish": 0.003, "glu": 0.006,
     "bilinear": 0.005, "geglu": 0.004, "swiglu": 0.010, "reglu": 0.003,
 }
-#: The same table after 524,288 steps: one full pre-training run per variant, no standard deviation given.
+#: The same table after 524,288 steps: no standard deviation is given for this column.
 SHAZEER_2020_524K: dict[str, float] = {
     "relu": 1.677, "gelu": 1.679, "swish": 1.683, "glu": 1.663,
     "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645,
@@ -227,6 +228,19 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
     return result
 
 
+#: Two-sided 5 % critical values of Student's t, ``t_{0.975, df}`` for df = 1..10 (standard tables; torch's
+#: ``StudentT`` has no ``icdf``, and scipy is not a course dependency).
+T_CRITICAL_975: dict[int, float] = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
+                                    8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t_critical(df: int) -> float:
+    """``t_{0.975, df}``: a mean difference is significant at 5 % (two-sided) when ``|t|`` exceeds it."""
+    if not isinstance(df, int) or isinstance(df, bool) or df not in T_CRITICAL_975:
+        raise ValueError(f"df must be an int from 1 to {max(T_CRITICAL_975)}, got {df!r}")
+    return T_CRITICAL_975[df]
+
+
 @dataclass
 class PairedDifference:
     """Variant minus baseline, seed by seed (within a seed everything but the FFN starts the same).
@@ -246,15 +260,32 @@ class PairedDifference:
     def n(self) -> int:
         return int(self.diffs.numel())
 
-    def verdict(self, threshold: float = 2.0) -> str:
-        """``"lower"`` or ``"higher"`` when the sign is the same in every seed and ``|mean|`` exceeds
-        ``threshold`` standard errors; otherwise ``"not resolved"``."""
-        validate.positive_float("threshold", threshold)
-        if self.n < 2 or not math.isfinite(self.se):
+    @property
+    def df(self) -> int:
+        """Degrees of freedom of the paired t statistic, ``n_seeds - 1``."""
+        return self.n - 1
+
+    @property
+    def t(self) -> float:
+        """The paired t statistic ``mean / se`` (``nan`` for a single seed or no spread)."""
+        return self.mean / self.se if self.n > 1 and math.isfinite(self.se) and self.se > 0 else float("nan")
+
+    def critical(self) -> float:
+        """``t_{0.975, n-1}``, the two-sided 5 % threshold for ``|t|`` (``nan`` for a single seed)."""
+        return t_critical(self.df) if self.df >= 1 else float("nan")
+
+    def verdict(self, threshold: float | None = None) -> str:
+        """``"lower"`` or ``"higher"`` when the sign is the same in every seed and ``|t|`` exceeds
+        ``threshold`` (default: the two-sided 5 % critical value for ``n_seeds - 1`` degrees of freedom,
+        4.303 for three seeds); otherwise ``"not resolved"``."""
+        if threshold is not None:
+            validate.positive_float("threshold", threshold)
+        if self.n < 2 or not math.isfinite(self.t):
             return "not resolved"
-        if self.lower == self.n and -self.mean > threshold * self.se:
+        limit = self.critical() if threshold is None else threshold
+        if self.lower == self.n and -self.t > limit:
             return "lower"
-        if self.lower == 0 and bool((self.diffs > 0).all()) and self.mean > threshold * self.se:
+        if self.lower == 0 and bool((self.diffs > 0).all()) and self.t > limit:
             return "higher"
         return "not resolved"
 
@@ -274,28 +305,45 @@ def paired_difference(values: torch.Tensor, baseline: torch.Tensor) -> PairedDif
 
 @dataclass
 class Gap:
-    """One step between two variants ordered by their mean (``better`` has the lower loss)."""
+    """One step between two variants ordered by their mean (``better`` has the lower loss).
+
+    ``se`` is the standard error of the difference of two means of ``n_runs`` runs each,
+    ``sqrt(sd_better² + sd_worse²) / sqrt(n_runs)``; ``t = gap / se``; ``df = 2·(n_runs - 1)``.
+    """
 
     better: str
     worse: str
     gap: float          # worse mean - better mean (>= 0)
-    in_sd: float        # gap / the larger of the two standard deviations
+    se: float           # standard error of that difference
+    df: int             # degrees of freedom of the two-sample t statistic
 
-    def resolved(self, threshold: float = 2.0) -> bool:
-        """The gap exceeds ``threshold`` standard deviations."""
-        return self.in_sd > threshold
+    @property
+    def t(self) -> float:
+        """The gap in standard errors of the difference."""
+        return self.gap / self.se
+
+    def critical(self) -> float:
+        """``t_{0.975, df}``, the two-sided 5 % threshold."""
+        return t_critical(self.df)
+
+    def resolved(self, threshold: float | None = None) -> bool:
+        """The gap exceeds ``threshold`` standard errors (default: the 5 % critical t for ``df``)."""
+        return self.t > (self.critical() if threshold is None else threshold)
 
 
-def adjacent_gaps(means: dict[str, float], sds: dict[str, float]) -> list[Gap]:
-    """Order the keys by mean and measure each step to the next one in standard deviations.
+def adjacent_gaps(means: dict[str, float], sds: dict[str, float], n_runs: int = 4) -> list[Gap]:
+    """Order the keys by mean and measure each step to the next one in standard errors of the difference.
 
-    ``in_sd`` divides the gap by the larger of the two standard deviations, so a
-    step of less than about 2 is within the run-to-run noise of a single run:
-    it is not a ranking. Ties in the mean keep the order of ``means``.
+    ``means`` are means of ``n_runs`` runs and ``sds`` the standard deviations between those runs
+    (Shazeer's Table 1: four runs at 65,536 steps). The noise on a difference of two such means is
+    ``sqrt(sd_a² + sd_b²) / sqrt(n_runs)``; a step whose ``t`` stays below the 5 % critical value
+    (2.447 for 4 + 4 runs) is not a ranking. Ties in the mean keep the order of ``means``.
     """
     keys = list(means)
     if len(keys) < 2:
         raise ValueError(f"means must have at least two entries, got {len(keys)}")
+    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or not 2 <= n_runs <= 6:
+        raise ValueError(f"n_runs must be an int from 2 to 6, got {n_runs!r}")
     missing = [k for k in keys if k not in sds]
     if missing:
         raise ValueError(f"sds lacks {missing}")
@@ -303,7 +351,8 @@ def adjacent_gaps(means: dict[str, float], sds: dict[str, float]) -> list[Gap]:
         if not sds[k] > 0:
             raise ValueError(f"sds[{k!r}] must be positive, got {sds[k]!r}")
     order = sorted(keys, key=lambda k: means[k])
-    return [Gap(a, b, means[b] - means[a], (means[b] - means[a]) / max(sds[a], sds[b]))
+    return [Gap(a, b, means[b] - means[a], math.sqrt(sds[a] ** 2 + sds[b] ** 2) / math.sqrt(n_runs),
+                2 * (n_runs - 1))
             for a, b in zip(order, order[1:])]
 
 

@@ -6,7 +6,7 @@ from helpers.costs import measure_saved_tensors
 from helpers.facts import load_facts, make_dataset
 from helpers.ffn import FFN, VARIANTS
 from helpers.gating import (SAVED_D_FF_TENSORS, SHAZEER_2020_65K, SHAZEER_2020_65K_SD, SHAZEER_2020_524K, adjacent_gaps,
-                            answer_loss, compare_variants, gate_gradients, paired_difference, saved_activation_names,
+                            answer_loss, compare_variants, gate_gradients, paired_difference, saved_activation_names, t_critical,
                             saved_per_token, torch_threads)
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -122,7 +122,11 @@ def test_paired_difference_and_its_verdict():
     assert d.diffs.tolist() == [-1.0, -1.5, -1.0] and d.lower == 3 and d.n == 3
     assert d.mean == pytest.approx(-7 / 6)
     assert d.se == pytest.approx(torch.tensor([-1.0, -1.5, -1.0]).std().item() / 3 ** 0.5)
-    assert d.verdict() == "lower"
+    assert d.verdict() == "lower" and d.df == 2 and d.critical() == pytest.approx(4.303)
+    assert d.t == pytest.approx(d.mean / d.se)
+    near = paired_difference(torch.tensor([0.0, 0.0, 0.0]), torch.tensor([0.54, 0.26, 0.23]))
+    assert near.lower == 3 and -4.303 < near.t < -2 and near.verdict() == "not resolved"   # t ≈ -3.5, df 2
+    assert near.verdict(threshold=2.0) == "lower"
     assert d.verdict(threshold=100.0) == "not resolved"
     mixed = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 1.0, 3.5]))
     assert mixed.lower == 2 and mixed.verdict() == "not resolved"     # one seed the other way
@@ -139,10 +143,14 @@ def test_paired_difference_and_its_verdict():
 
 
 def test_adjacent_gaps_order_and_units():
-    gaps = adjacent_gaps({"a": 2.0, "b": 1.0, "c": 1.05}, {"a": 0.1, "b": 0.01, "c": 0.02})
+    gaps = adjacent_gaps({"a": 2.0, "b": 1.0, "c": 1.05}, {"a": 0.1, "b": 0.01, "c": 0.02}, n_runs=4)
     assert [(g.better, g.worse) for g in gaps] == [("b", "c"), ("c", "a")]
-    assert gaps[0].gap == pytest.approx(0.05) and gaps[0].in_sd == pytest.approx(2.5) and gaps[0].resolved()
-    assert gaps[1].in_sd == pytest.approx(9.5) and not gaps[1].resolved(threshold=10)
+    se0 = (0.01 ** 2 + 0.02 ** 2) ** 0.5 / 2
+    assert gaps[0].gap == pytest.approx(0.05) and gaps[0].se == pytest.approx(se0) and gaps[0].df == 6
+    assert gaps[0].t == pytest.approx(0.05 / se0) and gaps[0].resolved() and gaps[0].critical() == pytest.approx(2.447)
+    assert not gaps[1].resolved(threshold=100)
+    with pytest.raises(ValueError, match="n_runs"):
+        adjacent_gaps({"a": 1.0, "b": 2.0}, {"a": 0.1, "b": 0.1}, n_runs=1)
     with pytest.raises(ValueError, match="sds lacks"):
         adjacent_gaps({"a": 1.0, "b": 2.0}, {"a": 0.1})
     with pytest.raises(ValueError, match="must be positive"):
@@ -150,12 +158,12 @@ def test_adjacent_gaps_order_and_units():
 
 
 def test_shazeer_65k_steps_in_standard_deviations():
-    """The paper's 65k column (mean of four runs, sd in parentheses) orders only some neighbours."""
+    """The paper's 65k column (mean of four runs, sd in parentheses): neighbours in standard errors of the difference."""
     assert set(SHAZEER_2020_65K_SD) == set(SHAZEER_2020_65K)
-    steps = {(g.better, g.worse): round(g.in_sd, 2) for g in adjacent_gaps(SHAZEER_2020_65K, SHAZEER_2020_65K_SD)}
-    assert steps == {("geglu", "swiglu"): 0.2, ("swiglu", "reglu"): 0.9, ("reglu", "bilinear"): 1.4,
-                     ("bilinear", "glu"): 3.67, ("glu", "gelu"): 0.17, ("gelu", "swish"): 2.2,
-                     ("swish", "relu"): 0.6}
+    steps = {(g.better, g.worse): round(g.t, 1) for g in adjacent_gaps(SHAZEER_2020_65K, SHAZEER_2020_65K_SD)}
+    assert steps == {("geglu", "swiglu"): 0.4, ("swiglu", "reglu"): 1.7, ("reglu", "bilinear"): 2.4,
+                     ("bilinear", "glu"): 5.6, ("glu", "gelu"): 0.3, ("gelu", "swish"): 3.8,
+                     ("swish", "relu"): 1.0}
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -205,3 +213,11 @@ def test_shazeer_tables_cover_the_same_variants():
     assert set(SHAZEER_2020_65K) == set(SHAZEER_2020_524K) == set(VARIANTS) - {"gelu_tanh"}
     assert min(SHAZEER_2020_65K, key=SHAZEER_2020_65K.get) == "geglu"
     assert max(SHAZEER_2020_65K, key=SHAZEER_2020_65K.get) == "relu"
+
+
+def test_t_critical_table():
+    assert t_critical(2) == pytest.approx(4.303) and t_critical(6) == pytest.approx(2.447)
+    assert all(t_critical(k) > t_critical(k + 1) for k in range(1, 10))
+    for bad in (0, 11, 2.0, True):
+        with pytest.raises(ValueError, match="df"):
+            t_critical(bad)
