@@ -260,6 +260,20 @@ class Triggers:
     coefficients: torch.Tensor
 
 
+
+def _mask_invalid(coefficients: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """Set the coefficients (N, T, n) at positions where ``valid`` (N, T) is False to −∞ (not 0), so a row
+    whose valid coefficients are all negative keeps its negative peak; ``None`` leaves them as they are."""
+    if valid is None:
+        return coefficients
+    N, T = coefficients.shape[:2]
+    if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool or valid.shape != (N, T):
+        raise ValueError(f"valid must be a bool tensor of shape {(N, T)}, got "
+                         f"{getattr(valid, 'dtype', type(valid).__name__)} {tuple(getattr(valid, 'shape', ()))}")
+    if not valid.any(dim=1).all():
+        raise ValueError("valid has a row with no True position: every example needs at least one prefix")
+    return coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf"))
+
 def _check_coefficients(coefficients: object) -> torch.Tensor:
     validate.float_tensor("coefficients", coefficients, min_dims=3)
     if coefficients.dim() != 3:
@@ -286,13 +300,7 @@ def top_triggers(coefficients: torch.Tensor, k: int, valid: torch.Tensor | None 
     if neuron is not None:
         validate.int_in_range("neuron", neuron, 0, d_ff - 1)
         coefficients = coefficients[..., neuron:neuron + 1]
-    if valid is not None:
-        if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool or valid.shape != (N, T):
-            raise ValueError(f"valid must be a bool tensor of shape {(N, T)}, got "
-                             f"{getattr(valid, 'dtype', type(valid).__name__)} {tuple(getattr(valid, 'shape', ()))}")
-        if not valid.any(dim=1).all():
-            raise ValueError("valid has a row with no True position: every example needs at least one prefix")
-        coefficients = coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf"))
+    coefficients = _mask_invalid(coefficients, valid)
     best, best_pos = coefficients.max(dim=1)                  # (N, n): best position of every example
     # (n, k): best examples per neuron; a stable sort keeps exact ties (saturated neurons) in row order
     values, examples = (t[:, :k] for t in best.T.sort(dim=1, descending=True, stable=True))
@@ -334,15 +342,7 @@ def peak_coefficients(coefficients: torch.Tensor, valid: torch.Tensor | None = N
     This is the number ``top_triggers`` ranks examples by. Invalid positions are masked with ``-inf``
     (not 0), so a row whose valid coefficients are all negative keeps its (negative) peak.
     """
-    coefficients = _check_coefficients(coefficients)
-    N, T, _ = coefficients.shape
-    if valid is not None:
-        if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool or valid.shape != (N, T):
-            raise ValueError(f"valid must be a bool tensor of shape {(N, T)}, got "
-                             f"{getattr(valid, 'dtype', type(valid).__name__)} {tuple(getattr(valid, 'shape', ()))}")
-        if not valid.any(dim=1).all():
-            raise ValueError("valid has a row with no True position: every example needs at least one prefix")
-        coefficients = coefficients.masked_fill(~valid.unsqueeze(-1), float("-inf"))
+    coefficients = _mask_invalid(_check_coefficients(coefficients), valid)
     return coefficients.max(dim=1).values
 
 
