@@ -23,7 +23,10 @@ pass (inference, ``torch.no_grad``) of:
 
 All are timed back to back in every round, the ratios are taken per round, and
 the median over rounds is reported, so that load from other processes on a
-shared machine affects numerator and denominator alike.
+shared machine affects numerator and denominator alike. Each round starts one
+call further along the list, so that no call is always timed right after the
+same other one (the dense FFN's 4 MB of weights would otherwise always find
+the blocked dense FFN's run before it, with the same weights still in cache).
 
 Clock: with one thread the default clock is the CPU time of the process
 (``time.process_time``), which on an idle machine equals the wall time and on a
@@ -158,8 +161,9 @@ def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, 
             for _ in range(warmup):
                 for fn in calls.values():
                     fn()
-            for _ in range(repeats):
-                for name, fn in calls.items():
+            order = list(calls.items())
+            for r in range(repeats):                    # each round starts one call further along the list
+                for name, fn in order[r % len(order):] + order[:r % len(order)]:
                     times[name].append(_time_once(fn, tick))
         result: dict[str, float] = {"threads": torch.get_num_threads(), "n_tokens": n_tokens, "d_model": d_model,
                                     "top_k": top_k, "d_ff_expert": d_ff_expert, "repeats": repeats,

@@ -44,7 +44,10 @@ weights, with the activation and the gate product done in place and the hidden
 width zero-padded to a multiple of 16 floats (64 bytes) when it is not one
 already: a width such as 682 makes the CPU's matrix multiply markedly slower per
 FLOP. The padded rows and columns are zeros, so the output is unchanged. The
-padded weights are cached and rebuilt whenever an expert's weights change.
+weights are also stored transposed, so that every product is a plain
+``block @ W`` rather than ``nn.Linear``'s ``block @ Wᵀ``: for blocks of about 128
+tokens the CPU's matrix multiply runs that form about 5 % faster. The prepared
+weights are cached and rebuilt whenever an expert's weights change.
 
 Configurations of today's MoE layers (same class, keyword arguments):
 
@@ -573,8 +576,10 @@ class MoE(nn.Module):
         return torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.experts.parameters()))
 
     def _packed_experts(self) -> list[tuple]:
-        """Per expert ``(w1, w3, w2, b1, b3, b2, activation name)``, hidden width zero-padded to a
-        multiple of ``PAD_MULTIPLE``; cached until a weight changes (data pointer or in-place version)."""
+        """Per expert ``(w1ᵀ, w3ᵀ, w2ᵀ, b1, b3, b2, activation name)`` for inference: the hidden width
+        zero-padded to a multiple of ``PAD_MULTIPLE`` and every matrix stored transposed, ``w1ᵀ, w3ᵀ``:
+        ``(d_model, d_ff_padded)``, ``w2ᵀ``: ``(d_ff_padded, d_model)``, so that each product is a plain
+        ``block @ W``. Cached until a weight changes (data pointer or in-place version)."""
         params = list(self.experts.parameters())
         key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
         if key != self._packed_key:
@@ -582,32 +587,35 @@ class MoE(nn.Module):
             packed = []
             with torch.no_grad():
                 for ffn in self.experts:
-                    def rows(t):
-                        return None if t is None else F.pad(t, (0, 0, 0, pad)).contiguous()
+                    def cols(t):                       # (d_ff, d) -> (d, d_ff + pad)
+                        return None if t is None else F.pad(t, (0, 0, 0, pad)).t().contiguous()
 
                     def vec(t):
                         return None if t is None else F.pad(t, (0, pad))
 
                     w3 = ffn.w3.weight if ffn.w3 is not None else None
                     b3 = ffn.w3.bias if ffn.w3 is not None else None
-                    packed.append((rows(ffn.w1.weight), rows(w3), F.pad(ffn.w2.weight, (0, pad)).contiguous(),
+                    packed.append((cols(ffn.w1.weight), cols(w3), F.pad(ffn.w2.weight, (0, pad)).t().contiguous(),
                                    vec(ffn.w1.bias), vec(b3), ffn.w2.bias, ffn.activation_name))
             self._packed, self._packed_key = packed, key
         return self._packed
 
     def _dispatch_inference(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
-        """``dispatch`` without autograd: experts run from their (padded, cached) weights, in place."""
+        """``dispatch`` without autograd: experts run from their (padded, transposed, cached) weights, in place."""
         if not all(isinstance(e, FFN) and (e.dropout.p == 0 or not e.training) for e in self.experts):
             return dispatch(x, routing, self.experts)
         packed = self._packed_experts()
 
+        def matmul(block: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+            return torch.mm(block, w_t) if b is None else torch.addmm(b, block, w_t)
+
         def run(e: int, block: torch.Tensor) -> torch.Tensor:
             w1, w3, w2, b1, b3, b2, act = packed[e]
-            h = F.linear(block, w1, b1)
+            h = matmul(block, w1, b1)
             h = _ACT_INPLACE[act](h) if act in _ACT_INPLACE else self.experts[e].act(h)
             if w3 is not None:
-                h.mul_(F.linear(block, w3, b3))
-            return F.linear(h, w2, b2)
+                h.mul_(matmul(block, w3, b3))
+            return matmul(h, w2, b2)
 
         return _grouped(x, routing, run, len(self.experts))
 
