@@ -14,19 +14,22 @@ pass (inference, ``torch.no_grad``) of:
   whole-batch dense FFN's hidden tensors (4096 × 1364 floats, 22 MB each) spill out
   of the cache while an expert's block of tokens fits, so the plain dense baseline is
   partly memory-bound; the blocked one shows how much of a ratio below 1 comes
-  from that rather than from the MoE.
-
+  from that rather than from the MoE. It is the course's plain ``FFN`` (``nn.Linear``,
+  width 1364, activation out of place), the baseline the course's targets use;
+* ``dense, prepared blocks``: the same blocks run as a ``helpers.moe.PreparedFFN``, with
+  every speed-up the MoE's inference path has (width padded to 1376, weights transposed,
+  activation in place). ``MoE/prepared-blocks`` is therefore what splitting one FFN into
+  experts costs against an equally tuned dense FFN;
 * ``Mixtral``: Hugging Face ``transformers``' ``MixtralSparseMoeBlock`` holding the same
   weights (router, and every expert's W1/W3 as its fused ``gate_up_proj``, W2 as
   ``down_proj``); the benchmark checks that its output agrees with ``MoE``'s to 1e-5 before
   timing it. Skipped, with a note, when ``transformers`` is not installed.
 
-All are timed back to back in every round, the ratios are taken per round, and
+All are timed back to back in every round, in a new (seeded) random order each
+round so that no call always runs right after the same other one (whose data it
+would find in, or missing from, the caches); the ratios are taken per round and
 the median over rounds is reported, so that load from other processes on a
-shared machine affects numerator and denominator alike. Each round starts one
-call further along the list, so that no call is always timed right after the
-same other one (the dense FFN's 4 MB of weights would otherwise always find
-the blocked dense FFN's run before it, with the same weights still in cache).
+shared machine affects numerator and denominator alike.
 
 Clock: with one thread the default clock is the CPU time of the process
 (``time.process_time``), which on an idle machine equals the wall time and on a
@@ -44,6 +47,7 @@ scheduler rather than by its arithmetic; one thread measures the arithmetic.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +56,7 @@ import torch
 
 from helpers import validate
 from helpers.ffn import FFN
-from helpers.moe import MoE, moe_forward_loop
+from helpers.moe import MoE, PreparedFFN, moe_forward_loop
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
@@ -114,8 +118,9 @@ def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, 
     Returns a flat dict (insertion-ordered, printable as ``key: value``) with, for every E in
     ``experts``: ``"E=8 MoE / dense-active"``, ``"E=8 loop / dense-active"``, ``"E=8 loop / MoE"`` (medians
     over rounds of the per-round ratios), ``"E=8 MoE / dense-active in blocks"`` (against the dense FFN run on
-    blocks of ``BLOCK_TOKENS`` tokens) and the median milliseconds ``"E=8 MoE ms"``,
-    ``"E=8 loop ms"``, ``"E=8 dense-active ms"``; plus ``"threads"``, ``"n_tokens"``, ``"d_model"``,
+    blocks of ``BLOCK_TOKENS`` tokens), ``"E=8 MoE / dense-active prepared in blocks"`` (against those blocks
+    run as a ``PreparedFFN``) and the median milliseconds ``"E=8 MoE ms"``, ``"E=8 loop ms"``,
+    ``"E=8 dense-active ms"``, ``"E=8 dense-active in blocks ms"``, ``"E=8 dense-active prepared in blocks ms"``; plus ``"threads"``, ``"n_tokens"``, ``"d_model"``,
     ``"top_k"``, ``"d_ff_expert"``, ``"repeats"``, ``"clock"``. With ``transformers`` installed (and
     ``mixtral``) also ``"E=8 MoE / Mixtral"``, ``"E=8 Mixtral ms"`` and ``"E=8 Mixtral max |diff|"``;
     ``"mixtral"`` is 1.0 when that column was measured, else 0.0.
@@ -143,8 +148,10 @@ def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, 
         layers = {e: MoE(d_model, e, top_k, d_ff=d_ff, variant="swiglu").eval() for e in experts}
         d_ff_expert = next(iter(layers.values())).d_ff
         dense = FFN.from_variant("swiglu", d_model, top_k * d_ff_expert, bias=False).eval()
+        prepared = PreparedFFN(dense)
         calls: dict[str, Callable[[], object]] = {"dense": lambda: dense(x),
-                                                  "blocks": lambda: [dense(b) for b in x.split(BLOCK_TOKENS)]}
+                                                  "blocks": lambda: [dense(b) for b in x.split(BLOCK_TOKENS)],
+                                                  "prepared": lambda: [prepared(b) for b in x.split(BLOCK_TOKENS)]}
         diffs: dict[int, float] = {}
         for e, layer in layers.items():
             calls[f"{e} moe"] = (lambda layer=layer: layer(x))
@@ -161,25 +168,29 @@ def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, 
             for _ in range(warmup):
                 for fn in calls.values():
                     fn()
-            order = list(calls.items())
-            for r in range(repeats):                    # each round starts one call further along the list
-                for name, fn in order[r % len(order):] + order[:r % len(order)]:
+            order, shuffler = list(calls.items()), random.Random(seed)
+            for _ in range(repeats):
+                shuffler.shuffle(order)                 # a new order every round: no call always follows the same one
+                for name, fn in order:
                     times[name].append(_time_once(fn, tick))
         result: dict[str, float] = {"threads": torch.get_num_threads(), "n_tokens": n_tokens, "d_model": d_model,
                                     "top_k": top_k, "d_ff_expert": d_ff_expert, "repeats": repeats,
                                     "clock": clock, "mixtral": float(bool(diffs))}
-        dense_t, blocks_t = times["dense"], times["blocks"]
+        dense_t, blocks_t, prepared_t = times["dense"], times["blocks"], times["prepared"]
         for e in experts:
             moe_t, loop_t = times[f"{e} moe"], times[f"{e} loop"]
             result[f"E={e} MoE / dense-active"] = statistics.median(m / d for m, d in zip(moe_t, dense_t))
             result[f"E={e} MoE / dense-active in blocks"] = statistics.median(
                 m / d for m, d in zip(moe_t, blocks_t))
+            result[f"E={e} MoE / dense-active prepared in blocks"] = statistics.median(
+                m / d for m, d in zip(moe_t, prepared_t))
             result[f"E={e} loop / dense-active"] = statistics.median(lp / d for lp, d in zip(loop_t, dense_t))
             result[f"E={e} loop / MoE"] = statistics.median(lp / m for lp, m in zip(loop_t, moe_t))
             result[f"E={e} MoE ms"] = 1e3 * statistics.median(moe_t)
             result[f"E={e} loop ms"] = 1e3 * statistics.median(loop_t)
             result[f"E={e} dense-active ms"] = 1e3 * statistics.median(dense_t)
             result[f"E={e} dense-active in blocks ms"] = 1e3 * statistics.median(blocks_t)
+            result[f"E={e} dense-active prepared in blocks ms"] = 1e3 * statistics.median(prepared_t)
             if e in diffs:
                 mix_t = times[f"{e} mixtral"]
                 result[f"E={e} MoE / Mixtral"] = statistics.median(m / mx for m, mx in zip(moe_t, mix_t))
@@ -200,17 +211,20 @@ def format_moe_benchmark(result: dict[str, float]) -> str:
              f"{result['top_k'] * result['d_ff_expert']}; {result['threads']} "
              f"{'thread' if result['threads'] == 1 else 'threads'}, "
              f"median of {result['repeats']} interleaved rounds, {clock} clock",
-             f"{'experts':>7} {'MoE/dense':>10} {'MoE/dense-in-blocks':>20} {'loop/dense':>11} {'loop/MoE':>9} "
-             f"{'MoE/Mixtral':>12} {'MoE ms':>8} {'loop ms':>8} {'dense ms':>9} {'blocks ms':>10} {'Mixtral ms':>11}"]
+             f"{'experts':>7} {'MoE/dense':>10} {'MoE/dense-in-blocks':>20} {'MoE/prepared-blocks':>20} "
+             f"{'loop/dense':>11} {'loop/MoE':>9} {'MoE/Mixtral':>12} {'MoE ms':>8} {'loop ms':>8} {'dense ms':>9} "
+             f"{'blocks ms':>10} {'prepared ms':>12} {'Mixtral ms':>11}"]
     for e in experts:
         mix = f"{result[f'E={e} MoE / Mixtral']:>12.2f}" if f"E={e} MoE / Mixtral" in result else f"{'-':>12}"
         mix_ms = f"{result[f'E={e} Mixtral ms']:>11.1f}" if f"E={e} Mixtral ms" in result else f"{'-':>11}"
         lines.append(f"{e:>7} {result[f'E={e} MoE / dense-active']:>10.2f} "
                      f"{result[f'E={e} MoE / dense-active in blocks']:>20.2f} "
+                     f"{result[f'E={e} MoE / dense-active prepared in blocks']:>20.2f} "
                      f"{result[f'E={e} loop / dense-active']:>11.2f} "
                      f"{result[f'E={e} loop / MoE']:>9.2f} {mix} {result[f'E={e} MoE ms']:>8.1f} "
                      f"{result[f'E={e} loop ms']:>8.1f} {result[f'E={e} dense-active ms']:>9.1f} "
-                     f"{result[f'E={e} dense-active in blocks ms']:>10.1f} {mix_ms}")
+                     f"{result[f'E={e} dense-active in blocks ms']:>10.1f} "
+                     f"{result[f'E={e} dense-active prepared in blocks ms']:>12.1f} {mix_ms}")
     if mixtral:
         worst = max(result[f"E={e} Mixtral max |diff|"] for e in experts if f"E={e} Mixtral max |diff|" in result)
         lines.append(f"MixtralSparseMoeBlock holds the same weights; outputs agree within 1e-5 "

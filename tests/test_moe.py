@@ -368,10 +368,12 @@ def test_benchmark_returns_ratios_and_restores_threads():
     assert torch.get_num_threads() == before
     assert result["threads"] == 1 and result["d_ff_expert"] == 42
     for e in (2, 4):
-        for key in ("MoE / dense-active", "MoE / dense-active in blocks", "loop / dense-active", "loop / MoE",
-                    "MoE ms", "dense-active in blocks ms"):
+        for key in ("MoE / dense-active", "MoE / dense-active in blocks", "MoE / dense-active prepared in blocks",
+                    "loop / dense-active", "loop / MoE", "MoE ms", "dense-active in blocks ms",
+                    "dense-active prepared in blocks ms"):
             assert result[f"E={e} {key}"] > 0
-    assert "loop/dense" in format_moe_benchmark(result) and "MoE/dense-in-blocks" in format_moe_benchmark(result)
+    table = format_moe_benchmark(result)
+    assert "loop/dense" in table and "MoE/dense-in-blocks" in table and "MoE/prepared-blocks" in table
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
         run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
 
@@ -387,6 +389,22 @@ def test_inference_path_equals_autograd_path(variant, d_ff, bias):
         y_fast, _ = moe(x)                               # padded weights, activation in place
     torch.testing.assert_close(y_fast, y_grad.detach(), atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(y_fast, moe_forward_loop(moe, x).detach(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("variant, d_ff, bias", [("swiglu", 1364 // 8, False), ("gelu", 20, True), ("relu", 16, False),
+                                                 ("geglu", 10, True), ("bilinear", 7, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_prepared_ffn_equals_ffn(variant, d_ff, bias, dtype):
+    from helpers.ffn import FFN
+    from helpers.moe import PAD_MULTIPLE, PreparedFFN
+    ffn = FFN.from_variant(variant, 16, d_ff, bias=bias).to(dtype).eval()
+    x = torch.randn(9, 16, dtype=dtype)
+    prepared = PreparedFFN(ffn)
+    assert prepared.w1_t.shape == (16, d_ff + (-d_ff) % PAD_MULTIPLE) and prepared.w1_t.dtype == dtype
+    with torch.no_grad():
+        torch.testing.assert_close(prepared(x), ffn(x))
+    with pytest.raises(TypeError, match="ffn must be a helpers.ffn.FFN, got Linear"):
+        PreparedFFN(torch.nn.Linear(4, 4))
 
 
 def test_inference_cache_follows_weight_changes():
