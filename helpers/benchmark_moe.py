@@ -26,10 +26,15 @@ pass (inference, ``torch.no_grad``) of:
   timing it. Skipped, with a note, when ``transformers`` is not installed.
 
 All are timed back to back in every round, in a new (seeded) random order each
-round so that no call always runs right after the same other one (whose data it
-would find in, or missing from, the caches); the ratios are taken per round and
-the median over rounds is reported, so that load from other processes on a
-shared machine affects numerator and denominator alike.
+round, and before every timed call the benchmark writes 128 MB of memory, so
+that each call starts with none of its data in the CPU's caches, whatever ran
+before it (as in a model, where the other layers run between two calls of this
+one). Without that, the result depended on the order: the dense FFN's 4 MB of
+weights stay in a 32 MB cache from one call to the next, 64 experts' 135 MB do
+not. The ratios are taken per round and the median over rounds is reported, so
+that load from other processes on a shared machine affects numerator and
+denominator alike; on a shared virtual machine they still move by about 0.05
+from run to run (more rounds: ``--repeats``).
 
 Clock: with one thread the default clock is the CPU time of the process
 (``time.process_time``), which on an idle machine equals the wall time and on a
@@ -63,6 +68,18 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 #: tokens per block of the blocked dense baseline (about what one of 8 experts gets at T=4096, top-2)
 BLOCK_TOKENS = 1024
+
+
+#: bytes written before every timed call: more than any CPU's last-level cache (this machine's: 32 MB)
+EVICT_BYTES = 128 * 2**20
+_EVICT: list[torch.Tensor] = []
+
+
+def _evict_caches() -> None:
+    """Write ``EVICT_BYTES`` of memory, so that the next call finds none of its data in the CPU's caches."""
+    if not _EVICT:
+        _EVICT.append(torch.empty(EVICT_BYTES // 4, dtype=torch.float32))
+    _EVICT[0].fill_(1.0)
 
 
 def _time_once(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
@@ -172,6 +189,7 @@ def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, 
             for _ in range(repeats):
                 shuffler.shuffle(order)                 # a new order every round: no call always follows the same one
                 for name, fn in order:
+                    _evict_caches()
                     times[name].append(_time_once(fn, tick))
         result: dict[str, float] = {"threads": torch.get_num_threads(), "n_tokens": n_tokens, "d_model": d_model,
                                     "top_k": top_k, "d_ff_expert": d_ff_expert, "repeats": repeats,
