@@ -27,14 +27,16 @@ pass (inference, ``torch.no_grad``) of:
 
 All are timed back to back in every round, in a new (seeded) random order each
 round, and before every timed call the benchmark writes 128 MB of memory, so
-that each call starts with none of its data in the CPU's caches, whatever ran
-before it (as in a model, where the other layers run between two calls of this
-one). Without that, the result depended on the order: the dense FFN's 4 MB of
-weights stay in a 32 MB cache from one call to the next, 64 experts' 135 MB do
-not. The ratios are taken per round and the median over rounds is reported, so
-that load from other processes on a shared machine affects numerator and
-denominator alike; on a shared virtual machine they still move by about 0.05
-from run to run (more rounds: ``--repeats``).
+that each call starts with its weights and data out of the CPU's caches,
+whatever ran before it (as in a model, where the other layers run between two
+calls of this one). Without that, the result depended on the order: the dense
+FFN's 4 MB of weights stay in a 32 MB cache from one call to the next, 64
+experts' 135 MB do not. The ratios are taken per round and the median over
+rounds is reported, so that slow drifts in the machine's speed affect numerator
+and denominator alike; on a shared virtual machine the ratios still move by 0.05
+to 0.2 from run to run (more rounds: ``--repeats``). The ``ms`` columns are
+medians of times and need not divide into the ratio columns, which are medians of
+per-round ratios.
 
 Clock: with one thread the default clock is the CPU time of the process
 (``time.process_time``), which on an idle machine equals the wall time and on a
@@ -70,7 +72,7 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 BLOCK_TOKENS = 1024
 
 
-#: bytes written before every timed call: more than any CPU's last-level cache (this machine's: 32 MB)
+#: bytes written before every timed call: 4× this machine's 32 MB last-level cache (raise it for a CPU with more)
 EVICT_BYTES = 128 * 2**20
 _EVICT: list[torch.Tensor] = []
 
@@ -216,6 +218,7 @@ def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, 
                 result[f"E={e} Mixtral max |diff|"] = diffs[e]
         return result
     finally:
+        _EVICT.clear()                                  # free the 128 MB buffer
         torch.set_num_threads(previous_threads)
 
 

@@ -39,19 +39,23 @@ one contiguous block per expert, runs each expert once on its block and adds the
 weighted results back with ``index_add_`` (a grouped computation in the spirit
 of MegaBlocks). ``moe_forward_loop`` is the readable reference: one boolean mask
 per (expert, choice) pair. Both give the same output to float rounding.
-Without autograd (inference) the layer runs every expert as a ``PreparedFFN``: a
-copy of its weights made once and cached (a second copy of all expert weights,
-135 MB for 64 SwiGLU experts at d = 256), with the activation and the gate
-product done in place. The copy differs from the module in two ways that leave
-the output unchanged. Its hidden width is zero-padded to a multiple of 16 floats
-(64 bytes): widths such as 682 = 2·341 or 1364 = 4·341 ran 5–20 % slower per FLOP
-on the course's CPU (the padded rows and columns are zeros). And its matrices are
+Without autograd (inference) a token-choice layer runs every routed expert as a
+``PreparedFFN`` (when no expert applies dropout; the shared expert and expert
+choice keep the plain modules): a copy of its weights made once and cached (a
+second copy of all expert weights, 135 MB for 64 SwiGLU experts at d = 256), with
+the activation and the gate product done in place. The copy differs from the
+module in two ways that leave the output unchanged. Its hidden width is
+zero-padded to a multiple of 16 elements (64 bytes in float32): widths such as
+682 = 2·341 or 1364 = 4·341 ran 5–20 % slower per FLOP on the course's CPU than
+their neighbours (the padded rows and columns are zeros). And its matrices are
 stored transposed, so every product is a plain ``block @ W`` rather than
 ``nn.Linear``'s ``block @ Wᵀ``: for blocks of about 128 tokens the two expanding
 products run 5–8 % faster that way, the contraction about the same. The cache is
-rebuilt when a parameter is replaced or changed in place by an autograd-visible
-operation (optimizer steps, ``load_state_dict``, in-place ops under ``no_grad``);
-writes through ``.data`` are not detected.
+rebuilt when a parameter is replaced or changed in place by an operation that
+bumps its version counter (for-loop and foreach optimizer steps,
+``load_state_dict``, in-place ops under ``no_grad``). Two kinds of write are not
+detected: writes through ``.data``, and fused optimizers (``fused=True``), which
+leave the counter alone. After those, call ``refresh_prepared()``.
 
 Configurations of today's MoE layers (same class, keyword arguments):
 
@@ -114,8 +118,8 @@ class PreparedFFN:
     Made by ``PreparedFFN(ffn)``: the hidden width zero-padded to a multiple of ``PAD_MULTIPLE`` and the
     matrices transposed, ``w1_t``, ``w3_t``: ``(d_model, d_ff_padded)``, ``w2_t``: ``(d_ff_padded, d_model)``
     (``w3_t`` is ``None`` for a dense FFN). A snapshot: it does not follow later changes to ``ffn``.
-    Call it without autograd: ``(n, d_model) -> (n, d_model)``; the activation runs in place and dropout
-    is not applied (inference).
+    Inference only: ``(..., d_model) -> (..., d_model)``, always without autograd (no gradient reaches
+    ``ffn``'s weights), the activation in place, dropout not applied.
     """
 
     def __init__(self, ffn: FFN) -> None:
@@ -133,6 +137,7 @@ class PreparedFFN:
             self.w3_t, self.b3 = expand(ffn.w3)
             self.w2_t = F.pad(ffn.w2.weight, (0, pad)).t().contiguous()
             self.b2 = ffn.w2.bias.detach().clone() if ffn.w2.bias is not None else None
+        self.d_model = ffn.d_model
         self.activation = ffn.activation_name
         self._act = _ACT_INPLACE.get(ffn.activation_name, ffn.act)
 
@@ -140,11 +145,14 @@ class PreparedFFN:
     def _matmul(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         return torch.mm(x, w_t) if b is None else torch.addmm(b, x, w_t)
 
+    @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        h = self._act(self._matmul(x, self.w1_t, self.b1))
+        validate.float_tensor("x", x, last_dim=self.d_model)
+        flat = x.reshape(-1, self.d_model)
+        h = self._act(self._matmul(flat, self.w1_t, self.b1))
         if self.w3_t is not None:
-            h.mul_(self._matmul(x, self.w3_t, self.b3))
-        return self._matmul(h, self.w2_t, self.b2)
+            h.mul_(self._matmul(flat, self.w3_t, self.b3))
+        return self._matmul(h, self.w2_t, self.b2).reshape(x.shape)
 
 
 # --------------------------------------------------------------------------- routing records
@@ -627,6 +635,11 @@ class MoE(nn.Module):
 
     def _needs_autograd(self, x: torch.Tensor) -> bool:
         return torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.experts.parameters()))
+
+    def refresh_prepared(self) -> None:
+        """Drop the cached ``PreparedFFN`` copies; call after writing expert weights through ``.data`` or a
+        fused optimizer (changes the version counter does not see)."""
+        self._prepared, self._prepared_key = [], None
 
     def _prepared_experts(self) -> list[PreparedFFN]:
         """Every expert as a ``PreparedFFN``, cached until a weight changes (data pointer or in-place version)."""

@@ -403,8 +403,28 @@ def test_prepared_ffn_equals_ffn(variant, d_ff, bias, dtype):
     assert prepared.w1_t.shape == (16, d_ff + (-d_ff) % PAD_MULTIPLE) and prepared.w1_t.dtype == dtype
     with torch.no_grad():
         torch.testing.assert_close(prepared(x), ffn(x))
+    x3 = torch.randn(2, 3, 16, dtype=dtype, requires_grad=True)      # any leading dimensions, never autograd
+    y3 = prepared(x3)
+    assert y3.shape == (2, 3, 16) and not y3.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(y3, ffn(x3))
     with pytest.raises(TypeError, match="ffn must be a helpers.ffn.FFN, got Linear"):
         PreparedFFN(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="x"):
+        prepared(torch.randn(3, 5, dtype=dtype))
+
+
+def test_refresh_prepared_after_a_fused_optimizer_step():
+    moe = make(d=16, e=3, k=1, d_ff=10)
+    x = torch.randn(12, 16)
+    with torch.no_grad():
+        moe(x)                                           # builds the cache
+    opt = torch.optim.AdamW(moe.parameters(), lr=0.1, fused=True)
+    moe(x)[0].square().sum().backward()
+    opt.step()                                           # fused: the version counters do not move
+    moe.refresh_prepared()
+    with torch.no_grad():
+        torch.testing.assert_close(moe(x)[0], moe_forward_loop(moe, x))
 
 
 def test_inference_cache_follows_weight_changes():
