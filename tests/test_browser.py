@@ -32,6 +32,7 @@ test is skipped on a learner's machine, but fails under CI (``CI`` set), where
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -441,32 +442,39 @@ def move_slider(page, lab: Lab, report: Report, label: str = SLIDER) -> None:
     widget.scroll_into_view_if_needed()
 
 
+@contextlib.contextmanager
+def lab_page(browser, lab, screenshot: str):
+    """A fresh browser page for one case: yields ``(page, console)``, ``console`` collecting the browser's console
+    errors (offline, the Colab badge image cannot load: not a problem). Afterwards it shows the first error output
+    (else whatever the run ended on), saves a screenshot to ``artifacts/<screenshot>``, and frees the kernel."""
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda msg: console.append(msg.text)
+            if msg.type == "error" and "ERR_NAME_NOT_RESOLVED" not in msg.text else None)
+    try:
+        yield page, console
+    finally:
+        error = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+        if error.count():
+            error.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / screenshot))
+        lab.watch()
+        for session in lab.api("/api/sessions"):  # free the kernel (CPU, memory) for the next case
+            lab.api(f"/api/sessions/{session['id']}", method="DELETE")
+        context.close()
+
+
 @pytest.mark.parametrize("case", ["as_committed", "with_failing_cell"])
 def test_notebook_01_in_jupyterlab(lab, browser, case):
     case = f"01_{case}"
     started = time.monotonic()
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    console = []
-    # Console errors, for the failure message (offline, the Colab badge image cannot load: not a problem).
-    page.on("console", lambda msg: console.append(msg.text)
-            if msg.type == "error" and "ERR_NAME_NOT_RESOLVED" not in msg.text else None)
-    report = None
-    try:
+    with lab_page(browser, lab, f"browser_01_activations_{case[3:]}.png") as (page, console):
         open_and_run_all(page, lab, lab.notebooks[case])
         report = read_page(page)
         if case == "01_as_committed":
             move_slider(page, lab, report)
             report.errors = read_page(page).errors  # errors raised while redrawing count too
-    finally:
-        error = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
-        if error.count():  # show the first error, else whatever the run ended on (the slider)
-            error.first.scroll_into_view_if_needed()
-        page.screenshot(path=str(ARTIFACTS / f"browser_01_activations_{case[3:]}.png"))
-        lab.watch()
-        for session in lab.api("/api/sessions"):  # free the kernel (CPU, memory) for the next case
-            lab.api(f"/api/sessions/{session['id']}", method="DELETE")
-        context.close()
     found = problems(report, expect_slider=case == "01_as_committed")
     elapsed = time.monotonic() - started
     print(f"{case}: {len(report.prompts)} code cells, {report.images} images, slider {report.slider} -> "
@@ -488,26 +496,11 @@ def test_notebook_03_explorer_in_jupyterlab(lab, browser, case):
     on the copy whose callback raises once a control moves, the same checks must report it."""
     case = f"03_{case}"
     started = time.monotonic()
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    console = []
-    page.on("console", lambda msg: console.append(msg.text)
-            if msg.type == "error" and "ERR_NAME_NOT_RESOLVED" not in msg.text else None)
-    report = None
-    try:
+    with lab_page(browser, lab, f"browser_03_key_value_memories_{case[3:]}.png") as (page, console):
         open_and_run_all(page, lab, lab.notebooks[case], RUN_ALL_03_S)
         report = read_page(page)
         move_slider(page, lab, report, EXPLORER_SLIDER)
         report.errors = read_page(page).errors  # errors raised while redrawing count too
-    finally:
-        error = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
-        if error.count():
-            error.first.scroll_into_view_if_needed()
-        page.screenshot(path=str(ARTIFACTS / f"browser_03_key_value_memories_{case[3:]}.png"))
-        lab.watch()
-        for session in lab.api("/api/sessions"):
-            lab.api(f"/api/sessions/{session['id']}", method="DELETE")
-        context.close()
     found = problems(report, slider=EXPLORER_SLIDER)
     elapsed = time.monotonic() - started
     print(f"{case}: {len(report.prompts)} code cells, {report.images} images, neuron {report.slider} -> "
