@@ -33,10 +33,16 @@ calls of this one). Without that, the result depended on the order: the dense
 FFN's 4 MB of weights stay in a 32 MB cache from one call to the next, 64
 experts' 135 MB do not. The ratios are taken per round and the median over
 rounds is reported, so that slow drifts in the machine's speed affect numerator
-and denominator alike; on a shared virtual machine the ratios still move by 0.05
-to 0.2 from run to run (more rounds: ``--repeats``). The ``ms`` columns are
+and denominator alike; on a shared virtual machine the ratios still move by 0.1
+to 0.2 between the lowest and highest of ten runs (more rounds: ``--repeats``). The ``ms`` columns are
 medians of times and need not divide into the ratio columns, which are medians of
 per-round ratios.
+
+Memory: the command (``main``) first calls ``keep_freed_memory()``, so that glibc's
+``malloc`` keeps freed memory in the process and no timed call pays page faults
+for memory an earlier call gave back to the OS (they had hit whichever variant
+allocated large temporaries, by up to 65 ms per call, differently in every
+process). ``run_moe_benchmark`` alone leaves the allocator as it is.
 
 Clock: with one thread the default clock is the CPU time of the process
 (``time.process_time``), which on an idle machine equals the wall time and on a
@@ -54,6 +60,7 @@ scheduler rather than by its arithmetic; one thread measures the arithmetic.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import random
 import statistics
 import time
@@ -82,6 +89,24 @@ def _evict_caches() -> None:
     if not _EVICT:
         _EVICT.append(torch.empty(EVICT_BYTES // 4, dtype=torch.float32))
     _EVICT[0].fill_(1.0)
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's ``malloc`` keep freed memory in the process instead of handing it back to the OS.
+
+    By default glibc returns large freed blocks to the OS (``munmap``, heap trimming), and the next call
+    that allocates them pays a page fault for every 4 kB page it touches. Whether that happens depends on
+    the allocator's history in the process, so one process ran the blocked dense FFN with no faults and
+    another with 21,696 faults (65 ms of kernel time) per call. Setting ``M_MMAP_THRESHOLD`` to its 32 MB
+    maximum and ``M_TRIM_THRESHOLD`` to 1 GB (``mallopt``) leaves every timed call fault-free. Process-wide
+    and not undone, so only ``main`` calls it. Returns False where it does not apply (not Linux with glibc).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3                    # from glibc's malloc.h
+        return bool(libc.mallopt(m_mmap_threshold, 32 * 2**20)) and bool(libc.mallopt(m_trim_threshold, 2**30))
+    except (OSError, AttributeError):
+        return False
 
 
 def _time_once(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
@@ -264,9 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default=None,
                         help="cpu (process time; default with 1 thread) or wall (default with more threads)")
     args = parser.parse_args(argv)
+    kept = keep_freed_memory()
     result = run_moe_benchmark(n_tokens=args.tokens, repeats=args.repeats, threads=args.threads or None,
                                clock=args.clock)
     print(format_moe_benchmark(result))
+    print("freed memory kept in the process (no page faults in timed calls)" if kept else
+          "freed memory may go back to the OS (not glibc): page faults can add noise")
     print("targets: MoE/dense-in-blocks <= 1.05 at E=8 and E=64; loop/MoE > 1 at every E; "
           "MoE/Mixtral < 1 at E=8 and E=64 (when transformers is installed)")
 

@@ -374,6 +374,8 @@ def test_benchmark_returns_ratios_and_restores_threads():
             assert result[f"E={e} {key}"] > 0
     table = format_moe_benchmark(result)
     assert "loop/dense" in table and "MoE/dense-in-blocks" in table and "MoE/prepared-blocks" in table
+    from helpers.benchmark_moe import keep_freed_memory
+    assert isinstance(keep_freed_memory(), bool)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
         run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
 
@@ -412,6 +414,60 @@ def test_prepared_ffn_equals_ffn(variant, d_ff, bias, dtype):
         PreparedFFN(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="x"):
         prepared(torch.randn(3, 5, dtype=dtype))
+
+
+def test_prepared_ffn_writes_into_out():
+    from helpers.moe import PreparedFFN
+    ffn = FFN.from_variant("swiglu", 16, 20, bias=True).eval()
+    prepared = PreparedFFN(ffn)
+    x = torch.randn(7, 16)
+    buffer = torch.zeros(10, 16)
+    y = prepared(x, out=buffer[2:9])
+    assert y.data_ptr() == buffer[2:9].data_ptr() and torch.equal(buffer[2:9], prepared(x))
+    assert buffer[:2].abs().sum() == 0 and buffer[9:].abs().sum() == 0
+    for bad in (torch.zeros(6, 16), torch.zeros(7, 16, dtype=torch.float64), torch.zeros(16, 7).t()):
+        with pytest.raises(ValueError, match=r"out must be a contiguous torch.float32 tensor of shape \(7, 16\)"):
+            prepared(x, out=bad)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_top_k_by_max_passes_equals_topk(k):
+    from helpers.moe import _top_k
+    for shape in ((50, 8), (2, 5, 64), (3, k)):
+        scores = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+        values, index = _top_k(scores, k)
+        ref_values, ref_index = torch.topk(scores, k, dim=-1)
+        assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
+        g = torch.randn_like(values)
+        assert torch.equal(torch.autograd.grad(values, scores, g)[0], torch.autograd.grad(ref_values, scores, g)[0])
+    if k <= 2:                                           # equal scores: the lower index first
+        assert _top_k(torch.full((2, 6), 0.25), k)[1].tolist() == [list(range(k))] * 2
+
+
+def test_inference_stats_are_computed_when_read_and_equal_eager_ones():
+    import copy
+    import pickle
+    moe = make(d=16, e=4, k=2, capacity_factor=1.0, balance_coef=0.5, z_coef=0.1).eval()
+    x = torch.randn(30, 16)
+    with torch.no_grad():
+        eager = moe._token_stats(moe.route(x))
+        _, stats = moe(x)
+        assert isinstance(stats, MoEStats) and stats.capacity == eager.capacity and stats.routing is not None
+        assert "_compute" in vars(stats)                 # nothing computed yet
+        moe.balance_coef = 9.0                           # the coefficients of the forward pass are kept
+        assert stats.tokens_per_expert.tolist() == eager.tokens_per_expert.tolist()
+        assert type(stats) is MoEStats and "_compute" not in vars(stats)
+        for name in ("kept_per_expert", "balance_loss", "z_loss", "aux_loss"):
+            assert torch.equal(getattr(stats, name), getattr(eager, name)), name
+        assert (stats.dropped_share, stats.router_entropy, stats.max_over_mean) == (
+            eager.dropped_share, eager.router_entropy, eager.max_over_mean)
+        for deferred in (moe(x)[1], moe(x)[1], moe(x)[1]):
+            assert repr(deferred).startswith("MoEStats(tokens_per_expert=")
+        copied, pickled = copy.deepcopy(moe(x)[1]), pickle.loads(pickle.dumps(moe(x)[1]))
+        assert type(copied) is MoEStats and type(pickled) is MoEStats
+        assert torch.equal(pickled.kept_per_expert, eager.kept_per_expert)
+    _, training_stats = moe.train()(x)                   # with autograd: computed at once, with gradients
+    assert type(training_stats) is MoEStats and training_stats.aux_loss.requires_grad
 
 
 def test_refresh_prepared_after_a_fused_optimizer_step():
