@@ -60,11 +60,14 @@ def test_one_thread_setting_for_every_timing(monkeypatch, capsys):
         seen.update(kwargs)
         return None, "MoE figures: stand-in"
 
+    import helpers.benchmark_moe
+    kept = []                                            # the real one changes malloc for the whole test run
+    monkeypatch.setattr(helpers.benchmark_moe, "keep_freed_memory", lambda: kept.append(1) or True)
     monkeypatch.setattr(benchmark, "moe_figures", fake_moe_figures)
     assert benchmark.main(["--repeats", "1", "--tokens", "32", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "timings on 1 thread (--threads)" in out and "thread(s)" not in out
-    assert seen == {"threads": 1, "repeats": 1}
+    assert seen == {"threads": 1, "repeats": 1} and kept == [1]
 
 
 def test_moe_table_is_printed_with_its_header():

@@ -374,8 +374,6 @@ def test_benchmark_returns_ratios_and_restores_threads():
             assert result[f"E={e} {key}"] > 0
     table = format_moe_benchmark(result)
     assert "loop/dense" in table and "MoE/dense-in-blocks" in table and "MoE/prepared-blocks" in table
-    from helpers.benchmark_moe import keep_freed_memory
-    assert isinstance(keep_freed_memory(), bool)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
         run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
 
@@ -430,6 +428,15 @@ def test_prepared_ffn_writes_into_out():
             prepared(x, out=bad)
 
 
+def test_top_k_with_minus_infinity_never_repeats_an_expert():
+    from helpers.moe import _top_k
+    scores = torch.tensor([[0.25, 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
+    bias = torch.tensor([0.0, -math.inf, -math.inf, -math.inf])          # only expert 0 left
+    weight, index = biased_top_k(scores, bias, 2)
+    assert all(len(set(row)) == 2 for row in index.tolist())
+    assert _top_k(torch.tensor([[1.0, -math.inf, -math.inf]]), 2)[1][0, 0].item() == 0
+
+
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_top_k_by_max_passes_equals_topk(k):
     from helpers.moe import _top_k
@@ -468,6 +475,51 @@ def test_inference_stats_are_computed_when_read_and_equal_eager_ones():
         assert torch.equal(pickled.kept_per_expert, eager.kept_per_expert)
     _, training_stats = moe.train()(x)                   # with autograd: computed at once, with gradients
     assert type(training_stats) is MoEStats and training_stats.aux_loss.requires_grad
+
+
+def test_deferred_stats_survive_an_interrupted_read_keep_set_fields_and_not_the_layer():
+    import gc
+    import weakref
+    from helpers import moe as moe_module
+    layer = make(d=16, e=4, k=2).eval()
+    x = torch.randn(20, 16)
+    with torch.no_grad():
+        _, stats = layer(x)
+    compute = stats.__dict__["_compute"]
+    calls = []
+
+    def interrupted():
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return compute()
+
+    stats.__dict__["_compute"] = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        stats.tokens_per_expert
+    assert stats.tokens_per_expert.sum().item() == 40 and type(stats) is MoEStats    # the second read works
+    with torch.no_grad():
+        _, stats = layer(x)
+    stats.dropped_share = 0.5                            # set before the first read: kept
+    assert stats.router_entropy > 0 and stats.dropped_share == 0.5
+    with torch.no_grad():
+        _, unread = layer(x)
+    alive = weakref.ref(layer)
+    del layer
+    gc.collect()
+    assert alive() is None                               # an unread record does not hold the layer
+    assert unread.kept_per_expert.sum().item() == 40
+    assert moe_module.token_stats is not None
+
+
+def test_keep_freed_memory_in_its_own_process():
+    import subprocess
+    import sys
+    code = "from helpers.benchmark_moe import keep_freed_memory; print(keep_freed_memory())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("True", "False")
 
 
 def test_refresh_prepared_after_a_fused_optimizer_step():
