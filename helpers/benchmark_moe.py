@@ -33,16 +33,19 @@ calls of this one). Without that, the result depended on the order: the dense
 FFN's 4 MB of weights stay in a 32 MB cache from one call to the next, 64
 experts' 135 MB do not. The ratios are taken per round and the median over
 rounds is reported, so that slow drifts in the machine's speed affect numerator
-and denominator alike; on a shared virtual machine the ratios still move by 0.1
-to 0.2 between the lowest and highest of ten runs (more rounds: ``--repeats``). The ``ms`` columns are
+and denominator alike. On a shared virtual machine one round's ratio can be 0.2
+away from the median, so the default is 21 rounds; the columns still move by
+0.05 to 0.2 between the lowest and highest of ten runs (more rounds: ``--repeats``). The ``ms`` columns are
 medians of times and need not divide into the ratio columns, which are medians of
 per-round ratios.
 
 Memory: the command (``main``) first calls ``keep_freed_memory()``, so that glibc's
-``malloc`` keeps freed memory in the process and no timed call pays page faults
-for memory an earlier call gave back to the OS (they had hit whichever variant
-allocated large temporaries, by up to 65 ms per call, differently in every
-process). ``run_moe_benchmark`` alone leaves the allocator as it is.
+``malloc`` keeps freed blocks of up to 32 MB in the process instead of handing them
+back to the OS; at the default sizes no timed call then pays page faults for memory
+an earlier call gave back. Without it the whole-batch dense FFN (hidden tensors of
+22 MB) paid 11,000-16,000 page faults, 30-40 ms of kernel time, per call in every
+process checked, which flattered ``MoE/dense-active``. Larger blocks (``--tokens``
+above about 6,000) still fault. ``run_moe_benchmark`` alone leaves the allocator as it is.
 
 Clock: with one thread the default clock is the CPU time of the process
 (``time.process_time``), which on an idle machine equals the wall time and on a
@@ -95,11 +98,12 @@ def keep_freed_memory() -> bool:
     """Make glibc's ``malloc`` keep freed memory in the process instead of handing it back to the OS.
 
     By default glibc returns large freed blocks to the OS (``munmap``, heap trimming), and the next call
-    that allocates them pays a page fault for every 4 kB page it touches. Whether that happens depends on
-    the allocator's history in the process, so one process ran the blocked dense FFN with no faults and
-    another with 21,696 faults (65 ms of kernel time) per call. Setting ``M_MMAP_THRESHOLD`` to its 32 MB
-    maximum and ``M_TRIM_THRESHOLD`` to 1 GB (``mallopt``) leaves every timed call fault-free. Process-wide
-    and not undone, so only ``main`` calls it. Returns False where it does not apply (not Linux with glibc).
+    that allocates them pays a page fault for every 4 kB page it touches: the whole-batch dense FFN of the
+    benchmark paid 11,000-16,000 faults (30-40 ms of kernel time) per call in every process checked, the
+    blocked one in some processes up to 22,000. Setting ``M_MMAP_THRESHOLD`` to its 32 MB maximum and
+    ``M_TRIM_THRESHOLD`` to 1 GB (``mallopt``) keeps freed blocks of up to 32 MB in the process, so at the
+    benchmark's default sizes no timed call faults (blocks above 32 MB still do). Process-wide and not undone,
+    so only the commands' ``main`` functions call it. Returns False where it does not apply (not Linux with glibc).
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -155,7 +159,7 @@ def _mixtral_forward(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def run_moe_benchmark(n_tokens: int = 4096, d_model: int = 256, top_k: int = 2, experts: Sequence[int] = (8, 64),
-                      d_ff: int | None = None, repeats: int = 7, threads: int | None = 1, seed: int = 0,
+                      d_ff: int | None = None, repeats: int = 21, threads: int | None = 1, seed: int = 0,
                       warmup: int = 2, clock: str | None = None, mixtral: bool = True) -> dict[str, float]:
     """Time MoE, the reference loop and the dense-active SwiGLU FFN; return the ratios.
 
@@ -283,7 +287,9 @@ def format_moe_benchmark(result: dict[str, float]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m helpers.benchmark_moe", description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="timing rounds (medians are kept)")
+    parser.add_argument("--repeats", type=int, default=21,
+                        help="timing rounds (the median over rounds is kept; on a shared machine one round's "
+                             "ratio can be 0.2 off)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave torch's default)")
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per forward")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default=None,
@@ -293,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run_moe_benchmark(n_tokens=args.tokens, repeats=args.repeats, threads=args.threads or None,
                                clock=args.clock)
     print(format_moe_benchmark(result))
-    print("freed memory kept in the process (no page faults in timed calls)" if kept else
+    print("freed blocks up to 32 MB kept in the process (no page faults in timed calls at the default sizes)" if kept else
           "freed memory may go back to the OS (not glibc): page faults can add noise")
     print("targets: MoE/dense-in-blocks <= 1.05 at E=8 and E=64; loop/MoE > 1 at every E; "
           "MoE/Mixtral < 1 at E=8 and E=64 (when transformers is installed)")
