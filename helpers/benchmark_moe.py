@@ -33,7 +33,7 @@ calls of this one). Without that, the result depended on the order: the dense
 FFN's 4 MB of weights stay in a 32 MB cache from one call to the next, 64
 experts' 135 MB do not. The ratios are taken per round and the median over
 rounds is reported, so that slow drifts in the machine's speed affect numerator
-and denominator alike. On a shared virtual machine one round's ratio can be 0.2
+and denominator alike. On a shared virtual machine one round's ratio can be 0.3
 away from the median, so the default is 21 rounds; the columns still move by
 0.05 to 0.2 between the lowest and highest of ten runs (more rounds: ``--repeats``). The ``ms`` columns are
 medians of times and need not divide into the ratio columns, which are medians of
@@ -43,7 +43,7 @@ Memory: the command (``main``) first calls ``keep_freed_memory()``, so that glib
 ``malloc`` keeps freed blocks of up to 32 MB in the process instead of handing them
 back to the OS; at the default sizes no timed call then pays page faults for memory
 an earlier call gave back. Without it the whole-batch dense FFN (hidden tensors of
-22 MB) paid 11,000-16,000 page faults, 30-40 ms of kernel time, per call in every
+22 MB) paid 11,000-16,000 page faults, 30-45 ms of kernel time, per call in every
 process checked, which flattered ``MoE/dense-active``. Larger blocks (``--tokens``
 above about 6,000) still fault. ``run_moe_benchmark`` alone leaves the allocator as it is.
 
@@ -99,8 +99,8 @@ def keep_freed_memory() -> bool:
 
     By default glibc returns large freed blocks to the OS (``munmap``, heap trimming), and the next call
     that allocates them pays a page fault for every 4 kB page it touches: the whole-batch dense FFN of the
-    benchmark paid 11,000-16,000 faults (30-40 ms of kernel time) per call in every process checked, the
-    blocked one in some processes up to 22,000. Setting ``M_MMAP_THRESHOLD`` to its 32 MB maximum and
+    benchmark paid 11,000-16,000 faults (30-45 ms of kernel time) per call in every process checked; the
+    blocked one at most a few hundred in the benchmark's own processes (22,000 in one that held a second MoE). Setting ``M_MMAP_THRESHOLD`` to its 32 MB maximum and
     ``M_TRIM_THRESHOLD`` to 1 GB (``mallopt``) keeps freed blocks of up to 32 MB in the process, so at the
     benchmark's default sizes no timed call faults (blocks above 32 MB still do). Process-wide and not undone,
     so only the commands' ``main`` functions call it. Returns False where it does not apply (not Linux with glibc).
@@ -288,8 +288,8 @@ def format_moe_benchmark(result: dict[str, float]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m helpers.benchmark_moe", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21,
-                        help="timing rounds (the median over rounds is kept; on a shared machine one round's "
-                             "ratio can be 0.2 off)")
+                        help="timing rounds, default %(default)s (the median over rounds is kept; on a shared "
+                             "machine one round's ratio can be 0.3 off)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave torch's default)")
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per forward")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default=None,

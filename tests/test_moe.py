@@ -434,7 +434,28 @@ def test_top_k_with_minus_infinity_never_repeats_an_expert():
     bias = torch.tensor([0.0, -math.inf, -math.inf, -math.inf])          # only expert 0 left
     weight, index = biased_top_k(scores, bias, 2)
     assert all(len(set(row)) == 2 for row in index.tolist())
-    assert _top_k(torch.tensor([[1.0, -math.inf, -math.inf]]), 2)[1][0, 0].item() == 0
+    assert _top_k(torch.tensor([[1.0, -math.inf, -math.inf]]), 2)[1].tolist() == [[0, 1]]
+    assert _top_k(torch.tensor([[-math.inf, 1.0, -math.inf]]), 2)[1].tolist() == [[1, 0]]
+    mixed = torch.tensor([[0.25] * 6, [1.0] + [-math.inf] * 5])         # one row's −inf does not change another's
+    assert _top_k(mixed, 2)[1].tolist() == [[0, 1], [0, 1]]
+
+
+def test_prepared_cache_key_sees_parametrised_weights():
+    from torch.nn.utils import parametrize
+    from helpers.moe import PreparedFFN
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    ffn = FFN.from_variant("swiglu", 8, 12)
+    before = PreparedFFN.key(ffn)
+    parametrize.register_parametrization(ffn.w1, "weight", Double())
+    assert PreparedFFN.key(ffn) != before
+    key = PreparedFFN.key(ffn)
+    with torch.no_grad():
+        ffn.w1.parametrizations.weight.original.mul_(3.0)                # a parameter one level down
+    assert PreparedFFN.key(ffn) != key
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
