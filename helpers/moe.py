@@ -794,8 +794,6 @@ class MoE(nn.Module):
         return text + "".join(f", {name}={value}" for name, value, _ in extras)
 
 
-
-
 def update_selection_biases(model: nn.Module) -> int:
     """Call ``update_selection_bias()`` on every ``MoE`` inside ``model`` (after the optimizer step).
 
@@ -859,7 +857,8 @@ def _grouped(x: torch.Tensor, routing: Routing, run, n_experts: int) -> torch.Te
 def _grouped_prepared(x: torch.Tensor, routing: Routing, prepared: Sequence[PreparedFFN]) -> torch.Tensor:
     """``_grouped`` for inference: every expert writes its block's output into one ``(S, d)`` buffer, and the
     weighted outputs are added into their tokens' rows by a single ``index_add_`` (rows in the same order as
-    ``_grouped``'s one call per expert, so the sums are the same)."""
+    ``_grouped``'s one call per expert, so the sums are the same). Training keeps ``_grouped``: its outputs
+    would have to be concatenated first, which made a training step 2–9 % slower at E = 4–64."""
     n, d = x.shape
     token, weight, counts = _slot_order(x, routing, len(prepared))
     gathered = x.index_select(0, token)                                  # expert blocks, one after another
