@@ -4,15 +4,24 @@ One small module per idea, imported explicitly by the notebooks, e.g.
 ``from helpers.ffn import FFN``. Nothing but ``logging`` is imported here, so
 ``import helpers`` stays instant and no module pulls in a later idea.
 
-Modules
--------
+The package has three parts:
+
+* the course library (this folder): what the notebooks teach with, one module per idea;
+* ``helpers/exercises/``: the exercise machinery (``engine`` checks, ``nbNN`` holds notebook NN's checkers,
+  ``grader`` backs ``python -m helpers.grade``);
+* ``helpers/tools/``: what a learner never imports (``python -m helpers.tools.benchmark``,
+  ``python -m helpers.tools.benchmark_moe``, ``python -m helpers.tools.figures``).
+
+The course library
+------------------
 env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
+stats       verdicts over seeds: paired and Welch t against their critical values
 activations ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
-costs       FLOPs and activation memory: formulas and measurements
+costs       FLOPs, saved activations and bytes: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
 memory      an FFN read as a key-value memory: triggers, values, agreement, sub-updates, knock-out
@@ -27,13 +36,8 @@ distributed the one process launcher and differentiable collectives (all-to-all,
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
 tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over processes
 inference   inference cost: arithmetic intensity, a measured roofline, decode vs prefill, Mixtral's bytes
-benchmark   ``python -m helpers.benchmark``: FFN vs matmul speed, activation memory, MoE ratios
-benchmark_moe ``python -m helpers.benchmark_moe``: MoE vs dense-active vs loop timings
 plotting    the course's figure style and shared plots
-figures     regenerates ``figures/`` (``python -m helpers.figures``)
 progress    progress bars that a saved notebook shows finished
-exercises   the exercise machinery (its own subpackage): ``engine`` (checking), ``nbNN``
-            (notebook NN's checkers), ``grader`` (``python -m helpers.grade``)
 """
 
 __version__ = "0.1.0"

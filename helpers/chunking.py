@@ -18,7 +18,7 @@ What that buys depends on whether gradients are needed:
 
 Saved activations per token (fp32 elements) of the course's FFN, as measured
 with ``helpers.costs.measure_saved_tensors``: the input ``d`` plus a number of
-``d_ff``-wide tensors that depends on the variant (``helpers.gating.saved_per_token``,
+``d_ff``-wide tensors that depends on the variant (``helpers.costs.saved_per_token``,
 from notebook 04): ReLU ``d + d_ff``, GELU ``d + 2·d_ff``, SwiGLU ``d + 4·d_ff``.
 """
 
@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from helpers import validate
 from helpers.costs import measure_saved_tensors
-from helpers.gating import saved_per_token
+from helpers.costs import saved_per_token
 
 def _check_chunks(x: torch.Tensor, n_chunks: int, dim: int) -> int:
     validate.float_tensor("x", x, min_dims=1)
@@ -155,7 +155,7 @@ def peak_saved_bytes(n_tokens: int, d_model: int, d_ff: int, variant: str, n_chu
 
     Without checkpointing: ``T·(d + k·d_ff)`` elements whatever ``n_chunks``.
     With it: the kept inputs ``T·d`` plus the largest chunk's hidden tensors
-    ``ceil(T/n)·k·d_ff``, where ``d + k·d_ff = helpers.gating.saved_per_token(variant, d, d_ff)``
+    ``ceil(T/n)·k·d_ff``, where ``d + k·d_ff = helpers.costs.saved_per_token(variant, d, d_ff)``
     (k = 1 for ReLU, 2 for GELU, 4 for SwiGLU).
     """
     validate.positive_int("n_tokens", n_tokens)

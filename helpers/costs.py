@@ -5,12 +5,14 @@ activation function (they are O(d_ff) per token against O(d·d_ff) for the
 matrix products). Measurements use PyTorch's own instruments:
 ``torch.utils.flop_counter.FlopCounterMode`` for FLOPs,
 ``torch.autograd.graph.saved_tensors_hooks`` for what autograd keeps for the
-backward pass, and ``torch.utils.benchmark.Timer`` for time.
+backward pass, and ``torch.utils.benchmark.Timer`` for time. ``saved_per_token`` is the formula for
+what one FFN keeps for backward; ``torch_threads`` runs a block on a given number of threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +21,7 @@ from torch.utils import benchmark
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import validate
+from helpers.ffn import VARIANTS
 
 
 def ffn_flops_per_token(d_model: int, d_ff: int, *, gated: bool = False, backward: bool = False) -> int:
@@ -91,3 +94,41 @@ def median_seconds(fn: Callable[[], object], min_run_time: float = 0.2) -> float
     validate.positive_float("min_run_time", min_run_time)
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
     return float(timer.blocked_autorange(min_run_time=min_run_time).median)
+
+
+#: Tensors of width d_ff that autograd keeps per token for one FFN (besides the input x, width d):
+#: dense φ = ReLU keeps only its output (W2 reuses it); GELU/SiLU also keep their input.
+#: Gated: b = W3 x and the product φ(a)·b always; φ(a) (ReLU, sigmoid; for identity it *is* a),
+#: plus a itself when φ needs its input for the derivative (GELU, SiLU).
+SAVED_D_FF_TENSORS: dict[str, int] = {
+    "relu": 1, "gelu": 2, "gelu_tanh": 2, "swish": 2,
+    "glu": 3, "bilinear": 3, "reglu": 3, "geglu": 4, "swiglu": 4,
+}
+
+
+def saved_per_token(variant: str, d_model: int, d_ff: int) -> int:
+    """Activation elements one FFN saves for backward, per token: ``d_model + k · d_ff``.
+
+    ``k`` is 1 (ReLU), 2 (GELU, Swish), 3 (GLU, Bilinear, ReGLU) or 4 (GEGLU,
+    SwiGLU): see ``SAVED_D_FF_TENSORS``. Matches
+    ``measure_saved_tensors`` on ``helpers.ffn.FFN``, with or without biases.
+    """
+    validate.one_of("variant", variant, VARIANTS)
+    validate.positive_int("d_model", d_model)
+    validate.positive_int("d_ff", d_ff)
+    return d_model + SAVED_D_FF_TENSORS[variant] * d_ff
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)`` (``None``: leave it), then restore."""
+    if n is None:
+        yield
+        return
+    validate.positive_int("n", n)
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

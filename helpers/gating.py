@@ -13,16 +13,15 @@ optimiser, same seed → same attention and embedding initialisation) and
 records the answer-token loss along the way, for a comparison in the spirit
 of Shazeer (2020), Table 1 (``SHAZEER_2020_65K`` with its run-to-run standard
 deviations ``SHAZEER_2020_65K_SD``, and ``SHAZEER_2020_524K``).
-``paired_difference`` and ``adjacent_gaps`` put a gap next to its noise (a t statistic beside the 5 %
-critical value of ``t_critical``).
+``adjacent_gaps`` puts a gap next to its noise (a t statistic beside the 5 % critical value of
+``helpers.stats.t_critical``).
 ``saved_activation_names`` says which tensors autograd keeps for one FFN.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +34,8 @@ from helpers.facts import FactDataset
 from helpers.ffn import FFN, VARIANTS
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 from helpers.progress import progress as progress_bar
+from helpers.costs import torch_threads
+from helpers.stats import t_critical
 
 #: Shazeer (2020), Table 1: held-out log-perplexity on C4 (T5 base, d_model 768,
 #: d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps: the mean
@@ -53,29 +54,6 @@ SHAZEER_2020_524K: dict[str, float] = {
     "relu": 1.677, "gelu": 1.679, "swish": 1.683, "glu": 1.663,
     "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645,
 }
-
-#: Tensors of width d_ff that autograd keeps per token for one FFN (besides the input x, width d):
-#: dense φ = ReLU keeps only its output (W2 reuses it); GELU/SiLU also keep their input.
-#: Gated: b = W3 x and the product φ(a)·b always; φ(a) (ReLU, sigmoid; for identity it *is* a),
-#: plus a itself when φ needs its input for the derivative (GELU, SiLU).
-SAVED_D_FF_TENSORS: dict[str, int] = {
-    "relu": 1, "gelu": 2, "gelu_tanh": 2, "swish": 2,
-    "glu": 3, "bilinear": 3, "reglu": 3, "geglu": 4, "swiglu": 4,
-}
-
-
-def saved_per_token(variant: str, d_model: int, d_ff: int) -> int:
-    """Activation elements one FFN saves for backward, per token: ``d_model + k · d_ff``.
-
-    ``k`` is 1 (ReLU), 2 (GELU, Swish), 3 (GLU, Bilinear, ReGLU) or 4 (GEGLU,
-    SwiGLU): see ``SAVED_D_FF_TENSORS``. Matches
-    ``helpers.costs.measure_saved_tensors`` on ``helpers.ffn.FFN``, with or without biases.
-    """
-    validate.one_of("variant", variant, VARIANTS)
-    validate.positive_int("d_model", d_model)
-    validate.positive_int("d_ff", d_ff)
-    return d_model + SAVED_D_FF_TENSORS[variant] * d_ff
-
 
 def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
                    activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,21 +100,6 @@ def answer_loss(model: nn.Module, data: FactDataset) -> float:
     rows = torch.arange(len(data), device=device)
     answer_logits = logits[rows, data.answer_pos.to(device)]   # (N, vocab)
     return F.cross_entropy(answer_logits, data.answer_id.to(device)).item()
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``torch.set_num_threads(n)`` (``None``: leave it), then restore."""
-    if n is None:
-        yield
-        return
-    validate.positive_int("n", n)
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass
@@ -226,81 +189,6 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
             result.d_ff[variant] = ffn.d_ff
     result.curves = {v: torch.tensor(c) for v, c in result.curves.items()}
     return result
-
-
-#: Two-sided 5 % critical values of Student's t, ``t_{0.975, df}`` for df = 1..10 (standard tables; torch's
-#: ``StudentT`` has no ``icdf``, and scipy is not a course dependency).
-T_CRITICAL_975: dict[int, float] = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
-                                    8: 2.306, 9: 2.262, 10: 2.228}
-
-
-def t_critical(df: int) -> float:
-    """``t_{0.975, df}``: a mean difference is significant at 5 % (two-sided) when ``|t|`` exceeds it."""
-    if not isinstance(df, int) or isinstance(df, bool) or df not in T_CRITICAL_975:
-        raise ValueError(f"df must be an int from 1 to {max(T_CRITICAL_975)}, got {df!r}")
-    return T_CRITICAL_975[df]
-
-
-@dataclass
-class PairedDifference:
-    """Variant minus baseline, seed by seed (within a seed everything but the FFN starts the same).
-
-    Attributes:
-        diffs: ``(n_seeds,)`` the differences (negative: the variant's loss is lower).
-        mean: their mean. se: the standard error of that mean, ``sd / sqrt(n_seeds)``
-            (``nan`` for a single seed). lower: in how many seeds the variant is lower.
-    """
-
-    diffs: torch.Tensor
-    mean: float
-    se: float
-    lower: int
-
-    @property
-    def n(self) -> int:
-        return int(self.diffs.numel())
-
-    @property
-    def df(self) -> int:
-        """Degrees of freedom of the paired t statistic, ``n_seeds - 1``."""
-        return self.n - 1
-
-    @property
-    def t(self) -> float:
-        """The paired t statistic ``mean / se`` (``nan`` for a single seed or no spread)."""
-        return self.mean / self.se if self.n > 1 and math.isfinite(self.se) and self.se > 0 else float("nan")
-
-    def critical(self) -> float:
-        """``t_{0.975, n-1}``, the two-sided 5 % threshold for ``|t|`` (``nan`` for a single seed)."""
-        return t_critical(self.df) if self.df >= 1 else float("nan")
-
-    def verdict(self, threshold: float | None = None) -> str:
-        """``"lower"`` or ``"higher"`` when the sign is the same in every seed and ``|t|`` exceeds
-        ``threshold`` (default: the two-sided 5 % critical value for ``n_seeds - 1`` degrees of freedom,
-        4.303 for three seeds); otherwise ``"not resolved"``."""
-        if threshold is not None:
-            validate.positive_float("threshold", threshold)
-        if self.n < 2 or not math.isfinite(self.t):
-            return "not resolved"
-        limit = self.critical() if threshold is None else threshold
-        if self.lower == self.n and -self.t > limit:
-            return "lower"
-        if self.lower == 0 and bool((self.diffs > 0).all()) and self.t > limit:
-            return "higher"
-        return "not resolved"
-
-
-def paired_difference(values: torch.Tensor, baseline: torch.Tensor) -> PairedDifference:
-    """Seed-by-seed ``values - baseline`` for two ``(n_seeds,)`` tensors of the same seeds."""
-    validate.float_tensor("values", values)
-    validate.float_tensor("baseline", baseline)
-    if values.dim() != 1 or values.shape != baseline.shape or values.numel() == 0:
-        raise ValueError(f"values and baseline must be 1-D with the same length (one entry per seed), got "
-                         f"{tuple(values.shape)} and {tuple(baseline.shape)}")
-    diffs = (values - baseline).double()
-    n = diffs.numel()
-    se = diffs.std().item() / math.sqrt(n) if n > 1 else float("nan")
-    return PairedDifference(diffs, diffs.mean().item(), se, int((diffs < 0).sum()))
 
 
 @dataclass

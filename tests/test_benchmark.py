@@ -4,7 +4,7 @@ import importlib
 import pytest
 import torch
 
-from helpers import benchmark
+from helpers.tools import benchmark
 
 
 def test_ffn_vs_matmul_rows_and_threads_restored():
@@ -37,8 +37,8 @@ def test_moe_figures_are_skipped_cleanly_when_the_module_is_missing(monkeypatch)
     real = importlib.import_module
 
     def fake(name, *args):
-        if name == "helpers.benchmark_moe":
-            raise ModuleNotFoundError("No module named 'helpers.benchmark_moe'", name=name)
+        if name == "helpers.tools.benchmark_moe":
+            raise ModuleNotFoundError("No module named 'helpers.tools.benchmark_moe'", name=name)
         return real(name, *args)
 
     monkeypatch.setattr(benchmark.importlib, "import_module", fake)
@@ -60,9 +60,9 @@ def test_one_thread_setting_for_every_timing(monkeypatch, capsys):
         seen.update(kwargs)
         return None, "MoE figures: stand-in"
 
-    import helpers.benchmark_moe
+    import helpers.tools.benchmark_moe
     kept = []                                            # the real one changes malloc for the whole test run
-    monkeypatch.setattr(helpers.benchmark_moe, "keep_freed_memory", lambda: kept.append(1) or True)
+    monkeypatch.setattr(helpers.tools.benchmark_moe, "keep_freed_memory", lambda: kept.append(1) or True)
     monkeypatch.setattr(benchmark, "moe_figures", fake_moe_figures)
     assert benchmark.main(["--repeats", "1", "--tokens", "32", "--threads", "1"]) == 0
     out = capsys.readouterr().out
@@ -71,7 +71,7 @@ def test_one_thread_setting_for_every_timing(monkeypatch, capsys):
 
 
 def test_moe_table_is_printed_with_its_header():
-    from helpers.benchmark_moe import run_moe_benchmark
+    from helpers.tools.benchmark_moe import run_moe_benchmark
 
     result = run_moe_benchmark(n_tokens=64, d_model=16, experts=(4,), repeats=1, warmup=0)
     lines = benchmark._format_moe(result)

@@ -5,25 +5,10 @@ import torch.nn.functional as F
 from helpers.costs import measure_saved_tensors
 from helpers.facts import load_facts, make_dataset
 from helpers.ffn import FFN, VARIANTS
-from helpers.gating import (SAVED_D_FF_TENSORS, SHAZEER_2020_65K, SHAZEER_2020_65K_SD, SHAZEER_2020_524K, adjacent_gaps,
-                            answer_loss, compare_variants, gate_gradients, paired_difference, saved_activation_names, t_critical,
-                            saved_per_token, torch_threads)
+from helpers.costs import saved_per_token
+from helpers.gating import (SHAZEER_2020_65K, SHAZEER_2020_65K_SD, SHAZEER_2020_524K, adjacent_gaps, answer_loss,
+                            compare_variants, gate_gradients, saved_activation_names)
 from helpers.transformer import GPTConfig, TinyGPT
-
-
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("bias", [True, False])
-def test_saved_per_token_matches_the_hooks(variant, bias):
-    d, d_ff, tokens = 8, 20, 15
-    ffn = FFN.from_variant(variant, d, d_ff, bias=bias)
-    x = torch.randn(3, 5, d, requires_grad=True)
-    saved = measure_saved_tensors(lambda: ffn(x), exclude=ffn)
-    assert saved.per_token(tokens) == saved_per_token(variant, d, d_ff)
-
-
-def test_saved_table_covers_every_variant():
-    assert set(SAVED_D_FF_TENSORS) == set(VARIANTS)
-    assert saved_per_token("relu", 4, 16) == 20 and saved_per_token("swiglu", 4, 16) == 68
 
 
 @pytest.mark.parametrize("activation", ["silu", "sigmoid", "identity", "relu", "gelu"])
@@ -107,47 +92,12 @@ def test_compare_variants_bad_input():
         compare_variants(None, ["relu"], progress=False)
 
 
-def test_torch_threads_restores():
-    before = torch.get_num_threads()
-    with torch_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
-        with torch_threads(0):
-            pass
-
-
-def test_paired_difference_and_its_verdict():
-    d = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 3.5, 4.0]))
-    assert d.diffs.tolist() == [-1.0, -1.5, -1.0] and d.lower == 3 and d.n == 3
-    assert d.mean == pytest.approx(-7 / 6)
-    assert d.se == pytest.approx(torch.tensor([-1.0, -1.5, -1.0]).std().item() / 3 ** 0.5)
-    assert d.verdict() == "lower" and d.df == 2 and d.critical() == pytest.approx(4.303)
-    assert d.t == pytest.approx(d.mean / d.se)
-    near = paired_difference(torch.tensor([0.0, 0.0, 0.0]), torch.tensor([0.54, 0.26, 0.23]))
-    assert near.lower == 3 and -4.303 < near.t < -2 and near.verdict() == "not resolved"   # t ≈ -3.5, df 2
-    assert near.verdict(threshold=2.0) == "lower"
-    assert d.verdict(threshold=100.0) == "not resolved"
-    mixed = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 1.0, 3.5]))
-    assert mixed.lower == 2 and mixed.verdict() == "not resolved"     # one seed the other way
-    worse = paired_difference(torch.tensor([2.0, 3.0, 4.1]), torch.tensor([1.0, 2.0, 3.0]))
-    assert worse.lower == 0 and worse.verdict() == "higher"
-    tie = paired_difference(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
-    assert tie.lower == 1 and tie.verdict() == "not resolved"         # a zero difference is not a win
-    one = paired_difference(torch.tensor([1.0]), torch.tensor([2.0]))
-    assert one.verdict() == "not resolved"                              # no spread from one seed
-    with pytest.raises(ValueError, match="one entry per seed"):
-        paired_difference(torch.zeros(3), torch.zeros(2))
-    with pytest.raises(ValueError, match="threshold must be a positive number, got 0"):
-        d.verdict(threshold=0)
-
-
 def test_adjacent_gaps_order_and_units():
     gaps = adjacent_gaps({"a": 2.0, "b": 1.0, "c": 1.05}, {"a": 0.1, "b": 0.01, "c": 0.02}, n_runs=4)
     assert [(g.better, g.worse) for g in gaps] == [("b", "c"), ("c", "a")]
     se0 = (0.01 ** 2 + 0.02 ** 2) ** 0.5 / 2
     assert gaps[0].gap == pytest.approx(0.05) and gaps[0].se == pytest.approx(se0) and gaps[0].df == 6
-    assert gaps[0].t == pytest.approx(0.05 / se0) and gaps[0].resolved() and gaps[0].critical() == pytest.approx(2.447)
+    assert gaps[0].t == pytest.approx(0.05 / se0) and gaps[0].resolved() and gaps[0].critical() == pytest.approx(2.447, abs=1e-3)
     assert not gaps[1].resolved(threshold=100)
     with pytest.raises(ValueError, match="n_runs"):
         adjacent_gaps({"a": 1.0, "b": 2.0}, {"a": 0.1, "b": 0.1}, n_runs=1)
@@ -213,11 +163,3 @@ def test_shazeer_tables_cover_the_same_variants():
     assert set(SHAZEER_2020_65K) == set(SHAZEER_2020_524K) == set(VARIANTS) - {"gelu_tanh"}
     assert min(SHAZEER_2020_65K, key=SHAZEER_2020_65K.get) == "geglu"
     assert max(SHAZEER_2020_65K, key=SHAZEER_2020_65K.get) == "relu"
-
-
-def test_t_critical_table():
-    assert t_critical(2) == pytest.approx(4.303) and t_critical(6) == pytest.approx(2.447)
-    assert all(t_critical(k) > t_critical(k + 1) for k in range(1, 10))
-    for bad in (0, 11, 2.0, True):
-        with pytest.raises(ValueError, match="df"):
-            t_critical(bad)

@@ -362,7 +362,7 @@ def test_routing_plot_helpers():
 
 
 def test_benchmark_returns_ratios_and_restores_threads():
-    from helpers.benchmark_moe import format_moe_benchmark, run_moe_benchmark
+    from helpers.tools.benchmark_moe import format_moe_benchmark, run_moe_benchmark
     before = torch.get_num_threads()
     result = run_moe_benchmark(n_tokens=64, d_model=16, top_k=2, experts=(2, 4), repeats=2, warmup=1)
     assert torch.get_num_threads() == before
@@ -536,7 +536,7 @@ def test_deferred_stats_survive_an_interrupted_read_keep_set_fields_and_not_the_
 def test_keep_freed_memory_in_its_own_process():
     import subprocess
     import sys
-    code = "from helpers.benchmark_moe import keep_freed_memory; print(keep_freed_memory())"
+    code = "from helpers.tools.benchmark_moe import keep_freed_memory; print(keep_freed_memory())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert out.returncode == 0, out.stderr
@@ -718,7 +718,7 @@ def test_top_k_above_routed_and_noisy_type():
 
 
 def test_benchmark_mixtral_column_is_skipped_with_a_note_or_agrees():
-    from helpers.benchmark_moe import format_moe_benchmark, mixtral_block, run_moe_benchmark
+    from helpers.tools.benchmark_moe import format_moe_benchmark, mixtral_block, run_moe_benchmark
     result = run_moe_benchmark(n_tokens=32, d_model=8, top_k=2, experts=(4,), repeats=1, warmup=0)
     assert result["clock"] == "cpu"
     text = format_moe_benchmark(result)

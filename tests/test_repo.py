@@ -4,7 +4,8 @@ from pathlib import Path
 
 import yaml
 
-from helpers import env, figures
+from helpers import env
+from helpers.tools import figures
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -92,7 +93,7 @@ def test_readme_figures_exist_and_registry_is_complete():
     referenced = set(re.findall(r"figures/([\w\-]+\.png)", README))
     assert referenced, "the README should show the course's figures"
     for name in referenced | {f"{n}.png" for n in figures.FIGURES}:
-        assert (ROOT / "figures" / name).is_file(), f"figures/{name} is missing: run python -m helpers.figures"
+        assert (ROOT / "figures" / name).is_file(), f"figures/{name} is missing: run python -m helpers.tools.figures"
 
 
 def test_figures_regenerate(tmp_path):

@@ -1,4 +1,4 @@
-"""Regenerate every image in ``figures/``: ``python -m helpers.figures [--out DIR]``.
+"""Regenerate every image in ``figures/``: ``python -m helpers.tools.figures [--out DIR]``.
 
 Each entry of ``FIGURES`` maps a file name (without ``.png``) to a function
 returning a matplotlib figure; the README and notebooks refer to these files.

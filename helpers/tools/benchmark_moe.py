@@ -1,4 +1,4 @@
-"""How fast is the MoE layer? ``python -m helpers.benchmark_moe [--repeats N] [--threads N]``.
+"""How fast is the MoE layer? ``python -m helpers.tools.benchmark_moe [--repeats N] [--threads N]``.
 
 At T=4096 tokens, d_model=256, top-2 routing, for E=8 and E=64 SwiGLU experts
 (hidden width ``matched_gated_width(256)`` = 682 each), it times one forward
@@ -286,7 +286,7 @@ def format_moe_benchmark(result: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m helpers.benchmark_moe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m helpers.tools.benchmark_moe", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21,
                         help="timing rounds, default %(default)s (the median over rounds is kept; on a shared "
                              "machine one round's ratio can be 0.3 off)")

@@ -1,4 +1,4 @@
-"""The course's performance figures in one command: ``python -m helpers.benchmark``.
+"""The course's performance figures in one command: ``python -m helpers.tools.benchmark``.
 
 It prints, in one run:
 
@@ -7,7 +7,7 @@ It prints, in one run:
   matrix multiply of the same shapes, as a ratio per size;
 * **activation memory**: bytes autograd saves for one FFN at T=4096, chunked
   and checkpointed over plain (deterministic: measured with saved-tensor hooks);
-* **mixture of experts**: the ratios of ``helpers.benchmark_moe.run_moe_benchmark()``
+* **mixture of experts**: the ratios of ``helpers.tools.benchmark_moe.run_moe_benchmark()``
   (the MoE layer against a naive loop and a dense FFN of the same active FLOPs).
 
 Timings on a shared machine are noisy: every size is timed in several rounds,
@@ -30,7 +30,7 @@ from helpers import validate
 from helpers.chunking import ActivationMemory, activation_memory
 from helpers.costs import ffn_flops_per_token
 from helpers.ffn import FFN
-from helpers.gating import torch_threads
+from helpers.costs import torch_threads
 
 
 @dataclass(frozen=True)
@@ -188,16 +188,16 @@ def chunking_memory(n_tokens: int = 4096, d_model: int = 64, *, variant: str = "
 
 
 def moe_figures(**kwargs: object) -> tuple[object | None, str]:
-    """Run ``helpers.benchmark_moe.run_moe_benchmark(**kwargs)`` if that module exists: ``(its result, a note)``."""
+    """Run ``helpers.tools.benchmark_moe.run_moe_benchmark(**kwargs)`` if that module exists: ``(its result, a note)``."""
     try:
-        module = importlib.import_module("helpers.benchmark_moe")
+        module = importlib.import_module("helpers.tools.benchmark_moe")
     except ModuleNotFoundError as err:
-        if err.name not in ("helpers.benchmark_moe", "helpers"):
+        if err.name not in ("helpers.tools.benchmark_moe", "helpers"):
             raise
-        return None, "MoE figures: helpers.benchmark_moe is not in this checkout yet (skipped)"
+        return None, "MoE figures: helpers.tools.benchmark_moe is not in this checkout yet (skipped)"
     if not hasattr(module, "run_moe_benchmark"):
-        return None, "MoE figures: helpers.benchmark_moe has no run_moe_benchmark() (skipped)"
-    return module.run_moe_benchmark(**kwargs), "MoE figures: helpers.benchmark_moe.run_moe_benchmark()"
+        return None, "MoE figures: helpers.tools.benchmark_moe has no run_moe_benchmark() (skipped)"
+    return module.run_moe_benchmark(**kwargs), "MoE figures: helpers.tools.benchmark_moe.run_moe_benchmark()"
 
 
 def threads_label(n: int) -> str:
@@ -210,7 +210,7 @@ def _format_moe(result: object) -> list[str]:
         return []
     if isinstance(result, dict):
         try:                                                   # the MoE benchmark's own table, when it is one
-            from helpers.benchmark_moe import format_moe_benchmark
+            from helpers.tools.benchmark_moe import format_moe_benchmark
 
             return ["  " + line for line in format_moe_benchmark(result).splitlines()]
         except (ImportError, KeyError, ValueError):
@@ -224,7 +224,7 @@ def _format_moe(result: object) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the FFN/matmul rate ratios, the chunking memory ratio and the MoE ratios."""
-    parser = argparse.ArgumentParser(prog="python -m helpers.benchmark", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m helpers.tools.benchmark", description=main.__doc__)
     parser.add_argument("--repeats", type=int, default=15, help="timing rounds (medians are kept)")
     parser.add_argument("--tokens", type=int, default=1024, help="tokens per FFN call in the speed test")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the speed test (0: torch's default)")
@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_moe:
         print("3. MoE figures: skipped (--skip-moe)")
         return 0
-    try:                                    # as python -m helpers.benchmark_moe does: no page faults in timed calls
-        from helpers.benchmark_moe import keep_freed_memory
+    try:                                    # as python -m helpers.tools.benchmark_moe does: no page faults in timed calls
+        from helpers.tools.benchmark_moe import keep_freed_memory
         keep_freed_memory()
     except ImportError:
         pass
