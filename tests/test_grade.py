@@ -409,3 +409,13 @@ def test_debug_headings_give_the_kind():
                                               "### Exercise 2 (build): more")]
     assert exercise_headings(nb) == {"1": ("debug", "Exercise 1 (debug): the softmax axis"),
                                      "2": ("build", "Exercise 2 (build): more")}
+
+
+def test_a_follow_up_that_only_asks_passes_is_not_a_checker_call():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("if check_collapse.passes(f):\n    show(f)"),
+                nbformat.v4.new_code_cell("result = check_collapse.evaluate(f)")]
+    expected = [ExpectedExercise("Exercise 1 (collapse a stack of affine layers)", "build", ("check_collapse",),
+                                 points=2, number="1")]
+    (row,), _ = _grade_exercises(nb, expected, _Run(), set())
+    assert row.problem == "missing" and row.max_points == 2 and row.points == 0

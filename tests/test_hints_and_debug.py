@@ -112,11 +112,23 @@ DEBUG = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_ca
 
 def test_debug_is_a_kind_with_its_buggy_original():
     assert KINDS == ("build", "investigate", "debug") and DEBUG.kind == "debug"
-    for bad in [dict(), dict(buggy=_mean_of_last_buggy), dict(bug_class="x"), dict(buggy=1, bug_class="x")]:
-        with pytest.raises(ValueError, match="debug"):
+    for bad in [dict(buggy=1), dict(bug_class=""), dict(bug_class=3)]:
+        with pytest.raises(ValueError, match="buggy|bug_class"):
             Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, kind="debug", **bad)
     with pytest.raises(ValueError, match="debug"):
         Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, buggy=_mean_of_last_buggy, bug_class="x")
+
+
+def test_debug_with_a_stub_lists_the_buggy_function_as_a_mistake():
+    """The other set-up (notebook 08): the cell starts with ``raise NotImplementedError``; the buggy
+    function, once that line is deleted, fails with the class of bug as its hint."""
+    ex = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases,
+                  [("this is the bug as given: an off-by-one in a slice bound", _mean_of_last_buggy),
+                   ("you took the first n values, not the last n", lambda x, n: x[:n].mean())], kind="debug")
+    assert ex.evaluate(_mean_of_last_buggy).hint == "this is the bug as given: an off-by-one in a slice bound"
+    assert ex.evaluate(lambda x, n: x[-n:].mean()).status == PASSED
+    unexplained = ex.evaluate(lambda x, n: x[-n:].sum())
+    assert unexplained.status == FAILED and unexplained.hint is None and CLUE_PREFIX not in unexplained.message
 
 
 def test_debug_the_unchanged_buggy_function_is_not_attempted():

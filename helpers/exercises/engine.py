@@ -6,8 +6,8 @@ runs the learner's function on every hidden case and prints exactly one line,
 ``<icon> <title>: <message>`` (``parse_line`` reads it back; the grader does):
 
 * ``⏳ ... not attempted yet``: ``fn`` raises ``NotImplementedError`` on the first case or
-  returns ``None`` on every case (a blank stub); for a *debug* exercise, ``fn`` still does
-  what the buggy original does on every case;
+  returns ``None`` on every case (a blank stub); for a *debug* exercise given its buggy
+  original (``buggy=``), ``fn`` still does what the original does on every case;
 * ``✅ ... passed (N hidden test cases)``: every case matches the reference;
 * ``❌ ...``: what is wrong (type, shape, the first wrong value and its index, how many
   cases fail), an incomplete function (``None`` on some inputs only), or the time limit.
@@ -23,16 +23,18 @@ Three rules decide what a failure message says:
   on *every* hidden case (values to float32 precision, or the same type of exception) and
   differs from the reference on each case the learner gets wrong (a model equal to the
   reference there explains nothing; one that fails where the learner passes is a mistake the
-  learner did not make). A debug exercise's buggy original counts as one more model; when no
-  model explains the answer, its message names the kind of bug to look for.
+  learner did not make). In a debug exercise, a fix that still does what the buggy original
+  does on every failing case is told the bug is still there; when nothing explains the
+  answer, the message names the kind of bug to look for (``bug_class=``).
 * **A message is one line**, never a traceback.
 
 Guarantees, whatever state the learner's kernel is in: a check never raises because of the
 learner's code (a ``KeyboardInterrupt`` still interrupts); it runs with autograd on and float32
-as torch's default dtype for the course's code; it leaves the global random generators
-(torch, NumPy, ``random``) as they were; the learner's calls share a time limit
-(``helpers.exercises.timelimit``). ``evaluate(fn)`` returns the ``Result`` instead of printing
-it; ``passes(fn)`` answers only whether it passed, silently, for a cell that uses the function.
+as torch's default dtype for the course's code, and leaves the kernel's grad mode, default dtype
+and global random generators (torch, NumPy, ``random``) as they were; the learner's calls share a
+time limit (``helpers.exercises.timelimit``). ``evaluate(fn)`` returns the ``Result`` instead of
+printing it; ``passes(fn)`` answers only whether it passed, silently, for a cell that uses the
+function.
 """
 
 from __future__ import annotations
@@ -254,7 +256,11 @@ class Exercise:
         kind: ``"build"``, ``"investigate"`` or ``"debug"``.
         time_limit: seconds the learner's function may run in total over the hidden cases;
             ``None`` takes ``FFN_CHECK_TIMEOUT`` or ``DEFAULT_TIME_LIMIT``; ``0`` means no limit.
-        buggy: for a debug exercise, the function as the learner first sees it (with its bug).
+        buggy: for a debug exercise whose cell shows the buggy function ready to run (no ``raise
+            NotImplementedError`` line), that function: run unchanged it is "not attempted", and a fix
+            that still does what it does on every failing case is told the bug is still there. (A debug
+            cell that starts with ``raise NotImplementedError`` can instead list the buggy function as a
+            mistake, with the class of bug as its hint.)
         bug_class: for a debug exercise, the kind of bug in words (``"an off-by-one in a loop bound"``),
             given as a clue when a fix is wrong and no listed mistake explains it.
         points: what the exercise is worth in the grader's gradebook (default ``DEFAULT_POINTS[kind]``).
@@ -275,9 +281,10 @@ class Exercise:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit >= 0):
             raise ValueError(f"time_limit must be a number of seconds >= 0 or None, got {time_limit!r}")
-        if kind == "debug" and not (callable(buggy) and isinstance(bug_class, str) and bug_class.strip()):
-            raise ValueError("a debug exercise needs buggy= (the function with its bug) and bug_class= (the kind "
-                             "of bug, in words)")
+        if buggy is not None and not callable(buggy):
+            raise ValueError(f"buggy= must be the function with its bug, got {type(buggy).__name__}")
+        if bug_class is not None and not (isinstance(bug_class, str) and bug_class.strip()):
+            raise ValueError(f"bug_class= must name the kind of bug in words, got {bug_class!r}")
         if kind != "debug" and (buggy is not None or bug_class is not None):
             raise ValueError("buggy= and bug_class= belong to debug exercises (kind='debug')")
         if points is not None and not (isinstance(points, numbers.Real) and points >= 0):
@@ -435,7 +442,7 @@ class Exercise:
         failing = [o for o in outcomes if o.difference is not None]
         if not failing:
             return self._result(PASSED, f"passed ({_plural(total, 'hidden test case')})")
-        if self.kind == "debug" and all(self._explains(self.buggy, o) for o in outcomes):
+        if self.buggy is not None and all(self._explains(self.buggy, o) for o in outcomes):
             return self._result(NOT_ATTEMPTED, "not attempted yet (your function still does what the buggy "
                                                "original does on every hidden case: find the bug, fix it, then "
                                                "run this cell again)")
@@ -453,7 +460,7 @@ class Exercise:
         hint = self._diagnose(outcomes)
         if hint:
             message += f" {HINT_PREFIX}{hint}"
-        elif self.kind == "debug":
+        elif self.bug_class:
             message += f" {CLUE_PREFIX}{self.bug_class}."
         return self._result(FAILED, message, "error" if first.kind == "error" else "wrong", hint)
 
@@ -500,9 +507,9 @@ class Exercise:
             if all(self._explains(model, o, must_differ=True) for o in wrong) and \
                     all(self._explains(model, o) for o in others):
                 return hint
-        if self.kind == "debug" and all(self._explains(self.buggy, o, must_differ=True) for o in wrong):
-            return (f"the original bug ({self.bug_class}) is still there on the inputs that fail: your fix "
-                    f"covers only some of them.")
+        if self.buggy is not None and all(self._explains(self.buggy, o, must_differ=True) for o in wrong):
+            bug = f"the original bug ({self.bug_class})" if self.bug_class else "the original bug"
+            return f"{bug} is still there on the inputs that fail: your fix covers only some of them."
         return None
 
 
