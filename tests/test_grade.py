@@ -168,6 +168,10 @@ def test_a_notebook_that_kills_its_kernel(tmp_path):
     path = _notebook("import os\nos._exit(1)",
                      "from helpers.exercises.nb01 import check_collapse\ncheck_collapse(lambda *args: None)",
                      name="dies.ipynb", folder=tmp_path)
+    nb = nbformat.read(path, as_version=4)  # a verdict saved in the file, from an earlier run: not this run's
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="✅ Exercise 1 (collapse a stack of "
+                                                  "affine layers): passed (5 hidden test cases)\n")]
+    nbformat.write(nb, path)
     status, book = _grade(tmp_path, path)
     (grade,) = book["notebooks"]
     assert status != 0 and grade["status"] == KERNEL_DIED

@@ -118,11 +118,17 @@ def _error_text(output: Any) -> str:
 
 def execute(nb: Any, workdir: Path, *, timeout: float, cell_timeout: float | None, kernel_name: str,
             env: dict[str, str]) -> Run:
-    """Run ``nb``'s code cells in place, in a fresh kernel; stop at ``timeout`` seconds in total."""
+    """Run ``nb``'s code cells in place, in a fresh kernel; stop at ``timeout`` seconds in total.
+
+    The outputs saved in the file are cleared first, so every output read afterwards comes from this run.
+    """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     run = Run()
+    for cell in nb.cells:  # outputs saved in the file were not made by this run: a cell never reached shows none
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
     client = NotebookClient(nb, kernel_name=kernel_name, allow_errors=True, record_timing=False,
                             shutdown_kernel="immediate", startup_timeout=120,
                             resources={"metadata": {"path": str(workdir)}})
