@@ -270,7 +270,7 @@ def feedback_markdown(student: str, members: Sequence[NotebookGrade]) -> str:
         course = Path(grade.original).name if grade.original else "no course notebook matched"
         lines += [f"## {grade.path}", "",
                   f"Graded as the course notebook **{course}**. Your notebook {grade.status}"
-                  + (f" ({grade.note})." if grade.note else ".") + f" Points: **{_pts(grade.points)} of "
+                  + (f": {grade.note}." if grade.note else ".") + f" Points: **{_pts(grade.points)} of "
                   f"{_pts(grade.max_points)}**.", "",
                   "| | Exercise | Kind | Points |", "|---|---|---|---|"]
         for ex in grade.exercises:
