@@ -10,7 +10,7 @@ the repository once). ``setup()`` then does the rest:
 * seeds Python, NumPy and torch;
 * runs torch on one CPU thread (see ``setup``);
 * applies the course's plotting style;
-* picks the GPU when there is one, the CPU otherwise;
+* returns the device the course computes on: the CPU, always (see ``pick_device``);
 * prints one line with the versions and the device.
 """
 
@@ -32,7 +32,7 @@ RUNTIME_PACKAGES: dict[str, str] = {
     "matplotlib": "matplotlib>=3.10",
     "torch": "torch>=2.11",
     "tqdm": "tqdm>=4.66",
-    "ipywidgets": "ipywidgets>=8.1",
+    "ipywidgets": "ipywidgets>=7.7.1",
 }
 
 VERSION_LINE_PREFIX = "Course environment:"
@@ -71,10 +71,16 @@ def seed_everything(seed: int = 0) -> None:
 
 
 def pick_device():
-    """``torch.device('cuda')`` when a GPU is available, else ``torch.device('cpu')``."""
+    """The course's device: ``torch.device('cpu')``, also on a GPU runtime.
+
+    The course's models are tiny (a few thousand to a few hundred thousand parameters): on a GPU each step would
+    be dominated by kernel launches, and the stored outputs are written for the CPU (matrix products on a GPU sum
+    in another order and may use TF32). So every notebook runs on the CPU wherever it is opened; the version line
+    says so when a GPU is present.
+    """
     import torch
 
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device("cpu")
 
 
 def version_line(device) -> str:
@@ -82,12 +88,13 @@ def version_line(device) -> str:
     import numpy as np
     import torch
 
+    gpu = " (a GPU is present; the course runs on the CPU)" if torch.cuda.is_available() else ""
     return (f"{VERSION_LINE_PREFIX} Python {platform.python_version()} | torch {torch.__version__} | "
-            f"numpy {np.__version__} | device: {device} | CPU threads: {torch.get_num_threads()}")
+            f"numpy {np.__version__} | device: {device}{gpu} | CPU threads: {torch.get_num_threads()}")
 
 
 def setup(seed: int = 0, *, threads: int | None = 1, quiet: bool = False):
-    """Prepare a notebook: install what Colab lacks, seed, style plots, pick and return the device.
+    """Prepare a notebook: install what Colab lacks, seed, style plots, return the device (the CPU).
 
     ``threads``: CPU threads for torch. The course's models are tiny, so one thread
     is as fast as several (more threads mostly wait for each other, badly so on a

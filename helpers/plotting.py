@@ -222,8 +222,9 @@ def interactive_plot(draw, **controls: Control):
     ``draw`` makes a matplotlib figure and calls ``plt.show()``. With ipywidgets
     (>= 7.7: JupyterLab 4 with ipywidgets 8, Colab with 7.7) the figure redraws
     when a control moves; without them, or with ``FFN_STATIC_PLOTS=1`` (PDF/HTML
-    export), ``draw`` runs once with the defaults, a static figure. Returns the
-    ipywidgets ``interactive`` object, or ``None`` for the static figure. In a
+    export), ``draw`` runs once with the defaults, a static figure. Returns what
+    ``ipywidgets.interact`` returns (``draw`` itself, its controls in ``.widget``),
+    or ``None`` for the static figure. In a
     notebook, tag the cell ``nbval-ignore-output`` with a ``# nbval: ...`` reason:
     the live plot sits inside an Output widget, which nbval and the saved file
     record differently.
