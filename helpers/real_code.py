@@ -357,3 +357,65 @@ def parameter_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     shapes = {name: tuple(p.shape) for name, p in module.named_parameters()}
     shapes.update({name: tuple(b.shape) for name, b in module.named_buffers()})
     return shapes
+
+
+#: What each family does that no configuration field records: read from its module's ``forward``.
+_FROM_CODE = {
+    "GPT-2": ("Conv1D, input × output", "—", "—"),
+    "LLaMA": ("nn.Linear, gate/up/down", "—", "—"),
+    "Mixtral": ("fused [W1; W3] per expert", "softmax", "always"),
+    "Qwen3-MoE": ("fused [W1; W3] per expert", "softmax", "norm_topk_prob"),
+    "DeepSeek-V3": ("fused [W1; W3] per expert", "sigmoid + bias", "norm_topk_prob"),
+    "Llama 4": ("[W1ᵀ W3ᵀ], input × output", "sigmoid, top-1", "— (top-1)"),
+    "gpt-oss": ("interleaved, input × output", "softmax of top-k", "always"),
+}
+
+
+def conventions_table(modules: dict[str, nn.Module]) -> str:
+    """One row per family: layout, activation, scoring, renormalisation, shared experts, default balancing.
+
+    ``modules``: family -> a tiny instance (its parameter names give the layout column). The activation,
+    renormalisation flag, shared experts and balancing come from the family's default configuration; the
+    layout note, scoring and when renormalisation happens from the module's code (``_FROM_CODE``).
+    """
+    head = f"{'family':<12}{'layout':<29}{'act.':<9}{'scores':<18}{'renormalise':<27}{'shared':<8}balancing (default)"
+    rows = [head, "-" * len(head)]
+    for family, module in modules.items():
+        c = default_config_fields(family)
+        layout, scoring, renorm = _FROM_CODE[family]
+        if renorm == "norm_topk_prob":
+            renorm = f"norm_topk_prob={c['norm_topk_prob']}"
+            if "routed_scaling_factor" in c:
+                renorm += f", ×{c['routed_scaling_factor']:g}"
+        shared = ("1" if family == "Llama 4" else str(c.get("n_shared_experts", 0))) if "experts" in c else "—"
+        if "experts" not in c:
+            balance = "—"
+        elif "router_aux_loss_coef" in c:
+            balance = f"loss ×{c['router_aux_loss_coef']:g} if output_router_logits={c['output_router_logits']}"
+        else:
+            balance = "bias e_score_correction_bias"
+        rows.append(f"{family:<12}{layout:<29}{c['activation']:<9}{scoring:<18}{renorm:<27}{shared:<8}{balance}")
+    return "\n".join(rows)
+
+
+def weights_table(modules: dict[str, nn.Module]) -> str:
+    """Every parameter (and buffer) name and shape of each tiny module, one family per block."""
+    lines = []
+    for family, module in modules.items():
+        items = [f"{name} {shape}" for name, shape in parameter_shapes(module).items()]
+        lines.append(f"{family:<12}" + ", ".join(items[:4]))
+        for start in range(4, len(items), 4):
+            lines.append(" " * 12 + ", ".join(items[start:start + 4]))
+    return "\n".join(lines)
+
+
+def sizes_table() -> str:
+    """transformers' default configuration next to the released model, per family."""
+    head = f"{'family':<12}{'default config: d, width, experts':<38}released model: d, width, experts (source)"
+    rows = [head, "-" * len(head)]
+    for family, pub in PUBLISHED.items():
+        c = default_config_fields(family)
+        routed = f"{c['experts']}, top-{c['top_k']}" if "experts" in c else "dense"
+        rows.append(f"{family:<12}{c['d_model']:>5}, {c['width']:>6}, {routed:<23}{pub.model}: {pub.d_model}, "
+                    f"{pub.width}, {pub.experts} ({pub.source})")
+    return "\n".join(rows)
