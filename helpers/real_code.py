@@ -391,7 +391,8 @@ def conventions_table(modules: dict[str, nn.Module]) -> str:
         if "experts" not in c:
             balance = "—"
         elif "router_aux_loss_coef" in c:
-            balance = f"loss ×{c['router_aux_loss_coef']:g} if output_router_logits={c['output_router_logits']}"
+            balance = (f"aux loss ×{c['router_aux_loss_coef']:g}, "
+                       f"{'on' if c['output_router_logits'] else 'off'} (output_router_logits)")
         else:
             balance = "bias e_score_correction_bias"
         rows.append(f"{family:<12}{layout:<29}{c['activation']:<9}{scoring:<18}{renorm:<27}{shared:<8}{balance}")
