@@ -71,8 +71,9 @@ FAILED = "failed"
 ICONS = {NOT_ATTEMPTED: "⏳", PASSED: "✅", FAILED: "❌"}
 STATUS_OF_ICON = {icon: status for status, icon in ICONS.items()}
 
-#: The two kinds of exercise: implement what the notebook showed, or think (predict, measure, extend).
-KINDS = ("build", "investigate")
+#: The kinds of exercise: implement what the notebook showed, think (predict, measure, extend), or find and
+#: fix one bug of a kind reported in real code (notebook 08).
+KINDS = ("build", "investigate", "debug")
 
 #: Seconds the learner's function may run in total per check, unless the exercise or ``FFN_CHECK_TIMEOUT`` says.
 DEFAULT_TIME_LIMIT = 10.0
@@ -577,7 +578,7 @@ class Exercise:
             reproduces the learner's output on every case the learner gets wrong.
         atol, rtol: tolerances for floating-point results; ``None`` (default) follows the
             reference's dtype (``DTYPE_TOLERANCES``: float64 tight, float32 looser).
-        kind: ``"build"`` (implement what the notebook showed) or ``"investigate"``.
+        kind: ``"build"`` (implement what the notebook showed), ``"investigate"`` or ``"debug"`` (fix a real-code bug).
         time_limit: seconds the learner's function may run in total over the hidden cases;
             ``None`` takes ``FFN_CHECK_TIMEOUT`` or ``DEFAULT_TIME_LIMIT``; ``0`` means no limit.
     """

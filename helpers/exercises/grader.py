@@ -147,7 +147,7 @@ def _kinds_from_headings(nb: Any) -> dict[str, str]:
     kinds = {}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            for number, kind in re.findall(r"^#+\s*Exercise\s+(\w+)\s*\((build|investigate)\)", _source(cell),
+            for number, kind in re.findall(r"^#+\s*Exercise\s+(\w+)\s*\((build|investigate|debug)\)", _source(cell),
                                            re.M):
                 kinds[number] = kind
     return kinds
