@@ -276,6 +276,8 @@ check_group_limited = Exercise(
          "scores + bias, the bias only leaves the combine weights alone.", _group_unbiased_groups),
     ],
     kind="debug",
+    bug_class="a masked entry that does not always lose: the experts of a dropped group must score below every "
+              "possible biased score (-inf), whatever the bias",
 )
 
 
