@@ -5,12 +5,13 @@ from the working directory to the repository root, or, in Google Colab, clones
 the repository once). ``setup()`` then does the rest:
 
 * in Colab, installs the course's runtime packages that Colab lacks (normally
-  none: Colab ships torch, numpy, matplotlib, tqdm and ipywidgets) and never
-  touches Colab's own torch;
+  none: Colab ships torch, numpy, matplotlib, tqdm, ipywidgets and transformers),
+  upgrades transformers if Colab's is older than the course's bound (once: the
+  next run finds it new enough), and never touches Colab's own torch;
 * seeds Python, NumPy and torch;
 * runs torch on one CPU thread (see ``setup``);
 * applies the course's plotting style;
-* picks the GPU when there is one, the CPU otherwise;
+* returns the device the course computes on: the CPU, always (see ``pick_device``);
 * prints one line with the versions and the device.
 """
 
@@ -32,8 +33,14 @@ RUNTIME_PACKAGES: dict[str, str] = {
     "matplotlib": "matplotlib>=3.10",
     "torch": "torch>=2.11",
     "tqdm": "tqdm>=4.66",
-    "ipywidgets": "ipywidgets>=8.1",
+    "ipywidgets": "ipywidgets>=7.7.1",
+    "transformers": "transformers>=5.6",
 }
+
+#: Runtime packages that are upgraded in Colab when the installed version is below their bound (not only
+#: when missing). Colab ships ``transformers`` but may ship a release older than notebook 08 needs; Colab's
+#: own torch, numpy, matplotlib and ipywidgets are never touched.
+UPGRADE_IF_OLDER: tuple[str, ...] = ("transformers",)
 
 VERSION_LINE_PREFIX = "Course environment:"
 
@@ -48,9 +55,51 @@ def missing_packages() -> list[str]:
     return [spec for module, spec in RUNTIME_PACKAGES.items() if importlib.util.find_spec(module) is None]
 
 
+def _version_tuple(text: str) -> tuple[int, ...]:
+    """``"5.6.0"`` -> ``(5, 6, 0)``; stops at the first part that is not a number (``"5.7.0.dev0"`` -> 5, 7, 0)."""
+    parts = []
+    for part in text.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(parts)
+
+
+def _installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (without importing it), or ``None``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def outdated_packages() -> list[str]:
+    """Requirements (pip specs) of the ``UPGRADE_IF_OLDER`` packages installed below their lower bound."""
+    outdated = []
+    for module in UPGRADE_IF_OLDER:
+        spec = RUNTIME_PACKAGES[module]
+        installed = _installed_version(module)
+        if installed is not None and _version_tuple(installed) < _version_tuple(spec.split(">=")[1]):
+            outdated.append(spec)
+    return outdated
+
+
 def install_missing(quiet: bool = True) -> list[str]:
-    """pip-install only the runtime packages that are missing; return what was installed."""
+    """pip-install only the runtime packages that are missing or, for ``UPGRADE_IF_OLDER``, too old.
+
+    Returns what was installed (pip specs); nothing, and no pip call, when everything is there.
+    """
     missing = missing_packages()
+    missing += [spec for spec in outdated_packages() if spec not in missing]
     if missing:
         cmd = [sys.executable, "-m", "pip", "install", *(["--quiet"] if quiet else []), *missing]
         subprocess.run(cmd, check=True)
@@ -71,10 +120,16 @@ def seed_everything(seed: int = 0) -> None:
 
 
 def pick_device():
-    """``torch.device('cuda')`` when a GPU is available, else ``torch.device('cpu')``."""
+    """The course's device: ``torch.device('cpu')``, also on a GPU runtime.
+
+    The course's models are tiny (a few thousand to a few hundred thousand parameters): on a GPU each step would
+    be dominated by kernel launches, and the stored outputs are written for the CPU (matrix products on a GPU sum
+    in another order and may use TF32). So every notebook runs on the CPU wherever it is opened; the version line
+    says so when a GPU is present.
+    """
     import torch
 
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device("cpu")
 
 
 def version_line(device) -> str:
@@ -82,12 +137,13 @@ def version_line(device) -> str:
     import numpy as np
     import torch
 
+    gpu = " (a GPU is present; the course runs on the CPU)" if torch.cuda.is_available() else ""
     return (f"{VERSION_LINE_PREFIX} Python {platform.python_version()} | torch {torch.__version__} | "
-            f"numpy {np.__version__} | device: {device} | CPU threads: {torch.get_num_threads()}")
+            f"numpy {np.__version__} | device: {device}{gpu} | CPU threads: {torch.get_num_threads()}")
 
 
 def setup(seed: int = 0, *, threads: int | None = 1, quiet: bool = False):
-    """Prepare a notebook: install what Colab lacks, seed, style plots, pick and return the device.
+    """Prepare a notebook: install what Colab lacks, seed, style plots, return the device (the CPU).
 
     ``threads``: CPU threads for torch. The course's models are tiny, so one thread
     is as fast as several (more threads mostly wait for each other, badly so on a

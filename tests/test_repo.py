@@ -70,7 +70,7 @@ def _pins(path: Path) -> dict[str, str]:
 
 
 def test_lower_bounds_are_the_versions_ci_tests():
-    """CI's 'lowest' leg installs .ci/lowest.txt: each requirement's lower bound, exactly."""
+    """CI's 'colab' leg installs .ci/lowest.txt: each requirement's lower bound, exactly (Colab's versions)."""
     lowest = _pins(ROOT / ".ci" / "lowest.txt")
     assert set(lowest) == set(REQS), "pin every requirement at its lower bound in .ci/lowest.txt"
     for name, spec in REQS.items():
