@@ -188,17 +188,17 @@ check_gpt2_mlp = _make(
     mistakes=[
         ("you used the exact GELU; GPT-2 was trained with GELU's tanh form (gelu_new): "
          "F.gelu(h, approximate='tanh'). The two differ by up to 4.7e-4 per unit (notebook 01).",
-         lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2),
+         lambda x, c_fc, b_fc, c_proj, b_proj: F.gelu(x @ c_fc + b_fc) @ c_proj + b_proj),
         ("you used ReLU; GPT-2's MLP uses GELU's tanh form (F.gelu(h, approximate='tanh')).",
-         lambda x, w1, b1, w2, b2: torch.relu(x @ w1 + b1) @ w2 + b2),
+         lambda x, c_fc, b_fc, c_proj, b_proj: torch.relu(x @ c_fc + b_fc) @ c_proj + b_proj),
         ("there is no activation: without it the two matrices collapse into one linear map.",
-         lambda x, w1, b1, w2, b2: (x @ w1 + b1) @ w2 + b2),
+         lambda x, c_fc, b_fc, c_proj, b_proj: (x @ c_fc + b_fc) @ c_proj + b_proj),
         ("c_fc_b is missing: add it before the activation, gelu_tanh(x @ c_fc_w + c_fc_b).",
-         lambda x, w1, b1, w2, b2: F.gelu(x @ w1, approximate="tanh") @ w2 + b2),
+         lambda x, c_fc, b_fc, c_proj, b_proj: F.gelu(x @ c_fc, approximate="tanh") @ c_proj + b_proj),
         ("c_proj_b is missing: add it after the contraction, ... @ c_proj_w + c_proj_b.",
-         lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1, approximate="tanh") @ w2),
+         lambda x, c_fc, b_fc, c_proj, b_proj: F.gelu(x @ c_fc + b_fc, approximate="tanh") @ c_proj),
         ("c_fc_b was added after the activation: it belongs inside, gelu_tanh(x @ c_fc_w + c_fc_b).",
-         lambda x, w1, b1, w2, b2: (F.gelu(x @ w1, approximate="tanh") + b1) @ w2 + b2),
+         lambda x, c_fc, b_fc, c_proj, b_proj: (F.gelu(x @ c_fc, approximate="tanh") + b_fc) @ c_proj + b_proj),
     ],
     atol=1e-5, rtol=1e-4,
 )
