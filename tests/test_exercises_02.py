@@ -198,6 +198,7 @@ def test_step_flops_cases_cover_every_flag_combination_one_token_and_square():
     cases = [c.args for c in ex.check_step_flops.cases()]
     assert {(i, w) for *_, i, w in cases} == {(True, True), (True, False), (False, True), (False, False)}
     assert any(n == 1 for n, *_ in cases) and any(d == d_ff for _, d, d_ff, *_ in cases)
+    assert (1, 1, 1) in {tuple(c[:3]) for c in cases}, "the smallest sizes the statement allows"
 
 
 # ---------------------------------------------------------------- exercises 3 and 4: the stack

@@ -246,6 +246,8 @@ def _flops_cases() -> list[Case]:
                                f"weight_grad={weight_grad}"))
     cases.append(Case((1024, 768, 3072, False, True), note="GPT-2 small's MLP, 1024 tokens, input_grad=False, "
                                                            "weight_grad=True"))
+    cases.append(Case((1, 1, 1, True, True), note="the smallest sizes allowed: n_tokens=1, d_model=1, d_ff=1, "
+                                                  "input_grad=True, weight_grad=True"))
     return cases
 
 
