@@ -102,7 +102,8 @@ class NeuronExplorer:
                            tr.coefficients[neuron].tolist()):
             words = [w for w in (self.tokens[i] for i in self.ids[e, :p + 1].tolist()) if w not in ("<bos>", "<pad>")]
             prefix = " ".join(words)
-            rows.append((v, prefix if len(prefix) <= 44 else "…" + prefix[-43:], self.tokens[int(self.ids[e, p + 1])]))
+            prefix = prefix if len(prefix) <= 44 else "…" + prefix[-43:]
+            rows.append((v, prefix, self.tokens[int(self.ids[e, p + 1])]))
         width = max(len(prefix) for _, prefix, _ in rows)
         lines = [f"m = {v:5.2f}  {prefix:{width}s} → {word}" for v, prefix, word in rows]
         half = (len(lines) + 1) // 2

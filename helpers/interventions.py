@@ -141,10 +141,9 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
 
     def pre_hook(module, inputs):
         m = inputs[0]
-        if m.dim() != 3 or (off.shape[0] > 1 and m.shape[0] != off.shape[0]) or \
-                (positions is not None and m.shape[0] != positions.shape[0]):
-            raise ValueError(f"knock_out was set up for {max(off.shape[0], len(positions) if positions is not None else 0)}"
-                             f" rows, but the batch has shape {tuple(m.shape)}")
+        rows = positions.shape[0] if positions is not None else off.shape[0]
+        if m.dim() != 3 or (rows > 1 and m.shape[0] != rows):
+            raise ValueError(f"knock_out was set up for {rows} rows, but the batch has shape {tuple(m.shape)}")
         keep = (~off).to(m.dtype).to(m.device).unsqueeze(1).expand(m.shape[0], m.shape[1], -1)    # (N, T, d_ff)
         if positions is not None:
             at = torch.zeros(m.shape[:2], dtype=torch.bool, device=m.device)
