@@ -2,12 +2,13 @@
 
 The model is the course's ``TinyGPT`` (``d_model`` 48, two layers, four heads, GELU FFNs of width 192)
 trained on every next token of the fact sentences of ``helpers.facts`` (full batch, AdamW, ``FACT_MODEL``).
-Training takes about 15 s of CPU, too long to repeat ten times in a notebook, so the course ships the weights:
+Training one takes seconds to tens of seconds of CPU, too long to repeat ten times in a notebook, so the course
+ships the weights:
 
 * ``helpers/data/fact_model.pt``: seed 0, the model notebook 03 analyses neuron by neuron;
 * ``helpers/data/fact_model_seed<s>.pt``: the same recipe with seeds 1-9, for statistics over seeds;
-* ``helpers/data/fact_model_seed0_retrained.pt``: seed 0 trained again on another machine (torch's generic
-  CPU kernels), to show what a retrain with the *same* seed keeps.
+* ``helpers/data/fact_model_seed0_retrained.pt``: seed 0 trained again with other CPU kernels (torch's generic
+  ones, as another machine would round), to show what a retrain with the *same* seed keeps.
 
 Training is deterministic on one machine but not across machines: another CPU (or another set of vectorised
 kernels, ``ATEN_CPU_CAPABILITY``) rounds differently, and after 150 steps the weights are a few per cent
