@@ -138,7 +138,7 @@ def random_dictionary(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int,
 
 def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int | Sequence[int],
                        seeds: Sequence[int], *,
-                       steps: int = 300, batch_size: int = 128, lr: float = 1e-2, progress: bool = True,
+                       steps: int = 300, batch_size: int = 64, lr: float = 1e-2, progress: bool = True,
                        desc: str = "dictionaries") -> list[TopKDictionary]:
     """Train one TopK dictionary per seed to map ``x (N, d_in)`` to ``y (N, d_out)``; return them in seed order.
 
