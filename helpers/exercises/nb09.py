@@ -254,6 +254,8 @@ def _fvu_wrong(kind: str):
         err = ((y - y_hat) ** 2)
         if kind == "not centred":
             return float(err.sum() / (y ** 2).sum())
+        if kind == "scalar mean":
+            return float(err.sum() / ((y - y.mean()) ** 2).sum())
         if kind == "per dim":
             return float((err.sum(0) / ((y - y.mean(0)) ** 2).sum(0)).mean())
         if kind == "explained":
@@ -276,6 +278,8 @@ check_fvu = Exercise(
     [
         ("the variance is measured from the mean row ȳ, not from zero: divide by Σ‖y − ȳ‖², not Σ‖y‖² "
          "(they differ when the outputs have a mean).", _fvu_wrong("not centred")),
+        ("ȳ is the mean *row*, one mean per output dimension (y.mean(dim=0)), not one number for the whole "
+         "tensor (y.mean()).", _fvu_wrong("scalar mean")),
         ("you averaged one ratio per output dimension; take one ratio of sums over every row and dimension, "
          "so dimensions with a large variance weigh more.", _fvu_wrong("per dim")),
         ("that is the share of the variance *explained* (1 − FVU); return the unexplained share.",
