@@ -38,7 +38,9 @@ chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
 tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over processes
-inference   inference cost: arithmetic intensity, a measured roofline, decode vs prefill, Mixtral's bytes
+inference   arithmetic intensity on published hardware, decode vs prefill, an MoE's bytes per step, Mixtral's count
+superposition the toy model of superposition (n sparse features through m < n dimensions)
+dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished
 """
