@@ -248,8 +248,10 @@ class _BatchedLookup:
             raise TypeError(f"train_seeds supports FFN, MoE and NoFFN layers, got {type(ffn).__name__}")
         p: dict[str, torch.Tensor] = {
             "embed": _stack(self.models, lambda m: m.embed.weight, dtype),
-            "ln.w": _stack(self.models, lambda m: m.ln.weight, dtype), "ln.b": _stack(self.models, lambda m: m.ln.bias, dtype),
-            "lnf.w": _stack(self.models, lambda m: m.ln_f.weight, dtype), "lnf.b": _stack(self.models, lambda m: m.ln_f.bias, dtype),
+            "ln.w": _stack(self.models, lambda m: m.ln.weight, dtype),
+            "ln.b": _stack(self.models, lambda m: m.ln.bias, dtype),
+            "lnf.w": _stack(self.models, lambda m: m.ln_f.weight, dtype),
+            "lnf.b": _stack(self.models, lambda m: m.ln_f.bias, dtype),
             "unembed": _stack(self.models, lambda m: m.unembed.weight, dtype),
         }
         if self.kind == "dense":

@@ -88,7 +88,8 @@ def test_v3_a_float32_near_miss_is_never_blamed_on_a_mistake():
     assert status == "passed" and hint is None
 
 
-@pytest.mark.parametrize("hint, wrong", nb07.check_v3_gates.mistakes, ids=lambda v: v[:30] if isinstance(v, str) else "")
+@pytest.mark.parametrize("hint, wrong", nb07.check_v3_gates.mistakes,
+                         ids=lambda v: v[:30] if isinstance(v, str) else "")
 def test_v3_each_mistake_in_float32_gets_its_hint(hint, wrong):
     status, got, _ = _status(nb07.check_v3_gates, lambda l, b, k: wrong(_to32(l), _to32(b), k))
     assert status == "failed" and got == hint

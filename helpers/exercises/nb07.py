@@ -141,7 +141,8 @@ check_v3_gates = Exercise(
         ("the bias was added inside the sigmoid, σ(logits + bias); DeepSeek-V3 adds it to the affinity after the "
          "sigmoid, σ(logits) + bias, and only to choose.", _v3_wrong("bias inside sigmoid")),
         ("the bias was added inside the sigmoid, σ(logits + bias), and that biased affinity was also used as the "
-         "weight; choose by σ(logits) + bias and weight by σ(logits).", _v3_wrong("bias inside sigmoid, weights too")),
+         "weight; choose by σ(logits) + bias and weight by σ(logits).",
+         _v3_wrong("bias inside sigmoid, weights too")),
         ("the bias was subtracted; add it: an expert with a positive bias is chosen more often.",
          _v3_wrong("bias subtracted")),
         ("the bias was not used for the choice: pick the top k of σ(logits) + bias.", _v3_wrong("no bias")),
@@ -157,7 +158,8 @@ check_v3_gates = Exercise(
 
 
 # ---------------------------------------------------------------- exercise 2: one bias update
-# Loss-free balancing (Wang et al. 2024, arXiv 2408.15664; adopted by DeepSeek-V3): b_i += γ · sign(mean load − c_i).
+# Loss-free balancing (Wang et al. 2024, arXiv 2408.15664; adopted by DeepSeek-V3):
+# b_i += γ · sign(mean load − c_i).
 def _bias_step(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Tensor:
     load = load.to(torch.float64)
     return bias + gamma * torch.sign(load.mean() - load).to(bias.dtype)
