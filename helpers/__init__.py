@@ -24,7 +24,10 @@ width       what a wider hidden layer buys: memorising random facts
 costs       FLOPs, saved activations and bytes: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
-memory      an FFN read as a key-value memory: triggers, values, agreement, sub-updates, knock-out
+fact_model  notebook 03's trained fact models (ten seeds and a retrain, shipped) and the command that makes them
+memory      an FFN read as a key-value memory: triggers, values, agreement against mismatched pairs
+interventions sub-updates, knock-outs with their controls, activation patching
+explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained

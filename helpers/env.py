@@ -5,8 +5,9 @@ from the working directory to the repository root, or, in Google Colab, clones
 the repository once). ``setup()`` then does the rest:
 
 * in Colab, installs the course's runtime packages that Colab lacks (normally
-  none: Colab ships torch, numpy, matplotlib, tqdm and ipywidgets) and never
-  touches Colab's own torch;
+  none: Colab ships torch, numpy, matplotlib, tqdm, ipywidgets and transformers),
+  upgrades transformers if Colab's is older than the course's bound (once: the
+  next run finds it new enough), and never touches Colab's own torch;
 * seeds Python, NumPy and torch;
 * runs torch on one CPU thread (see ``setup``);
 * applies the course's plotting style;
@@ -17,6 +18,7 @@ the repository once). ``setup()`` then does the rest:
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import random
 import subprocess
@@ -33,9 +35,19 @@ RUNTIME_PACKAGES: dict[str, str] = {
     "torch": "torch>=2.11",
     "tqdm": "tqdm>=4.66",
     "ipywidgets": "ipywidgets>=7.7.1",
+    "transformers": "transformers>=5.6",
 }
 
+#: Runtime packages that are upgraded in Colab when the installed version is below their bound (not only
+#: when missing). Colab ships ``transformers`` but may ship a release older than notebook 08 needs; Colab's
+#: own torch, numpy, matplotlib and ipywidgets are never touched.
+UPGRADE_IF_OLDER: tuple[str, ...] = ("transformers",)
+
 VERSION_LINE_PREFIX = "Course environment:"
+
+#: ``FFN_FLUSH_DENORMAL=1`` makes ``setup`` flush subnormal floats to zero, as some CPUs and kernels do: the tests
+#: run notebook 01 that way to prove its stored outputs do not depend on how a CPU treats subnormal numbers.
+FLUSH_DENORMAL_ENV = "FFN_FLUSH_DENORMAL"
 
 
 def in_colab() -> bool:
@@ -48,9 +60,51 @@ def missing_packages() -> list[str]:
     return [spec for module, spec in RUNTIME_PACKAGES.items() if importlib.util.find_spec(module) is None]
 
 
+def _version_tuple(text: str) -> tuple[int, ...]:
+    """``"5.6.0"`` -> ``(5, 6, 0)``; stops at the first part that is not a number (``"5.7.0.dev0"`` -> 5, 7, 0)."""
+    parts = []
+    for part in text.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(parts)
+
+
+def _installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (without importing it), or ``None``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def outdated_packages() -> list[str]:
+    """Requirements (pip specs) of the ``UPGRADE_IF_OLDER`` packages installed below their lower bound."""
+    outdated = []
+    for module in UPGRADE_IF_OLDER:
+        spec = RUNTIME_PACKAGES[module]
+        installed = _installed_version(module)
+        if installed is not None and _version_tuple(installed) < _version_tuple(spec.split(">=")[1]):
+            outdated.append(spec)
+    return outdated
+
+
 def install_missing(quiet: bool = True) -> list[str]:
-    """pip-install only the runtime packages that are missing; return what was installed."""
+    """pip-install only the runtime packages that are missing or, for ``UPGRADE_IF_OLDER``, too old.
+
+    Returns what was installed (pip specs); nothing, and no pip call, when everything is there.
+    """
     missing = missing_packages()
+    missing += [spec for spec in outdated_packages() if spec not in missing]
     if missing:
         cmd = [sys.executable, "-m", "pip", "install", *(["--quiet"] if quiet else []), *missing]
         subprocess.run(cmd, check=True)
@@ -111,6 +165,8 @@ def setup(seed: int = 0, *, threads: int | None = 1, quiet: bool = False):
 
     if threads is not None:
         torch.set_num_threads(validate.positive_int("threads", threads))
+    if os.environ.get(FLUSH_DENORMAL_ENV, "").strip() == "1":    # a test runs notebooks as on a flush-to-zero CPU
+        torch.set_flush_denormal(True)
     seed_everything(seed)
     use_course_style()
     device = pick_device()

@@ -1,36 +1,19 @@
 r"""Expert parallelism: a mixture of experts whose experts live in different processes.
 
-Every process (rank) holds a copy of the router and ``n_experts / world_size``
-of the experts (rank ``r`` owns the contiguous block ``r·E/W ... (r+1)·E/W − 1``),
-plus its own share of the tokens. One forward pass of ``expert_parallel_forward``:
+Every rank holds a copy of the router, the experts ``r·E/W ... (r+1)·E/W − 1`` and its
+own tokens. ``expert_parallel_forward``: **route** the local tokens (``MoE.route``);
+**plan** the kept (token, slot) pairs sorted by expert, hence by owner (the split
+sizes); swap the counts, then **dispatch** the rows with an uneven
+``all_to_all_single``; **compute** the owned experts on the rows received;
+**combine**: the reverse all-to-all brings the results home, weighted and summed per
+token. Both exchanges go through ``helpers.distributed.all_to_all_rows``, whose
+backward is the reverse all-to-all, so ``loss.backward()`` runs across processes.
 
-1. **route** the local tokens with the replicated router (``MoE.route``);
-2. **plan**: sort the kept (token, slot) pairs by expert, hence by owner; the
-   number of rows for each rank is the *split size* of the exchange;
-3. **exchange counts** (``all_to_all_single`` on ``world_size`` integers), so
-   every rank knows how many rows it will receive from each peer, then the
-   expert id of every row;
-4. **dispatch**: ``all_to_all_single`` with uneven splits sends each row to
-   its expert's owner;
-5. **compute**: every rank runs its own experts on the rows it received;
-6. **combine**: the reverse ``all_to_all_single`` sends the results home, where
-   they are weighted by the router and summed per token.
-
-Steps 4 and 6 use ``helpers.distributed.all_to_all_rows``, a small
-``torch.autograd.Function`` around ``torch.distributed.all_to_all_single``
-whose backward is the reverse all-to-all of the gradients, so
-``loss.backward()`` runs across processes.
-
-Devices: every tensor a rank creates lives on the device of its tokens, so the
-same code runs with the NCCL backend on GPUs (``backend="nccl"``: each rank
-calls ``torch.cuda.set_device(local_rank)`` and moves its copy of the MoE and
-its tokens to ``cuda:local_rank``); here it runs on the CPU with gloo over the
-loopback interface. The processes are started by the course's one launcher,
-``helpers.distributed.launch`` (shared with ``helpers.tensor_parallel``):
-``run_expert_parallel`` from Python (also a Jupyter kernel),
-``python -m helpers.expert_parallel`` from a shell, and
-``torchrun --nproc-per-node 2 -m helpers.expert_parallel`` one rank per
-process the way a cluster job would.
+Every tensor a rank creates lives on its tokens' device, so the same code runs on
+GPUs with NCCL; here it runs on the CPU with gloo over the loopback interface. The
+processes come from ``helpers.distributed.launch``: ``run_expert_parallel`` from
+Python, ``python -m helpers.expert_parallel`` from a shell, or
+``torchrun --nproc-per-node 2 -m helpers.expert_parallel`` one rank per process.
 """
 
 from __future__ import annotations
@@ -49,9 +32,7 @@ from helpers import validate
 from helpers.distributed import (Job, ParallelError, ParallelTimeout, RankContext, all_to_all_rows, free_port,
                                  init_from_env, launch, leave_now, pid_alive, to_cpu)
 
-#: kept names: the launcher's errors, as raised for expert-parallel runs
-ExpertParallelError = ParallelError
-ExpertParallelTimeout = ParallelTimeout
+ExpertParallelError, ExpertParallelTimeout = ParallelError, ParallelTimeout     # the launcher's errors, kept names
 
 __all__ = ["DispatchPlan", "DispatchRecord", "ExpertParallelError", "ExpertParallelResult", "ExpertParallelTimeout",
            "MoEPass", "RemoteExpert", "expected_bytes_per_token", "expert_parallel_forward", "expert_parallel_job",
@@ -62,9 +43,7 @@ __all__ = ["DispatchPlan", "DispatchRecord", "ExpertParallelError", "ExpertParal
 # ----------------------------------------------------------------------------- ownership and plans
 
 def _check_layout(n_experts: int, world_size: int) -> int:
-    validate.positive_int("n_experts", n_experts)
-    validate.positive_int("world_size", world_size)
-    if n_experts % world_size:
+    if validate.positive_int("n_experts", n_experts) % validate.positive_int("world_size", world_size):
         raise ValueError(f"n_experts must be a multiple of world_size so every rank owns the same number of "
                          f"experts, got n_experts={n_experts}, world_size={world_size}")
     return n_experts // world_size
@@ -99,11 +78,8 @@ def _check_routing_tensors(expert_index: torch.Tensor, kept: torch.Tensor, n_exp
 def split_sizes(expert_index: torch.Tensor, kept: torch.Tensor, n_experts: int, world_size: int) -> list[int]:
     """Rows this process sends to each rank in the dispatch all-to-all (its ``input_split_sizes``).
 
-    One row per *kept* (token, slot) pair: a token routed to two experts on the
-    same rank is sent twice (once per slot); a dropped slot is not sent.
-
-    Shapes: ``expert_index`` ``(N, k)`` long, ``kept`` ``(N, k)`` bool -> a list
-    of ``world_size`` ints summing to ``kept.sum()``.
+    One row per *kept* (token, slot) pair (two slots on one rank are two rows; a dropped slot
+    is not sent). ``expert_index`` ``(N, k)`` long, ``kept`` ``(N, k)`` bool -> ``world_size`` ints.
     """
     _check_layout(n_experts, world_size)
     _check_routing_tensors(expert_index, kept, n_experts)
@@ -126,12 +102,7 @@ class DispatchPlan:
 
 def plan_dispatch(expert_index: torch.Tensor, weight: torch.Tensor, kept: torch.Tensor, n_experts: int,
                   world_size: int) -> DispatchPlan:
-    """Flatten the kept slots of a routing and order them for the all-to-all.
-
-    Shapes: ``expert_index``, ``weight``, ``kept``: ``(N, k)``. Rows are sorted
-    by expert id (stable, so tokens keep their order within an expert); since
-    ranks own contiguous blocks of experts, this also groups them by rank.
-    """
+    """The kept slots of a routing (all ``(N, k)``), sorted by expert id (stable), hence grouped by rank."""
     sizes = split_sizes(expert_index, kept, n_experts, world_size)
     n_tokens, top_k = expert_index.shape
     token = torch.arange(n_tokens, device=expert_index.device).unsqueeze(1).expand(n_tokens, top_k)[kept]
@@ -144,11 +115,8 @@ def plan_dispatch(expert_index: torch.Tensor, weight: torch.Tensor, kept: torch.
 
 @dataclass
 class DispatchRecord:
-    """What one rank exchanged in one forward pass.
-
-    ``send_counts[r]``: rows this rank sent to rank ``r`` in the dispatch
-    (the row to itself is a local copy, not traffic); ``recv_counts[r]``: rows it
-    received from rank ``r``, which it sends back in the combine step.
+    """What one rank exchanged in one forward pass: ``send_counts[r]`` rows to rank ``r`` in the dispatch
+    (to itself: a local copy, not traffic), ``recv_counts[r]`` rows from rank ``r`` (sent back in the combine).
     """
 
     rank: int
@@ -196,10 +164,8 @@ def expected_bytes_per_token(d_model: int, top_k: int, world_size: int, *, bytes
                              backward: bool = False) -> float:
     """Activation bytes one rank sends per token when routing is uniform over the ranks.
 
-    Each of the ``k`` slots leaves the process with probability ``(W−1)/W``:
-    ``d`` elements go out in the dispatch, and on average as many come back in
-    the combine, so ``2·k·d·bytes·(W−1)/W`` per token for the forward pass; the
-    backward pass sends the same amount again (the reverse all-to-alls).
+    Each of the ``k`` slots leaves with probability ``(W−1)/W``: ``d`` numbers out in the dispatch and
+    as many back in the combine, ``2·k·d·bytes·(W−1)/W`` forward; the backward pass sends as much again.
     """
     validate.positive_int("d_model", d_model)
     validate.positive_int("top_k", top_k)
@@ -225,18 +191,12 @@ def _run_local_experts(moe: nn.Module, rows: torch.Tensor, expert: torch.Tensor,
 
 def expert_parallel_forward(moe: nn.Module, x: torch.Tensor,
                             group: dist.ProcessGroup | None = None) -> tuple[torch.Tensor, DispatchRecord]:
-    """This rank's part of an expert-parallel MoE forward. Call it on every rank of ``group``.
+    """This rank's part of an expert-parallel MoE forward; call it on every rank of ``group`` (default: all).
 
-    Args:
-        moe: the course's ``helpers.moe.MoE`` (token-choice router); this rank
-            needs the router and the experts ``experts_of_rank(rank, E, W)``.
-        x: this rank's tokens, ``(..., d_model)``.
-        group: the process group (default: the whole world).
-
-    Returns ``(y, record)``: ``y`` has ``x``'s shape and equals the single-process
-    ``MoE`` output on these tokens, ``y[n] = Σ_j kept·weight·expert(x[n])``;
-    ``record`` counts what was exchanged. Differentiable: gradients flow back
-    through both all-to-alls to ``x``, the router and the experts.
+    ``moe`` is the course's ``helpers.moe.MoE`` (token-choice router; this rank needs the router and the
+    experts ``experts_of_rank(rank, E, W)``), ``x`` this rank's tokens ``(..., d_model)``. Returns ``(y,
+    record)``: ``y`` (``x``'s shape) equals the single-process output on these tokens; ``record`` counts what
+    was exchanged. Differentiable through both all-to-alls, to ``x``, the router and the experts.
     """
     if not dist.is_initialized():
         raise RuntimeError("expert_parallel_forward needs torch.distributed to be initialised: call it inside the "
@@ -359,11 +319,7 @@ def max_differences(a: MoEPass, b: MoEPass) -> dict[str, float]:
 
 def _rank_pass(moe: nn.Module, x_local: torch.Tensor, g_local: torch.Tensor | None,
                group: dist.ProcessGroup | None = None, device: torch.device | str = "cpu") -> dict:
-    """Shard the experts, run the expert-parallel forward (+ backward) on this rank; gather its results.
-
-    The module and the tokens are moved to ``device`` (``cuda:local_rank`` under
-    NCCL); what is returned is on the CPU.
-    """
+    """Shard the experts, run the forward (+ backward) on ``device`` (``cuda:local_rank`` under NCCL); CPU results."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     owned = shard_experts(moe, rank, world_size)
     moe.to(device)
@@ -407,13 +363,12 @@ class ExpertParallelResult(MoEPass):
 
 def expert_parallel_job(moe: nn.Module, x: torch.Tensor, grad_output: torch.Tensor | None = None, *,
                         world_size: int = 2) -> Job:
-    """The expert-parallel pass as a ``helpers.distributed.Job`` (to run it with other jobs in one launch).
+    """The expert-parallel pass as a ``helpers.distributed.Job`` (to run with other jobs in one launch).
 
-    Rank ``r`` gets the ``r``-th ``shard_tokens`` piece of ``x`` and owns experts
-    ``experts_of_rank(r, E, W)``; with ``grad_output`` (``x``'s shape) every rank
-    also runs ``(y · grad_output).sum().backward()``. ``world_size`` must be the
-    launch's. The job's result is an ``ExpertParallelResult`` (outputs and
-    gradients in token order, the router's gradient summed over the ranks).
+    Rank ``r`` gets the ``r``-th ``shard_tokens`` piece of ``x`` and owns ``experts_of_rank(r, E, W)``
+    (``world_size`` must be the launch's); with ``grad_output`` every rank also runs
+    ``(y · grad_output).sum().backward()``. Result: an ``ExpertParallelResult`` in token order, the
+    router's gradient summed over the ranks.
     """
     validate.float_tensor("x", x, last_dim=moe.d_model)
     _check_layout(moe.n_experts, world_size)
@@ -441,16 +396,11 @@ def expert_parallel_job(moe: nn.Module, x: torch.Tensor, grad_output: torch.Tens
 def run_expert_parallel(moe: nn.Module, x: torch.Tensor, grad_output: torch.Tensor | None = None, *,
                         world_size: int = 2, timeout: float = 60.0, backend: str = "gloo",
                         fail_rank: int | None = None, stall_rank: int | None = None) -> ExpertParallelResult:
-    """Run ``moe`` on ``x`` split over ``world_size`` worker processes (gloo on the CPU, or NCCL on GPUs).
+    """Run ``moe`` on ``x`` ``(..., d_model)`` split over ``world_size`` worker processes (gloo, or NCCL on GPUs).
 
-    One ``expert_parallel_job`` started by ``helpers.distributed.launch``: if a
-    worker raises, the others are stopped and an ``ExpertParallelError`` names the
-    rank and its error; if the run takes longer than ``timeout`` seconds, they are
-    stopped and ``ExpertParallelTimeout`` is raised. Either way no worker process
-    is left running. ``fail_rank`` / ``stall_rank`` make that rank raise / hang on
-    purpose (to see this).
-
-    Shapes: ``x`` ``(..., d_model)``; the result's ``output`` and ``x_grad`` are ``(N, d_model)``.
+    One ``expert_parallel_job`` started by ``helpers.distributed.launch``: a failing worker raises
+    ``ExpertParallelError`` (its rank and error), a run longer than ``timeout`` s ``ExpertParallelTimeout``;
+    either way no worker is left running. ``fail_rank`` / ``stall_rank`` make that rank raise / hang on purpose.
     """
     job = expert_parallel_job(moe, x, grad_output, world_size=world_size)
     run = launch([job], world_size=world_size, timeout=timeout, backend=backend, fail_rank=fail_rank,
@@ -470,9 +420,7 @@ def demo_problem(d_model: int = 32, n_experts: int = 4, top_k: int = 2, n_tokens
     torch.manual_seed(seed)
     moe = MoE(d_model, n_experts, top_k).eval()
     gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(n_tokens, d_model, generator=gen)
-    g = torch.randn(n_tokens, d_model, generator=gen)
-    return moe, x, g
+    return moe, torch.randn(n_tokens, d_model, generator=gen), torch.randn(n_tokens, d_model, generator=gen)
 
 
 def format_records(records: list[DispatchRecord]) -> str:

@@ -13,16 +13,28 @@ optimiser, same seed → same attention and embedding initialisation) and
 records the answer-token loss along the way, for a comparison in the spirit
 of Shazeer (2020), Table 1 (``SHAZEER_2020_65K`` with its run-to-run standard
 deviations ``SHAZEER_2020_65K_SD``, and ``SHAZEER_2020_524K``).
-``adjacent_gaps`` puts a gap next to its noise (a t statistic beside the 5 % critical value of
-``helpers.stats.t_critical``).
+``pairwise_gaps`` puts every gap between two of the paper's variants next to its noise (a t statistic
+beside the 5 % critical value of ``helpers.stats.t_critical``).
 ``saved_activation_names`` says which tensors autograd keeps for one FFN.
+
+Notebook 04's race (8 variants × 10 seeds, about 80 s of CPU on one core: too long for a notebook) is
+stored in ``RACE_RESULTS_PATH`` and read back with ``load_race``. The file is made by::
+
+    python -m helpers.gating --race-results          # RACE_SETTINGS, seeds 0-9, all 8 variants
+
+(``--seeds``, ``--variants``, ``--steps`` and ``--out`` make a smaller run; the tests make one).
+The same seed on another CPU kernel (``ATEN_CPU_CAPABILITY``) gives curves within about 0.02 nats.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import platform
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +42,7 @@ from torch import nn
 
 from helpers import validate
 from helpers.activations import ACTIVATIONS, get_activation
-from helpers.facts import FactDataset
+from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN, VARIANTS
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 from helpers.progress import progress as progress_bar
@@ -60,7 +72,7 @@ def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
     """Gradients reaching the two branches of ``h = φ(a) · b`` (by autograd).
 
     Args:
-        a: gate pre-activations ``W1 x``, shape ``(...)``.
+        a: gate pre-activations ``W1 x``, shape ``(...)`` (a 0-dim tensor too).
         b: content values ``W3 x``, same shape.
         grad_h: the gradient arriving at ``h`` from above, same shape.
         activation: φ, a name from ``helpers.activations.ACTIVATIONS`` (``"silu"``: SwiGLU).
@@ -69,9 +81,9 @@ def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
         ``(grad_a, grad_b) = (grad_h · φ'(a) · b, grad_h · φ(a))``, each of shape ``(...)``.
         Works the same inside ``torch.no_grad()`` or with autograd switched off.
     """
-    validate.float_tensor("a", a)
-    validate.float_tensor("b", b)
-    validate.float_tensor("grad_h", grad_h)
+    validate.float_tensor("a", a, min_dims=0)
+    validate.float_tensor("b", b, min_dims=0)
+    validate.float_tensor("grad_h", grad_h, min_dims=0)
     if not a.shape == b.shape == grad_h.shape:
         raise ValueError(f"a, b and grad_h must have the same shape, got {tuple(a.shape)}, "
                          f"{tuple(b.shape)} and {tuple(grad_h.shape)}")
@@ -115,6 +127,8 @@ class VariantComparison:
         ffn_params: variant -> parameters of one FFN block.
         model_params: variant -> parameters of the whole model.
         d_ff: variant -> hidden width.
+        settings: how the runs were made (``compare_variants``' keyword arguments, the relation trained
+            on, the torch version); empty when not recorded.
     """
 
     variants: list[str]
@@ -124,6 +138,21 @@ class VariantComparison:
     ffn_params: dict[str, int] = field(default_factory=dict)
     model_params: dict[str, int] = field(default_factory=dict)
     d_ff: dict[str, int] = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    def select(self, seeds: Sequence[int]) -> "VariantComparison":
+        """The same comparison restricted to ``seeds`` (in that order), e.g. the first three of ten."""
+        if isinstance(seeds, (str, int)) or len(seeds) == 0:
+            raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+        rows = []
+        for s in seeds:
+            if s not in self.seeds:
+                raise ValueError(f"seed {s!r} was not run; seeds run: {self.seeds}")
+            rows.append(self.seeds.index(s))
+        index = torch.tensor(rows)
+        return VariantComparison(list(self.variants), list(seeds), list(self.eval_steps),
+                                 {v: c[index] for v, c in self.curves.items()}, dict(self.ffn_params),
+                                 dict(self.model_params), dict(self.d_ff), dict(self.settings))
 
     def final(self, variant: str) -> torch.Tensor:
         """``(n_seeds,)`` answer loss after the last step."""
@@ -166,6 +195,8 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
     validate.positive_int("steps", steps)
     validate.int_in_range("eval_every", eval_every, 1, steps)
     result = VariantComparison(list(variants), list(seeds), [0] + list(range(eval_every, steps + 1, eval_every)))
+    result.settings = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, bias=bias, steps=steps, lr=lr,
+                           eval_every=eval_every)
     runs = [(v, s) for v in variants for s in seeds]
     with torch_threads(num_threads):
         for variant, seed in progress_bar(runs, desc="variant × seed runs", disable=not progress):
@@ -191,9 +222,91 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
     return result
 
 
+# ---------------------------------------------------------------- notebook 04's race, stored
+#: The race of notebook 04: the capital facts, a one-block model, 100 full-batch AdamW steps.
+RACE_RELATION = "capital"
+RACE_SETTINGS: dict = dict(d_model=24, n_layers=1, n_heads=2, bias=False, steps=100, lr=5e-3, eval_every=5)
+RACE_VARIANTS: tuple[str, ...] = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")
+RACE_SEEDS: tuple[int, ...] = tuple(range(10))
+#: Where ``python -m helpers.gating --race-results`` writes the race and ``load_race`` reads it.
+RACE_RESULTS_PATH = Path(__file__).parent / "data" / "gating_race.json"
+_DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (~1e-2)
+
+
+def race_data(relation: str = RACE_RELATION) -> FactDataset:
+    """The facts the race trains on (and scores): one relation of the course's fact table."""
+    return make_dataset(load_facts(relations=[relation]))
+
+
+def run_race(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RACE_SEEDS, *,
+             relation: str = RACE_RELATION, progress: bool = True, **overrides) -> VariantComparison:
+    """``compare_variants`` on ``race_data(relation)`` with ``RACE_SETTINGS`` (``overrides`` replace some)."""
+    unknown = set(overrides) - set(RACE_SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(RACE_SETTINGS)}")
+    result = compare_variants(race_data(relation), variants, seeds, progress=progress,
+                              **{**RACE_SETTINGS, **overrides})
+    result.settings["relation"] = relation
+    return result
+
+
+def save_race(result: VariantComparison, path: str | Path) -> Path:
+    """Write ``result`` as JSON (losses rounded to 1e-5 nats), with the settings and the machine it ran on."""
+    if not isinstance(result, VariantComparison):
+        raise TypeError(f"result must be a VariantComparison, got {type(result).__name__}")
+    path = Path(path)
+    record = {
+        "made_by": "python -m helpers.gating --race-results",
+        "settings": result.settings,
+        "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                        "threads": 1},
+        "variants": result.variants, "seeds": result.seeds, "eval_steps": result.eval_steps,
+        "d_ff": result.d_ff, "ffn_params": result.ffn_params, "model_params": result.model_params,
+        "answer_loss": {v: [[round(float(x), _DIGITS) for x in row] for row in result.curves[v].tolist()]
+                        for v in result.variants},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_race(path: str | Path | None = None) -> VariantComparison:
+    """Read a race written by ``save_race`` (default: the stored race of notebook 04, ``RACE_RESULTS_PATH``)."""
+    path = RACE_RESULTS_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no race results at {path}; make them with python -m helpers.gating --race-results")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    curves = {v: torch.tensor(record["answer_loss"][v], dtype=torch.float64) for v in record["variants"]}
+    return VariantComparison(record["variants"], record["seeds"], record["eval_steps"], curves,
+                             record["ffn_params"], record["model_params"], record["d_ff"],
+                             {**record["settings"], "environment": record["environment"]})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.gating --race-results``: run notebook 04's race and store it."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.gating", description=main.__doc__)
+    parser.add_argument("--race-results", action="store_true", required=True,
+                        help="train every (variant, seed) of the race and write the answer-loss curves")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(RACE_SEEDS), help="default: 0 to 9")
+    parser.add_argument("--variants", nargs="+", default=list(RACE_VARIANTS), choices=sorted(VARIANTS),
+                        help="default: the 8 variants of the notebook")
+    parser.add_argument("--steps", type=int, default=RACE_SETTINGS["steps"],
+                        help=f"training steps per run (default {RACE_SETTINGS['steps']})")
+    parser.add_argument("--out", default=str(RACE_RESULTS_PATH), help=f"default: {RACE_RESULTS_PATH}")
+    args = parser.parse_args(argv)
+    overrides = {"steps": args.steps}
+    if args.steps < RACE_SETTINGS["eval_every"]:
+        overrides["eval_every"] = args.steps
+    result = run_race(args.variants, args.seeds, **overrides)
+    print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds to {save_race(result, args.out)}")
+    return 0
+
+
+
 @dataclass
 class Gap:
-    """One step between two variants ordered by their mean (``better`` has the lower loss).
+    """One pair of variants, ordered by their mean (``better`` has the lower loss).
 
     ``se`` is the standard error of the difference of two means of ``n_runs`` runs each,
     ``sqrt(sd_better² + sd_worse²) / sqrt(n_runs)``; ``t = gap / se``; ``df = 2·(n_runs - 1)``.
@@ -219,19 +332,24 @@ class Gap:
         return self.t > (self.critical() if threshold is None else threshold)
 
 
-def adjacent_gaps(means: dict[str, float], sds: dict[str, float], n_runs: int = 4) -> list[Gap]:
-    """Order the keys by mean and measure each step to the next one in standard errors of the difference.
+def pairwise_gaps(means: dict[str, float], sds: dict[str, float], n_runs: int = 4) -> list[Gap]:
+    """Every pair of keys, each gap measured in standard errors of the difference.
 
     ``means`` are means of ``n_runs`` runs and ``sds`` the standard deviations between those runs
     (Shazeer's Table 1: four runs at 65,536 steps). The noise on a difference of two such means is
-    ``sqrt(sd_a² + sd_b²) / sqrt(n_runs)``; a step whose ``t`` stays below the 5 % critical value
-    (2.447 for 4 + 4 runs) is not a ranking. Ties in the mean keep the order of ``means``.
+    ``sqrt(sd_a² + sd_b²) / sqrt(n_runs)``; a gap whose ``t`` stays below the 5 % critical value
+    (2.447 for 4 + 4 runs) is not a ranking. Returns the ``n·(n-1)/2`` pairs, keys taken in order of
+    their means (ties keep the order of ``means``), the better one first.
+
+    Judge *all* pairs, not a chain of neighbours: two neighbours can each be unresolved while the ends
+    of the chain are far apart. With many pairs, about one in twenty unrelated ones passes the 5 % test
+    by chance (1.4 of 28 for eight variants): say how many were made.
     """
     keys = list(means)
     if len(keys) < 2:
         raise ValueError(f"means must have at least two entries, got {len(keys)}")
-    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or not 2 <= n_runs <= 6:
-        raise ValueError(f"n_runs must be an int from 2 to 6, got {n_runs!r}")
+    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or not n_runs >= 2:
+        raise ValueError(f"n_runs must be an int of at least 2, got {n_runs!r}")
     missing = [k for k in keys if k not in sds]
     if missing:
         raise ValueError(f"sds lacks {missing}")
@@ -241,7 +359,7 @@ def adjacent_gaps(means: dict[str, float], sds: dict[str, float], n_runs: int = 
     order = sorted(keys, key=lambda k: means[k])
     return [Gap(a, b, means[b] - means[a], math.sqrt(sds[a] ** 2 + sds[b] ** 2) / math.sqrt(n_runs),
                 2 * (n_runs - 1))
-            for a, b in zip(order, order[1:])]
+            for i, a in enumerate(order) for b in order[i + 1:]]
 
 
 def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
@@ -300,3 +418,7 @@ def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
             names.append("φ(a)")
     order = ["x", "a", "a = φ(a)", "φ(a)", "b", "h = φ(a)·b"]
     return sorted(names, key=order.index)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

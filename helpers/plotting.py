@@ -206,7 +206,7 @@ def _default(name: str, spec: Control):
                      f"got {spec!r}")
 
 
-def interactive_plot(draw, **controls: Control):
+def interactive_plot(draw, *, static_copy: bool = False, **controls: Control):
     """Show ``draw(**values)`` with one control per keyword, or draw it once at the defaults.
 
     The one "interactive, else static" mechanism of the course: every slider,
@@ -228,6 +228,12 @@ def interactive_plot(draw, **controls: Control):
     notebook, tag the cell ``nbval-ignore-output`` with a ``# nbval: ...`` reason:
     the live plot sits inside an Output widget, which nbval and the saved file
     record differently.
+
+    ``static_copy=True`` also stores the figure at the defaults as a PNG in the
+    widget's own output (one display bundle with the widget view, the PNG and
+    the text): a frontend with widgets shows the live controls, a static viewer
+    of the saved notebook (GitHub, nbconvert without widget state) shows the PNG
+    instead of ``interactive(children=...)``.
     """
     defaults = {name: _default(name, spec) for name, spec in controls.items()}
     if not widgets_available():
@@ -246,7 +252,40 @@ def interactive_plot(draw, **controls: Control):
             kind = (widgets.IntSlider if all(isinstance(v, int) for v in spec) else widgets.FloatSlider)
             made[name] = kind(min=low, max=high, step=step, value=default, description=name,
                               continuous_update=False)
-    return widgets.interact(draw, **made)
+    if not static_copy:
+        return widgets.interact(draw, **made)
+    from IPython.display import display
+
+    live = widgets.interactive(draw, **made)
+    if hasattr(live, "_repr_mimebundle_"):
+        bundle = dict(live._repr_mimebundle_())
+    else:  # ipywidgets 7: the same bundle, spelled out
+        bundle = {"text/plain": repr(live)[:110],
+                  "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
+                                                               "model_id": live.model_id}}
+    png = _png_at_defaults(draw, defaults)
+    if png is not None:
+        bundle["image/png"] = png
+    display(bundle, raw=True)
+    return live
+
+
+def _png_at_defaults(draw, defaults: dict) -> str | None:
+    """``draw(**defaults)`` rendered to a base64 PNG instead of shown (``None`` if it drew no figure)."""
+    import base64
+    import io
+    from unittest import mock
+
+    shown: list[Figure] = []
+    with mock.patch.object(plt, "show", lambda *args, **kwargs: shown.append(plt.gcf())):
+        draw(**defaults)
+    if not shown:
+        return None
+    buffer = io.BytesIO()
+    shown[-1].savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    for fig in set(shown):
+        plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def show_figure(name: str, width: int = 800) -> None:

@@ -7,10 +7,15 @@ without touching this file. For each exercise:
 * the reference passes, and there are at least 4 hidden cases, identical between calls;
 * both blank forms (``raise NotImplementedError`` and a body that returns ``None``) are
   "not attempted";
-* there are at least 3 listed mistakes and each one fails with ``Likely mistake: <its hint>``;
+* there are at least 3 listed mistakes (2 for a debug exercise with ``buggy=``, a third model)
+  and each one fails with ``Likely mistake: <its hint>``;
+* a debug exercise catches its buggy function: given as ``buggy=``, it is "not attempted" (the
+  learner has not fixed it yet); otherwise it is listed as a mistake (checked above);
+* the reference computed in float32 (every float64 input converted) passes or is told that it
+  matches only to float32 precision: never a wrong answer, never a named mistake;
 * ``check`` prints exactly one line (with the right icon) for a stub, the reference and a mistake;
 * ``evaluate`` never raises, whatever the learner hands it;
-* the title reads ``Exercise N (short name)`` and its verdict line parses back; ``kind`` is build or investigate;
+* the title reads ``Exercise N (short name)`` and its verdict line parses back; ``kind`` is one of ``KINDS``;
 * a hanging function gets a time-limit verdict within the limit (and the kernel's alarm is left clean);
 * a function that returns ``None`` on one case only is "incomplete", not "not attempted";
 * integer results print exactly when they differ (no ``4.72346e+06``);
@@ -19,6 +24,7 @@ without touching this file. For each exercise:
 Each notebook's own file (``tests/test_exercises_NN.py``) keeps what is specific to it:
 unlisted wrong answers, particular messages, other correct forms and the like.
 """
+import copy
 import importlib
 import pkgutil
 import re
@@ -35,6 +41,7 @@ from helpers.exercises.engine import FAILED, ICONS, KINDS, NOT_ATTEMPTED, PASSED
 MIN_EXERCISES_PER_MODULE = 4
 MIN_CASES = 4
 MIN_MISTAKES = 3
+MIN_MISTAKES_DEBUG = 2  # wrong fixes; a buggy= original is a third model (it names a partial fix)
 
 
 def _exercise_modules():
@@ -60,6 +67,7 @@ EXERCISES = [ex for _, ex in DISCOVERED]
 IDS = [name for name, _ in DISCOVERED]
 MISTAKES = [(ex, i) for ex in EXERCISES for i in range(len(ex.mistakes))]
 MISTAKE_IDS = [f"{name}-mistake{i}" for name, ex in DISCOVERED for i in range(len(ex.mistakes))]
+WITH_BUGGY = [(name, ex) for name, ex in DISCOVERED if getattr(ex, "buggy", None) is not None]
 
 
 def stub(*args, **kwargs):
@@ -117,7 +125,7 @@ def test_blank_answers_are_not_attempted(ex):
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_enough_listed_mistakes(ex):
-    assert len(ex.mistakes) >= MIN_MISTAKES
+    assert len(ex.mistakes) >= (MIN_MISTAKES_DEBUG if getattr(ex, "buggy", None) is not None else MIN_MISTAKES)
     hints = [hint for hint, _ in ex.mistakes]
     assert len(set(hints)) == len(hints), "two mistakes share a hint"
 
@@ -128,6 +136,48 @@ def test_each_listed_mistake_fails_with_its_own_hint(ex, index):
     result = ex.evaluate(wrong)
     assert result.status == FAILED, hint
     assert "Likely mistake: " + hint in result.message, (hint, result.message)
+
+
+@pytest.mark.parametrize("ex", [ex for _, ex in WITH_BUGGY], ids=[name for name, _ in WITH_BUGGY])
+def test_a_debug_exercise_given_its_buggy_function_starts_not_attempted(ex):
+    result = ex.evaluate(ex.buggy)
+    assert result.status == NOT_ATTEMPTED and result.message.startswith("not attempted yet"), result.message
+
+
+def _to_float32(value):
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
+        return value.float()
+    if isinstance(value, nn.Module):
+        return copy.deepcopy(value).float()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_float32(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_float32(v) for k, v in value.items()}
+    return value
+
+
+def _like(value, reference):
+    """``value`` converted back to the type and dtype of ``reference`` (a float64 tensor, a Python float)."""
+    if isinstance(reference, torch.Tensor) and isinstance(value, torch.Tensor):
+        return value.to(reference.dtype)
+    if isinstance(reference, float) and isinstance(value, torch.Tensor):
+        return float(value)
+    if isinstance(reference, (tuple, list)) and isinstance(value, (tuple, list)):
+        return type(reference)(_like(v, r) for v, r in zip(value, reference))
+    if isinstance(reference, dict) and isinstance(value, dict):
+        return {k: _like(value[k], reference[k]) for k in reference}
+    return value
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_the_reference_in_float32_is_never_called_wrong(ex):
+    """A learner who computes in float32 gets a pass or the precision note, never a wrong-answer hint."""
+    def in_float32(*args, **kwargs):
+        exact = ex.reference(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+        return _like(ex.reference(*_to_float32(args), **_to_float32(kwargs)), exact)
+    result = ex.evaluate(in_float32)
+    assert result.status == PASSED or result.reason == "precision", result.message
+    assert result.hint is None, result.message
 
 
 def _same_input(a, b):

@@ -183,3 +183,96 @@ def test_blank_stub_is_not_attempted(ex):
         raise NotImplementedError
 
     assert "not attempted yet" in ex.evaluate(stub).line()
+
+
+# ---- the extremes each statement allows (issue 23)
+def test_llama_width_cases_cover_the_edges_of_the_statement():
+    cases = [c.args for c in check_llama_width.cases()]
+    ref = check_llama_width.reference
+    assert (1, 4, None) in cases and ref(1, 4, None) == 4               # a multiple larger than the width
+    assert (1, 1, 0.5) in cases and ref(1, 1, 0.5) == 1                 # the smallest multiplier on the smallest d
+    assert (768, 256, None) in cases and ref(768, 256, None) == 2048    # already a multiple: it stays
+    assert (3, 8, 2.0) in cases and ref(3, 8, 2.0) == 16                # a multiple after the multiplier
+    assert (10, 1, 1.3) in cases and ref(10, 1, 1.3) == 33              # truncate the product, do not round it
+    assert all(k is None or 0.5 <= k <= 2 for _, _, k in cases)
+    assert all(isinstance(d, int) and isinstance(m, int) and d >= 1 and m >= 1 for d, m, _ in cases)
+
+
+def test_llama_width_returns_accepted_as_float_whole_numbers_and_one_more_multiple_is_named():
+    def as_float(d, m, k=None):
+        return float(check_llama_width.reference(d, m, k))
+
+    assert check_llama_width.evaluate(as_float).status == PASSED
+
+    def one_more(d, m, k=None):
+        w = int(8 * d / 3) if k is None else int(k * int(8 * d / 3))
+        return m * (w // m + 1)
+
+    wrong = check_llama_width.evaluate(one_more)
+    assert wrong.status == FAILED and "already is a multiple" in wrong.message
+
+
+def test_gate_gradients_cases_cover_the_range_zero_and_a_scalar():
+    cases = check_gate_gradients.cases()
+    for variant in GATED:
+        a_values = torch.cat([c.args[0].reshape(-1) for c in cases if c.args[3] == variant])
+        assert a_values.min() == -30 and a_values.max() == 30 and (a_values == 0).any()
+    assert any(c.args[0].dim() == 0 for c in cases)
+    assert all(c.args[0].dtype == torch.float64 for c in cases)
+    assert all(c.args[0].abs().max() <= 30 for c in cases)
+
+
+def test_gate_gradients_natural_float64_forms_pass_and_float32_gets_a_dtype_note():
+    def naive_sigmoid(a, b, gh, variant):             # sigmoid and its slope written with exp, as on paper
+        if variant in ("glu", "swiglu"):
+            s = 1 / (1 + torch.exp(-a))
+            phi, slope = (s, s * (1 - s)) if variant == "glu" else (a * s, s + a * s * (1 - s))
+            return gh * slope * b, gh * phi
+        return _by_formula(a, b, gh, variant)
+
+    assert check_gate_gradients.evaluate(naive_sigmoid).status == PASSED
+
+    def in_float32(a, b, gh, variant):
+        return tuple(t.float() for t in _by_formula(a.float(), b.float(), gh.float(), variant))
+
+    result = check_gate_gradients.evaluate(in_float32)
+    assert result.status == FAILED and "float32" in result.message
+
+
+def test_gate_gradients_tanh_gelu_is_named():
+    def tanh_gelu(a, b, gh, variant):
+        if variant != "geglu":
+            return _by_formula(a, b, gh, variant)
+        t = a.clone().requires_grad_()
+        value = F.gelu(t, approximate="tanh")
+        (slope,) = torch.autograd.grad(value.sum(), t)
+        return gh * slope * b, gh * value.detach()
+
+    wrong = check_gate_gradients.evaluate(tanh_gelu)
+    assert wrong.status == FAILED and "tanh approximation" in wrong.message
+
+
+def test_fused_ffn_cases_include_width_one_and_a_batch_of_one():
+    cases = check_fused_ffn.cases()
+    assert any(c.args[1].shape[0] == 2 for c in cases)                 # d_ff = 1
+    assert any(c.args[0].dim() == 3 and c.args[0].shape[:2] == (1, 1) for c in cases)
+    assert all(t.dtype == torch.float64 for c in cases for t in c.args[:5] if t is not None)
+
+
+def test_fused_ffn_in_float32_gets_a_dtype_note():
+    phis = {"glu": torch.sigmoid, "bilinear": lambda t: t, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+
+    def in_float32(x, w13, b13, w2, b2, variant):
+        f = lambda t: None if t is None else t.float()
+        a, b = F.linear(f(x), f(w13), f(b13)).chunk(2, dim=-1)
+        return F.linear(phis[variant](a) * b, f(w2), f(b2))
+
+    result = check_fused_ffn.evaluate(in_float32)
+    assert result.status == FAILED and "float32" in result.message
+
+
+def test_frozen_cases_include_the_smallest_and_a_wide_layer():
+    cases = [c.args for c in check_frozen_saved.cases()]
+    assert ("swiglu", 1, 3) in cases and ("relu", 2, 1) in cases and ("reglu", 4096, 11008) in cases
+    assert {v for v, _, _ in cases} == set(ALL_VARIANTS)
+    assert check_frozen_saved.reference("reglu", 4096, 11008) == 2 * 11008

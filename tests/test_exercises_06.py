@@ -1,15 +1,24 @@
-"""Notebook 06's checkers: unlisted wrong answers, accepted result types, varied hidden cases
-(the generic contract for every checker is in test_exercise_contract.py).
+"""Notebook 06's checkers: the extremes each statement allows, other correct forms (float32 and float64, loops,
+tensors), unlisted wrong answers (the generic contract for every checker is in test_exercise_contract.py).
 """
+import json
+import math
+import re
+from pathlib import Path
+
 import pytest
 import torch
+import torch.nn.functional as F
 
+from helpers.chunking import peak_saved_bytes
 from helpers.exercises import nb06 as ex
 from helpers.exercises.engine import FAILED, PASSED
 
+ROOT = Path(__file__).resolve().parent.parent
+
 EXERCISES = {
     "flops": ex.check_model_flops,
-    "peak": ex.check_peak_bytes,
+    "chunks": ex.check_fewest_chunks,
     "tp": ex.check_tensor_parallel,
     "splits": ex.check_split_sizes,
     "intensity": ex.check_moe_intensity,
@@ -17,8 +26,8 @@ EXERCISES = {
 
 #: a wrong answer that is not one of the listed mistakes, for every exercise
 UNLISTED_WRONG = {
-    "flops": lambda n, d, f, t, g, tr: ex.model_flops_reference(n, d, f, t, g, tr) + 1,
-    "peak": lambda t, d, f, n: 4 * (t * d + t * 2 * f // n) + 8,
+    "flops": lambda *a: ex.model_flops_reference(*a) + 1,
+    "chunks": lambda *a: ex.fewest_chunks_reference(*a) + 1,
     "splits": lambda ei, kept, e, w: [int(kept.sum())] + [0] * (w - 1),
     "tp": lambda *a: (ex.tensor_parallel_reference(*a)[0][::-1], ex.tensor_parallel_reference(*a)[1]),
     "intensity": lambda *a: 1.5 * ex.intensity_reference(*a),
@@ -32,25 +41,71 @@ def test_unlisted_wrong_answer_fails_without_a_hint(name):
     assert "Likely mistake" not in result.message
 
 
-def test_split_sizes_accepts_a_tensor_or_a_tuple():
-    def as_tensor(ei, kept, e, w):
-        return torch.bincount(ei[kept] // (e // w), minlength=w)
+# ----------------------------------------------------------------------------- 1. FLOPs per token
 
-    assert ex.check_split_sizes.evaluate(as_tensor).status == PASSED
-    assert ex.check_split_sizes.evaluate(lambda *a: tuple(as_tensor(*a).tolist())).status == PASSED
+def test_flops_cases_cover_every_attention_layout_and_the_extremes():
+    args = [c.args for c in ex.check_model_flops.cases()]
+    assert any(a[3] == a[2] for a in args), "no grouping (n_kv_heads == n_heads)"
+    assert any(a[3] == 1 for a in args), "multi-query attention"
+    assert any(1 < a[3] < a[2] for a in args), "grouped-query attention"
+    assert any(a[5] == 1 for a in args) and any(a[0] == 1 for a in args), "a one-token context, one layer"
+    assert {a[6] for a in args} == {True, False}
+    assert any(a[1] >= 16384 and a[5] >= 131072 for a in args), "a large model at a long context"
 
 
-def test_split_sizes_wrong_length_is_reported():
-    result = ex.check_split_sizes.evaluate(lambda ei, kept, e, w: [0])
-    assert result.status == FAILED and "items" in result.message
+def test_flops_accepts_float_arithmetic_and_the_llama3_8b_figure():
+    def with_floats(n_layers, d_model, n_heads, n_kv_heads, d_ff, n_ctx, training):
+        head = d_model / n_heads
+        per_layer = 2.0 * (2 * d_model ** 2 + 2 * d_model * n_kv_heads * head + 3 * d_model * d_ff + 2 * n_ctx * d_model)
+        return n_layers * per_layer * (3 if training else 1)
+
+    assert ex.check_model_flops.evaluate(with_floats).status == PASSED
+    cfg = ex.LLAMA3_8B
+    n_matrix = cfg["n_layers"] * (2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    assert n_matrix == 6_979_321_856                                   # Llama-3-8B without embeddings and norms
+    full = ex.model_flops_reference(*cfg.values(), True)
+    assert round(full / (6 * n_matrix), 3) == 1.308
 
 
-def test_hidden_cases_vary():
-    shapes = {tuple(c.args[0].shape) for c in ex.check_split_sizes.cases()}
-    assert len(shapes) >= 4
-    assert len({c.args for c in ex.check_model_flops.cases()}) >= 6
-    assert any(c.args[0] % c.args[3] for c in ex.check_peak_bytes.cases()), "a T that does not split evenly"
+# ----------------------------------------------------------------------------- 2. the fewest checkpointed chunks
 
+def _brute_force(n_tokens, d_model, d_ff, variant, budget_bytes):
+    for n in range(1, n_tokens + 1):
+        if peak_saved_bytes(n_tokens, d_model, d_ff, variant, n) <= budget_bytes:
+            return n
+    return 0
+
+
+def test_fewest_chunks_reference_agrees_with_the_library_formula_on_every_case_and_more():
+    for case in ex.check_fewest_chunks.cases():
+        if case.args[0] <= 5000:
+            assert ex.fewest_chunks_reference(*case.args) == _brute_force(*case.args), case.note
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        t, d = int(torch.randint(1, 300, (1,), generator=gen)), int(torch.randint(1, 20, (1,), generator=gen))
+        f = int(torch.randint(1, 80, (1,), generator=gen))
+        variant = ex.VARIANTS_SAVED[int(torch.randint(0, 3, (1,), generator=gen))]
+        budget = int(torch.randint(0, peak_saved_bytes(t, d, f, variant, 1) + 50, (1,), generator=gen))
+        assert ex.fewest_chunks_reference(t, d, f, variant, budget) == _brute_force(t, d, f, variant, budget)
+
+
+def test_fewest_chunks_cases_cover_thresholds_impossible_budgets_and_every_variant():
+    cases = ex.check_fewest_chunks.cases()
+    answers = [ex.fewest_chunks_reference(*c.args) for c in cases]
+    assert 0 in answers and 1 in answers, "nothing fits; everything fits"
+    assert any(a == c.args[0] and a > 1 for a, c in zip(answers, cases)), "one token per chunk"
+    assert any(peak_saved_bytes(*c.args[:4], a) == c.args[4] for a, c in zip(answers, cases) if a), "peak == budget"
+    assert any(c.args[0] == 1 for c in cases), "a single token"
+    assert {c.args[3] for c in cases} == set(ex.VARIANTS_SAVED)
+    assert any(c.args[4] % 4 for c in cases), "a budget that is not a multiple of 4"
+    assert any(a > 1 and c.args[0] % a for a, c in zip(answers, cases)), "uneven chunks"
+
+
+def test_fewest_chunks_a_loop_over_n_passes_within_the_time_limit():
+    assert ex.check_fewest_chunks.evaluate(_brute_force).status == PASSED
+
+
+# ----------------------------------------------------------------------------- 3. tensor parallel by hand
 
 def test_tensor_parallel_cases_cover_uneven_blocks_one_rank_and_one_token():
     cases = ex.check_tensor_parallel.cases()
@@ -58,6 +113,17 @@ def test_tensor_parallel_cases_cover_uneven_blocks_one_rank_and_one_token():
     assert any(c.args[5] == 1 for c in cases) and any(c.args[0].shape[0] == 1 for c in cases)
     assert any(c.args[5] == c.args[1].shape[0] for c in cases), "one hidden unit per rank"
     assert all(c.args[2].abs().min() > 0 and c.args[4].abs().min() > 0 for c in cases), "biases present"
+    assert all(a.dtype == torch.float64 for c in cases for a in c.args[:5]), "the statement says float64"
+
+
+def test_tensor_parallel_in_float32_gets_a_dtype_note_not_a_hint():
+    def in_float32(x, w1, b1, w2, b2, n_parts):
+        x, w1, b1, w2, b2 = (t.float() for t in (x, w1, b1, w2, b2))
+        parts = [F.gelu(x @ w1[b].T + b1[b]) @ w2[:, b].T for b in torch.tensor_split(torch.arange(w1.shape[0]), n_parts)]
+        return parts, sum(parts) + b2
+
+    result = ex.check_tensor_parallel.evaluate(in_float32)
+    assert result.status == FAILED and "float32" in result.message and "Likely mistake" not in result.message
 
 
 def test_tensor_parallel_partials_match_the_library():
@@ -74,10 +140,71 @@ def test_tensor_parallel_partials_match_the_library():
     assert torch.allclose(y, ffn(x), atol=1e-12, rtol=0)
 
 
-def test_intensity_cases_cover_decode_one_expert_all_experts_and_formats():
+# ----------------------------------------------------------------------------- 4. split sizes
+
+def test_split_sizes_accepts_a_tensor_or_a_tuple():
+    def as_tensor(ei, kept, e, w):
+        return torch.bincount(ei[kept] // (e // w), minlength=w)
+
+    assert ex.check_split_sizes.evaluate(as_tensor).status == PASSED
+    assert ex.check_split_sizes.evaluate(lambda *a: tuple(as_tensor(*a).tolist())).status == PASSED
+
+
+def test_split_sizes_wrong_length_is_reported():
+    result = ex.check_split_sizes.evaluate(lambda ei, kept, e, w: [0])
+    assert result.status == FAILED and "items" in result.message
+
+
+def test_split_cases_cover_empty_ranks_all_dropped_k_equal_e_one_rank_and_one_token():
+    cases = ex.check_split_sizes.cases()
+    answers = [ex.split_sizes_reference(*c.args) for c in cases]
+    assert any(a[-1] == 0 for a in answers), "the last rank receives nothing"
+    assert any(a[0] == 0 for a in answers), "the first rank receives nothing"
+    assert any(sum(a) == 0 for a in answers), "every slot dropped"
+    assert any(c.args[0].shape[1] == c.args[2] for c in cases), "k = E"
+    assert any(c.args[3] == 1 for c in cases) and any(c.args[3] == c.args[2] for c in cases), "W = 1 and W = E"
+    assert any(c.args[0].shape[0] == 1 for c in cases), "one token"
+    assert len({tuple(c.args[0].shape) for c in cases}) >= 4
+
+
+# ----------------------------------------------------------------------------- 5. MoE intensity
+
+def test_intensity_cases_cover_decode_one_expert_all_experts_k_equal_e_and_formats():
     cases = ex.check_moe_intensity.cases()
     assert any(c.args[0].shape[0] == 1 for c in cases)
     assert any(torch.unique(c.args[0]).numel() == 1 for c in cases)
     assert any(torch.unique(c.args[0]).numel() == c.args[1] for c in cases)
+    assert any(c.args[0].shape[1] == c.args[1] for c in cases), "k = E"
     assert any(int(c.args[0].max()) == c.args[1] - 1 for c in cases), "the last expert id"
     assert {c.args[5] for c in cases} >= {1, 2, 4} and {c.args[4] for c in cases} == {True, False}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_intensity_accepts_tensor_arithmetic_in_either_float_dtype(dtype):
+    def with_tensors(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element):
+        n, k = expert_index.shape
+        m = 3 if gated else 2
+        flops = torch.tensor(2.0 * n * k * m * d_model * d_ff, dtype=dtype)
+        read = torch.tensor(float(torch.unique(expert_index).numel() * m * d_model * d_ff * bytes_per_element),
+                            dtype=dtype)
+        return flops / read
+
+    assert ex.check_moe_intensity.evaluate(with_tensors).status == PASSED
+
+
+# ----------------------------------------------------------------------------- the notebook's follow-ups
+
+def test_follow_ups_that_use_a_learners_function_run_only_after_its_check_passed():
+    nb = json.loads((ROOT / "notebooks" / "06_ffn_at_scale.ipynb").read_text(encoding="utf-8"))
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    for fn, check in [("flops_per_token", "check_model_flops"), ("moe_step_intensity", "check_moe_intensity")]:
+        users = [c for c in code if re.search(rf"(?<![\w.]){fn}\(", c) and f"def {fn}(" not in c]
+        assert users, f"a follow-up uses {fn}"
+        assert all(c.startswith(f"if {check}.evaluate({fn}).passed:") for c in users)
+        outputs = [o for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]) in users
+                   for o in c["outputs"]]
+        assert all("must pass before" in "".join(o.get("text", "")) for o in outputs)
+
+
+def test_mixtral_and_deepseek_batches_in_the_follow_up_are_what_the_formula_says():
+    assert math.ceil(295.2 * 4) == 1181 and math.ceil(295.2 * 32) == 9447

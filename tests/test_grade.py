@@ -5,7 +5,10 @@ non-zero exit; solutions: all ✅ and exit 0, through the command line from anot
 doctored cases are small synthetic notebooks built in a tmp folder: a right answer, a wrong one,
 an infinite loop (stopped by the checker's time limit), a cell that raises, a deleted checker
 call, a verdict line printed by hand, a notebook that crashes at the top, one that never ends
-(and leaves a process behind, which must be killed), and a file that is not a notebook.
+(and leaves a process behind, which must be killed), and a file that is not a notebook. A class
+of two renamed copies of notebook 05 ("Copy of ...", "bob_ffn.ipynb") is graded with points, a
+CSV gradebook and feedback files; matching by content, the points file and the naming of
+submissions are tested without a kernel.
 """
 import importlib
 import json
@@ -125,10 +128,14 @@ def test_a_notebook_that_crashes_at_the_top(tmp_path):
     status, book = _grade(tmp_path, path)
     (grade,) = book["notebooks"]
     assert status != 0 and grade["status"] == CELL_ERROR
-    assert grade["note"].startswith("the setup cell raised ModuleNotFoundError")
-    assert "no course notebook" in grade["note"]
+    assert grade["note"].startswith('the first code cell ("import helpers_that_do_not_exist") raised '
+                                    'ModuleNotFoundError'), grade["note"]
+    assert "graded the checks it calls (no course notebook" in grade["note"] and grade["original"] is None
     (row,) = grade["exercises"]
-    assert row["status"] == FAILED and "after code cell 1 raised ModuleNotFoundError" in row["message"], row
+    assert row["status"] == FAILED and 'after the first code cell ("import helpers_that_do_not_exist") raised ' \
+        'ModuleNotFoundError' in row["message"], row
+    assert row["message"].startswith('no verdict: its cell (the cell "check_collapse(lambda *args: None)") raised '), \
+        row
 
 
 def test_a_notebook_that_never_ends_is_stopped_and_its_processes_killed(tmp_path):
@@ -144,7 +151,9 @@ def test_a_notebook_that_never_ends_is_stopped_and_its_processes_killed(tmp_path
     status, book = _grade(tmp_path, path, "--timeout", "8")
     assert time.monotonic() - start < 90
     (grade,) = book["notebooks"]
-    assert status != 0 and grade["status"] == TIMED_OUT and grade["note"].startswith("timed out in code cell 1")
+    assert status != 0 and grade["status"] == TIMED_OUT
+    assert grade["note"].startswith('timed out in the first code cell ("import subprocess, sys") (the limit: the '
+                                    "notebook's 8 s); "), grade["note"]
     (row,) = grade["exercises"]
     assert row["problem"] == "not run" and "before this check" in row["message"]
     child = int(pid_file.read_text())
@@ -159,10 +168,16 @@ def test_a_notebook_that_kills_its_kernel(tmp_path):
     path = _notebook("import os\nos._exit(1)",
                      "from helpers.exercises.nb01 import check_collapse\ncheck_collapse(lambda *args: None)",
                      name="dies.ipynb", folder=tmp_path)
+    nb = nbformat.read(path, as_version=4)  # a verdict saved in the file, from an earlier run: not this run's
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="✅ Exercise 1 (collapse a stack of "
+                                                  "affine layers): passed (5 hidden test cases)\n")]
+    nbformat.write(nb, path)
     status, book = _grade(tmp_path, path)
     (grade,) = book["notebooks"]
-    assert status != 0 and grade["status"] == KERNEL_DIED and grade["note"].startswith("kernel died in code cell 1")
-    assert grade["exercises"][0]["message"] == "not run: the kernel died in code cell 1, before this check"
+    assert status != 0 and grade["status"] == KERNEL_DIED
+    assert grade["note"].startswith('kernel died in the first code cell ("import os"); '), grade["note"]
+    assert grade["exercises"][0]["message"] == 'not run: the kernel died in the first code cell ("import os"), ' \
+        "before this check"
 
 
 def _alive(pid):
@@ -228,3 +243,183 @@ def test_verdicts_are_read_from_outputs_and_checked_against_the_log():
     assert rows[0].status == PASSED and rows[1].status == FAILED and rows[1].problem == "not checked"
     rows, note = _grade_exercises(nb, expected, _Run(), set())  # nothing logged: an engine that cannot log
     assert [r.status for r in rows] == [PASSED, PASSED] and "could not be verified" in note
+
+
+# ---------------------------------------------------------------- a class: renamed copies, points, CSV, feedback
+COURSE_05 = ROOT / "notebooks" / "05_mixture_of_experts.ipynb"
+
+
+def _class_copy(folder, name, answers, *, delete=()):
+    """A light copy of notebook 05 (its markdown, setup, the checker import, the exercise cells), with the
+    checker calls of ``delete`` removed and ``answers`` (checker name -> code for the function) filled in."""
+    course = nbformat.read(COURSE_05, as_version=4)
+    code = [i for i, c in enumerate(course.cells) if c.cell_type == "code"]
+    keep = []
+    for i, cell in enumerate(course.cells):
+        text = cell.source
+        if cell.cell_type == "markdown" or i == code[0] or "from helpers.exercises.nb05 import" in text:
+            keep.append(cell if "from helpers.exercises.nb05 import" not in text else nbformat.v4.new_code_cell(
+                "\n".join(line for line in text.splitlines() if "helpers.exercises" in line or
+                          line.startswith(" ") and "check_" in line)))
+        elif cell.cell_type == "code" and "check_" in text and "raise NotImplementedError" in text:
+            checker = next(n for n in answers.keys() | set(delete) | {""} if n and f"{n}(" in text) \
+                if any(f"{n}(" in text for n in answers.keys() | set(delete)) else None
+            lines = text.splitlines()
+            fn = lines[0].split("def ")[1].split("(")[0]
+            if checker in answers:
+                text = f"{lines[0]}\n    return {answers[checker]}\n\n\n" + lines[-1]
+            if checker in delete:
+                text = "\n".join(line for line in text.splitlines() if not line.startswith(checker))
+            assert fn
+            keep.append(nbformat.v4.new_code_cell(text))
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = course.metadata
+    nb.cells = keep
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_class_of_renamed_copies_is_graded_with_points_csv_and_feedback(tmp_path, capsys):
+    import csv
+
+    from helpers.exercises import nb05
+
+    subs = tmp_path / "class"
+    _class_copy(subs / "alice", "Copy of 05_mixture_of_experts.ipynb",
+                {"check_z_loss": "nb05.check_z_loss.reference(logits)",
+                 "check_balance_loss": "nb05.check_balance_loss.mistakes[0][1](probs, expert_index)"},
+                delete=("check_capacity_keep",))
+    _class_copy(subs, "bob_ffn.ipynb", {"check_z_loss": "nb05.check_z_loss.reference(logits)"})
+    for path in subs.rglob("*.ipynb"):  # the answers use the checkers' module
+        nb = nbformat.read(path, as_version=4)
+        setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        nb.cells.insert(setup + 1, nbformat.v4.new_code_cell("from helpers.exercises import nb05"))
+        nbformat.write(nb, path)
+    points = tmp_path / "points.json"
+    points.write_text(json.dumps({"investigate": 1, "05/4": 5}), encoding="utf-8")
+    out, book_csv, feedback = tmp_path / "grades.json", tmp_path / "grades.csv", tmp_path / "feedback"
+    status = main([str(subs), "-r", "--jobs", "2", "--points", str(points), "--json", str(out), "--csv", str(book_csv),
+                   "--feedback", str(feedback)])
+    captured = capsys.readouterr()
+    assert status == 1
+    book = json.loads(out.read_text(encoding="utf-8"))
+    alice, bob = book["notebooks"]
+    assert alice["path"] == "alice/Copy of 05_mixture_of_experts.ipynb" and alice["student"] == "alice"
+    assert bob["path"] == "bob_ffn.ipynb" and bob["student"] == "bob_ffn"
+    for grade in (alice, bob):
+        assert grade["original"].endswith("notebooks/05_mixture_of_experts.ipynb"), grade
+        assert "its title" in grade["matched_by"] and grade["status"] == RAN, grade
+        assert [e["title"] for e in grade["exercises"]] == [c.title for c in nb05.EXERCISES]
+    rows = {e["title"]: e for e in alice["exercises"]}
+    deleted = rows[nb05.check_capacity_keep.title]
+    assert deleted["problem"] == "missing" and "check_capacity_keep" in deleted["message"]
+    assert rows[nb05.check_z_loss.title]["status"] == PASSED and rows[nb05.check_z_loss.title]["points"] == 5
+    assert rows[nb05.check_balance_loss.title]["hint"] == " ".join(nb05.check_balance_loss.mistakes[0][0].split())
+    expected_max = sum(5 if ex is nb05.check_z_loss else 1 if ex.kind == "investigate" else ex.points
+                       for ex in nb05.EXERCISES)
+    assert alice["points"] == 5 and alice["max_points"] == expected_max and bob["points"] == 5
+
+    report = captured.out
+    summary = report[report.index("Summary"):].splitlines()
+    grid = [line for line in summary if line.strip().startswith(("alice/", "bob_ffn"))]
+    assert len(grid) == 2 and len({line.index(" 5/") for line in grid}) == 1, grid  # the columns line up
+    assert "alice/Copy of 05_mixture_of_experts.ipynb" in captured.err and "bob_ffn.ipynb" in captured.err  # the bar
+
+    with open(book_csv, newline="", encoding="utf-8") as handle:
+        table = list(csv.DictReader(handle))
+    assert [r["student"] for r in table] == ["alice", "bob_ffn"]
+    columns = list(table[0])
+    assert columns[:3] == ["student", "files", "05 Ex1 (2)"] and columns[-3:] == ["total", "max", "notes"], columns
+    assert table[0]["05 Ex4 (5)"] == "5" and table[0]["05 Ex2 (2)"] == "0" and table[0]["total"] == "5"
+    assert table[0]["max"] == str(expected_max) and "Ex2 missing" in table[0]["notes"]
+
+    alice_md = (feedback / "alice.md").read_text(encoding="utf-8")
+    assert alice_md.startswith("# Feedback for alice") and "**05_mixture_of_experts.ipynb**" in alice_md
+    assert "Points: **5 of " in alice_md and "Exercise 3 (build): the load-balancing loss" in alice_md
+    assert "Likely mistake: " + " ".join(nb05.check_balance_loss.mistakes[0][0].split()) in alice_md
+    assert "missing: the notebook no longer calls check_capacity_keep" in alice_md and "⏳ not attempted" in alice_md
+    assert sorted(p.name for p in feedback.iterdir()) == ["alice.md", "bob_ffn.md"]
+
+
+# ---------------------------------------------------------------- matching, points, names: no kernel
+def test_a_submission_is_matched_by_its_content_not_its_name(tmp_path):
+    from helpers.exercises.matching import match_course_notebook
+
+    course = nbformat.read(COURSE_05, as_version=4)
+    for name in ("Copy of 05_mixture_of_experts.ipynb", "alice_ffn.ipynb", "01_activations.ipynb"):
+        found, why = match_course_notebook(course, tmp_path / name)
+        assert found == COURSE_05 and why.startswith("matched by its title"), (name, why)
+    solved = nbformat.read(SOLVED, as_version=4)
+    assert match_course_notebook(solved, tmp_path / "homework.ipynb")[0] == BLANK
+    one_call = nbformat.v4.new_notebook()
+    one_call.cells = [nbformat.v4.new_code_cell("from helpers.exercises.nb05 import check_z_loss\ncheck_z_loss(f)")]
+    found, why = match_course_notebook(one_call, tmp_path / "mine.ipynb")
+    assert found is None and "no course notebook" in why
+
+
+def test_points_files_are_checked(tmp_path, capsys):
+    from helpers.exercises.gradebook import PointsError, load_points, points_for, points_keys
+    from helpers.exercises.grader import _course_exercises
+
+    keys = points_keys(_course_exercises())
+    assert {"build", "investigate", "debug", "05/3"} <= set(keys)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"build": 1, "05/3": 4}), encoding="utf-8")
+    overrides = load_points(good, keys)
+    item = ExpectedExercise("Exercise 3 (x)", "build", ("check_x",), points=2, number="3")
+    assert points_for(item, "05", overrides) == 4 and points_for(item, "02", overrides) == 1
+    assert points_for(item, "02", {}) == 2
+    for bad in ({"05/99": 1}, {"build": -1}, {"build": "two"}, [1, 2]):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad), encoding="utf-8")
+        with pytest.raises(PointsError):
+            load_points(path, keys)
+    with pytest.raises(SystemExit):
+        main([str(BLANK), "--points", str(tmp_path / "bad.json")])
+    assert "must be a JSON object" not in capsys.readouterr().err
+
+
+def test_submissions_are_named_by_folder_and_file(tmp_path):
+    from helpers.exercises.grader import name_submissions
+
+    folder = tmp_path / "class"
+    paths = [folder / "alice" / "05.ipynb", folder / "bob" / "05.ipynb", folder / "carol_ffn.ipynb"]
+    assert name_submissions(paths, [folder]) == [("alice/05.ipynb", "alice"), ("bob/05.ipynb", "bob"),
+                                                  ("carol_ffn.ipynb", "carol_ffn")]
+    alone = name_submissions([tmp_path / "x" / "05.ipynb", tmp_path / "y" / "05.ipynb"])
+    assert alone[0][1] != alone[1][1]  # two files of the same name are two students
+
+
+def test_cells_are_named_by_first_line_and_heading():
+    from helpers.exercises.matching import cell_label
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("import torch"),
+                nbformat.v4.new_markdown_cell("## Exercises\n### Exercise 2 (debug): fix the slice"),
+                nbformat.v4.new_code_cell("\n\ndef mean_of_last(x, n):\n    return x[-n:].mean()"),
+                nbformat.v4.new_code_cell("")]
+    assert cell_label(nb, 1) == 'the first code cell ("import torch") under "Title"'
+    assert cell_label(nb, 3) == 'the cell "def mean_of_last(x, n):" under "Exercise 2 (debug): fix the slice"'
+    assert cell_label(nb, 4) == 'an empty cell under "Exercise 2 (debug): fix the slice"'
+
+
+def test_debug_headings_give_the_kind():
+    from helpers.exercises.matching import exercise_headings
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("### Exercise 1 (debug): the softmax axis\ntext\n"
+                                              "### Exercise 2 (build): more")]
+    assert exercise_headings(nb) == {"1": ("debug", "Exercise 1 (debug): the softmax axis"),
+                                     "2": ("build", "Exercise 2 (build): more")}
+
+
+def test_a_follow_up_that_only_asks_passes_is_not_a_checker_call():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("if check_collapse.passes(f):\n    show(f)"),
+                nbformat.v4.new_code_cell("result = check_collapse.evaluate(f)")]
+    expected = [ExpectedExercise("Exercise 1 (collapse a stack of affine layers)", "build", ("check_collapse",),
+                                 points=2, number="1")]
+    (row,), _ = _grade_exercises(nb, expected, _Run(), set())
+    assert row.problem == "missing" and row.max_points == 2 and row.points == 0

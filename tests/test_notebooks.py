@@ -89,7 +89,7 @@ def test_solutions_pass(path):
 #: a line that introduces an exercise: a heading or a bold lead-in
 EXERCISE_LINE = re.compile(r"^\s*(?:#+\s*|\*\*)Exercise\s+\d")
 #: how it must read: ``### Exercise 3 (investigate): what to find out``
-EXERCISE_HEADING = re.compile(r"^#{2,4} Exercise (\d+) \((build|investigate)\): \S")
+EXERCISE_HEADING = re.compile(r"^#{2,4} Exercise (\d+) \((build|investigate|debug)\): \S")
 
 
 def exercise_headings(nb):
@@ -108,7 +108,7 @@ def exercise_headings(nb):
 def test_exercise_headings_say_build_or_investigate(path):
     headings = exercise_headings(load(path))
     malformed = [line for line, number, _ in headings if number is None]
-    assert not malformed, f"write each exercise as '### Exercise N (build|investigate): ...', not {malformed}"
+    assert not malformed, f"write each exercise as '### Exercise N (build|investigate|debug): ...', not {malformed}"
     assert [int(number) for _, number, _ in headings] == list(range(1, len(headings) + 1)), "numbered 1, 2, 3, ..."
     kinds = [kind for _, _, kind in headings]
     assert kinds.count("investigate") >= 2, "at least two investigate exercises"

@@ -3,9 +3,15 @@
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_llama_width(llama_ffn_width)``, and it prints one line (not attempted /
 passed / what is wrong, with the likely mistake). The hidden cases are built from
-seeded generators and cover every input the task statement allows (every variant,
-biases present and absent, a single token, exact zeros where a derivative has a kink),
-so a function that only handles the example in the notebook will not pass.
+seeded generators and cover the extremes each task statement allows (every variant,
+biases present and absent, a single token and a 0-dim or 1-D input, d_ff = 1, exact zeros
+where a derivative has a kink, |a| up to 30, d_model = 1, a multiple larger than the width,
+a width that already is a multiple), so a function that only handles the notebook's example
+will not pass.
+
+Dtypes, as each statement says: exercises 1 and 4 take and return Python ints (a float
+that is a whole number is accepted); exercises 2 and 3 take float64 tensors and want
+float64 answers, compared to about 1e-9 (a float32 answer gets a dtype note, not a pass).
 
 =========================  ======  ===========================================================  ================
 checker                    kind    your function                                                returns
@@ -69,16 +75,19 @@ def _ambiguous(d_model: int, multiplier: float | None) -> bool:
 
 
 def _llama_width_cases() -> list[Case]:
-    # Released configurations first (LLaMA-1 7B, LLaMA-3 8B, LLaMA-2 70B, Llama 3.2 1B), then edges:
-    # 768 (8d/3 is already a multiple), 2 (8d/3 = 5.33 truncates to 5), 10 with 1.3 (26·1.3 = 33.8: truncate, do
-    # not round; 6 with 1.3: 16·1.3 = 20.8, where scaling 4d first happens to give the right answer), 1 (the
-    # smallest width), 48 with multiple 64 (already a multiple after the multiplier).
+    # Released configurations first (LLaMA-1 7B, LLaMA-3 8B, LLaMA-2 70B, Llama 3.2 1B), then the edges the
+    # statement allows: 768 (8d/3 is already a multiple: it stays), 2 (8d/3 = 5.33 truncates to 5), 10 with 1.3
+    # (26·1.3 = 33.8: truncate, do not round; 6 with 1.3: 16·1.3 = 20.8, where scaling 4d first happens to give
+    # the right answer), d = 1 (the smallest width, 2) with multiples 1, 2 and 4 (a multiple above the width),
+    # d = 1 with the smallest multiplier 0.5 (width 1), 2 with multiple 64, 48 with multiple 64 and 3 with 2.0
+    # (already a multiple after the multiplier), 7 with 0.8 (the multiplier shrinks the width).
     fixed = [(4096, 256, None), (4096, 1024, 1.3), (8192, 4096, 1.3), (2048, 256, 1.5), (768, 256, None),
-             (2, 1, None), (10, 1, 1.3), (6, 1, 1.3), (1, 2, None), (100, 8, 1.5), (48, 64, 1.5), (7, 4, 0.8)]
+             (2, 1, None), (10, 1, 1.3), (6, 1, 1.3), (1, 2, None), (1, 1, None), (1, 4, None), (1, 1, 0.5),
+             (2, 64, None), (100, 8, 1.5), (48, 64, 1.5), (3, 8, 2.0), (7, 4, 0.8)]
     g = _generator(401)
     multipliers = [None, None, 0.8, 1.0, 1.2, 1.3, 1.5, 2.0]
     multiples = [1, 2, 8, 32, 64, 128, 256, 1024]
-    while len(fixed) < 20:
+    while len(fixed) < 26:
         d = _randint(g, 1, 9000)
         m = multiples[_randint(g, 0, len(multiples))]
         k = multipliers[_randint(g, 0, len(multipliers))]
@@ -110,6 +119,9 @@ def _width_mistake(order: str):
             return m * math.ceil(exact / m)
         if order == "ignore multiple":
             return int(k * width) if k is not None else width
+        if order == "always one more multiple":
+            width = int(k * width) if k is not None else width
+            return m * (width // m + 1)
         raise AssertionError(order)
     return wrong
 
@@ -134,6 +146,9 @@ check_llama_width = Exercise(
          _width_mistake("no truncation")),
         ("multiple_of was ignored: round the width up to the next multiple of multiple_of.",
          _width_mistake("ignore multiple")),
+        ("a width that already is a multiple of multiple_of must stay as it is (768 -> 2048 with multiple 256); "
+         "(width // multiple_of + 1) · multiple_of adds a whole multiple there. Round up with "
+         "multiple_of · ceil(width / multiple_of).", _width_mistake("always one more multiple")),
     ],
     kind="build",
 )
@@ -184,6 +199,14 @@ def _gate_gradient_cases() -> list[Case]:
     a[0, 0], b[1, :2], gh[2, 3] = 0.0, 0.0, 0.0
     for variant in GATED:
         cases.append(Case((a, b, gh, variant), note=f"variant={variant!r}, a, b, grad_h of shape (3, 7) with zeros"))
+    # a third: the ends of the range the statement allows (|a| up to 30), tiny and exactly zero a
+    a = torch.tensor([-30.0, -12.0, -1.0, -1e-8, 0.0, 1e-8, 1.0, 12.0, 30.0], dtype=torch.float64)
+    b, gh = (1.0 + torch.rand(9, generator=g, dtype=torch.float64) for _ in range(2))
+    for variant in GATED:
+        cases.append(Case((a, b, gh, variant), note=f"variant={variant!r}, a from -30 to 30 (shape (9,))"))
+    # one scalar (0-dim) tensor
+    cases.append(Case((torch.tensor(-0.7, dtype=torch.float64), torch.tensor(1.3, dtype=torch.float64),
+                       torch.tensor(0.9, dtype=torch.float64), "swiglu"), note="variant='swiglu', 0-dim tensors"))
     return cases
 
 
@@ -210,6 +233,12 @@ def _gate_mistake(kind: str):
             return gh * torch.sigmoid(a) * b, gh * phi
         if kind == "relu at zero" and variant == "reglu":
             return gh * (a >= 0).to(a.dtype) * b, gh * phi
+        if kind == "gelu tanh" and variant == "geglu":
+            with torch.enable_grad():
+                t = a.detach().clone().requires_grad_(True)
+                value = F.gelu(t, approximate="tanh")
+                (slope_tanh,) = torch.autograd.grad(value.sum(), t)
+            return gh * slope_tanh * b, gh * value.detach()
         return gh * slope * b, gh * phi
     return wrong
 
@@ -226,6 +255,9 @@ check_gate_gradients = Exercise(
         ("GLU: the sigmoid's derivative is σ(a)·(1 − σ(a)), not σ(a).", _gate_mistake("sigmoid slope")),
         ("ReGLU: at a = 0 exactly, ReLU'(0) = 0 here (as PyTorch's autograd has it): use a > 0, not a >= 0.",
          _gate_mistake("relu at zero")),
+        ("GEGLU: this is the tanh approximation of GELU (F.gelu(..., approximate='tanh')), off by up to about 5e-4; "
+         "the exercise uses the exact GELU, a·Φ(a) with Φ(a) = (1 + erf(a/√2))/2, and its exact derivative.",
+         _gate_mistake("gelu tanh")),
         ("the two gradients are swapped: return (grad_a, grad_b), gate first, content second.",
          _gate_mistake("swapped")),
         ("φ'(a) is missing from grad_a: ∂h/∂a = φ'(a)·b, not b (b alone is right only for Bilinear, "
@@ -258,7 +290,7 @@ def _fused_cases() -> list[Case]:
     plan = [("swiglu", (4, 6), 5, True, True), ("geglu", (2, 3, 6), 6, False, True),
             ("glu", (6,), 7, True, False), ("bilinear", (1, 5), 4, False, False),
             ("reglu", (3, 4), 8, True, True), ("swiglu", (2, 2, 3), 3, False, False),
-            ("geglu", (5, 4), 6, True, True)]
+            ("geglu", (5, 4), 6, True, True), ("swiglu", (3, 4), 1, True, True), ("reglu", (1, 1, 5), 2, False, True)]
     cases = []
     for variant, shape, d_ff, has_b13, has_b2 in plan:
         d = shape[-1]
@@ -348,6 +380,9 @@ def _frozen_cases() -> list[Case]:
         f = _randint(g, 8, 900)
         while f == d:
             f = _randint(g, 8, 900)
+        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
+    # the smallest sizes, a wide layer, and d_ff below d_model
+    for variant, d, f in [("swiglu", 1, 3), ("relu", 2, 1), ("reglu", 4096, 11008), ("gelu", 768, 64)]:
         cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
     return cases
 

@@ -1,126 +1,181 @@
-"""Checkers for notebook 06 (the FFN at scale): FLOPs, chunking memory, a tensor-parallel split, all-to-all
-splits, the arithmetic intensity of an MoE step.
+"""Checkers for notebook 06 (the FFN at scale): a model's FLOPs per token, the fewest checkpointed chunks
+that fit a memory budget, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of an MoE step.
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it with your function,
-e.g. ``check_model_flops(model_flops_per_token)``; it prints one line.
+e.g. ``check_model_flops(flops_per_token)``; it prints one line.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
+from helpers.costs import saved_per_token
 from helpers.exercises.engine import Case, Exercise
-from helpers.chunking import peak_saved_bytes
 from helpers.expert_parallel import split_sizes
 
-# ----------------------------------------------------------------------------- 1. FLOPs per token
+# ----------------------------------------------------------------------------- 1. FLOPs per token, Llama-style
 
 
-def _model_flops(n_layers: int, d_model: int, d_ff: int, n_ctx: int, gated: bool, training: bool, *,
-                 mac: int = 2, context: int = 4, ffn_matrices: int | None = None, factor: int | None = None,
-                 layers: bool = True) -> int:
-    matrices = ffn_matrices if ffn_matrices is not None else (3 if gated else 2)
-    per_layer = mac * (4 * d_model * d_model + matrices * d_model * d_ff) + context * n_ctx * d_model * mac // 2
+def _llama_flops(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int, n_ctx: int,
+                 training: bool, *, mac: int = 2, kv: str = "gqa", scores: str = "full", ffn_matrices: int = 3,
+                 factor: int | None = None, layers: bool = True) -> int:
+    d_kv = n_kv_heads * (d_model // n_heads) if kv == "gqa" else d_model
+    projections = 2 * d_model * d_model + 2 * d_model * d_kv                   # Q and output; K and V
+    context = {"full": 2 * n_ctx * d_model, "causal": n_ctx * d_model,       # QKᵀ and AV (multiply-adds)
+               "kv": 2 * n_ctx * d_kv, "none": 0}[scores]
+    per_layer = mac * (projections + context + ffn_matrices * d_model * d_ff)
     total = per_layer * (n_layers if layers else 1)
     return total * (factor if factor is not None else (3 if training else 1))
 
 
-def model_flops_reference(n_layers: int, d_model: int, d_ff: int, n_ctx: int, gated: bool, training: bool) -> int:
-    """Matmul FLOPs per token of ``n_layers`` transformer blocks (embeddings and unembedding excluded).
+def model_flops_reference(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int, n_ctx: int,
+                          training: bool) -> int:
+    """Matmul FLOPs per token of ``n_layers`` Llama-style blocks (embeddings and unembedding left out).
 
-    Per layer, forward: attention projections ``8·d²`` (Q, K, V, output), attention
-    scores and mixing ``4·n_ctx·d`` (QKᵀ and AV over the full square, as PyTorch's
-    FLOP counter counts them), FFN ``4·d·d_ff`` (dense) or ``6·d·d_ff`` (gated).
-    Training (forward + backward) is three times the forward.
+    Per layer and token, forward: Q and the output map ``d_model × d_model`` each; K and V
+    ``d_model × n_kv_heads·head_dim`` each (grouped-query attention, ``head_dim = d_model // n_heads``);
+    the scores QKᵀ and the mixing AV over the full ``n_ctx × n_ctx`` square for all ``n_heads`` query
+    heads (``2·n_ctx·d_model`` multiply-adds); a SwiGLU FFN, three ``d_model × d_ff`` matrices. One
+    multiply-add = 2 FLOPs; training (forward + backward) = 3 × forward. Python ints in, a Python int out.
     """
-    return _model_flops(n_layers, d_model, d_ff, n_ctx, gated, training)
+    return _llama_flops(n_layers, d_model, n_heads, n_kv_heads, d_ff, n_ctx, training)
+
+
+#: Llama-3-8B (config.json of meta-llama/Meta-Llama-3-8B): 32 layers, d_model 4096, 32 heads, 8 KV heads,
+#: d_ff 14336 (3.5·d_model), context 8192
+LLAMA3_8B = dict(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, n_ctx=8192)
 
 
 def _flops_cases() -> list[Case]:
+    llama = tuple(LLAMA3_8B.values())
+    cases = [Case(llama + (False,), note="Llama-3-8B forward at n_ctx=8192"),
+             Case(llama + (True,), note="Llama-3-8B training at n_ctx=8192"),
+             Case((12, 768, 12, 12, 2048, 1024, True), note="12 layers, d=768, 12 heads, 12 KV heads (no grouping)"),
+             Case((4, 512, 8, 1, 1376, 2048, False), note="multi-query attention (1 KV head), d=512"),
+             Case((2, 256, 4, 2, 704, 1, True), note="a context of one token"),
+             Case((1, 64, 4, 2, 172, 512, False), note="one layer"),
+             Case((1, 8, 2, 1, 24, 3, True), note="a tiny block: d=8, 2 heads, 1 KV head, n_ctx=3"),
+             Case((126, 16384, 128, 8, 53248, 131072, True), note="126 layers, d=16384, n_ctx=131072, training")]
     gen = torch.Generator().manual_seed(606)
-    cases = [Case((12, 768, 3072, 1024, False, False), note="GPT-2 small forward (12 layers, d=768, n_ctx=1024)")]
-    for _ in range(7):
-        n_layers = int(torch.randint(1, 48, (1,), generator=gen))
-        d = 64 * int(torch.randint(1, 33, (1,), generator=gen))
-        gated = bool(torch.randint(0, 2, (1,), generator=gen))
-        d_ff = (8 * d) // 3 if gated else 4 * d
-        n_ctx = 2 ** int(torch.randint(7, 15, (1,), generator=gen))
-        training = bool(torch.randint(0, 2, (1,), generator=gen))
-        cases.append(Case((n_layers, d, d_ff, n_ctx, gated, training)))
-    cases.append(Case((2, 64, 256, 4096, True, True), note="a tiny gated model at a long context, training"))
+    for _ in range(3):
+        heads = 2 ** int(torch.randint(1, 6, (1,), generator=gen))
+        d = heads * 16 * int(torch.randint(1, 9, (1,), generator=gen))
+        kv = heads // 2 ** int(torch.randint(0, 3, (1,), generator=gen))
+        cases.append(Case((int(torch.randint(1, 40, (1,), generator=gen)), d, heads, max(kv, 1),
+                           int(torch.randint(d, 4 * d, (1,), generator=gen)),
+                           2 ** int(torch.randint(6, 15, (1,), generator=gen)),
+                           bool(torch.randint(0, 2, (1,), generator=gen)))))
     return cases
 
 
 check_model_flops = Exercise(
-    "Exercise 1 (FLOPs per token)",
+    "Exercise 1 (FLOPs per token of a Llama-style model)",
     model_flops_reference,
     _flops_cases,
     mistakes=[
         ("a multiply-add is 2 FLOPs (one multiply, one add); you counted it as 1.",
-         lambda *a: _model_flops(*a, mac=1)),
-        ("the attention scores QKᵀ and the mixing AV add 4·n_ctx·d per layer and token; you left them out "
-         "(that is the 6N-style estimate, which holds only when d_model ≫ n_ctx/12).",
-         lambda *a: _model_flops(*a, context=0)),
-        ("you counted only the causal half of the attention square (2·n_ctx·d); count the full QKᵀ and AV "
-         "products, 4·n_ctx·d, as the FLOP counter does.",
-         lambda *a: _model_flops(*a, context=2)),
-        ("a gated FFN has three weight matrices (W1, W3, W2): 6·d·d_ff per token, not 4·d·d_ff.",
-         lambda *a: _model_flops(*a, ffn_matrices=2)),
+         lambda *a: _llama_flops(*a, mac=1)),
+        ("with grouped-query attention K and V are d_model × n_kv_heads·head_dim, not d_model × d_model: "
+         "only Q and the output map are square.",
+         lambda *a: _llama_flops(*a, kv="mha")),
+        ("the scores QKᵀ and the mixing AV run for every query head, n_heads·head_dim = d_model wide: "
+         "2·n_ctx·d_model multiply-adds, whatever the number of KV heads.",
+         lambda *a: _llama_flops(*a, scores="kv")),
+        ("you counted only the causal half of the attention square (n_ctx·d_model multiply-adds); count the "
+         "full QKᵀ and AV products, 2·n_ctx·d_model, as the statement (and the FLOP counter) does.",
+         lambda *a: _llama_flops(*a, scores="causal")),
+        ("the scores QKᵀ and the mixing AV add 4·n_ctx·d_model FLOPs per layer and token; you left them out "
+         "(that is the 6N-style estimate).",
+         lambda *a: _llama_flops(*a, scores="none")),
+        ("a SwiGLU FFN has three weight matrices (W1, W3, W2): 6·d_model·d_ff FLOPs per token, not 4·d_model·d_ff.",
+         lambda *a: _llama_flops(*a, ffn_matrices=2)),
         ("training = forward + backward = 3× the forward (the backward needs two products per weight "
          "matrix), not 2×.",
-         lambda n, d, f, t, g, training: _model_flops(n, d, f, t, g, training, factor=2 if training else 1)),
+         lambda *a: _llama_flops(*a[:6], a[6], factor=2 if a[6] else 1)),
         ("multiply the per-layer count by n_layers.",
-         lambda *a: _model_flops(*a, layers=False)),
+         lambda *a: _llama_flops(*a, layers=False)),
     ],
     atol=0, rtol=0,
 )
 
-# ----------------------------------------------------------------------------- 2. peak bytes, chunked + checkpointed
+# ----------------------------------------------------------------------------- 2. the fewest checkpointed chunks
+
+#: hidden tensors of d_ff numbers each FFN variant keeps per token for backward (helpers.costs.saved_per_token)
+VARIANTS_SAVED = ("relu", "gelu", "swiglu")
 
 
-def peak_bytes_reference(n_tokens: int, d_model: int, d_ff: int, n_chunks: int) -> int:
-    """Peak saved bytes (fp32) of a GELU FFN trained in ``n_chunks`` checkpointed chunks.
+def _hidden_per_token(variant: str) -> int:
+    return saved_per_token(variant, 1, 1) - 1
 
-    The chunk inputs (``T·d``) are kept; the largest chunk (``ceil(T/n)`` tokens)
-    is recomputed in the backward pass, adding its hidden tensors ``2·d_ff`` per token.
+
+def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int, *, kept: bool = True,
+            k: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
+            bytes_per_element: int = 4, none_fits: str = "zero") -> int:
+    k = _hidden_per_token(variant) if k is None else k
+    budget = budget_bytes - 1 if strict else budget_bytes
+    room = budget // bytes_per_element - (n_tokens * d_model if kept else 0)
+    largest = room // (k * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
+    if largest < 1:
+        return n_tokens if none_fits == "all" else 0
+    if floor:                                                          # chunk size taken as n_tokens // n
+        return 1 if largest >= n_tokens else n_tokens // (largest + 1) + 1
+    return -(-n_tokens // largest)                                     # ceil(n_tokens / largest)
+
+
+def fewest_chunks_reference(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int) -> int:
+    """The smallest ``n_chunks`` (1 ≤ n ≤ n_tokens) whose checkpointed peak fits ``budget_bytes``; 0 if none.
+
+    Peak (float32, ``torch.tensor_split`` chunks): ``4 · (n_tokens·d_model + ceil(n_tokens / n)·k·d_ff)``
+    bytes, ``k`` = 1, 2, 4 hidden tensors per token for ReLU, GELU, SwiGLU (``helpers.costs.saved_per_token``);
+    it fits when it is ``<= budget_bytes``. Python ints (and a str) in, a Python int out.
     """
-    return peak_saved_bytes(n_tokens, d_model, d_ff, "gelu", n_chunks)
+    return _fewest(n_tokens, d_model, d_ff, variant, budget_bytes)
 
 
-def _peak_cases() -> list[Case]:
-    gen = torch.Generator().manual_seed(608)
-    cases = [Case((4096, 64, 256, 8), note="T=4096, d_model=64, d_ff=256, 8 chunks")]
-    for _ in range(6):
-        t = int(torch.randint(50, 5000, (1,), generator=gen))
-        d = 16 * int(torch.randint(1, 33, (1,), generator=gen))
-        n = int(torch.randint(2, 40, (1,), generator=gen))
-        cases.append(Case((t, d, 4 * d, n)))
-    cases.append(Case((1000, 32, 128, 7), note="T=1000 in 7 chunks (they cannot all be equal)"))
-    return cases
+def _peak(t: int, d: int, f: int, variant: str, n: int) -> int:
+    return 4 * (t * d + -(-t // n) * _hidden_per_token(variant) * f)
 
 
-check_peak_bytes = Exercise(
-    "Exercise 2 (peak saved bytes with chunking + checkpointing)",
-    peak_bytes_reference,
-    _peak_cases,
+def _fewest_cases() -> list[Case]:
+    at_8 = _peak(4096, 64, 256, "gelu", 8)                       # 2 MiB: the notebook's 8 chunks
+    return [
+        Case((4096, 64, 256, "gelu", at_8), note="T=4096, d=64, d_ff=256, GELU, a budget of exactly 8 chunks' peak"),
+        Case((4096, 64, 256, "gelu", at_8 - 1), note="the same, one byte less"),
+        Case((1000, 32, 128, "swiglu", _peak(1000, 32, 128, "swiglu", 7)), note="T=1000 (7 chunks are uneven), SwiGLU"),
+        Case((10, 4, 8, "relu", 4 * (10 * 4 + 3 * 8)), note="T=10, room for chunks of 3 tokens (ReLU)"),
+        Case((4096, 64, 256, "gelu", 4 * (4096 * 64 + 2 * 256)), note="room for exactly one token per chunk"),
+        Case((4096, 64, 256, "gelu", 4 * (4096 * 64 + 2 * 256) - 1), note="not even one token per chunk fits"),
+        Case((512, 16, 64, "swiglu", 10 ** 9), note="a budget far above the unchunked peak"),
+        Case((1, 8, 32, "gelu", 4 * (8 + 64) + 3), note="a single token, enough room"),
+        Case((1, 8, 32, "gelu", 4 * (8 + 64) - 1), note="a single token, not enough room"),
+        Case((131072, 4096, 14336, "swiglu", 4 * 2 ** 30), note="T=131072, d=4096, d_ff=14336, SwiGLU, 4 GiB"),
+        Case((3000, 48, 192, "relu", 2_000_003), note="T=3000, ReLU, a budget that is not a multiple of 4"),
+    ]
+
+
+check_fewest_chunks = Exercise(
+    "Exercise 2 (the fewest checkpointed chunks that fit)",
+    fewest_chunks_reference,
+    _fewest_cases,
     mistakes=[
-        ("checkpointing keeps every chunk's input until the backward pass: add the T·d_model floats of the "
-         "kept inputs.",
-         lambda t, d, f, n: 4 * math.ceil(t / n) * 2 * f),
-        ("that is chunking without checkpointing: every chunk's activations stay saved, T·(d + 2·d_ff) floats. "
-         "With checkpointing only one chunk is recomputed at a time.",
-         lambda t, d, f, n: 4 * t * (d + 2 * f)),
-        ("when T is not a multiple of n_chunks the chunks differ in size: the peak comes from the largest one, "
-         "ceil(T / n_chunks) tokens, not T // n_chunks.",
-         lambda t, d, f, n: 4 * (t * d + (t // n) * 2 * f)),
-        ("the recomputed chunk's input is a view of x, already kept: count the chunk's hidden tensors "
-         "(2·d_ff per token) only, not its input a second time.",
-         lambda t, d, f, n: 4 * (t * d + math.ceil(t / n) * (d + 2 * f))),
-        ("the answer is in bytes: multiply the number of float32 elements by 4.",
-         lambda t, d, f, n: t * d + math.ceil(t / n) * 2 * f),
+        ("when even a chunk of one token does not fit, no number of chunks does: return 0, not n_tokens.",
+         lambda *a: _fewest(*a, none_fits="all")),
+        ("the recomputed chunk is the largest one, ceil(n_tokens / n) tokens, not n_tokens // n.",
+         lambda *a: _fewest(*a, floor=True)),
+        ("checkpointing keeps every chunk's input until the backward pass: the n_tokens·d_model floats of the "
+         "kept inputs count against the budget too.",
+         lambda *a: _fewest(*a, kept=False)),
+        ("the number of d_ff-wide tensors kept per token depends on the variant: 1 for ReLU, 2 for GELU, "
+         "4 for SwiGLU (helpers.costs.saved_per_token).",
+         lambda *a: _fewest(*a, k=2)),
+        ("the recomputed chunk's input is a view of x, already kept: count its hidden tensors (k·d_ff per token) "
+         "only, not its input a second time.",
+         lambda *a: _fewest(*a, input_twice=True)),
+        ("a peak that equals the budget fits: the test is peak <= budget_bytes, not <.",
+         lambda *a: _fewest(*a, strict=True)),
+        ("the budget is in bytes: every float32 number takes 4 of them.",
+         lambda *a: _fewest(*a, bytes_per_element=1)),
     ],
     atol=0, rtol=0,
 )
@@ -154,9 +209,10 @@ def tensor_parallel_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tenso
                               b2: torch.Tensor, n_parts: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Rank r's partial output and the full output of a GELU FFN split over ``n_parts`` ranks.
 
-    ``x`` ``(N, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``. Rank r
-    keeps the r-th ``torch.tensor_split`` block B of the hidden units: partial ``GELU(x W1[B]ᵀ + b1[B]) W2[:, B]ᵀ``
-    ``(N, d)`` without b2; the output is the sum of the partials plus b2, added once.
+    ``x`` ``(N, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``, all
+    float64. Rank r keeps the r-th ``torch.tensor_split`` block B of the hidden units: partial
+    ``GELU(x W1[B]ᵀ + b1[B]) W2[:, B]ᵀ`` ``(N, d)`` without b2; the output is the sum of the partials plus b2,
+    added once. Every tensor returned is float64.
     """
     return _tp(x, w1, b1, w2, b2, n_parts)
 
@@ -172,13 +228,15 @@ def _tp_cases() -> list[Case]:
                 torch.randn(d, generator=gen, dtype=torch.float64), parts)
         return Case(args, note=note)
 
-    return [case(4, 8, 32, 2, "the example: 4 tokens, d=8, d_ff=32, 2 ranks"),
+    return [case(4, 8, 32, 2, "4 tokens, d=8, d_ff=32, 2 ranks"),
             case(1, 16, 64, 4, "one token, 4 ranks"),
             case(6, 12, 30, 4, "d_ff=30 over 4 ranks (blocks of 8, 8, 7, 7)"),
             case(5, 8, 16, 1, "a single rank: the plain FFN"),
             case(3, 4, 5, 5, "one hidden unit per rank"),
             case(7, 10, 45, 3, "d_ff=45 over 3 ranks"),
-            case(9, 6, 50, 8, "d_ff=50 over 8 ranks (blocks of 7 and 6)")]
+            case(9, 6, 50, 8, "d_ff=50 over 8 ranks (blocks of 7 and 6)"),
+            case(2, 3, 7, 7, "d_ff=7, one unit per rank, 7 ranks"),
+            case(3, 5, 12, 5, "d_ff=12 over 5 ranks (blocks of 3, 3, 2, 2, 2)")]
 
 
 check_tensor_parallel = Exercise(
@@ -206,7 +264,11 @@ check_tensor_parallel = Exercise(
 
 def split_sizes_reference(expert_index: torch.Tensor, kept: torch.Tensor, n_experts: int,
                           world_size: int) -> list[int]:
-    """Rows sent to each rank: kept (token, slot) pairs per owner, rank r owning experts r·E/W … (r+1)·E/W − 1."""
+    """Rows sent to each rank: kept (token, slot) pairs per owner, rank r owning experts r·E/W … (r+1)·E/W − 1.
+
+    ``expert_index`` ``(N, k)`` int64, ``kept`` ``(N, k)`` bool, ``n_experts`` a multiple of ``world_size`` (ints).
+    A list of ``world_size`` Python ints (a 1-D integer tensor is accepted too); a rank sent nothing gets 0.
+    """
     return split_sizes(expert_index, kept, n_experts, world_size)
 
 
@@ -244,7 +306,19 @@ def _split_cases() -> list[Case]:
     example = Case((torch.tensor([[0, 3], [1, 0], [2, 3]]), torch.tensor([[True, True], [True, False], [True, True]]),
                     4, 2), note="the example in the prompt")
     configs = [(40, 8, 2, 2, 0.2), (33, 6, 3, 3, 0.3), (64, 8, 1, 4, 0.1), (25, 4, 2, 2, 0.0), (50, 12, 2, 3, 0.25)]
-    return [example] + [_routing_case(gen, *c) for c in configs]
+    edges = [
+        Case((torch.tensor([[1, 0], [0, 1], [1, 2]]), torch.ones(3, 2, dtype=torch.bool), 8, 4),
+             note="8 experts on 4 ranks, every row for ranks 0 and 1: ranks 2 and 3 get nothing"),
+        Case((torch.tensor([[5, 4], [7, 6]]), torch.ones(2, 2, dtype=torch.bool), 8, 2),
+             note="every row for the last rank"),
+        Case((torch.tensor([[2, 0], [1, 3]]), torch.zeros(2, 2, dtype=torch.bool), 4, 2), note="every slot dropped"),
+        Case((torch.tensor([[3, 1, 0, 2]]), torch.tensor([[True, True, False, True]]), 4, 4),
+             note="one token, k = E = 4, one expert per rank"),
+        Case((torch.tensor([[6], [1], [6]]), torch.tensor([[True], [True], [False]]), 8, 1), note="a single rank, k=1"),
+        Case((torch.tensor([[3, 2], [2, 3], [0, 1]]), torch.ones(3, 2, dtype=torch.bool), 4, 2),
+             note="both slots of a token on the same rank"),
+    ]
+    return [example] + [_routing_case(gen, *c) for c in configs] + edges
 
 
 def _round_robin(expert_index, kept, n_experts, world_size):
@@ -273,6 +347,8 @@ check_split_sizes = _SplitSizesExercise(
          lambda ei, kept, e, w: torch.bincount(ei[kept], minlength=e).tolist()),
         ("every slot of a token is sent, not only its first choice (column 0 of expert_index).",
          lambda ei, kept, e, w: split_sizes(ei[:, :1], kept[:, :1], e, w)),
+        ("a rank that receives nothing still needs its 0: count with torch.bincount(..., minlength=world_size).",
+         lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist()),
     ],
     atol=0, rtol=0,
 )
@@ -301,9 +377,10 @@ def intensity_reference(expert_index: torch.Tensor, n_experts: int, d_model: int
                         bytes_per_element: int) -> float:
     """FLOPs per byte of expert weights read by one MoE forward step with this routing.
 
-    ``expert_index`` ``(N, k)``: the k distinct experts each of the N tokens uses. Every expert holds the
-    same matrices (2 dense, 3 gated, each d_model × d_ff); an expert some token uses is read once for the
-    whole step; each token does one multiply-add (2 FLOPs) per weight of each of its k experts.
+    ``expert_index`` ``(N, k)`` int64: the k distinct experts each of the N tokens uses; the other arguments
+    are Python ints (``gated`` a bool). Every expert holds the same matrices (2 dense, 3 gated, each
+    d_model × d_ff); an expert some token uses is read once for the whole step; each token does one
+    multiply-add (2 FLOPs) per weight of each of its k experts. A Python float out.
     """
     return _intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element)
 
@@ -323,6 +400,8 @@ def _intensity_cases() -> list[Case]:
         Case((routed(3, 16, 3), 16, 8, 40, False, 1), note="3 tokens, 16 experts, top-3, int8"),
         Case((routed(10, 64, 1), 64, 24, 24, True, 4), note="10 tokens, 64 experts, top-1"),
         Case((routed(5, 8, 2), 8, 16, 64, False, 2), note="5 tokens, 8 experts, top-2"),
+        Case((routed(3, 6, 6), 6, 12, 36, True, 2), note="3 tokens, k = E = 6: every token uses every expert"),
+        Case((routed(4096, 256, 8), 256, 64, 32, True, 2), note="4096 tokens, 256 experts, top-8"),
     ]
 
 
@@ -345,5 +424,5 @@ check_moe_intensity = Exercise(
         ("the answer is FLOPs per *byte*: multiply the elements read by bytes_per_element.",
          lambda *a: _intensity(*a, use_bytes=False)),
     ],
-    atol=0, rtol=1e-9, kind="investigate",
+    atol=0, rtol=1e-6, kind="investigate",
 )

@@ -1,0 +1,361 @@
+"""Checkers for the exercises of notebook 08 (the FFN in real code).
+
+Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
+``check_gpt_oss_layout(gpt_oss_gate_up)``; it prints one line (not attempted / passed / what is wrong, with
+the likely mistake when one explains every failing case). Three exercises are *debug* exercises: the notebook
+gives a function with one bug of a kind that was reported in widely used code; the checker catches that
+bug, passes the fix, and names the class of bug when a "fix" still fails.
+
+================================  ===========================================================  =============
+checker                           your function                                                returns
+================================  ===========================================================  =============
+``check_gpt_oss_layout``          ``gpt_oss_gate_up(w1, w3)``                                  ``(d, 2f)``
+``check_gpt2_loader``             ``ffn_from_gpt2(c_fc_w, c_fc_b, c_proj_w, c_proj_b)``        4 tensors
+``check_padding_balance``         ``balance_loss(router_logits, expert_index, attention_mask)``  scalar
+``check_group_limited``           ``group_limited_topk(scores, bias, k, n_group, topk_group)``  ``(N, k)``
+``check_topk_mass``               ``mean_topk_mass(logits, k)``                                float
+``check_score_on_input``          ``input_over_output(w1, w3, w2, x, s)``                      float
+================================  ===========================================================  =============
+
+The hidden cases cover the inputs each statement allows at their extremes: 1 × 1 and non-square weights,
+float64 as well as float32, every token real or only one, padding routed to a single expert, k = 1 and k = E,
+all groups kept, one group, biased scores that are all negative, a router at zero, one token, scores s
+near 0 and at 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.exercises.engine import Case, Exercise
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------- exercise 1: gpt-oss's interleaved layout
+def _gpt_oss_gate_up(w1: torch.Tensor, w3: torch.Tensor) -> torch.Tensor:
+    f, d = w1.shape
+    out = w1.new_empty(d, 2 * f)
+    out[:, 0::2] = w1.t()
+    out[:, 1::2] = w3.t()
+    return out
+
+
+def _layout_cases() -> list[Case]:
+    g = _generator(801)
+    cases = []
+    for f, d, dtype, scale in [(4, 3, torch.float32, 1.0), (1, 1, torch.float32, 1.0), (1, 5, torch.float32, 1.0),
+                               (6, 1, torch.float32, 1.0), (3, 3, torch.float64, 1.0), (8, 16, torch.float32, 1e30),
+                               (5, 2, torch.float64, 1e-30)]:
+        w1 = torch.randn(f, d, generator=g, dtype=dtype) * scale
+        w3 = torch.randn(f, d, generator=g, dtype=dtype) * scale
+        cases.append(Case((w1, w3), note=f"W1, W3 of shape ({f}, {d}), {str(dtype).replace('torch.', '')}"))
+    return cases
+
+
+def _layout_wrong(kind: str):
+    def wrong(w1, w3):
+        if kind == "concatenated":
+            return torch.cat([w1.t(), w3.t()], dim=1)
+        if kind == "swapped":
+            return _gpt_oss_gate_up(w3, w1)
+        if kind == "not transposed":
+            return torch.stack([w1, w3], dim=1).reshape(2 * w1.shape[0], w1.shape[1])
+        return torch.stack([w1, w3], dim=-1).reshape(w1.shape[1], 2 * w1.shape[0])   # reshape, no transpose
+    return wrong
+
+
+check_gpt_oss_layout = Exercise(
+    "Exercise 1 (gpt-oss layout)",
+    _gpt_oss_gate_up,
+    _layout_cases,
+    [
+        ("gate and up were concatenated side by side ([W1ᵀ | W3ᵀ], Llama 4's layout). gpt-oss interleaves them: "
+         "column 2i is gate unit i, column 2i + 1 is up unit i.", _layout_wrong("concatenated")),
+        ("gate and up are swapped: gpt-oss reads the gate from the even columns (gate_up[..., ::2]) and the up "
+         "projection from the odd ones.", _layout_wrong("swapped")),
+        ("the result is in nn.Linear's (out, in) orientation; gpt-oss stores its experts input × output, so "
+         "transpose: the result has d_model rows.", _layout_wrong("not transposed")),
+        ("a reshape (or view) is not a transpose: it keeps the memory order, so the shape is right but the "
+         "numbers land in the wrong places. Transpose W1 and W3 first (.t() or .T).", _layout_wrong("reshape")),
+    ],
+    atol=0, rtol=0,
+)
+
+
+# ---------------------------------------------------------------- exercise 2: a GPT-2 loader (debug)
+def _ffn_from_gpt2(c_fc_w, c_fc_b, c_proj_w, c_proj_b):
+    return c_fc_w.t(), c_fc_b, c_proj_w.t(), c_proj_b
+
+
+def _gpt2_buggy(c_fc_w, c_fc_b, c_proj_w, c_proj_b):
+    d, f = c_fc_w.shape
+    return c_fc_w.reshape(f, d), c_fc_b, c_proj_w.reshape(d, f), c_proj_b
+
+
+def _gpt2_cases() -> list[Case]:
+    g = _generator(802)
+    cases = []
+    for d, f, dtype in [(4, 16, torch.float32), (3, 3, torch.float32), (8, 32, torch.float64), (2, 5, torch.float32),
+                        (1, 4, torch.float32), (6, 2, torch.float32)]:
+        args = (torch.randn(d, f, generator=g, dtype=dtype), torch.randn(f, generator=g, dtype=dtype),
+                torch.randn(f, d, generator=g, dtype=dtype), torch.randn(d, generator=g, dtype=dtype))
+        cases.append(Case(args, note=f"d_model={d}, d_ff={f}, {str(dtype).replace('torch.', '')}"))
+    return cases
+
+
+check_gpt2_loader = Exercise(
+    "Exercise 2 (GPT-2 loader)",
+    _ffn_from_gpt2,
+    _gpt2_cases,
+    [
+        ("reshape (or view) to the transposed shape keeps the memory order, so every shape check passes while "
+         "the weights are scrambled. A layout bug: Conv1D stores input × output, nn.Linear output × input, and "
+         "only a transpose (.t()) converts one into the other.", _gpt2_buggy),
+        ("W1 is fixed but W2 is still reshaped: c_proj is a Conv1D too (d_ff × d_model in GPT-2), so it needs "
+         "the same transpose.", lambda a, b, c, e: (a.t(), b, c.reshape(a.shape[0], a.shape[1]), e)),
+        ("W2 is fixed but W1 is still reshaped: c_fc is a Conv1D too (d_model × d_ff in GPT-2), so it needs "
+         "the same transpose.", lambda a, b, c, e: (a.reshape(a.shape[1], a.shape[0]), b, c.t(), e)),
+        ("the Conv1D weights were returned as they are: GPT-2 stores input × output, the course output × input "
+         "(nn.Linear), so each weight must be transposed.", lambda a, b, c, e: (a, b, c, e)),
+    ],
+    atol=0, rtol=0, kind="debug",
+)
+
+
+# ---------------------------------------------------------------- exercise 3: padding in the balance loss (debug)
+def _balance_loss(router_logits, expert_index, attention_mask):
+    keep = attention_mask.bool()
+    probs = torch.softmax(router_logits[keep], dim=-1)
+    n_experts = probs.shape[-1]
+    chosen = expert_index[keep]
+    counts = torch.bincount(chosen.reshape(-1), minlength=n_experts).to(probs.dtype)
+    f = counts / chosen.numel()
+    return n_experts * (f * probs.mean(0)).sum()
+
+
+def _balance_wrong(kind: str):
+    def wrong(router_logits, expert_index, attention_mask):
+        keep = attention_mask.bool()
+        probs = torch.softmax(router_logits, dim=-1)
+        n_experts = probs.shape[-1]
+        mask_f = kind in ("counts only", "divided by all")
+        mask_p = kind in ("probs only", "divided by all")
+        chosen = expert_index[keep] if mask_f else expert_index
+        counts = torch.bincount(chosen.reshape(-1), minlength=n_experts).to(probs.dtype)
+        f = counts / (expert_index.numel() if kind == "divided by all" else chosen.numel())
+        p = (probs * keep[:, None]).sum(0) / (keep.numel() if kind == "divided by all" else keep.sum()) \
+            if mask_p else probs.mean(0)
+        return n_experts * (f * p).sum()
+    return wrong
+
+
+def _balance_cases() -> list[Case]:
+    g = _generator(803)
+    cases = []
+    for n, e, k, pad, scale in [(12, 4, 2, "half", 1.0), (8, 6, 1, "none", 2.0), (10, 5, 5, "half", 1.0),
+                                (9, 8, 2, "all but one", 3.0), (16, 4, 1, "tail", 0.5), (6, 3, 2, "one", 1.0),
+                                (20, 8, 2, "to one expert", 2.0)]:
+        logits = torch.randn(n, e, generator=g) * scale
+        mask = torch.ones(n, dtype=torch.long)
+        if pad == "half":
+            mask[torch.randperm(n, generator=g)[: n // 2]] = 0
+        elif pad == "all but one":
+            mask[:] = 0
+            mask[n // 2] = 1
+        elif pad == "tail":
+            mask[n - 5:] = 0
+        elif pad == "one":
+            mask[0] = 0
+        elif pad == "to one expert":                      # padding tokens all prefer expert 0, as in real runs
+            mask[n // 2:] = 0
+            logits[n // 2:, 0] += 6.0
+        index = torch.topk(logits, k, dim=-1).indices
+        cases.append(Case((logits, index, mask), note=f"N={n}, E={e}, k={k}, padding: {pad}"))
+    return cases
+
+
+check_padding_balance = Exercise(
+    "Exercise 3 (padding in the balance loss)",
+    _balance_loss,
+    _balance_cases,
+    [
+        ("the attention mask is not used, so padding tokens count in both f (the routed shares) and P (the "
+         "mean probabilities). Padding is not text: a balance loss must average over real tokens only.",
+         _balance_wrong("ignored")),
+        ("only the counts f skip the padding; the mean router probability P still averages over padding "
+         "rows too. Mask both, and divide each by the number of real tokens (or slots).",
+         _balance_wrong("counts only")),
+        ("only P skips the padding; the routed shares f still count the slots of padding tokens. Mask both.",
+         _balance_wrong("probs only")),
+        ("the padding rows were zeroed, but f and P are still divided by all N tokens (N·k slots); divide by "
+         "the number of real tokens (their slots) instead, so an even load still gives 1.",
+         _balance_wrong("divided by all")),
+    ],
+    kind="debug",
+)
+
+
+# ---------------------------------------------------------------- exercise 4: group-limited routing (debug)
+def _group_limited(scores, bias, k, n_group, topk_group, fill=float("-inf")):
+    n, e = scores.shape
+    choice = scores + bias
+    groups = choice.view(n, n_group, e // n_group)
+    group_score = groups.topk(min(2, e // n_group), dim=-1).values.sum(-1)
+    keep = group_score.topk(topk_group, dim=-1).indices
+    mask = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+    mask = mask[:, :, None].expand(n, n_group, e // n_group).reshape(n, e)
+    choice = choice.masked_fill(~mask, fill)
+    return choice.topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def _group_buggy(scores, bias, k, n_group, topk_group):
+    return _group_limited(scores, bias, k, n_group, topk_group, fill=0.0)
+
+
+def _group_mask_before_bias(scores, bias, k, n_group, topk_group):
+    n, e = scores.shape
+    groups = (scores + bias).view(n, n_group, e // n_group)
+    keep = groups.topk(min(2, e // n_group), dim=-1).values.sum(-1).topk(topk_group, dim=-1).indices
+    mask = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+    mask = mask[:, :, None].expand(n, n_group, e // n_group).reshape(n, e)
+    choice = scores.masked_fill(~mask, 0.0) + bias
+    return choice.topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def _group_no_limit(scores, bias, k, n_group, topk_group):
+    return (scores + bias).topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def _group_unbiased_groups(scores, bias, k, n_group, topk_group):
+    n, e = scores.shape
+    groups = scores.view(n, n_group, e // n_group)
+    keep = groups.topk(min(2, e // n_group), dim=-1).values.sum(-1).topk(topk_group, dim=-1).indices
+    mask = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+    mask = mask[:, :, None].expand(n, n_group, e // n_group).reshape(n, e)
+    return (scores + bias).masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def _group_cases() -> list[Case]:
+    g = _generator(804)
+    cases = []
+    for n, e, k, n_group, topk_group, bias_kind in [
+            (10, 8, 2, 4, 2, "very negative"), (12, 16, 4, 4, 2, "mixed"), (1, 8, 3, 4, 2, "very negative"),
+            (6, 8, 1, 4, 1, "very negative"), (8, 12, 4, 3, 1, "very negative"), (9, 8, 2, 1, 1, "mixed"),
+            (7, 8, 3, 4, 4, "very negative"), (10, 16, 8, 8, 4, "zero"), (11, 8, 4, 4, 2, "mixed"),
+            (5, 8, 2, 4, 2, "very positive")]:
+        scores = torch.sigmoid(torch.randn(n, e, generator=g) * 2)
+        if bias_kind == "zero":
+            bias = torch.zeros(e)
+        elif bias_kind == "mixed":                       # biased scores from -0.5 up: some below 0
+            bias = torch.rand(e, generator=g) - 0.5
+        elif bias_kind == "very positive":
+            bias = 99.5 + 0.5 * torch.rand(e, generator=g)
+        else:                                            # the statement's lowest bias: every biased score < -98
+            bias = -100.0 + 0.5 * torch.rand(e, generator=g)
+        cases.append(Case((scores, bias, k, n_group, topk_group),
+                          note=f"N={n}, E={e}, k={k}, {n_group} groups keep {topk_group}, {bias_kind} bias"))
+    return cases
+
+
+check_group_limited = Exercise(
+    "Exercise 4 (group-limited routing)",
+    _group_limited,
+    _group_cases,
+    [
+        ("the experts of the dropped groups are filled with a finite value (0), which beats every biased score "
+         "below it, so they get chosen. A masking bug: a masked entry must lose against every possible score, "
+         "so fill it with -inf (as DeepSeek-V3's own code does).", _group_buggy),
+        ("the dropped groups were masked before the bias was added, so a masked expert scores 0 + bias and "
+         "can still win; mask after adding the bias, with -inf.", _group_mask_before_bias),
+        ("the group limit is gone: the top k is taken over all experts. Keep the groups, but make the masked "
+         "experts lose (fill with -inf).", _group_no_limit),
+        ("the groups were ranked by the scores without the bias; DeepSeek-V3 ranks groups (and experts) by "
+         "scores + bias, the bias only leaves the combine weights alone.", _group_unbiased_groups),
+    ],
+    kind="debug",
+    bug_class="a masked entry that does not always lose: the experts of a dropped group must score below every "
+              "possible biased score (-inf), whatever the bias",
+)
+
+
+# ---------------------------------------------------------------- exercise 5: the mass of the top k (investigate)
+def _topk_mass(logits: torch.Tensor, k: int) -> float:
+    probs = torch.softmax(logits.double(), dim=-1)
+    return float(probs.topk(k, dim=-1).values.sum(-1).mean())
+
+
+def _mass_cases() -> list[Case]:
+    g = _generator(805)
+    cases = []
+    for n, e, k, scale in [(20, 16, 2, 0.0), (30, 8, 2, 1.0), (1, 6, 3, 4.0), (25, 128, 8, 0.02),
+                           (10, 5, 5, 2.0), (15, 10, 1, 20.0)]:
+        logits = torch.randn(n, e, generator=g) * scale
+        cases.append(Case((logits, k), note=f"logits ({n}, {e}) of scale {scale:g}, k={k}"))
+    return cases
+
+
+check_topk_mass = Exercise(
+    "Exercise 5 (the top-k mass)",
+    _topk_mass,
+    _mass_cases,
+    [
+        ("that is the top-k mass after renormalising, which is always 1; the question is how much of the "
+         "softmax the chosen experts hold *without* it (norm_topk_prob=False).",
+         lambda logits, k: 1.0),
+        ("the softmax went over the tokens (dim=0); each token's probabilities are a softmax over its experts "
+         "(the last dimension).",
+         lambda logits, k: float(torch.softmax(logits.double(), 0).topk(k, -1).values.sum(-1).mean())),
+        ("the top-k raw logits were summed; take the softmax over the experts first, then the k largest "
+         "probabilities.", lambda logits, k: float(logits.double().topk(k, -1).values.sum(-1).mean())),
+        ("that is the top-k mass of the first token only; average the sum of the k largest probabilities over "
+         "all tokens.", lambda logits, k: float(torch.softmax(logits.double()[0], -1).topk(k).values.sum())),
+    ],
+    kind="investigate",
+)
+
+
+# ---------------------------------------------------------------- exercise 6: where the score goes (investigate)
+def _swiglu(w1, w3, w2, x):
+    return torch.nn.functional.linear(torch.nn.functional.silu(x @ w1.t()) * (x @ w3.t()), w2)
+
+
+def _input_over_output(w1, w3, w2, x, s):
+    w1, w3, w2, x = (t.double() for t in (w1, w3, w2, x))
+    return float(_swiglu(w1, w3, w2, s * x).norm() / (s * _swiglu(w1, w3, w2, x)).norm())
+
+
+def _score_cases() -> list[Case]:
+    g = _generator(806)
+    cases = []
+    for d, f, n, s in [(8, 16, 20, 0.5), (8, 16, 20, 1.0), (4, 8, 1, 0.1), (16, 32, 10, 0.9), (6, 12, 5, 0.01),
+                       (8, 8, 7, 0.3)]:
+        w1, w3 = torch.randn(f, d, generator=g) / d ** 0.5, torch.randn(f, d, generator=g) / d ** 0.5
+        w2 = torch.randn(d, f, generator=g) / f ** 0.5
+        x = torch.randn(n, d, generator=g)
+        cases.append(Case((w1, w3, w2, x, s), note=f"d_model={d}, d_ff={f}, {n} tokens, s={s:g}"))
+    return cases
+
+
+check_score_on_input = Exercise(
+    "Exercise 6 (where the score goes)",
+    _input_over_output,
+    _score_cases,
+    [
+        ("the ratio is upside down: divide ‖expert(s·x)‖ (Llama 4) by ‖s·expert(x)‖ (Mixtral, the course).",
+         lambda w1, w3, w2, x, s: 1.0 / _input_over_output(w1, w3, w2, x, s)),
+        ("the expert was left out: s·x against s·x is 1; compare the expert's outputs, expert(s·x) against "
+         "s·expert(x).", lambda w1, w3, w2, x, s: 1.0),
+        ("s·expert(x) was compared with expert(x) (the score left out of the denominator); the course's MoE "
+         "multiplies the expert's output by s.",
+         lambda w1, w3, w2, x, s: float(_swiglu(*(t.double() for t in (w1, w3, w2)), s * x.double()).norm()
+                                        / _swiglu(*(t.double() for t in (w1, w3, w2, x))).norm())),
+    ],
+    rtol=1e-5, atol=1e-7, kind="investigate",
+)
+
+
+EXERCISES = [check_gpt_oss_layout, check_gpt2_loader, check_padding_balance, check_group_limited, check_topk_mass,
+             check_score_on_input]

@@ -1,0 +1,422 @@
+r"""From the course's ``FFN`` and ``MoE`` to Hugging Face ``transformers``' own modules (notebook 08).
+
+One small converter per family builds transformers' module from a tiny configuration (no download, no
+pretrained weights) and copies the course's weights into it, so the two can be run on the same input and
+compared. The course keeps PyTorch's ``nn.Linear`` layout everywhere: ``W1``, ``W3`` are ``(d_ff, d_model)``,
+``W2`` is ``(d_model, d_ff)`` and ``y = W2 (φ(W1 x) ⊙ W3 x)``. What each family stores instead:
+
+=============  ===========================  =================================================================
+family         module                       weights (E experts, d = d_model, f = expert width)
+=============  ===========================  =================================================================
+GPT-2          ``GPT2MLP``                  ``c_fc.weight`` (d, f) = W1ᵀ and ``c_proj.weight`` (f, d) = W2ᵀ
+                                            (``Conv1D``: input × output), biases; tanh GELU (``gelu_new``)
+LLaMA          ``LlamaMLP``                 ``gate_proj`` = W1, ``up_proj`` = W3, ``down_proj`` = W2 (nn.Linear)
+Mixtral        ``MixtralSparseMoeBlock``    ``gate.weight`` (E, d) = router; ``experts.gate_up_proj`` (E, 2f, d)
+                                            = [W1; W3] stacked over experts; ``experts.down_proj`` (E, d, f)
+Qwen3-MoE      ``Qwen3MoeSparseMoeBlock``   as Mixtral; ``norm_topk_prob`` switches renormalisation
+DeepSeek-V3    ``DeepseekV3MoE``            as Mixtral, plus ``gate.e_score_correction_bias`` (E,) and
+                                            ``shared_experts.{gate,up,down}_proj``
+Llama 4        ``Llama4TextMoe``            ``router.weight`` (E, d); ``experts.gate_up_proj`` (E, d, 2f) =
+                                            [W1ᵀ W3ᵀ] (transposed); ``experts.down_proj`` (E, f, d) = W2ᵀ;
+                                            ``shared_expert``
+gpt-oss        ``GptOssMLP``                ``router.weight`` (E, d) and ``router.bias``; ``experts.gate_up_proj``
+                                            (E, d, 2f) with W1ᵀ and W3ᵀ *interleaved* column by column, biases
+=============  ===========================  =================================================================
+
+Every MoE here is built with ``experts_implementation="eager"``: transformers then runs the module's own,
+readable expert loop, and prints nothing about choosing one. ``run(module, x)`` calls any of these modules
+(or the course's) on a ``(tokens, d_model)`` batch and returns a plain ``(tokens, d_model)`` tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from helpers.ffn import FFN
+from helpers.moe import MoE
+
+#: The oldest transformers release whose modules and configuration fields notebook 08 uses behave as in the
+#: newest (5.6.0: DeepSeek-V3's group mask fills with -inf, Mixtral's router returns raw logits).
+MIN_TRANSFORMERS = "5.6.0"
+
+
+# --------------------------------------------------------------------------- layouts
+def conv1d_weight(linear_weight: torch.Tensor) -> torch.Tensor:
+    """GPT-2's ``Conv1D`` weight from an ``nn.Linear`` weight: ``(out, in) -> (in, out)``, a transpose.
+
+    ``Conv1D`` computes ``x @ W + b``; ``nn.Linear`` computes ``x @ Wᵀ + b``. A ``reshape`` to the same
+    shape is *not* a transpose: it keeps the memory order and scrambles which weight meets which input.
+    """
+    return linear_weight.t().contiguous()
+
+
+def fused_gate_up(w1: torch.Tensor, w3: torch.Tensor) -> torch.Tensor:
+    """Mixtral/Qwen3/DeepSeek-V3's ``gate_up_proj[e]``: ``[W1; W3]`` stacked along rows, ``(2f, d)``."""
+    return torch.cat([w1, w3], dim=0)
+
+
+def interleaved_gate_up(w1: torch.Tensor, w3: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's ``gate_up_proj[e]``: ``(d, 2f)``, column ``2i`` is row i of W1, column ``2i + 1`` row i of W3.
+
+    ``w1``, ``w3``: ``(f, d)`` (``nn.Linear`` layout), any float dtype; the result keeps it.
+    """
+    f, d = w1.shape
+    out = w1.new_empty(d, 2 * f)
+    out[:, 0::2] = w1.t()
+    out[:, 1::2] = w3.t()
+    return out
+
+
+# --------------------------------------------------------------------------- running and comparing
+def run(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module`` on ``x`` ``(N, d_model)`` without autograd; returns ``(N, d_model)``.
+
+    transformers' MoE blocks take ``(batch, seq, d_model)`` and some return a tuple (Llama 4: output and
+    router logits; gpt-oss: output and router scores); the course's ``MoE`` returns ``(output, stats)``.
+    The first element is the layer's output.
+    """
+    with torch.no_grad():
+        out = module(x[None])
+    if isinstance(out, tuple):
+        out = out[0]
+    return out.reshape(x.shape)
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``max |a - b|`` in float64."""
+    return float((a.double() - b.double()).abs().max())
+
+
+def bound(diff: float, tol: float = 1e-6) -> str:
+    """A difference as text that reads the same on every CPU: ``"< 1e-06"`` when below ``tol``, else the value.
+
+    float32 rounding at the course's sizes leaves differences between about 1e-8 and 1e-6, and their digits
+    change with the CPU kernel; a difference above ``tol`` is a real disagreement, printed to 2 digits.
+    """
+    return f"< {tol:.0e}" if diff < tol else f"= {diff:.2g}"
+
+
+# --------------------------------------------------------------------------- configurations
+def _config(cls_name: str, **fields):
+    import transformers
+
+    return getattr(transformers, cls_name)(**fields)
+
+
+def _moe_config(cls_name: str, moe: MoE, **fields):
+    """A tiny configuration for ``moe``'s sizes; eager experts (transformers' readable loop)."""
+    return _config(cls_name, hidden_size=moe.d_model, num_attention_heads=1, num_key_value_heads=1,
+                   hidden_act="silu", experts_implementation="eager", **fields)
+
+
+def _check_plain_swiglu_moe(moe: MoE, family: str, *, bias: bool = False, score: str = "softmax") -> None:
+    if moe.variant != "swiglu" or moe.experts[0].has_bias != bias or moe.router_type != "token" \
+            or moe.capacity_factor is not None or moe.score != score:
+        raise ValueError(f"{family} needs a dropless token-choice SwiGLU MoE with score={score!r}"
+                         f"{' and biases' if bias else ' without biases'}")
+
+
+def _copy_experts_stacked(experts: nn.Module, ffns) -> None:
+    for e, ffn in enumerate(ffns):
+        experts.gate_up_proj[e].copy_(fused_gate_up(ffn.w1.weight, ffn.w3.weight))
+        experts.down_proj[e].copy_(ffn.w2.weight)
+
+
+def _copy_mlp(mlp: nn.Module, ffn: FFN) -> None:
+    mlp.gate_proj.weight.copy_(ffn.w1.weight)
+    mlp.up_proj.weight.copy_(ffn.w3.weight)
+    mlp.down_proj.weight.copy_(ffn.w2.weight)
+
+
+# --------------------------------------------------------------------------- dense FFNs
+def gpt2_mlp(ffn: FFN) -> nn.Module:
+    """transformers' ``GPT2MLP`` holding ``ffn``'s weights (``ffn``: dense, ``gelu_tanh``, with biases)."""
+    from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+
+    if ffn.gated or ffn.activation_name != "gelu_tanh" or not ffn.has_bias:
+        raise ValueError("GPT-2's MLP is dense, with biases and the tanh GELU ('gelu_tanh')")
+    config = _config("GPT2Config", n_embd=ffn.d_model, n_inner=ffn.d_ff, n_head=1, resid_pdrop=0.0,
+                     activation_function="gelu_new")
+    mlp = GPT2MLP(ffn.d_ff, config).eval()
+    with torch.no_grad():
+        mlp.c_fc.weight.copy_(conv1d_weight(ffn.w1.weight))
+        mlp.c_fc.bias.copy_(ffn.w1.bias)
+        mlp.c_proj.weight.copy_(conv1d_weight(ffn.w2.weight))
+        mlp.c_proj.bias.copy_(ffn.w2.bias)
+    return mlp
+
+
+def llama_mlp(ffn: FFN) -> nn.Module:
+    """transformers' ``LlamaMLP`` holding ``ffn``'s weights (``ffn``: SwiGLU, no biases)."""
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    if not ffn.gated or ffn.activation_name != "silu" or ffn.has_bias:
+        raise ValueError("LLaMA's MLP is SwiGLU without biases (FFN.from_variant('swiglu', d, bias=False))")
+    config = _config("LlamaConfig", hidden_size=ffn.d_model, intermediate_size=ffn.d_ff, num_attention_heads=1,
+                     num_key_value_heads=1, hidden_act="silu", mlp_bias=False)
+    mlp = LlamaMLP(config).eval()
+    with torch.no_grad():
+        _copy_mlp(mlp, ffn)
+    return mlp
+
+
+# --------------------------------------------------------------------------- MoE layers
+def mixtral_block(moe: MoE) -> nn.Module:
+    """transformers' ``MixtralSparseMoeBlock`` with ``moe``'s router and experts (softmax, top-k, renormalised)."""
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    _check_plain_swiglu_moe(moe, "Mixtral")
+    config = _moe_config("MixtralConfig", moe, intermediate_size=moe.d_ff, num_local_experts=moe.n_experts,
+                         num_experts_per_tok=moe.top_k)
+    block = MixtralSparseMoeBlock(config).eval()
+    with torch.no_grad():
+        block.gate.weight.copy_(moe.router.weight)
+        _copy_experts_stacked(block.experts, moe.experts)
+    return block
+
+
+def qwen3_moe_block(moe: MoE, norm_topk_prob: bool | None = None) -> nn.Module:
+    """transformers' ``Qwen3MoeSparseMoeBlock`` with ``moe``'s weights.
+
+    ``norm_topk_prob`` defaults to ``moe.renormalise`` (the same function); pass the other value to see
+    what the flag changes.
+    """
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+    _check_plain_swiglu_moe(moe, "Qwen3-MoE")
+    norm = moe.renormalise if norm_topk_prob is None else norm_topk_prob
+    config = _moe_config("Qwen3MoeConfig", moe, moe_intermediate_size=moe.d_ff, num_experts=moe.n_experts,
+                         num_experts_per_tok=moe.top_k, norm_topk_prob=norm)
+    block = Qwen3MoeSparseMoeBlock(config).eval()
+    with torch.no_grad():
+        block.gate.weight.copy_(moe.router.weight)
+        _copy_experts_stacked(block.experts, moe.experts)
+    return block
+
+
+def deepseek_v3_moe(moe: MoE, *, n_group: int = 1, topk_group: int = 1,
+                    routed_scaling_factor: float = 1.0) -> nn.Module:
+    """transformers' ``DeepseekV3MoE`` with ``moe``'s router, ``selection_bias``, routed and shared experts.
+
+    ``moe``: ``score="sigmoid"``, ``n_shared ≥ 1``, ``top_k ≥ 2`` routed (DeepSeek-V3 normalises the chosen
+    affinities at every k; the course only from k = 2). With the defaults (one group, scale 1) the module
+    computes the course's function; ``n_group``/``topk_group`` turn on group-limited routing and
+    ``routed_scaling_factor`` scales the routed experts' sum (DeepSeek-V3: 8, 4 and 2.5).
+    """
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+
+    _check_plain_swiglu_moe(moe, "DeepSeek-V3", score="sigmoid")
+    if moe.shared is None or moe.top_k < 2 or not moe.renormalise:
+        raise ValueError("DeepSeek-V3's layer has shared experts and normalises the chosen affinities: "
+                         "use MoE(..., score='sigmoid', n_shared>=1) with at least 2 routed experts per token")
+    config = _moe_config("DeepseekV3Config", moe, moe_intermediate_size=moe.d_ff, n_routed_experts=moe.n_experts,
+                         num_experts_per_tok=moe.top_k, n_shared_experts=moe.n_shared, n_group=n_group,
+                         topk_group=topk_group, routed_scaling_factor=routed_scaling_factor, norm_topk_prob=True,
+                         q_lora_rank=None, kv_lora_rank=4, qk_rope_head_dim=2, qk_nope_head_dim=2, v_head_dim=2)
+    block = DeepseekV3MoE(config).eval()
+    with torch.no_grad():
+        block.gate.weight.copy_(moe.router.weight)
+        block.gate.e_score_correction_bias.copy_(moe.selection_bias)
+        _copy_experts_stacked(block.experts, moe.experts)
+        _copy_mlp(block.shared_experts, moe.shared)
+    return block
+
+
+def llama4_moe(moe: MoE) -> nn.Module:
+    """transformers' ``Llama4TextMoe`` with ``moe``'s weights: top-1 sigmoid router and one shared expert.
+
+    ``moe``: ``MoE(d, n_experts=E + 1, top_k=2, n_shared=1, score="sigmoid")`` (E routed experts, top-1,
+    one shared expert of the same width). The module multiplies the router score into the expert's *input*;
+    the course's ``MoE`` into its *output* (``llama4_style_forward`` does it Llama 4's way).
+    """
+    from transformers.models.llama4.modeling_llama4 import Llama4TextMoe
+
+    _check_plain_swiglu_moe(moe, "Llama 4", score="sigmoid")
+    if moe.top_k != 1 or moe.n_shared != 1 or moe.shared.d_ff != moe.d_ff:
+        raise ValueError("Llama 4's layer routes top-1 beside one shared expert of the experts' width: "
+                         "use MoE(d, n_experts=E + 1, top_k=2, n_shared=1, score='sigmoid')")
+    config = _config("Llama4TextConfig", hidden_size=moe.d_model, intermediate_size=moe.d_ff,
+                     intermediate_size_mlp=moe.d_ff, num_local_experts=moe.n_experts, num_experts_per_tok=1,
+                     num_attention_heads=1, num_key_value_heads=1, head_dim=moe.d_model, hidden_act="silu")
+    block = Llama4TextMoe(config).eval()
+    with torch.no_grad():
+        block.router.weight.copy_(moe.router.weight)
+        for e, ffn in enumerate(moe.experts):
+            block.experts.gate_up_proj[e].copy_(torch.cat([ffn.w1.weight.t(), ffn.w3.weight.t()], dim=1))
+            block.experts.down_proj[e].copy_(ffn.w2.weight.t())
+        _copy_mlp(block.shared_expert, moe.shared)
+    return block
+
+
+def llama4_style_forward(moe: MoE, x: torch.Tensor) -> torch.Tensor:
+    """The course's top-1 sigmoid ``MoE`` computed Llama 4's way: ``shared(x) + expert(σ · x)``.
+
+    ``x``: ``(N, d_model)``. The course's own forward gives ``shared(x) + σ · expert(x)``.
+    """
+    with torch.no_grad():
+        routing = moe.route(x)
+        y = moe.shared(x)
+        for e, ffn in enumerate(moe.experts):
+            rows = (routing.expert_index[:, 0] == e).nonzero().flatten()
+            if rows.numel():
+                y[rows] += ffn(x[rows] * routing.weight[rows, :1].to(x.dtype))
+    return y
+
+
+def gpt_oss_mlp(moe: MoE, *, alpha: float = 1.0, limit: float = math.inf) -> nn.Module:
+    """transformers' ``GptOssMLP`` with ``moe``'s weights (``moe``: SwiGLU experts with biases, top-k ≥ 2).
+
+    gpt-oss's experts compute ``(up + 1) · gate · σ(α · gate)`` with ``gate ≤ limit`` and ``|up| ≤ limit``
+    clamped. The converter stores ``b3 − 1`` as the up bias, so the ``+ 1`` gives back the course's ``W3 x
+    + b3`` exactly; with ``alpha=1`` and ``limit=inf`` the module then computes the course's function, and
+    ``alpha=1.702, limit=7.0`` (gpt-oss's values) show what its activation changes. The router gets a zero
+    bias (the course's router has none); softmax over the top-k logits equals the course's renormalised
+    top-k softmax.
+    """
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
+
+    _check_plain_swiglu_moe(moe, "gpt-oss", bias=True)
+    if moe.top_k < 2 or not moe.renormalise:
+        raise ValueError("gpt-oss renormalises over its top-k (k = 4): use top_k >= 2 with renormalise=True")
+    config = _moe_config("GptOssConfig", moe, intermediate_size=moe.d_ff, num_local_experts=moe.n_experts,
+                         num_experts_per_tok=moe.top_k, head_dim=moe.d_model)
+    block = GptOssMLP(config).eval()
+    block.experts.alpha, block.experts.limit = alpha, limit
+    with torch.no_grad():
+        block.router.weight.copy_(moe.router.weight)
+        block.router.bias.zero_()
+        for e, ffn in enumerate(moe.experts):
+            block.experts.gate_up_proj[e].copy_(interleaved_gate_up(ffn.w1.weight, ffn.w3.weight))
+            block.experts.gate_up_proj_bias[e, 0::2] = ffn.w1.bias
+            block.experts.gate_up_proj_bias[e, 1::2] = ffn.w3.bias - 1.0
+            block.experts.down_proj[e].copy_(ffn.w2.weight.t())
+            block.experts.down_proj_bias[e].copy_(ffn.w2.bias)
+    return block
+
+
+# --------------------------------------------------------------------------- conventions, read from the code
+@dataclass(frozen=True)
+class Published:
+    """One released model's FFN sizes, as its paper or model card gives them."""
+
+    model: str
+    d_model: int
+    width: int
+    experts: str
+    source: str
+
+
+#: The released models behind each family (checked against their papers and model cards; see notebook 08).
+PUBLISHED: dict[str, Published] = {
+    "GPT-2": Published("GPT-2 small", 768, 3072, "dense", "Radford et al. 2019"),
+    "LLaMA": Published("LLaMA-7B", 4096, 11008, "dense", "Touvron et al. 2023"),
+    "Mixtral": Published("Mixtral 8x7B", 4096, 14336, "8, top-2", "Jiang et al. 2024"),
+    "Qwen3-MoE": Published("Qwen3-30B-A3B", 2048, 768, "128, top-8", "Qwen3 report 2025"),
+    "DeepSeek-V3": Published("DeepSeek-V3", 7168, 2048, "256 + 1 shared, top-8", "DeepSeek-AI 2024"),
+    "Llama 4": Published("Llama 4 Scout", 5120, 8192, "16 + 1 shared, top-1", "Meta 2025"),
+    "gpt-oss": Published("gpt-oss-120b", 2880, 2880, "128, top-4", "OpenAI 2025"),
+}
+
+#: family -> (configuration class, attribute holding the expert width, attribute holding the number of experts)
+_CONFIGS = {
+    "GPT-2": ("GPT2Config", "n_inner", None),
+    "LLaMA": ("LlamaConfig", "intermediate_size", None),
+    "Mixtral": ("MixtralConfig", "intermediate_size", "num_local_experts"),
+    "Qwen3-MoE": ("Qwen3MoeConfig", "moe_intermediate_size", "num_experts"),
+    "DeepSeek-V3": ("DeepseekV3Config", "moe_intermediate_size", "n_routed_experts"),
+    "Llama 4": ("Llama4TextConfig", "intermediate_size", "num_local_experts"),
+    "gpt-oss": ("GptOssConfig", "intermediate_size", "num_local_experts"),
+}
+
+
+def default_config_fields(family: str) -> dict[str, object]:
+    """What transformers' configuration class for ``family`` says by default (no arguments)."""
+    cls_name, width_attr, experts_attr = _CONFIGS[family]
+    config = _config(cls_name)
+    d = getattr(config, "hidden_size")
+    width = getattr(config, width_attr) or 4 * d                 # GPT-2: n_inner=None means 4·d
+    fields: dict[str, object] = {"d_model": d, "width": width,
+                                 "activation": getattr(config, "hidden_act", None)
+                                 or getattr(config, "activation_function", None)}
+    if experts_attr is not None:
+        fields["experts"] = getattr(config, experts_attr)
+        fields["top_k"] = getattr(config, "num_experts_per_tok")
+    for name in ("norm_topk_prob", "n_shared_experts", "n_group", "topk_group", "routed_scaling_factor",
+                 "router_aux_loss_coef", "output_router_logits"):
+        if hasattr(config, name):
+            fields[name] = getattr(config, name)
+    return fields
+
+
+def parameter_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    """``name -> shape`` of every parameter and buffer of ``module`` (how its weights are laid out)."""
+    shapes = {name: tuple(p.shape) for name, p in module.named_parameters()}
+    shapes.update({name: tuple(b.shape) for name, b in module.named_buffers()})
+    return shapes
+
+
+#: What each family does that no configuration field records: read from its module's ``forward``.
+_FROM_CODE = {
+    "GPT-2": ("Conv1D, input × output", "—", "—"),
+    "LLaMA": ("nn.Linear, gate/up/down", "—", "—"),
+    "Mixtral": ("fused [W1; W3] per expert", "softmax", "always"),
+    "Qwen3-MoE": ("fused [W1; W3] per expert", "softmax", "norm_topk_prob"),
+    "DeepSeek-V3": ("fused [W1; W3] per expert", "sigmoid + bias", "norm_topk_prob"),
+    "Llama 4": ("[W1ᵀ W3ᵀ], input × output", "sigmoid, top-1", "— (top-1)"),
+    "gpt-oss": ("interleaved, input × output", "softmax of top-k", "always"),
+}
+
+
+def conventions_table(modules: dict[str, nn.Module]) -> str:
+    """One row per family: layout, activation, scoring, renormalisation, shared experts, default balancing.
+
+    ``modules``: family -> a tiny instance (its parameter names give the layout column). The activation,
+    renormalisation flag, shared experts and balancing come from the family's default configuration; the
+    layout note, scoring and when renormalisation happens from the module's code (``_FROM_CODE``).
+    """
+    head = f"{'family':<12}{'layout':<29}{'act.':<9}{'scores':<18}{'renormalise':<27}{'shared':<8}balancing (default)"
+    rows = [head, "-" * len(head)]
+    for family, module in modules.items():
+        c = default_config_fields(family)
+        layout, scoring, renorm = _FROM_CODE[family]
+        if renorm == "norm_topk_prob":
+            renorm = f"norm_topk_prob={c['norm_topk_prob']}"
+            if "routed_scaling_factor" in c:
+                renorm += f", ×{c['routed_scaling_factor']:g}"
+        shared = ("1" if family == "Llama 4" else str(c.get("n_shared_experts", 0))) if "experts" in c else "—"
+        if "experts" not in c:
+            balance = "—"
+        elif "router_aux_loss_coef" in c:
+            balance = (f"aux loss ×{c['router_aux_loss_coef']:g}, "
+                       f"{'on' if c['output_router_logits'] else 'off'} (output_router_logits)")
+        else:
+            balance = "bias e_score_correction_bias"
+        rows.append(f"{family:<12}{layout:<29}{c['activation']:<9}{scoring:<18}{renorm:<27}{shared:<8}{balance}")
+    return "\n".join(rows)
+
+
+def weights_table(modules: dict[str, nn.Module]) -> str:
+    """Every parameter (and buffer) name and shape of each tiny module, one family per block."""
+    lines = []
+    for family, module in modules.items():
+        items = [f"{name} {shape}" for name, shape in parameter_shapes(module).items()]
+        lines.append(f"{family:<12}" + ", ".join(items[:4]))
+        for start in range(4, len(items), 4):
+            lines.append(" " * 12 + ", ".join(items[start:start + 4]))
+    return "\n".join(lines)
+
+
+def sizes_table() -> str:
+    """transformers' default configuration next to the released model, per family."""
+    head = f"{'family':<12}{'default config: d, width, experts':<38}released model: d, width, experts (source)"
+    rows = [head, "-" * len(head)]
+    for family, pub in PUBLISHED.items():
+        c = default_config_fields(family)
+        routed = f"{c['experts']}, top-{c['top_k']}" if "experts" in c else "dense"
+        rows.append(f"{family:<12}{c['d_model']:>5}, {c['width']:>6}, {routed:<23}{pub.model}: {pub.d_model}, "
+                    f"{pub.width}, {pub.experts} ({pub.source})")
+    return "\n".join(rows)

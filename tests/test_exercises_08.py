@@ -1,0 +1,261 @@
+"""Checkers of notebook 08: the debug exercises' buggy code as the notebook gives it, fixes in several styles,
+plausible wrong fixes and their hints, and the extreme inputs the statements allow.
+
+The generic contract (reference passes, blank stubs, every listed mistake hinted, one line, hostile input,
+time limit) is tested for every exercise in ``test_exercise_contract.py``.
+"""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.exercises import nb08
+from helpers.exercises.engine import CLUE_PREFIX, FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED
+from helpers.moe import MoE, load_balancing_loss
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "08_ffn_in_real_code.ipynb"
+SOLUTIONS = ROOT / "notebooks" / "solutions" / "08_ffn_in_real_code.ipynb"
+
+
+def _function_from(path: Path, name: str, *, remove_raise: bool = False):
+    """The function ``name`` as defined in the notebook's exercise cell (the checker call is not run)."""
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and f"def {name}(" in source:
+            body = source.split("\n\n\ncheck_")[0]
+            if remove_raise:
+                body = "\n".join(line for line in body.splitlines() if "raise NotImplementedError" not in line)
+            namespace = {"torch": torch}
+            exec(compile(body, f"<{path.name}: {name}>", "exec"), namespace)
+            return namespace[name]
+    raise AssertionError(f"no cell defines {name} in {path}")
+
+
+DEBUG = [(nb08.check_gpt2_loader, "ffn_from_gpt2"), (nb08.check_padding_balance, "balance_loss"),
+         (nb08.check_group_limited, "group_limited_topk")]
+ALL = DEBUG + [(nb08.check_gpt_oss_layout, "gpt_oss_gate_up"), (nb08.check_topk_mass, "mean_topk_mass"),
+               (nb08.check_score_on_input, "input_over_output")]
+
+
+def _expect_hint(ex, fn, mistake_index):
+    result = ex.evaluate(fn)
+    assert result.status == FAILED, result.message
+    assert HINT_PREFIX + ex.mistakes[mistake_index][0] in result.message, result.message
+
+
+# ------------------------------------------------------------------ the notebook's own cells
+@pytest.mark.parametrize("ex, name", ALL, ids=[n for _, n in ALL])
+def test_the_notebook_stub_is_not_attempted_and_the_solution_passes(ex, name):
+    assert ex.evaluate(_function_from(NOTEBOOK, name)).status == NOT_ATTEMPTED
+    result = ex.evaluate(_function_from(SOLUTIONS, name))
+    assert result.status == PASSED, result.message
+
+
+@pytest.mark.parametrize("ex, name", DEBUG, ids=[n for _, n in DEBUG])
+def test_the_bug_as_given_is_caught_and_named(ex, name):
+    """Deleting the raise line without fixing anything fails, with the hint that names the class of bug."""
+    _expect_hint(ex, _function_from(NOTEBOOK, name, remove_raise=True), 0)
+
+
+@pytest.mark.parametrize("ex, name", DEBUG, ids=[n for _, n in DEBUG])
+def test_the_bug_hides_on_some_inputs_and_shows_on_others(ex, name):
+    """Real bugs of these kinds pass easy inputs: some hidden case must agree with the bug, most must not."""
+    buggy = _function_from(NOTEBOOK, name, remove_raise=True)
+    passed = []
+    for case in ex.cases():
+        expected = ex.reference(*case.args, **case.kwargs)
+        got = buggy(*case.args, **case.kwargs)
+        same = all(torch.equal(torch.as_tensor(g), torch.as_tensor(e)) or
+                   torch.allclose(torch.as_tensor(g).double(), torch.as_tensor(e).double())
+                   for g, e in (zip(got, expected) if isinstance(got, tuple) else [(got, expected)]))
+        passed.append(same)
+    assert any(passed) and not all(passed), passed
+
+
+# ------------------------------------------------------------------ exercise 1: gpt-oss layout
+def test_layout_other_correct_forms_pass():
+    def with_loop(w1, w3):
+        out = torch.empty(w1.shape[1], 2 * w1.shape[0], dtype=w1.dtype)
+        for i in range(w1.shape[0]):
+            out[:, 2 * i], out[:, 2 * i + 1] = w1[i], w3[i]
+        return out
+
+    def with_cat(w1, w3):
+        return torch.cat([w1.T[:, :, None], w3.T[:, :, None]], dim=2).flatten(1)
+
+    for fn in (with_loop, with_cat):
+        assert nb08.check_gpt_oss_layout.evaluate(fn).status == PASSED
+
+
+def test_layout_a_float32_answer_to_a_float64_case_fails():
+    def float32(w1, w3):
+        return nb08._gpt_oss_gate_up(w1.float(), w3.float())
+    assert nb08.check_gpt_oss_layout.evaluate(float32).status == FAILED
+
+
+def test_layout_covers_vectors_squares_and_extreme_magnitudes():
+    cases = nb08.check_gpt_oss_layout.cases()
+    shapes = {tuple(c.args[0].shape) for c in cases}
+    assert {(1, 1), (1, 5), (6, 1), (3, 3)} <= shapes
+    assert {torch.float32, torch.float64} == {c.args[0].dtype for c in cases}
+    magnitudes = [float(c.args[0].abs().max()) for c in cases]
+    assert max(magnitudes) > 1e20 and min(magnitudes) < 1e-20
+
+
+# ------------------------------------------------------------------ exercise 2: GPT-2 loader
+@pytest.mark.parametrize("transpose", [lambda t: t.T, lambda t: t.transpose(0, 1), lambda t: t.permute(1, 0),
+                                       lambda t: t.mT, lambda t: t.t().contiguous()],
+                         ids=["T", "transpose", "permute", "mT", "contiguous"])
+def test_gpt2_fixes_in_every_style_pass(transpose):
+    def fixed(c_fc_w, c_fc_b, c_proj_w, c_proj_b):
+        return transpose(c_fc_w), c_fc_b, transpose(c_proj_w), c_proj_b
+    assert nb08.check_gpt2_loader.evaluate(fixed).status == PASSED
+
+
+def test_gpt2_wrong_fixes_get_their_hints():
+    _expect_hint(nb08.check_gpt2_loader, lambda a, b, c, e: (a.view(a.shape[1], a.shape[0]), b,
+                                                             c.view(c.shape[1], c.shape[0]), e), 0)
+    _expect_hint(nb08.check_gpt2_loader, lambda a, b, c, e: (a.t(), b, c.reshape(a.shape), e), 1)
+    _expect_hint(nb08.check_gpt2_loader, lambda a, b, c, e: (a.reshape(a.shape[1], a.shape[0]), b, c.t(), e), 2)
+
+
+def test_gpt2_swapped_biases_fail_without_a_misleading_hint():
+    result = nb08.check_gpt2_loader.evaluate(lambda a, b, c, e: (a.t(), e, c.t(), b))
+    assert result.status == FAILED and result.hint is None, result.message
+
+
+def test_gpt2_cases_include_a_square_layer_and_float64():
+    cases = nb08.check_gpt2_loader.cases()
+    assert any(c.args[0].shape[0] == c.args[0].shape[1] for c in cases)
+    assert any(c.args[0].dtype == torch.float64 for c in cases)
+
+
+# ------------------------------------------------------------------ exercise 3: padding
+def test_padding_reference_equals_the_course_loss_on_real_tokens():
+    for case in nb08.check_padding_balance.cases():
+        logits, index, mask = case.args
+        real = mask.bool()
+        expected = load_balancing_loss(torch.softmax(logits[real], -1), index[real])
+        torch.testing.assert_close(nb08._balance_loss(logits, index, mask), expected)
+
+
+def test_padding_other_correct_forms_pass():
+    def weighted(router_logits, expert_index, attention_mask):
+        m = attention_mask.double()
+        probs = torch.softmax(router_logits.double(), -1)
+        e = probs.shape[-1]
+        one_hot = torch.nn.functional.one_hot(expert_index, e).double().sum(1)   # (N, E) slots per token
+        f = (one_hot * m[:, None]).sum(0) / (m.sum() * expert_index.shape[1])
+        p = (probs * m[:, None]).sum(0) / m.sum()
+        return e * (f * p).sum()
+
+    def float32_bool(router_logits, expert_index, attention_mask):
+        keep = attention_mask == 1
+        probs = torch.softmax(router_logits, -1)[keep]
+        counts = torch.zeros(probs.shape[1]).index_add_(0, expert_index[keep].flatten(),
+                                                         torch.ones(int(keep.sum()) * expert_index.shape[1]))
+        return probs.shape[1] * (counts / counts.sum() * probs.mean(0)).sum()
+
+    for fn in (weighted, float32_bool):
+        result = nb08.check_padding_balance.evaluate(fn)
+        assert result.status == PASSED, result.message
+
+
+def test_padding_wrong_fixes_get_their_hints():
+    for i in (1, 2, 3):
+        _expect_hint(nb08.check_padding_balance, nb08.check_padding_balance.mistakes[i][1], i)
+
+
+def test_padding_cases_cover_no_padding_one_real_token_and_k_equal_e():
+    cases = nb08.check_padding_balance.cases()
+    masks = [c.args[2] for c in cases]
+    assert any(bool(m.all()) for m in masks) and any(int(m.sum()) == 1 for m in masks)
+    assert any(c.args[1].shape[1] == c.args[0].shape[1] for c in cases)      # k = E
+    assert any(c.args[1].shape[1] == 1 for c in cases)                        # k = 1
+
+
+# ------------------------------------------------------------------ exercise 4: group-limited routing
+def _with_fill(fill):
+    def fn(scores, bias, k, n_group, topk_group):
+        return nb08._group_limited(scores, bias, k, n_group, topk_group, fill=fill)
+    return fn
+
+
+def test_group_fixes_that_make_masked_experts_lose_pass():
+    for fill in (float("-inf"), torch.finfo(torch.float32).min, -1e9):
+        assert nb08.check_group_limited.evaluate(_with_fill(fill)).status == PASSED
+
+
+def test_group_small_negative_fills_are_caught_as_the_same_class_of_bug():
+    """A fill of -1 or -2 passes some cases the fill-0 model fails, so that hint is withheld (it must reproduce the
+    learner's function on every case); the exercise's class of bug is named instead."""
+    for fill in (-1.0, -2.0):
+        result = nb08.check_group_limited.evaluate(_with_fill(fill))
+        assert result.status == FAILED, result.message
+        assert CLUE_PREFIX + nb08.check_group_limited.bug_class in result.message, result.message
+
+
+def test_group_wrong_fixes_get_their_hints():
+    for i in (1, 2, 3):
+        _expect_hint(nb08.check_group_limited, nb08.check_group_limited.mistakes[i][1], i)
+
+
+def test_group_reference_agrees_with_transformers_deepseek_router():
+    """The reference chooses the experts transformers' DeepseekV3MoE uses (same outputs as a restricted MoE)."""
+    pytest.importorskip("transformers")
+    from helpers import real_code
+
+    torch.manual_seed(3)
+    moe = MoE(12, 17, 5, d_ff=16, n_shared=1, score="sigmoid").eval()   # 16 routed, top-4
+    with torch.no_grad():
+        moe.selection_bias.copy_(-1.3 + 0.2 * torch.rand(16))           # every biased score below 0
+    x = torch.randn(40, 12)
+    hf = real_code.run(real_code.deepseek_v3_moe(moe, n_group=4, topk_group=2), x)
+    with torch.no_grad():
+        scores = torch.sigmoid(x @ moe.router.weight.t())
+        index = nb08._group_limited(scores, moe.selection_bias, 4, 4, 2)
+        weight = scores.gather(1, index)
+        weight = weight / weight.sum(-1, keepdim=True)
+        y = moe.shared(x)
+        for n in range(len(x)):
+            for j in range(4):
+                y[n] += weight[n, j] * moe.experts[int(index[n, j])](x[n])
+    assert real_code.max_abs_diff(hf, y) < 1e-5
+
+
+def test_group_cases_cover_one_group_all_groups_and_k_at_its_limit():
+    cases = nb08.check_group_limited.cases()
+    assert any(c.args[3] == 1 for c in cases) and any(c.args[3] == c.args[4] for c in cases)
+    assert any(c.args[2] == 1 for c in cases) and any(len(c.args[0]) == 1 for c in cases)
+    assert any(c.args[2] == c.args[4] * c.args[0].shape[1] // c.args[3] and c.args[4] < c.args[3] for c in cases)
+    assert any(bool(((c.args[0] + c.args[1]) < 0).all()) for c in cases)
+
+
+# ------------------------------------------------------------------ exercises 5 and 6: investigate
+def test_topk_mass_float32_and_tensor_answers_pass():
+    def float32(logits, k):
+        return torch.softmax(logits, -1).topk(k, -1).values.sum(-1).mean()        # a 0-d float32 tensor
+    assert nb08.check_topk_mass.evaluate(float32).status == PASSED
+
+
+def test_topk_mass_at_zero_logits_is_k_over_e():
+    logits = torch.zeros(3, 16)
+    assert nb08._topk_mass(logits, 2) == pytest.approx(2 / 16)
+
+
+def test_score_on_input_float32_passes_and_is_one_at_s_one():
+    def float32(w1, w3, w2, x, s):
+        def ffn(z):
+            return torch.nn.functional.silu(z @ w1.T) * (z @ w3.T) @ w2.T
+        return (ffn(s * x).norm() / (s * ffn(x)).norm()).item()
+    assert nb08.check_score_on_input.evaluate(float32).status == PASSED
+    case = nb08.check_score_on_input.cases()[1]
+    assert case.args[4] == 1.0 and nb08._input_over_output(*case.args) == pytest.approx(1.0)
+
+
+def test_every_statement_kind_matches_the_notebook_heading():
+    kinds = {ex.title: ex.kind for ex in nb08.EXERCISES}
+    assert [kinds[ex.title] for ex, _ in DEBUG] == ["debug"] * 3
+    assert sum(kind == "investigate" for kind in kinds.values()) == 2

@@ -1,0 +1,184 @@
+"""The engine's rules for naming a mistake, debug exercises, ``passes`` and points (issue 23).
+
+* a mistake is named only when its model reproduces the learner's function on every hidden case
+  and differs from the reference where the learner is wrong (07 Ex 1 blamed a float32 near-miss on
+  a model equal to the reference there; 05 Ex 6 blamed an off-by-one on a model that fails where
+  the learner passes);
+* a debug exercise: the unchanged buggy function is "not attempted", the fix passes, a partial fix
+  is told the original bug is still there, a wrong fix gets the listed hint or the class of bug;
+* ``passes(fn)`` answers silently; points default by kind.
+"""
+import pytest
+import torch
+
+from helpers.exercises.engine import CLUE_PREFIX, DEFAULT_POINTS, FAILED, HINT_PREFIX, KINDS, NOT_ATTEMPTED, \
+    PASSED, VERDICT_LOG_ENV, Case, Exercise
+
+
+# ---------------------------------------------------------------- a model equal to the reference explains nothing
+def _gates(logits, k):
+    """Top-k of a sigmoid, renormalised when k >= 2 (07 Ex 1 in miniature), float64."""
+    a = torch.sigmoid(logits)
+    idx = a.topk(k, -1).indices
+    w = a.gather(1, idx)
+    if k >= 2:
+        w = w / w.sum(-1, keepdim=True)
+    return torch.zeros_like(a).scatter(1, idx, w)
+
+
+def _gates_normalised_always(logits, k):
+    a = torch.sigmoid(logits)
+    idx = a.topk(k, -1).indices
+    w = a.gather(1, idx)
+    return torch.zeros_like(a).scatter(1, idx, w / w.sum(-1, keepdim=True))
+
+
+def _gate_cases():
+    g = torch.Generator().manual_seed(7)
+    return [Case((torch.randn(5, 6, generator=g, dtype=torch.float64) * 3, k), note=f"k={k}") for k in (2, 3, 1, 6)]
+
+
+GATES = Exercise("Exercise 1 (gates)", _gates, _gate_cases,
+                 [("with k = 1 the weight was normalised to 1", _gates_normalised_always)], atol=1e-9, rtol=1e-7)
+
+
+def test_a_float32_near_miss_is_not_blamed_on_a_model_equal_to_the_reference_there():
+    def in_float32_and_wrong_at_k1(logits, k):  # the trial's learner: float32 steps; here also wrong at k = 1
+        out = _gates(logits.float(), k).double()
+        return out if k >= 2 else out * 0.5
+    result = GATES.evaluate(in_float32_and_wrong_at_k1)
+    assert result.status == FAILED and result.reason == "wrong" and result.hint is None, result.message
+
+    def float32_only(logits, k):
+        return _gates(logits.float(), k).double()
+    only = GATES.evaluate(float32_only)
+    assert only.reason == "precision" and only.hint is None and HINT_PREFIX not in only.message, only.message
+    # the real mistake, made in float32, is still named: the precision of the steps is not the mistake
+    named = GATES.evaluate(lambda logits, k: _gates_normalised_always(logits.float(), k).double())
+    assert named.hint == "with k = 1 the weight was normalised to 1", named.message
+
+
+def test_a_mistake_that_fails_where_the_learner_passes_is_not_named():
+    """05 Ex 6 in the trial: an off-by-one failed one case, where 'first choice only' happened to match."""
+    def cases():
+        return [Case((torch.tensor([3.0, -1.0, 2.0]),), note="first negative at 1"),
+                Case((torch.tensor([-2.0, 5.0]),), note="first negative at 0"),
+                Case((torch.tensor([4.0, 1.0]),), note="no negative")]
+
+    def first_negative_zeroed(x):
+        x = x.clone()
+        neg = (x < 0).nonzero()
+        if len(neg):
+            x[int(neg[0])] = 0
+        return x
+    ex = Exercise("Exercise 6 (zero the first negative)", first_negative_zeroed, cases,
+                  [("you zeroed every negative, not only the first", torch.relu),
+                   ("you zeroed element 0 whatever it was", lambda x: torch.cat([x[:1] * 0, x[1:]]))])
+
+    def skips_index_0(x):  # an off-by-one: looks from index 1 on
+        x = x.clone()
+        for i in range(1, len(x)):
+            if x[i] < 0:
+                x[i] = 0
+                break
+        return x
+    result = ex.evaluate(skips_index_0)  # fails only "first negative at 0", where "element 0" matches
+    assert result.status == FAILED and result.hint is None, result.message
+    assert ex.evaluate(lambda x: torch.cat([x[:1] * 0, x[1:]])).hint == "you zeroed element 0 whatever it was"
+    assert ex.evaluate(torch.relu).hint is None  # relu equals the reference on every case: never failing
+    assert ex.evaluate(torch.relu).status == PASSED
+
+
+# ---------------------------------------------------------------- debug exercises
+def _mean_of_last(x, n):
+    """The mean of the last ``n`` values of a 1-D float tensor."""
+    return x[len(x) - n:].mean()
+
+
+def _mean_of_last_buggy(x, n):  # off by one: one value too many
+    return x[len(x) - n - 1:].mean()
+
+
+def _debug_cases():
+    g = torch.Generator().manual_seed(3)
+    return [Case((torch.randn(6, generator=g), 2)), Case((torch.randn(4, generator=g), 4)),
+            Case((torch.randn(5, generator=g), 1)), Case((torch.randn(9, generator=g), 5))]
+
+
+DEBUG = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases,
+                 [("you took the first n values, not the last n", lambda x, n: x[:n].mean())],
+                 kind="debug", buggy=_mean_of_last_buggy, bug_class="an off-by-one in a slice bound")
+
+
+def test_debug_is_a_kind_with_its_buggy_original():
+    assert KINDS == ("build", "investigate", "debug") and DEBUG.kind == "debug"
+    for bad in [dict(buggy=1), dict(bug_class=""), dict(bug_class=3)]:
+        with pytest.raises(ValueError, match="buggy|bug_class"):
+            Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, kind="debug", **bad)
+    with pytest.raises(ValueError, match="debug"):
+        Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, buggy=_mean_of_last_buggy, bug_class="x")
+
+
+def test_debug_with_a_stub_lists_the_buggy_function_as_a_mistake():
+    """The other set-up (notebook 08): the cell starts with ``raise NotImplementedError``; the buggy
+    function, once that line is deleted, fails with the class of bug as its hint."""
+    ex = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases,
+                  [("this is the bug as given: an off-by-one in a slice bound", _mean_of_last_buggy),
+                   ("you took the first n values, not the last n", lambda x, n: x[:n].mean())], kind="debug")
+    assert ex.evaluate(_mean_of_last_buggy).hint == "this is the bug as given: an off-by-one in a slice bound"
+    assert ex.evaluate(lambda x, n: x[-n:].mean()).status == PASSED
+    unexplained = ex.evaluate(lambda x, n: x[-n:].sum())
+    assert unexplained.status == FAILED and unexplained.hint is None and CLUE_PREFIX not in unexplained.message
+
+
+def test_debug_the_unchanged_buggy_function_is_not_attempted():
+    result = DEBUG.evaluate(_mean_of_last_buggy)
+    assert result.status == NOT_ATTEMPTED and result.message.startswith("not attempted yet (your function still does "
+                                                                        "what the buggy original does")
+
+    def copied_by_hand(x, n):  # the learner's cell, as given
+        return x[len(x) - n - 1:].mean()
+    assert DEBUG.evaluate(copied_by_hand).status == NOT_ATTEMPTED
+    assert DEBUG.evaluate(lambda x, n: x[-n:].mean()).status == PASSED  # the fix, in another style
+    assert DEBUG.evaluate(lambda x, n: x[-n:].double().mean()).status == PASSED
+
+
+def test_debug_a_partial_fix_is_told_the_bug_is_still_there():
+    def partial(x, n):  # fixed only for n = 1
+        return x[-1:].mean() if n == 1 else x[len(x) - n - 1:].mean()
+    result = DEBUG.evaluate(partial)
+    assert result.status == FAILED and "the original bug (an off-by-one in a slice bound) is still there" in \
+        result.hint, result.message
+
+
+def test_debug_a_wrong_fix_gets_its_hint_or_the_class_of_bug():
+    listed = DEBUG.evaluate(lambda x, n: x[:n].mean())
+    assert listed.hint == "you took the first n values, not the last n" and CLUE_PREFIX not in listed.message
+    unexplained = DEBUG.evaluate(lambda x, n: x[len(x) - n:].sum())
+    assert unexplained.status == FAILED and unexplained.hint is None
+    assert unexplained.message.endswith(f"{CLUE_PREFIX}an off-by-one in a slice bound."), unexplained.message
+    assert DEBUG.evaluate(lambda x, n: 1 / 0).message.endswith(f"{CLUE_PREFIX}an off-by-one in a slice bound.")
+
+
+# ---------------------------------------------------------------- passes, points
+def test_passes_is_silent_and_not_logged(capsys, tmp_path, monkeypatch):
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(VERDICT_LOG_ENV, str(log))
+
+    def chatty(x, n):
+        print("debug print from the learner")
+        return x[-n:].mean()
+    assert DEBUG.passes(chatty) is True
+    assert DEBUG.passes(_mean_of_last_buggy) is False
+    assert DEBUG.passes(lambda x, n: 1 / 0) is False and DEBUG.passes("not a function") is False
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == "" and not log.exists()
+
+
+def test_points_default_by_kind_and_can_be_set():
+    assert DEFAULT_POINTS == {"build": 2, "investigate": 3, "debug": 2}
+    assert GATES.points == 2 and DEBUG.points == 2
+    assert Exercise("Exercise 3 (x)", _gates, _gate_cases, kind="investigate").points == 3
+    assert Exercise("Exercise 3 (x)", _gates, _gate_cases, points=5).points == 5
+    with pytest.raises(ValueError, match="points"):
+        Exercise("Exercise 3 (x)", _gates, _gate_cases, points=-1)
