@@ -24,7 +24,10 @@ width       what a wider hidden layer buys: memorising random facts
 costs       FLOPs, saved activations and bytes: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
-memory      an FFN read as a key-value memory: triggers, values, agreement, sub-updates, knock-out
+fact_model  notebook 03's trained fact models (ten seeds and a retrain, shipped) and the command that makes them
+memory      an FFN read as a key-value memory: triggers, values, agreement against mismatched pairs
+interventions sub-updates, knock-outs with their controls, activation patching
+explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
@@ -35,7 +38,9 @@ chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
 tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over processes
-inference   inference cost: arithmetic intensity, a measured roofline, decode vs prefill, Mixtral's bytes
+inference   arithmetic intensity on published hardware, decode vs prefill, an MoE's bytes per step, Mixtral's count
+superposition the toy model of superposition (n sparse features through m < n dimensions)
+dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished
 """

@@ -16,6 +16,9 @@ name            formula                                          used in
 
 ``swish(x, beta)`` is the one-parameter family x * sigmoid(beta x): beta = 0
 gives x / 2, beta = 1 gives SiLU, and beta -> infinity approaches ReLU.
+
+``format_step(values, dtype)`` is the spacing of a low-precision float format at given values,
+computed from the format's definition in float64 (no rounding kernel, so the same on every CPU).
 """
 
 from __future__ import annotations
@@ -71,6 +74,33 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     """
     validate.non_negative_float("beta", beta)
     return x * torch.sigmoid(beta * x)
+
+
+#: bits of precision (the implicit leading 1 included) and smallest normal exponent of each float format
+FORMATS: dict[torch.dtype, tuple[int, int]] = {
+    torch.bfloat16: (8, -126),
+    torch.float16: (11, -14),
+    torch.float32: (24, -126),
+}
+
+
+def format_step(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One step of the float format ``dtype`` at each value: the distance from ``|value|`` to the next larger number.
+
+    ``values``: a float64 tensor of any shape; returns float64 of the same shape. A number
+    ``2^e·(1.f)`` with ``p`` bits of precision has the step ``2^(e - p + 1)``; below the smallest
+    normal number ``2^e_min`` the step stays ``2^(e_min - p + 1)`` (subnormal spacing). Computed
+    with ``torch.frexp`` and powers of two only, so it does not depend on how a CPU rounds or flushes
+    small numbers. For a value that is itself a number of the format this equals
+    ``torch.nextafter(v, inf) - v`` computed in that format.
+    """
+    if dtype not in FORMATS:
+        raise ValueError(f"dtype must be one of {list(FORMATS)}, got {dtype!r}")
+    bits, e_min = FORMATS[dtype]
+    values = torch.as_tensor(values, dtype=torch.float64)
+    _, exponent = torch.frexp(values.abs())                  # |v| = m * 2**exponent, 0.5 <= m < 1
+    e = torch.clamp(exponent.to(torch.float64) - 1, min=e_min)
+    return torch.exp2(e - (bits - 1))
 
 
 ACTIVATIONS: dict[str, Activation] = {

@@ -10,7 +10,9 @@ ROME's closed form is
     Ŵ = W + Λ (C⁻¹ k*)ᵀ,        Λ = (v* − W k*) / ((C⁻¹ k*)ᵀ k*),
 
 after which ``Ŵ k* = v*`` exactly, and any other key ``k`` receives
-``(Ŵ − W) k = (v* − W k*) · α(k)`` with ``α(k) = (C⁻¹k*)ᵀk / (C⁻¹k*)ᵀk*``.
+``(Ŵ − W) k = (v* − W k*) · α(k)`` with ``α(k) = (C⁻¹k*)ᵀk / (C⁻¹k*)ᵀk*``: small for keys unlike ``k*`` in
+the metric of ``C⁻¹`` (whitened by the key statistics). With ``C = I`` the edit ignores those statistics and
+spills onto every key that resembles ``k*`` in raw coordinates (notebook 03, Exercise 5).
 
 Steps, each a function here:
 

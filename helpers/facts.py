@@ -24,6 +24,7 @@ Typical use::
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,3 +300,29 @@ def token_types(vocab: Vocab, facts: Sequence[Fact]) -> dict[str, str]:
     if unexplained:
         raise ValueError(f"vocab has tokens that facts does not explain: {unexplained[:10]}")
     return {t: labels[t] for t in vocab.tokens}
+
+
+def loss_floor(data: FactDataset) -> float:
+    """The lowest mean cross-entropy (nats) any next-token model can reach on ``data``'s training targets.
+
+    Training counts every next token, and a prefix such as "<bos> the capital of" is followed by 152
+    different countries in the data: no model can know which. The best possible prediction after each
+    distinct prefix is the empirical distribution of what follows it there, so the floor is the conditional
+    entropy ``H(next token | prefix)`` averaged over all targets (ignored targets, ``-100``, excluded).
+    """
+    if not isinstance(data, FactDataset):
+        raise TypeError(f"data must be a FactDataset, got {type(data).__name__}")
+    followers: dict[tuple[int, ...], dict[int, int]] = {}
+    for row, targets in zip(data.ids.tolist(), data.targets.tolist()):
+        for t, target in enumerate(targets):
+            if target != IGNORE_INDEX:
+                counts = followers.setdefault(tuple(row[: t + 1]), {})
+                counts[target] = counts.get(target, 0) + 1
+    total = sum(sum(c.values()) for c in followers.values())
+    if total == 0:
+        raise ValueError("data has no targets to predict")
+    nats = 0.0
+    for counts in followers.values():
+        n = sum(counts.values())
+        nats -= sum(k * math.log(k / n) for k in counts.values())
+    return nats / total

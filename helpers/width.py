@@ -11,7 +11,8 @@ the same number of steps for every width). After training we report, per FFN:
   to any other value in the table.
 
 Each width is trained from several seeds (a seed fixes the table and the FFN's initialisation),
-so the spread across seeds can be compared with the gaps between widths. The FFNs of one width
+so the spread across seeds can be compared with the gaps between widths; the trained FFNs are
+kept (``WidthSweep.ffns``) so that a notebook can look inside them. The FFNs of one width
 are trained together as one batched computation (``torch.baddbmm``) for speed; this is the same
 arithmetic as training each ``FFN`` on its own (``tests/test_width.py`` checks it) and the
 trained weights are copied back into ordinary ``FFN`` modules, which the scores are computed with.
@@ -101,7 +102,8 @@ def train_together(ffns: Sequence[FFN], keys: torch.Tensor, values: torch.Tensor
 
 @dataclass
 class WidthSweep:
-    """Scores per hidden width and seed; ``error[d_ff][i]`` and ``recall[d_ff][i]`` belong to ``seeds[i]``."""
+    """Scores per hidden width and seed; ``error[d_ff][i]``, ``recall[d_ff][i]`` and the trained ``ffns[d_ff][i]``
+    belong to ``seeds[i]``, whose table is ``random_facts(n_facts, d_model, seeds[i])``."""
 
     d_model: int
     n_facts: int
@@ -111,6 +113,12 @@ class WidthSweep:
     error: dict[int, list[float]] = field(default_factory=dict)
     recall: dict[int, list[float]] = field(default_factory=dict)
     params: dict[int, int] = field(default_factory=dict)
+    ffns: dict[int, list[FFN]] = field(default_factory=dict, repr=False)
+
+    @property
+    def targets(self) -> int:
+        """How many numbers the table asks an FFN to store: ``n_facts * d_model`` (every value's entries)."""
+        return self.n_facts * self.d_model
 
     @property
     def widths(self) -> list[int]:
@@ -144,49 +152,52 @@ def memorisation_sweep(widths: Sequence[int], *, d_model: int = 16, n_facts: int
         sweep.error[d_ff] = [e for e, _ in scores]
         sweep.recall[d_ff] = [r for _, r in scores]
         sweep.params[d_ff] = ffns[0].param_count()
+        sweep.ffns[d_ff] = [f.eval() for f in ffns]
     return sweep
 
 
-def width_tradeoff_figure(expansions: Sequence[int], params: Sequence[int], seconds: Sequence[float],
-                          sweep: WidthSweep, selected: int, *, cost_d_model: int, reference: int = 4):
+def width_tradeoff_figure(sweep: WidthSweep, selected: int, *, reference: int = 4):
     """Two panels over the expansion ``d_ff / d_model``: what a width costs and what it buys, ``selected`` marked.
 
+    Left: parameters of one FFN (counted) against the numbers the table asks it to store
+    (``sweep.targets``), and forward FLOPs per token (``4·d·d_ff``, exact), both on log scales.
+    Right: the error left and the share of facts recalled, per seed and their mean.
+
     Args:
-        expansions: the ratios ``d_ff / d_model`` of the cost sweep, e.g. ``[1, 2, 4, 8, 16]``.
-        params, seconds: the FFN's parameter count and measured forward time at each expansion
-            (width ``cost_d_model``); FLOPs per token are ``4·d·d_ff``, exactly proportional to ``d_ff``.
-        sweep: a ``WidthSweep`` whose widths are ``e · sweep.d_model`` for the same expansions.
-        selected: the expansion to highlight; reference: the expansion costs are relative to (4).
+        sweep: a ``WidthSweep`` whose widths are multiples of ``sweep.d_model``.
+        selected: the expansion to highlight (e.g. 8 for ``d_ff = 8d``); reference: the one the title compares
+            with (4).
     Returns the figure (not shown).
     """
     import matplotlib.pyplot as plt
 
-    expansions = list(expansions)
+    d = sweep.d_model
+    expansions = [w // d for w in sweep.widths]
     for name, value in (("selected", selected), ("reference", reference)):
         if value not in expansions:
             raise ValueError(f"{name} must be one of the expansions {expansions}, got {value!r}")
-    ref = expansions.index(reference)
-    k = expansions.index(selected)
-    widths = [e * sweep.d_model for e in expansions]
+    widths = sweep.widths
+    w_sel, w_ref = selected * d, reference * d
     fig, (ax_c, ax_q) = plt.subplots(1, 2, figsize=(12, 4.3))
 
-    ax_c.plot(expansions, [e / reference for e in expansions], "-", color="0.4", lw=2,
-              label="FLOPs per token (exactly ∝ d_ff)")
-    ax_c.plot(expansions, [p / params[ref] for p in params], "s", color="#0072B2", ms=7, label="parameters")
-    ax_c.plot(expansions, [s / seconds[ref] for s in seconds], "o", color="#D55E00", ms=7,
-              label="measured forward time")
+    ax_c.plot(expansions, [sweep.params[w] for w in widths], "s-", color="#0072B2", ms=7, lw=2,
+              label="parameters of the FFN")
+    ax_c.plot(expansions, [4 * d * w for w in widths], "o--", color="0.4", ms=5, lw=1.5,
+              label="forward FLOPs per token (4·d·d_ff)")
+    ax_c.axhline(sweep.targets, color="#D55E00", ls=":", lw=2,
+                 label=f"numbers to store ({sweep.n_facts} facts × {d})")
     ax_c.set_xscale("log", base=2)
     ax_c.set_yscale("log", base=2)
     ax_c.set_xticks(expansions, [f"{e}d" for e in expansions])
-    ax_c.yaxis.set_major_formatter(lambda v, _: f"{v:g}×")
+    ax_c.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
     for axis in (ax_c.xaxis, ax_c.yaxis):
         axis.set_minor_formatter(lambda v, _: "")  # no mathtext tick labels: keeps a redraw fast
     ax_c.set_xlabel("hidden width d_ff")
-    ax_c.set_ylabel(f"cost relative to d_ff = {reference}d")
-    ax_c.set_title(f"What it costs (d = {cost_d_model}; time: this machine)")
+    ax_c.set_ylabel("count (log scale)")
+    ax_c.set_title(f"What it costs (d = {d}): linear in d_ff")
     ax_c.legend(fontsize=9, loc="upper left")
 
-    for s_idx, seed in enumerate(sweep.seeds):
+    for s_idx in range(len(sweep.seeds)):
         ax_q.plot(expansions, [sweep.error[w][s_idx] for w in widths], "o", color="#D55E00", ms=4, alpha=0.6,
                   label="error left, one seed" if s_idx == 0 else None)
         ax_q.plot(expansions, [sweep.recall[w][s_idx] for w in widths], "s", color="#009E73", ms=4, alpha=0.6,
@@ -201,15 +212,14 @@ def width_tradeoff_figure(expansions: Sequence[int], params: Sequence[int], seco
     ax_q.set_ylim(-0.03, 1.03)
     ax_q.set_xlabel("hidden width d_ff")
     ax_q.set_ylabel("fraction")
-    ax_q.set_title(f"What it buys (d = {sweep.d_model}, {sweep.n_facts} random facts, {len(sweep.seeds)} seeds)")
+    ax_q.set_title(f"What it buys ({sweep.n_facts} random facts, {len(sweep.seeds)} seeds, {sweep.steps} steps)")
     ax_q.legend(fontsize=9, loc="center right")
 
     for ax in (ax_c, ax_q):
         ax.axvline(selected, color="0.3", ls=":", lw=1.5)
-    w_sel, w_ref = widths[k], widths[ref]
-    fig.suptitle(f"d_ff = {selected}d: {params[k] / params[ref]:.2f}× the parameters and {selected / reference:g}× the "
-                 f"FLOPs of {reference}d, {seconds[k] / seconds[ref]:.1f}× its time here; error left "
-                 f"{sweep.mean('error', w_sel):.2f} ({reference}d: {sweep.mean('error', w_ref):.2f}), facts recalled "
+    fig.suptitle(f"d_ff = {selected}d: {sweep.params[w_sel]:,} parameters for {sweep.targets:,} numbers to store, "
+                 f"{selected / reference:g}× the FLOPs of {reference}d; error left {sweep.mean('error', w_sel):.2f} "
+                 f"({reference}d: {sweep.mean('error', w_ref):.2f}), facts recalled "
                  f"{sweep.mean('recall', w_sel):.0%} ({reference}d: {sweep.mean('recall', w_ref):.0%})", fontsize=11)
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.84, wspace=0.22)  # fixed: faster than tight_layout
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.84, wspace=0.22)  # fixed: faster than tight_layout
     return fig

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from helpers.activations import ACTIVATIONS, get_activation, swish
+from helpers.activations import ACTIVATIONS, format_step, get_activation, swish
 
 XS = torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0], dtype=torch.float64)
 
@@ -48,20 +48,29 @@ def test_unknown_activation_names_the_argument():
         swish(torch.zeros(1), -1.0)
 
 
-def _steps(gap: torch.Tensor, output: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """gap in units of one step of ``dtype`` at ``output`` (distance from |output| to the next larger number)."""
-    v = output.abs().to(dtype)
-    return gap / (torch.nextafter(v, torch.full_like(v, math.inf)) - v).double()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_format_step_is_the_distance_to_the_next_number_of_the_format(dtype):
+    """format_step (float64 arithmetic) equals nextafter computed in the format, normal and subnormal numbers alike."""
+    gen = torch.Generator().manual_seed(0)
+    wide = torch.randn(20_000, generator=gen, dtype=torch.float64) * torch.exp2(torch.randint(-40, 12, (20_000,), generator=gen).double())
+    tiny = torch.finfo(dtype).tiny * torch.rand(2_000, generator=gen, dtype=torch.float64)   # subnormal range
+    v = torch.cat([wide, tiny, -wide]).to(dtype)
+    v = v[v != 0]
+    ahead = torch.nextafter(v.abs(), torch.full_like(v, math.inf))
+    torch.testing.assert_close(format_step(v.double(), dtype), (ahead - v.abs()).double(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_hides_the_gelu_gap_only_for_positive_inputs(dtype):
-    """Notebook 01, section 3: below one step of the format for x > 0, many steps around x = -2.7."""
-    x = torch.linspace(-6, 6, 120_001, dtype=torch.float64).to(dtype).double()
-    exact, tanh = get_activation("gelu")(x), get_activation("gelu_tanh")(x)
-    steps = _steps((exact - tanh).abs(), exact, dtype)
+def test_format_step_names_a_bad_dtype():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        format_step(torch.ones(2, dtype=torch.float64), torch.int8)
+
+
+@pytest.mark.parametrize("dtype, edge", [(torch.bfloat16, -2.17), (torch.float16, -0.91)])
+def test_low_precision_hides_the_gelu_gap_only_for_positive_inputs(dtype, edge):
+    """Notebook 01, section 3: below one step of the format for x > 0; whole steps only below the edge it prints."""
+    x = torch.linspace(-6, 6, 1_200_001, dtype=torch.float64)
+    exact = get_activation("gelu")(x)
+    steps = (exact - get_activation("gelu_tanh")(x)).abs() / format_step(exact, dtype)
     assert steps[x > 0].max() < 1
     assert steps[(x > -3) & (x < -2.5)].min() > 1
-    low = x.to(dtype)
-    differ = get_activation("gelu")(low) != get_activation("gelu_tanh")(low)
-    assert differ[x < 0].double().mean() > 0.5 > differ[x > 0].double().mean()
+    assert x[steps >= 1].max().item() == pytest.approx(edge, abs=0.005)

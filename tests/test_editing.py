@@ -161,3 +161,29 @@ def test_optimise_deltas_errors():
         optimise_deltas(model, 5, prompts, n_edits=2)
     with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
         optimise_deltas(model, 0, prompts, n_edits=2, steps=0)
+
+
+@pytest.fixture
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=3, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def test_gpt2_rank_one_edit(gpt2):
+    from helpers.editing import edited, key_second_moment, rank_one_update
+
+    ids = torch.randint(0, 50, (8, 6), generator=torch.Generator().manual_seed(2))
+    keys = collect(gpt2, ids).coefficients[1]
+    C = key_second_moment(keys.reshape(-1, keys.shape[-1]), ridge=1e-2)
+    k_star = keys[0, 3]
+    layer = find_ffns(gpt2).layer(1)
+    W = layer.value_matrix.detach().clone()
+    v_star = torch.randn(W.shape[0], generator=torch.Generator().manual_seed(3))
+    W_hat = rank_one_update(W, C, k_star, v_star)
+    with edited(gpt2, 1, W_hat):
+        out = collect(gpt2, ids[:1]).outputs[1][0, 3]
+    assert torch.allclose(out, v_star + layer.value_bias.detach(), atol=1e-4)
+    assert torch.equal(layer.value_matrix, W)                          # restored

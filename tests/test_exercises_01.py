@@ -123,11 +123,34 @@ def test_dead_after_reference_reproduces_section_5_and_the_notebook_data():
     torch.testing.assert_close(namespace["Y"], y)
 
 
-def test_dead_after_cases_include_other_data_and_a_batch_of_one():
-    sizes = {case.args[2].shape[0] for case in check_dead_after.cases()}
+def test_dead_after_cases_include_other_data_a_batch_of_one_one_step_and_other_seeds():
+    cases = check_dead_after.cases()
+    sizes = {case.args[2].shape[0] for case in cases}
     assert {256, 1} <= sizes and len(sizes) >= 3
-    values = {_dead_after(*case.args) for case in check_dead_after.cases()}
+    assert 1 in {case.args[1] for case in cases}            # a single SGD step
+    seeds = {case.args[4] for case in cases}
+    assert 0 in seeds and len(seeds) >= 5
+    values = {_dead_after(*case.args) for case in cases}
     assert len(values) >= 4                                 # the cases do not all give the same fraction
+    # the seed matters: on some case the seed-0 answer is wrong, so ignoring the seed cannot pass
+    assert any(_dead_after(*case.args[:4], 0) != _dead_after(*case.args) for case in cases)
+
+
+def test_dead_after_seed_changes_the_answer_and_is_honoured():
+    x, y = experiment_data()
+    by_seed = [_dead_after(2.0, 10, x, y, seed) for seed in range(5)]
+    assert len(set(by_seed)) == 5                           # five seeds, five different fractions
+    assert by_seed[0] == _dead_after(2.0, 10, x, y)         # seed 0 is the default
+
+
+def test_extreme_cases_are_in_the_hidden_sets():
+    magnitudes = [w.abs().max().item() for case in check_collapse.cases() for w, _ in case.args[0]]
+    assert max(magnitudes) > 100 and min(magnitudes) < 0.01
+    tails = torch.cat([case.args[0].flatten() for case in check_gelu_tanh_derivative.cases()])
+    assert tails.abs().max() == 100 and (tails == 0).any() and (tails.abs() == 1e-8).any()
+    assert min(len(case.args[0]) for case in check_fit_beta.cases()) == 3
+    pres = [case.args[0] for case in check_dead_fraction.cases()]
+    assert {p.dtype for p in pres} == {torch.float32, torch.float64} and min(p.shape[1] for p in pres) == 1
 
 
 # ---------------------------------------------------------------- other correct forms pass
@@ -204,8 +227,8 @@ def _dead_fraction_loop(pre, mask):
     return dead / pre.shape[-1]
 
 
-def _dead_after_own_loss(lr, steps, x, y):
-    torch.manual_seed(0)
+def _dead_after_own_loss(lr, steps, x, y, seed):
+    torch.manual_seed(seed)
     model = FFN(x.shape[1], 256, activation="relu")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(steps):
@@ -252,9 +275,24 @@ def _dead_fraction_first_sequence_only(pre, mask):
     return ((pre[0] <= 0) | ~mask[0].unsqueeze(-1)).all(dim=0).double().mean().item()
 
 
-def _dead_after_global_data(lr, steps, x, y):
+def _dead_after_global_data(lr, steps, x, y, seed):
     """Wrong: trains on the notebook's data whatever it is given."""
-    return _dead_after(lr, steps, *experiment_data())
+    return _dead_after(lr, steps, *experiment_data(), seed)
+
+
+def _dead_after_seed_after_building(lr, steps, x, y, seed):
+    """Wrong: the seed is set after the FFN is built, so the initial weights are seed 0's (as the notebook left
+    the global generator) whatever the seed."""
+    torch.manual_seed(0)
+    model = FFN(x.shape[1], 256, activation="relu")
+    torch.manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        return (model.w1(x) <= 0).all(dim=0).double().mean().item()
 
 
 def _collapse_two_layers_only(layers):
@@ -267,6 +305,7 @@ def _collapse_two_layers_only(layers):
     (check_dead_fraction, _dead_fraction_multiplies_by_mask_then_strict),
     (check_dead_fraction, _dead_fraction_first_sequence_only),
     (check_dead_after, _dead_after_global_data),
+    (check_dead_after, _dead_after_seed_after_building),
     (check_collapse, _collapse_two_layers_only),
 ], ids=lambda v: getattr(v, "__name__", None) or getattr(v, "title", ""))
 def test_wrong_on_some_inputs_only_still_fails(ex, wrong):
@@ -279,7 +318,7 @@ def test_wrong_on_some_inputs_only_still_fails(ex, wrong):
     (check_gelu_tanh_derivative, lambda x: 0.5 * (1 + torch.tanh(0.8 * (x + 0.044715 * x ** 3)))),
     (check_fit_beta, lambda x: 1.75),
     (check_dead_fraction, lambda pre, mask: ((pre <= -0.5) | ~mask.unsqueeze(-1)).flatten(0, 1).all(0).double().mean().item()),
-    (check_dead_after, lambda lr, steps, x, y: _dead_after(lr, steps + 1, x, y)),
+    (check_dead_after, lambda lr, steps, x, y, seed: _dead_after(lr, steps + 1, x, y, seed)),
 ], ids=IDS)
 def test_unlisted_wrong_answer_fails(ex, wrong):
     result = ex.evaluate(wrong)

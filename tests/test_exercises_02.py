@@ -1,6 +1,7 @@
 """Notebook 02's checkers: the weight layout of the hidden cases, unlisted wrong answers, other correct forms,
-the transposed-weight and None-bias hints, branch coverage of the hidden cases (the generic contract for every
-checker is in test_exercise_contract.py).
+the transposed-weight hints, branch coverage of the hidden cases, and the notebook's follow-up cells, which run a
+learner's function only once its checker passed (the generic contract for every checker is in
+test_exercise_contract.py).
 """
 import json
 from pathlib import Path
@@ -18,7 +19,7 @@ from helpers.residual import NORMS, stack_forward
 ROOT = Path(__file__).resolve().parent.parent
 
 EXERCISES = {
-    "forward": ex.check_ffn_forward,
+    "forward": ex.check_gpt2_mlp,
     "flops": ex.check_step_flops,
     "stack": ex.check_stack_forward,
     "grads": ex.check_layer_grad_norms,
@@ -27,7 +28,7 @@ EXERCISES = {
 
 #: a wrong answer that is not one of the listed mistakes, for every exercise
 UNLISTED_WRONG = {
-    "forward": lambda x, W1, b1, W2, b2: F.linear(F.gelu(F.linear(x, W1, b1)), W2, None if b2 is None else 2 * b2),
+    "forward": lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + 2 * b2,
     "flops": lambda n, d, d_ff, i, w: ex._step_flops(n, d, d_ff, i, w) + 1,
     "stack": lambda x, ffns, norms, norm, residual: stack_forward(x, ffns, norms, norm=norm, residual=residual) * 1.01,
     "grads": lambda *args: ex._grad_norms(*args) * 1.01,
@@ -36,9 +37,9 @@ UNLISTED_WRONG = {
 
 #: correct answers written differently from the reference
 OTHER_CORRECT = {
-    "forward": lambda x, W1, b1, W2, b2: (
-        lambda m: m @ W2.T + (0 if b2 is None else b2))(
-        0.5 * (h := x @ W1.T + (0 if b1 is None else b1)) * (1 + torch.erf(h / 2 ** 0.5))),
+    "forward": lambda x, w1, b1, w2, b2: torch.einsum(
+        "...f,fd->...d", 0.5 * (h := torch.einsum("...d,df->...f", x, w1) + b1)
+        * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (h + 0.044715 * h ** 3))), w2) + b2,
     "flops": lambda n, d, d_ff, i, w: 2 * n * d * d_ff * (2 + 2 * w + (i or w) + i),
     "stack": lambda x, ffns, norms, norm, residual: stack_forward(x, ffns, norms, norm=norm, residual=residual),
     "contributions": lambda f, x: torch.einsum("ti,di->tid", f.hidden(x), f.w2.weight),
@@ -74,88 +75,109 @@ def test_kinds_two_investigate_and_numbered_titles():
     assert [e.title.split(" (")[0] for e in ex.EXERCISES] == [f"Exercise {i}" for i in range(1, 6)]
 
 
-# ---------------------------------------------------------------- the one weight layout (nn.Linear's)
+# ---------------------------------------------------------------- exercise 1: GPT-2's layout (input x output)
 
 
-def test_forward_hidden_cases_pass_weights_in_nn_linear_layout():
-    """W1 is (d_ff, d_model) and W2 is (d_model, d_ff) in every hidden case, as ffn.w1.weight / ffn.w2.weight."""
-    for case in ex.check_ffn_forward.cases():
-        x, W1, b1, W2, b2 = case.args
-        d_model, d_ff = x.shape[-1], W1.shape[0]
-        assert W1.shape == (d_ff, d_model), case.note
-        assert W2.shape == (d_model, d_ff), case.note
-        if b1 is not None:
-            assert b1.shape == (d_ff,) and b2.shape == (d_model,)
-        reference = ex.check_ffn_forward.reference(x, W1, b1, W2, b2)
-        ffn = FFN(d_model, d_ff, bias=b1 is not None)
+def test_gpt2_cases_store_weights_input_by_output_and_load_into_the_course_ffn_transposed():
+    """c_fc_w is (d_model, d_ff) and c_proj_w (d_ff, d_model) in every hidden case; transposed, they are the course's
+    FFN(activation='gelu_tanh')."""
+    for case in ex.check_gpt2_mlp.cases():
+        x, c_fc_w, c_fc_b, c_proj_w, c_proj_b = case.args
+        d_model, d_ff = c_fc_w.shape
+        assert x.shape[-1] == d_model and c_proj_w.shape == (d_ff, d_model), case.note
+        assert c_fc_b.shape == (d_ff,) and c_proj_b.shape == (d_model,) and x.dtype == torch.float32
+        ffn = FFN(d_model, d_ff, activation="gelu_tanh")
         with torch.no_grad():
-            ffn.w1.weight.copy_(W1)
-            ffn.w2.weight.copy_(W2)
-            if b1 is not None:
-                ffn.w1.bias.copy_(b1)
-                ffn.w2.bias.copy_(b2)
-            assert torch.allclose(reference, ffn(x), atol=1e-5)
-
-
-def test_contribution_values_are_columns_of_w2():
-    for case in ex.check_contributions.cases():
-        ffn, x = case.args
-        out = ex.check_contributions.reference(ffn, x)
-        m = ffn.hidden(x).detach()
-        i = ffn.d_ff - 1
-        assert torch.allclose(out[:, i], m[:, i:i + 1] * ffn.w2.weight[:, i].detach())
+            ffn.w1.weight.copy_(c_fc_w.T)
+            ffn.w1.bias.copy_(c_fc_b)
+            ffn.w2.weight.copy_(c_proj_w.T)
+            ffn.w2.bias.copy_(c_proj_b)
+            torch.testing.assert_close(ex.check_gpt2_mlp.reference(x, c_fc_w, c_fc_b, c_proj_w, c_proj_b), ffn(x),
+                                       atol=1e-4, rtol=1e-4)
 
 
 def test_learner_notebook_states_the_layout():
     cells = json.loads((ROOT / "notebooks" / "02_expand_activate_contract.ipynb").read_text(encoding="utf-8"))["cells"]
-    stub = next("".join(c["source"]) for c in cells if "def ffn_forward" in "".join(c["source"]))
-    assert "W1: (d_ff, d_model)" in stub and "W2: (d_model, d_ff)" in stub
-    assert "(d_model, d_ff); b1" not in stub
+    stub = next("".join(c["source"]) for c in cells if "def gpt2_mlp" in "".join(c["source"]))
+    assert "c_fc_w: (d_model, d_ff)" in stub and "c_proj_w: (d_ff, d_model)" in stub and "float32" in stub
 
 
 @pytest.mark.parametrize("flips, words", [
-    ((True, False), "W1 is used in the wrong orientation"),
-    ((False, True), "W2 is used in the wrong orientation"),
-    ((True, True), "both weights are used in the wrong orientation"),
+    ((True, False), "c_fc_w is read in nn.Linear's layout"),
+    ((False, True), "c_proj_w is read in nn.Linear's layout"),
+    ((True, True), "both weights are read in nn.Linear's layout"),
 ])
-def test_forward_says_which_weight_is_transposed(flips, words):
-    def learner(x, W1, b1, W2, b2):  # expects (in, out) weights for the flipped ones
-        h = F.linear(x, W1.T if flips[0] else W1, b1)
-        return F.linear(F.gelu(h), W2.T if flips[1] else W2, b2)
+def test_gpt2_mlp_says_which_weight_is_read_in_the_wrong_layout(flips, words):
+    def learner(x, w1, b1, w2, b2):  # treats the flipped ones as nn.Linear weights (out, in)
+        h = F.linear(x, w1, b1) if flips[0] else x @ w1 + b1
+        m = F.gelu(h, approximate="tanh")
+        return F.linear(m, w2, b2) if flips[1] else m @ w2 + b2
 
-    result = ex.check_ffn_forward.evaluate(learner)
+    result = ex.check_gpt2_mlp.evaluate(learner)
     assert result.status == FAILED
     assert "raised RuntimeError" in result.message and words in result.message
-    assert "None" not in result.message.split("Likely mistake")[1]
 
 
-def test_forward_layout_hint_also_names_none_biases():
-    result = ex.check_ffn_forward.evaluate(lambda x, W1, b1, W2, b2: F.gelu(x @ W1 + b1) @ W2 + b2)
-    assert "both weights are used in the wrong orientation" in result.message
-    assert "None for an FFN without biases" in result.message
-
-
-def test_forward_none_bias_hint():
-    result = ex.check_ffn_forward.evaluate(lambda x, W1, b1, W2, b2: F.gelu(x @ W1.T + b1) @ W2.T + b2)
-    assert result.status == FAILED and "None for an FFN without biases" in result.message
-
-
-def test_forward_cases_cover_every_branch():
-    cases = ex.check_ffn_forward.cases()
-    assert any(c.args[2] is None for c in cases) and any(c.args[2] is not None for c in cases)
+def test_gpt2_cases_cover_every_branch():
+    cases = ex.check_gpt2_mlp.cases()
     assert any(c.args[0].dim() == 1 for c in cases), "one token vector (d_model,)"
     assert any(c.args[0].dim() == 3 for c in cases), "a batch of sequences"
     assert any(c.args[0].shape[:-1] == (1, 1) for c in cases), "batch size one"
+    assert any(tuple(c.args[1].shape) == (768, 3072) for c in cases), "GPT-2 small's shapes"
     square = [c for c in cases if c.args[1].shape[0] == c.args[1].shape[1]]
-    assert square and not torch.allclose(square[0].args[1], square[0].args[1].T), "a non-symmetric square W1"
+    assert square and not torch.allclose(square[0].args[1], square[0].args[1].T), "a non-symmetric square c_fc_w"
 
 
-def test_tanh_gelu_is_far_enough_from_exact_to_be_caught():
-    x, W1, b1, W2, b2 = ex.check_ffn_forward.cases()[0].args
-    exact = ex._ffn_forward(x, W1, b1, W2, b2)
-    approx = F.linear(F.gelu(F.linear(x, W1, b1), approximate="tanh"), W2, b2)
-    tolerance = ex.check_ffn_forward.atol + ex.check_ffn_forward.rtol * exact.abs()
-    assert ((exact - approx).abs() / tolerance).max() > 5
+def test_exact_gelu_is_far_enough_from_the_tanh_form_to_be_caught_on_every_case():
+    for case in ex.check_gpt2_mlp.cases():
+        x, w1, b1, w2, b2 = case.args
+        tanh = ex._gpt2_mlp(x, w1, b1, w2, b2)
+        exact = F.gelu(x @ w1 + b1) @ w2 + b2
+        tolerance = ex.check_gpt2_mlp.atol + ex.check_gpt2_mlp.rtol * tanh.abs()
+        assert ((exact - tanh).abs() / tolerance).max() > 3, case.note
+
+
+# ---------------------------------------------------------------- the follow-up cells run only after the checker passed
+
+
+def _follow_up(marker):
+    """The learner notebook's cell that contains ``marker`` and is gated by a checker."""
+    cells = json.loads((ROOT / "notebooks" / "02_expand_activate_contract.ipynb").read_text(encoding="utf-8"))["cells"]
+    return next("".join(c["source"]) for c in cells
+                if c["cell_type"] == "code" and marker in "".join(c["source"]) and ".passed:" in "".join(c["source"]))
+
+
+def _swapped_pre_post(x, target, ffns, norms, norm, residual):
+    """The learner trial's wrong answer: pre-LN and post-LN swapped. Before the fix, section 9's table ran on it."""
+    swap = {"pre": "post", "post": "pre"}.get(norm, norm)
+    return ex._grad_norms(x, target, ffns, norms, swap, residual)
+
+
+@pytest.mark.parametrize("marker, names, wrong, right", [
+    ("compare_gradients(", {"check_layer_grad_norms": ex.check_layer_grad_norms}, {"layer_grad_norms": _swapped_pre_post},
+     {"layer_grad_norms": ex._grad_norms}),
+    ("measure_flops(", {"check_step_flops": ex.check_step_flops},
+     {"step_flops": lambda n, d, f, i, w: 12 * n * d * f}, {"step_flops": ex._step_flops}),
+    ("gelu_tanh", {"check_gpt2_mlp": ex.check_gpt2_mlp},
+     {"gpt2_mlp": lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2}, {"gpt2_mlp": ex._gpt2_mlp}),
+])
+def test_follow_up_cells_wait_for_the_checker(marker, names, wrong, right, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.residual import compare_gradients, make_stack
+
+    source = _follow_up(marker)
+    stack, norms = make_stack(30, 16, seed=8)
+    namespace = {"torch": torch, "F": F, "FFN": FFN, "measure_flops": measure_flops, "compare_gradients": compare_gradients,
+                 "x0": torch.randn(4, 32, 16, generator=torch.Generator().manual_seed(8)), "stack": stack,
+                 "norms": norms, "d": 16, **names}
+    exec(source, {**namespace, **wrong})
+    printed = capsys.readouterr().out
+    assert printed.strip().startswith("Make the checker above pass first") and len(printed.strip().splitlines()) == 1
+    exec(source, {**namespace, **right})
+    printed = capsys.readouterr().out
+    assert "Make the checker above pass first" not in printed and len(printed.strip().splitlines()) >= 2
 
 
 # ---------------------------------------------------------------- exercise 2: what FlopCounterMode counts
@@ -176,6 +198,7 @@ def test_step_flops_cases_cover_every_flag_combination_one_token_and_square():
     cases = [c.args for c in ex.check_step_flops.cases()]
     assert {(i, w) for *_, i, w in cases} == {(True, True), (True, False), (False, True), (False, False)}
     assert any(n == 1 for n, *_ in cases) and any(d == d_ff for _, d, d_ff, *_ in cases)
+    assert (1, 1, 1) in {tuple(c[:3]) for c in cases}, "the smallest sizes the statement allows"
 
 
 # ---------------------------------------------------------------- exercises 3 and 4: the stack

@@ -14,7 +14,7 @@ EXERCISES = {
     "triggers": ex.check_top_triggers,
     "values": ex.check_value_logits,
     "agreement": ex.check_agreement_rate,
-    "rank_one": ex.check_rank_one_update,
+    "spill": ex.check_edit_spill,
     "profile": ex.check_relation_profile,
     "match": ex.check_best_match,
 }
@@ -32,7 +32,7 @@ UNLISTED_WRONG = {
     "triggers": _triggers_unsorted,
     "values": lambda f, i, ln, head, biases=True: ex._value_to_vocab(f, i, ln, head, biases) + 0.1,
     "agreement": lambda c, ids, valid, logits: ex._agreement_rate(c, ids, valid, logits) + 0.05,
-    "rank_one": lambda W, C, k, v: ex._rank_one(W, C, k, v) * 1.001,
+    "spill": lambda C, k, K: ex._edit_spill(C, k, K) * 1.001,
     "profile": lambda c, valid, rel, R: ex._relation_profile(c, valid, rel, R) + 0.01,
     "match": lambda a, b: (ex._best_match(a, b)[0], ex._best_match(a, b)[1] ** 2),
 }
@@ -86,7 +86,12 @@ ALSO_RIGHT = {
     "coefficients": lambda x, W1, b1: F.gelu(F.linear(x, W1, b1)),
     "triggers": _triggers_by_loop,
     "values": _values_by_hand,
-    "rank_one": lambda W, C, k, v: W + torch.outer(v - W @ k, torch.linalg.inv(C) @ k) / (k @ torch.linalg.inv(C) @ k),
+    "spill": lambda C, k, K: (K @ torch.linalg.inv(C) @ k) / (k @ torch.linalg.inv(C) @ k),
+    "spill_cholesky": lambda C, k, K: K @ torch.cholesky_solve(k[:, None], torch.linalg.cholesky(C))[:, 0]
+    / (k @ torch.cholesky_solve(k[:, None], torch.linalg.cholesky(C))[:, 0]),
+    "spill_rows_solved": lambda C, k, K: torch.linalg.solve(C, K.T).T @ k / (k @ torch.linalg.solve(C, k)),
+    "coefficients_float64": lambda x, W1, b1: F.gelu(x.double() @ W1.double().T + b1.double()),
+    "agreement_tensor": lambda c, ids, valid, logits: torch.tensor(ex._agreement_rate(c, ids, valid, logits)),
     "profile": _profile_by_loop,
     "match": _match_with_corrcoef,
 }
@@ -94,7 +99,7 @@ ALSO_RIGHT = {
 
 @pytest.mark.parametrize("name", ALSO_RIGHT)
 def test_a_correct_answer_written_differently_passes(name):
-    result = EXERCISES[name].evaluate(ALSO_RIGHT[name])
+    result = EXERCISES[name.split("_")[0]].evaluate(ALSO_RIGHT[name])
     assert result.status == PASSED, result.message
 
 
@@ -158,7 +163,9 @@ def test_agreement_cases_are_informative():
     allowed coefficients."""
     cases = ex.check_agreement_rate.cases()
     for case in cases:
-        assert 0.2 < ex._agreement_rate(*case.args) < 0.9
+        if case.args[0].shape[0] > 1:
+            assert 0.2 < ex._agreement_rate(*case.args) < 0.9
+    assert any(case.args[0].shape[0] == 1 for case in cases), "a single example"
     assert sum(bool((case.args[0].masked_fill(~case.args[2].unsqueeze(-1), -1.0) < 0).all()) for case in cases) >= 2
 
 
@@ -181,3 +188,44 @@ def test_match_cases_have_a_strong_negative_decoy_and_a_single_candidate():
         r = ex._corr(a, b)
         decoy += int((r.min(dim=1).values.abs() > r.max(dim=1).values).any())
     assert decoy >= 2, "|r| and r must pick different neurons somewhere"
+
+
+def test_coefficient_cases_include_one_neuron_and_large_inputs():
+    cases = ex.check_memory_coefficients.cases()
+    assert any(c.args[1].shape[0] == 1 and c.args[0].abs().max() > 20 for c in cases)
+
+
+def test_trigger_cases_include_k_1_and_peaks_spanning_five_orders_of_magnitude():
+    cases = ex.check_top_triggers.cases()
+    assert any(c.args[3] == 1 for c in cases), "k = 1"
+    spans = [c.args[0].abs().amax(dim=(1, 2)) for c in cases]
+    assert any(s.max() / s.min() > 1e4 for s in spans)
+
+
+def test_spill_cases_cover_the_edges():
+    cases = ex.check_edit_spill.cases()
+    alphas = [ex._edit_spill(*c.args) for c in cases]
+    assert any(torch.allclose(a[0], torch.tensor(1.0, dtype=torch.float64)) and (a < 0).any()
+               and a.abs().min() < 1e-9 for a in alphas), "k* itself (1), a key on the far side (< 0), an orthogonal one (0)"
+    assert any(c.args[0].shape == (1, 1) for c in cases), "a one-dimensional key"
+    assert any(c.args[2].shape[0] == 1 for c in cases), "a single key"
+    assert any(torch.equal(c.args[0], torch.eye(c.args[0].shape[0], dtype=torch.float64)) for c in cases), "C = I"
+    assert any(torch.linalg.cond(c.args[0]) > 1e4 for c in cases), "an ill-conditioned C"
+    assert any(c.args[2].norm(dim=1).max() / c.args[2].norm(dim=1).min() > 1e5 for c in cases), "key sizes span"
+    assert all(c.args[0].dtype == c.args[1].dtype == c.args[2].dtype == torch.float64 for c in cases)
+
+
+def test_spill_in_float32_gets_a_dtype_note():
+    def in_float32(C, k, K):
+        u = torch.linalg.solve(C.float(), k.float())
+        return K.float() @ u / (u @ k.float())
+
+    result = ex.check_edit_spill.evaluate(in_float32)
+    assert result.status == FAILED and "this exercise works in float64" in result.message
+
+
+def test_a_spill_with_c_instead_of_its_inverse_is_named():
+    """The notebook's review found "the metric of C" written where C⁻¹ is meant: the checker names that slip."""
+    result = ex.check_edit_spill.evaluate(lambda C, k, K: K @ (C @ k) / ((C @ k) @ k))
+    assert result.status == FAILED and "you used C where C⁻¹ belongs" in result.message
+

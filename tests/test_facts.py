@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import re
 
 import pytest
@@ -263,3 +264,17 @@ def test_token_types_rejects_unexplained_tokens(facts):
     vocab = F.build_vocab(facts)
     with pytest.raises(ValueError, match="vocab"):
         F.token_types(vocab, facts[:4])
+
+
+def test_loss_floor_is_the_conditional_entropy_of_the_next_token():
+    facts = [F.Fact("france", "capital", "paris"), F.Fact("spain", "capital", "madrid"),
+             F.Fact("italy", "capital", "rome")]
+    data = F.make_dataset(facts)
+    # targets per sentence: the, capital, of, <country>, is, <answer>; only "<country>" after "... of" is a guess
+    # among 3 equally likely words; everything else is certain
+    expected = math.log(3) / (6 * 3) * 3
+    assert F.loss_floor(data) == pytest.approx(expected)
+    assert F.loss_floor(F.make_dataset(F.load_facts())) == pytest.approx(1.0256, abs=1e-4)
+    with pytest.raises(TypeError, match="data must be a FactDataset"):
+        F.loss_floor(facts)
+

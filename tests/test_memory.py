@@ -1,16 +1,15 @@
-"""helpers.memory: the key-value reading of an FFN, checked against brute force, plus its error messages."""
+"""helpers.memory: the key-value reading of an FFN (keys, values, agreement), checked against brute force,
+plus its error messages. Interventions are tested in test_interventions.py, the shipped models in
+test_fact_model.py, the explorer in test_explorer.py."""
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from helpers import memory
-from helpers.facts import RELATIONS, load_facts, make_dataset
-from helpers.memory import (FACT_MODEL, NeuronExplorer, agreement, answer_probability, collect, fact_model_config,
-                            fact_model_path, find_ffns, group_profile, knock_out, load_fact_model, pattern_share,
-                            peak_coefficients, prefix_mask, prefix_words, project_to_vocab, save_fact_model,
-                            sub_updates, token_positions, top_triggers, untrained_fact_model, value_logits)
-from helpers.transformer import GPTConfig, TinyGPT, answer_accuracy
+from helpers.memory import (agreement, answer_probability, collect, find_ffns, group_profile, mismatched_agreement,
+                            pattern_share, peak_coefficients, prefix_mask, prefix_words, project_to_vocab,
+                            token_positions, top_triggers, value_logits)
+from helpers.transformer import GPTConfig, TinyGPT
 
 VOCAB = 13
 
@@ -185,48 +184,6 @@ def test_agreement_needs_a_next_token():
         agreement(model, ids, 0, torch.ones_like(ids, dtype=torch.bool))
 
 
-def test_sub_updates_add_up_to_the_ffn_output():
-    model, ids = tiny("swiglu"), toy_ids()
-    su = sub_updates(model, ids, 1, position=3, example=2)
-    assert torch.allclose(su.vectors.sum(0) + su.bias, su.output, atol=1e-5)
-    assert (su.scores[su.order][:-1] >= su.scores[su.order][1:]).all()
-    with pytest.raises(ValueError, match=r"position must be an int in \[0, 6\], got 7"):
-        sub_updates(model, ids, 1, position=7)
-    with pytest.raises(ValueError, match=r"example must be an int in \[0, 5\], got 6"):
-        sub_updates(model, ids, 1, position=0, example=6)
-
-
-def test_knock_out_all_neurons_leaves_the_bias_and_restores_afterwards():
-    model, ids = tiny(), toy_ids()
-    d_ff = model.blocks[0].ffn.d_ff
-    before = collect(model, ids)
-    with knock_out(model, 0, list(range(d_ff))):
-        silenced = collect(model, ids)
-    bias = model.blocks[0].ffn.w2.bias.detach()
-    assert torch.allclose(silenced.outputs[0], bias.expand_as(silenced.outputs[0]))
-    assert torch.equal(collect(model, ids).logits, before.logits)      # the hook is gone
-
-
-def test_knock_out_with_a_mask_per_row():
-    model, ids = tiny(), toy_ids()
-    d_ff = model.blocks[1].ffn.d_ff
-    mask = torch.zeros(ids.shape[0], d_ff, dtype=torch.bool)
-    mask[2, :10] = True
-    with knock_out(model, 1, mask):
-        masked = collect(model, ids).logits
-    with knock_out(model, 1, list(range(10))):
-        row_two = collect(model, ids[2:3]).logits
-    unchanged = collect(model, ids).logits
-    assert torch.allclose(masked[2], row_two[0], atol=1e-6)
-    assert torch.allclose(masked[[0, 1, 3, 4, 5]], unchanged[[0, 1, 3, 4, 5]])
-    with pytest.raises(ValueError, match=r"a bool neurons mask must have shape \(N, d_ff=64\)"):
-        with knock_out(model, 1, torch.zeros(3, 5, dtype=torch.bool)):
-            pass
-    with pytest.raises(ValueError, match=r"neurons must be in \[0, 63\]"):
-        with knock_out(model, 1, [64]):
-            pass
-
-
 def test_answer_probability():
     model, ids = tiny(), toy_ids()
     pos, ans = torch.tensor([1, 2, 3, 1, 2, 3]), torch.tensor([2, 3, 4, 5, 6, 7])
@@ -234,16 +191,6 @@ def test_answer_probability():
         probs = model(ids).softmax(-1)
     expected = probs[torch.arange(6), pos, ans]
     assert torch.allclose(answer_probability(model, ids, pos, ans), expected)
-
-
-def test_load_gpt2_without_transformers_says_why(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "transformers" else real(name, *a))
-    model, tokenizer, why = memory.load_gpt2()
-    assert model is None and tokenizer is None and "not installed" in why
 
 
 def test_top_triggers_keep_exact_ties_in_row_order():
@@ -301,95 +248,33 @@ def test_project_to_vocab_without_biases_drops_an_unembedding_bias_too():
                               model.lm_head(model.ln_f.bias), atol=1e-5)
 
 
-# --------------------------------------------------------------------------------------------
-# Notebook 03's shipped models
-# --------------------------------------------------------------------------------------------
+def test_mismatched_agreement_counts_every_pair_but_the_own_one():
+    model, ids = tiny(), toy_ids()
+    valid = prefix_mask(ids)
+    a = agreement(model, ids, 1, valid, biases=False)
+    top = value_logits(model, 1, biases=False).argmax(1)
+    n = top.shape[0]
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    expected = sum(int(top[i] == a.next_tokens[j]) for i, j in pairs) / len(pairs)
+    assert mismatched_agreement(model, 1, a, biases=False) == pytest.approx(expected)
 
 
-@pytest.fixture(scope="module")
-def facts_data():
-    return make_dataset(load_facts())
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_shipped_checkpoint_loads_into_the_notebook_config_and_knows_every_fact(facts_data, seed):
-    path = fact_model_path(seed)
-    assert path.is_file() and path.stat().st_size < 600_000, "a small float32 checkpoint ships in helpers/data"
-    model, losses = load_fact_model(facts_data, seed=seed)
-    assert model.config == fact_model_config(facts_data)
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert len(losses) == FACT_MODEL["steps"] and losses[-1] < 1.1
-    assert answer_accuracy(model, facts_data.ids, facts_data.answer_pos, facts_data.answer_id) == 1.0
-    assert not model.training
-
-
-def test_shipped_checkpoint_was_trained_from_the_untrained_model(facts_data):
-    """The recorded first loss is the untrained model's loss: the checkpoint and untrained_fact_model agree."""
-    _, losses = load_fact_model(facts_data)
-    untrained = untrained_fact_model(facts_data)
-    with torch.no_grad():
-        logits = untrained(facts_data.ids)
-        first = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                  facts_data.targets.reshape(-1), ignore_index=-100)
-    assert first.item() == pytest.approx(losses[0], abs=1e-4)
-
-
-def test_untrained_fact_model_is_seeded_and_leaves_the_global_generator_alone(facts_data):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    a, b = untrained_fact_model(facts_data, seed=0), untrained_fact_model(facts_data, seed=0)
-    assert torch.equal(torch.rand(3), expected)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    c = untrained_fact_model(facts_data, seed=1)
-    assert not torch.equal(a.blocks[0].ffn.w1.weight, c.blocks[0].ffn.w1.weight)
-
-
-def test_load_fact_model_refuses_another_vocabulary_or_a_missing_file(facts_data, tmp_path):
-    model, losses = load_fact_model(facts_data)
-    path = save_fact_model(model, losses, facts_data, tmp_path / "copy.pt", seed=0)
-    reloaded, _ = load_fact_model(facts_data, path=path)
-    assert torch.equal(reloaded.lm_head.weight, model.lm_head.weight)
-    fewer = make_dataset(load_facts(relations=["capital"]))
-    with pytest.raises(ValueError, match="trained on another vocabulary"):
-        load_fact_model(fewer, path=path)
-    with pytest.raises(FileNotFoundError, match="python -m helpers.memory --make-checkpoint --seed 7"):
-        load_fact_model(facts_data, seed=7)
-
-
-def test_neuron_explorer_shows_what_the_helpers_compute(facts_data):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    data = facts_data
-    model, _ = load_fact_model(data)
-    facts = data.facts
-    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in facts]))
-    valid = prefix_mask(data.ids) & (torch.arange(data.ids.shape[1]) >= subject_pos[:, None])
-    explorer = NeuronExplorer(model, data.ids, valid, data.answer_pos, data.answer_id, data.vocab.tokens,
-                              [f.relation for f in facts], [f.subject for f in facts], k=5, n_facts=4)
-    assert explorer.group_names == list(RELATIONS)
-    trace = collect(model, data.ids)
-    profile, _ = group_profile(peak_coefficients(trace.coefficients[1], valid), [f.relation for f in facts])
-    assert torch.allclose(explorer.profiles[1], profile)
-    assert torch.equal(explorer.triggers[0].examples, top_triggers(trace.coefficients[0], 5, valid).examples)
-    rows, before, after = explorer.knock_out_effect(1, 151)
-    with knock_out(model, 1, [151]):
-        expected = answer_probability(model, data.ids[rows], data.answer_pos[rows], data.answer_id[rows])
-    assert torch.allclose(after, expected) and len(rows) == 4
-    assert torch.equal(before, answer_probability(model, data.ids[rows], data.answer_pos[rows],
-                                                  data.answer_id[rows]))
-    fig = explorer.figure(0, 191)
-    assert len(fig.axes) == 4 and "Layer 0, neuron 191" in fig.texts[0].get_text()
-    plt.close(fig)
-    with pytest.raises(ValueError, match=r"neuron must be an int in \[0, 191\], got 192"):
-        explorer.figure(1, 192)
+def test_mismatched_agreement_of_a_layer_whose_values_all_name_one_token():
+    """When every value's top token is the token after every trigger, the baseline is 1, like the rate."""
+    model = tiny()
+    ids = torch.tensor([[1, 4, 7, 0], [1, 5, 7, 0]])
+    valid = torch.tensor([[False, True, False, False], [False, True, False, False]])   # every trigger -> 7
+    with torch.no_grad():                                 # β dominates every full read-out and names token 7
+        model.ln_f.bias.fill_(100.0)
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[7] = 1.0
+    a = agreement(model, ids, 1, valid)
+    assert (a.next_tokens == 7).all()
+    assert mismatched_agreement(model, 1, a) == pytest.approx(a.rate)
 
 
 # --------------------------------------------------------------------------------------------
-# The same functions on a (randomly initialised, small) Hugging Face GPT-2
+# The same readings on a (randomly initialised, small) Hugging Face GPT-2
 # --------------------------------------------------------------------------------------------
 
 
@@ -418,38 +303,15 @@ def test_gpt2_layout_and_coefficients(gpt2):
     assert trace.logits.shape == (3, 6, 50)
 
 
-def test_gpt2_values_sub_updates_triggers_and_knock_out(gpt2):
+def test_gpt2_values_triggers_and_agreement(gpt2):
     ids = torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(1))
     logits = value_logits(gpt2, 2, [0, 5])
     with torch.no_grad():
         expected = gpt2.lm_head(gpt2.transformer.ln_f(gpt2.transformer.h[2].mlp.c_proj.weight[5]))
     assert torch.allclose(logits[1], expected)
-    su = sub_updates(gpt2, ids, 0, position=4, example=1)
-    assert torch.allclose(su.vectors.sum(0) + su.bias, su.output, atol=1e-5)
     c = collect(gpt2, ids).coefficients[2]
     assert top_triggers(c, 3, prefix_mask(ids, pad_id=-1)).examples.shape == (128, 3)
-    rate = agreement(gpt2, ids, 2, prefix_mask(ids, pad_id=-1)).rate
-    assert 0.0 <= rate <= 1.0
-    base = answer_probability(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]))
-    with knock_out(gpt2, 1, list(range(128))):
-        silenced = answer_probability(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]))
-    assert not torch.allclose(base, silenced)
+    a = agreement(gpt2, ids, 2, prefix_mask(ids, pad_id=-1))
+    assert 0.0 <= a.rate <= 1.0 and 0.0 <= mismatched_agreement(gpt2, 2, a) <= 1.0
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\], got 3"):
         value_logits(gpt2, 3)
-
-
-def test_gpt2_rank_one_edit(gpt2):
-    from helpers.editing import edited, key_second_moment, rank_one_update
-
-    ids = torch.randint(0, 50, (8, 6), generator=torch.Generator().manual_seed(2))
-    keys = collect(gpt2, ids).coefficients[1]
-    C = key_second_moment(keys.reshape(-1, keys.shape[-1]), ridge=1e-2)
-    k_star = keys[0, 3]
-    layer = find_ffns(gpt2).layer(1)
-    W = layer.value_matrix.detach().clone()
-    v_star = torch.randn(W.shape[0], generator=torch.Generator().manual_seed(3))
-    W_hat = rank_one_update(W, C, k_star, v_star)
-    with edited(gpt2, 1, W_hat):
-        out = collect(gpt2, ids[:1]).outputs[1][0, 3]
-    assert torch.allclose(out, v_star + layer.value_bias.detach(), atol=1e-4)
-    assert torch.equal(layer.value_matrix, W)                          # restored

@@ -53,3 +53,31 @@ def test_tables_are_seeded_and_bad_arguments_are_named():
         memorisation_sweep([], progress=False)
     with pytest.raises(ValueError, match="keys and values must be"):
         train_together([init_ffn(2, 3, 0)], torch.zeros(2, 4, 2), torch.zeros(2, 4, 2), steps=1, lr=0.1)
+
+
+def test_sweep_keeps_the_trained_ffns_whose_scores_it_reports():
+    sweep = memorisation_sweep([4, 8], d_model=4, n_facts=16, seeds=(0, 1), steps=20, lr=3e-2, progress=False)
+    assert sweep.targets == 16 * 4
+    for w in sweep.widths:
+        assert [f.d_ff for f in sweep.ffns[w]] == [w, w] and not sweep.ffns[w][0].training
+        for i, seed in enumerate(sweep.seeds):
+            assert score(sweep.ffns[w][i], *random_facts(16, 4, seed)) == pytest.approx(
+                (sweep.error[w][i], sweep.recall[w][i]))
+
+
+def test_tradeoff_figure_marks_the_selected_width_and_the_yardstick():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.width import width_tradeoff_figure
+
+    sweep = memorisation_sweep([4, 8, 16], d_model=4, n_facts=16, seeds=(0, 1), steps=5, lr=3e-2, progress=False)
+    fig = width_tradeoff_figure(sweep, 2, reference=1)
+    title = fig._suptitle.get_text()
+    assert "d_ff = 2d" in title and f"{sweep.params[8]:,} parameters for {sweep.targets:,} numbers" in title
+    assert len(fig.axes) == 2
+    plt.close(fig)
+    with pytest.raises(ValueError, match="selected must be one of the expansions"):
+        width_tradeoff_figure(sweep, 3)

@@ -14,7 +14,7 @@ checker                        kind    your function                            
 ``check_fit_beta``             invest. ``fit_beta(x)``, x ``(n,)`` float64         least-squares β of x·σ(βx) ≈ GELU
 ``check_dead_fraction``        build   ``dead_fraction(pre, mask)``                float: share of dead units
                                        pre ``(B, T, F)``, mask ``(B, T)`` bool
-``check_dead_after``           invest. ``dead_after(lr, steps, X, Y)``             float: dead share after training
+``check_dead_after``           invest. ``dead_after(lr, steps, X, Y, seed)``       float: dead share after training
 =============================  ======  ==========================================  ===================================
 
 Weights follow ``nn.Linear``'s layout throughout: ``W`` is ``(out, in)`` and a layer maps a
@@ -107,6 +107,10 @@ def _collapse_cases() -> list[Case]:
             layers.append((w, b))
         shapes = " -> ".join(str(d) for d in widths)
         cases.append(Case((layers,), note=f"{len(layers)} layer{'s' if len(layers) > 1 else ''} of widths {shapes}"))
+    # widths 1 -> 4 -> 1 with weights and biases of very different sizes (1e3 and 1e-3)
+    layers = [(1e3 * torch.randn(4, 1, generator=g, dtype=torch.float64), 1e3 * torch.randn(4, generator=g, dtype=torch.float64)),
+              (1e-3 * torch.randn(1, 4, generator=g, dtype=torch.float64), 1e-3 * torch.randn(1, generator=g, dtype=torch.float64))]
+    cases.append(Case((layers,), note="2 layers of widths 1 -> 4 -> 1, the first of size 1e3, the second of size 1e-3"))
     return cases
 
 
@@ -144,7 +148,7 @@ def _gelu_tanh_derivative(x: torch.Tensor) -> torch.Tensor:
 
 def _tanh_derivative_cases() -> list[Case]:
     """A grid through the region where the slope dips and overshoots, the far tails (where tanh saturates),
-    random tensors of 1 to 3 dimensions, and a 0-dimensional tensor."""
+    random tensors of 1 to 3 dimensions, a 0-dimensional tensor, and 0, ±1e-8 and the largest allowed |x| = 100."""
     g = _generator(202)
     cases = [Case((torch.linspace(-5, 5, 201, dtype=torch.float64),), note="input linspace(-5, 5, 201)"),
              Case((torch.tensor([-12.0, -7.5, -4.0, 4.0, 7.5, 12.0], dtype=torch.float64),),
@@ -152,6 +156,8 @@ def _tanh_derivative_cases() -> list[Case]:
     for shape in ((7,), (3, 5), (2, 3, 4)):
         cases.append(Case((2.5 * torch.randn(shape, generator=g, dtype=torch.float64),)))
     cases.append(Case((torch.tensor(-1.3, dtype=torch.float64),), note="a 0-dimensional tensor(-1.3)"))
+    cases.append(Case((torch.tensor([0.0, 1e-8, -1e-8, 30.0, -30.0, 100.0, -100.0], dtype=torch.float64),),
+                      note="input [0, 1e-8, -1e-8, 30, -30, 100, -100] (zero, tiny and the largest allowed)"))
     return cases
 
 
@@ -237,7 +243,7 @@ def _fit_beta_l1(x):
 
 
 def _fit_cases() -> list[Case]:
-    """Symmetric grids of several widths, a lopsided one, points on one side of 0 only, and random points.
+    """Symmetric grids of several widths, a lopsided one, points on one side of 0 only, random points, three points.
 
     The least-squares β differs from case to case (from about 1.64 to 1.78), so no single constant passes.
     """
@@ -246,6 +252,7 @@ def _fit_cases() -> list[Case]:
              for lo, hi, n in ((-6, 6, 1201), (-1, 1, 201), (-8, 2, 1001), (-4.0, -0.5, 351))]
     cases.append(Case((1.5 * torch.randn(500, generator=g, dtype=torch.float64),),
                       note="500 random points, 1.5·randn"))
+    cases.append(Case((torch.tensor([-2.0, 0.5, 3.0], dtype=torch.float64),), note="three points, x = [-2, 0.5, 3]"))
     return cases
 
 
@@ -281,7 +288,7 @@ def _dead_cases() -> list[Case]:
     zeros and negatives, and some POSITIVE at padded positions only. Every live unit is positive at exactly one
     real token (in one case that is the last real token of the last sequence). Sequences have different lengths,
     one case has a batch of one sequence, one a sequence that is all padding, one no dead unit and one no live
-    unit.
+    unit; one has a single position per sequence (T = 1) and float32 pre-activations (the others are float64).
     """
     g = _generator(404)
     specs = [  # (B, T, F, lengths, n_dead)
@@ -290,6 +297,7 @@ def _dead_cases() -> list[Case]:
         (4, 4, 10, (4, 0, 2, 3), 10),   # a sequence that is all padding; every unit dead
         (2, 7, 8, (7, 5), 0),           # no dead unit
         (5, 3, 16, (1, 2, 3, 3, 2), 9),
+        (3, 1, 7, (1, 0, 1), 3),        # one position per sequence (T = 1); float32 below
     ]
     cases = []
     for b, t, f, lengths, n_dead in specs:
@@ -316,7 +324,10 @@ def _dead_cases() -> list[Case]:
                 other = real[int(torch.randint(len(real), (1,), generator=g))]
                 if tuple(other) != (row, pos):
                     pre[other[0], other[1], unit] = 0.0
-        note = (f"pre of shape ({b}, {t}, {f}), sequence lengths {list(lengths)}, {n_dead} of {f} units dead")
+        if t == 1:
+            pre = pre.float()
+        note = (f"pre of shape ({b}, {t}, {f}), {pre.dtype}, sequence lengths {list(lengths)}, {n_dead} of {f} "
+                f"units dead")
         cases.append(Case((pre, mask), note=note))
     return cases
 
@@ -357,14 +368,15 @@ def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Ten
 _TRAINED: dict[tuple, torch.Tensor] = {}
 
 
-def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Pre-activations ``(n, 256)`` of section 5's ReLU FFN after ``steps`` full-batch SGD steps at ``lr``.
+def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Pre-activations ``(n, 256)`` of section 5's ReLU FFN (init ``torch.manual_seed(seed)``) after ``steps``
+    full-batch SGD steps at ``lr``.
 
     Cached by the inputs' values, so the reference and the mistake models train once per hidden case.
     """
-    key = (float(lr), int(steps), tuple(x.shape), x.double().sum().item(), y.double().sum().item())
+    key = (float(lr), int(steps), int(seed), tuple(x.shape), x.double().sum().item(), y.double().sum().item())
     if key not in _TRAINED:
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         model = FFN(x.shape[1], 256, activation="relu")
         opt = torch.optim.SGD(model.parameters(), lr=lr)
         with torch.enable_grad():
@@ -378,20 +390,21 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor) -> tor
     return _TRAINED[key].clone()
 
 
-def _dead_after(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor) -> float:
-    return (_trained_pre(lr, steps, x, y) <= 0).all(dim=0).double().mean().item()
+def _dead_after(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: int = 0) -> float:
+    return (_trained_pre(lr, steps, x, y, seed) <= 0).all(dim=0).double().mean().item()
 
 
 def _dead_after_cases() -> list[Case]:
-    """The notebook's data at several learning rates and step counts (below, near and far past the stability
-    limit), and the same recipe on other data (another seed, fewer examples, a batch of one example)."""
+    """The notebook's data at several learning rates, step counts and seeds (below, near and far past the
+    stability limit; one step; seed 0 and others), and the same recipe on other data (another data seed, fewer
+    examples, a batch of one example)."""
     x, y = experiment_data()
-    cases = [Case((lr, steps, x, y), note=f"lr={lr}, steps={steps}, the notebook's X and Y")
-             for lr, steps in ((2.0, 10), (3.0, 5), (1.0, 5), (2.5, 3))]
+    cases = [Case((lr, steps, x, y, seed), note=f"lr={lr}, steps={steps}, seed={seed}, the notebook's X and Y")
+             for lr, steps, seed in ((2.0, 10, 0), (3.0, 5, 3), (1.0, 5, 1), (2.5, 3, 6), (2.0, 1, 8), (2.0, 5, 4))]
     x2, y2 = experiment_data(seed=7, n=64)
-    cases.append(Case((3.0, 4, x2, y2), note="lr=3.0, steps=4, another X and Y with 64 examples"))
+    cases.append(Case((3.0, 4, x2, y2, 2), note="lr=3.0, steps=4, seed=2, another X and Y with 64 examples"))
     x3, y3 = experiment_data(seed=11, n=1)
-    cases.append(Case((0.5, 3, x3, y3), note="lr=0.5, steps=3, X and Y with a single example"))
+    cases.append(Case((0.5, 3, x3, y3, 5), note="lr=0.5, steps=3, seed=5, X and Y with a single example"))
     return cases
 
 
@@ -400,14 +413,17 @@ check_dead_after = Exercise(
     _dead_after,
     _dead_after_cases,
     [
+        ("you ignored the seed argument: call torch.manual_seed(seed) (not 0) right before building the FFN, so "
+         "each seed starts from its own initial weights.",
+         lambda lr, steps, x, y, seed: _dead_after(lr, steps, x, y, 0)),
         ("you returned the share of units that are ALIVE; the question asks for the dead ones.",
-         lambda lr, steps, x, y: 1.0 - _dead_after(lr, steps, x, y)),
+         lambda lr, steps, x, y, seed: 1.0 - _dead_after(lr, steps, x, y, seed)),
         ("you returned the NUMBER of dead units; divide by the number of hidden units (256).",
-         lambda lr, steps, x, y: int((_trained_pre(lr, steps, x, y) <= 0).all(dim=0).sum())),
+         lambda lr, steps, x, y, seed: int((_trained_pre(lr, steps, x, y, seed) <= 0).all(dim=0).sum())),
         ("a unit is dead when it is ≤ 0 on EVERY example (.all over the examples), not on some of them.",
-         lambda lr, steps, x, y: (_trained_pre(lr, steps, x, y) <= 0).any(dim=0).double().mean().item()),
+         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed) <= 0).any(dim=0).double().mean().item()),
         ("you measured the untrained model: train it for `steps` SGD steps first, then count.",
-         lambda lr, steps, x, y: _dead_after(lr, 0, x, y)),
+         lambda lr, steps, x, y, seed: _dead_after(lr, 0, x, y, seed)),
     ],
     atol=1e-6, rtol=0.0, kind="investigate",
 )

@@ -18,7 +18,7 @@ checker                        kind    the learner writes
                                        -> (examples ``(k,)``, positions ``(k,)``)
 ``check_value_logits``         build   ``value_to_vocab(ffn, neuron, ln_f, lm_head, biases)`` -> ``(vocab,)``
 ``check_agreement_rate``       build   ``agreement_rate(coefficients, ids, valid, value_logits)`` -> float
-``check_rank_one_update``      build   ``rank_one_edit(W, C, k_star, v_star)`` -> ``(d_out, d_in)``
+``check_edit_spill``           invest. ``edit_spill(C, k_star, keys)`` -> ``(M,)`` float64, α of every key
 ``check_relation_profile``     invest. ``relation_profile(coefficients, valid, relation, n_relations)``
                                        -> ``(d_ff, n_relations)`` mean peak per relation
 ``check_best_match``           invest. ``best_match(a, b)`` -> (index ``(n_a,)``, correlation ``(n_a,)``)
@@ -92,10 +92,11 @@ def _coefficient_cases() -> list[Case]:
     shapes = [(2, 4, 5, 5),     # square W1: a transposed W1 still runs, so its result must be told apart
               (1, 1, 3, 11),    # a batch of one, one position
               (3, 6, 8, 20),
-              (2, 3, 9, 4)]     # fewer neurons than model width
+              (2, 3, 9, 4),     # fewer neurons than model width
+              (1, 3, 4, 1)]     # one neuron; inputs of size ~30, where GELU's tails matter
     cases = []
     for B, T, d, d_ff in shapes:
-        x = torch.randn(B, T, d, generator=gen)
+        x = torch.randn(B, T, d, generator=gen) * (30.0 if d_ff == 1 else 1.0)
         W1 = torch.randn(d_ff, d, generator=gen)
         b1 = torch.randn(d_ff, generator=gen)
         cases.append(Case((x, W1, b1), note=f"x {tuple(x.shape)}, W1 {tuple(W1.shape)}, b1 {tuple(b1.shape)}"))
@@ -145,9 +146,12 @@ def _trigger_cases() -> list[Case]:
                                                    (9, 5, 5, 4, 9, True, False),    # k = N, last neuron
                                                    (1, 4, 3, 0, 1, True, False),    # one example
                                                    (16, 7, 10, 9, 5, True, True),
-                                                   (12, 8, 6, 2, 3, False, True)]:
+                                                   (12, 8, 6, 2, 3, False, True),
+                                                   (10, 6, 4, 1, 10, False, True)]:   # peaks from 1e-3 to 1e2
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0     # the last position fires strongly: it counts only where it is allowed
+        if N == 10:
+            coefficients = coefficients * torch.logspace(-3, 2, N)[:, None, None]
         valid = _valid_mask(gen, N, T, last_allowed=last)
         if negative:
             _negative_rows(coefficients, valid, gen)
@@ -310,8 +314,9 @@ def _agreement_rate(coefficients: torch.Tensor, ids: torch.Tensor, valid: torch.
 def _agreement_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2024)
     cases = []
-    for negative in (False, True, False, True):
-        N, T, d_ff, vocab = _randint(gen, 10, 25), _randint(gen, 5, 8), _randint(gen, 12, 30), _randint(gen, 20, 40)
+    for negative, shape in [(False, None), (True, None), (False, None), (True, None), (False, (1, 4, 3, 12))]:
+        N, T, d_ff, vocab = shape or (_randint(gen, 10, 25), _randint(gen, 5, 8), _randint(gen, 12, 30),
+                                      _randint(gen, 20, 40))      # the last case: a single example
         ids = torch.randint(1, vocab, (N, T), generator=gen)
         valid = _valid_mask(gen, N, T, padded=negative)
         coefficients = torch.randn(N, T, d_ff, generator=gen)
@@ -388,47 +393,65 @@ check_agreement_rate = Exercise(
 )
 
 # --------------------------------------------------------------------------------------------
-# Exercise 5 (build): the rank-one update
+# Exercise 5 (investigate): what C buys in a rank-one edit
 # --------------------------------------------------------------------------------------------
 
 
-def _rank_one(W: torch.Tensor, C: torch.Tensor, k_star: torch.Tensor, v_star: torch.Tensor) -> torch.Tensor:
-    """``Ŵ = W + Λ (C⁻¹k*)ᵀ``, ``Λ = (v* − W k*) / ((C⁻¹k*)ᵀ k*)``; ``(d_out, d_in)``."""
-    u = torch.linalg.solve(C, k_star)
-    return W + torch.outer((v_star - W @ k_star) / (u @ k_star), u)
+def _edit_spill(C: torch.Tensor, k_star: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``(M,)`` float64: ``α(k) = (C⁻¹k*)ᵀk / (C⁻¹k*)ᵀk*`` for every row ``k`` of ``keys`` ``(M, d)``."""
+    u = torch.linalg.solve(C, k_star)                        # C⁻¹k*: (d,)
+    return keys @ u / (u @ k_star)
 
 
-def _rank_one_cases() -> list[Case]:
+def _spd(gen: torch.Generator, d: int, low: float, high: float) -> torch.Tensor:
+    """A random symmetric positive definite ``(d, d)`` float64 matrix with eigenvalues spread from low to high."""
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
+    eigenvalues = torch.logspace(torch.log10(torch.tensor(low)).item(), torch.log10(torch.tensor(high)).item(), d,
+                                 dtype=torch.float64)
+    return (q * eigenvalues) @ q.T
+
+
+def _spill_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2025)
     cases = []
-    for d_out, d_in in [(4, 12), (1, 9), (7, 5), (3, 20)]:
-        W = torch.randn(d_out, d_in, generator=gen, dtype=torch.float64)
-        keys = torch.randn(4 * d_in, d_in, generator=gen, dtype=torch.float64) + 0.5
-        C = keys.T @ keys / keys.shape[0] + 0.1 * torch.eye(d_in, dtype=torch.float64)
-        k_star = torch.randn(d_in, generator=gen, dtype=torch.float64) + 0.5
-        v_star = torch.randn(d_out, generator=gen, dtype=torch.float64)
-        note = f"W {tuple(W.shape)}, C {tuple(C.shape)}, k_star ({d_in},), v_star ({d_out},)"
-        cases.append(Case((W, C, k_star, v_star), note=note))
+    # (d, M, C's eigenvalues from .. to, key scales): every case holds k* itself, a key C⁻¹-orthogonal to k*
+    # (α = 0) and a key on the far side (α < 0); one has keys whose sizes span 1e-4 to 1e3
+    for d, M, low, high, scale in [(6, 8, 0.05, 20.0, None), (1, 3, 2.0, 2.0, None), (12, 1, 0.1, 5.0, None),
+                                   (5, 7, 1.0, 1.0, None), (9, 10, 1e-2, 1e3, None), (7, 9, 0.2, 8.0, "span")]:
+        C = torch.eye(d, dtype=torch.float64) if (low, high) == (1.0, 1.0) else _spd(gen, d, low, high)
+        k_star = torch.randn(d, generator=gen, dtype=torch.float64) + 0.5
+        keys = torch.randn(M, d, generator=gen, dtype=torch.float64)
+        u = torch.linalg.solve(C, k_star)
+        if M >= 3 and d > 1:
+            keys[0] = k_star                                             # α = 1
+            keys[1] = -2.5 * k_star + 0.1 * keys[1]                      # α < 0
+            keys[-1] = keys[-1] - (keys[-1] @ u) / (u @ u) * u           # α = 0
+        if scale == "span":
+            keys = keys * torch.logspace(-4, 3, M, dtype=torch.float64)[:, None]
+        note = f"C ({d}, {d}), k_star ({d},), keys ({M}, {d}), float64"
+        cases.append(Case((C, k_star, keys), note=note))
     return cases
 
 
-check_rank_one_update = Exercise(
-    "Exercise 5 (rank-one update)",
-    _rank_one,
-    _rank_one_cases,
+check_edit_spill = Exercise(
+    "Exercise 5 (edit spill)",
+    _edit_spill,
+    _spill_cases,
     mistakes=[
-        ("you forgot C⁻¹: the update direction is u = C⁻¹k* (torch.linalg.solve(C, k_star)), not k* itself.",
-         lambda W, C, k, v: W + torch.outer((v - W @ k) / (k @ k), k)),
-        ("you used v* where the residual v* − W k* belongs: the update must add only what W k* lacks.",
-         lambda W, C, k, v: W + torch.outer(v / (torch.linalg.solve(C, k) @ k), torch.linalg.solve(C, k))),
-        ("you multiplied by C instead of solving with it: u = C⁻¹k*, i.e. torch.linalg.solve(C, k_star).",
-         lambda W, C, k, v: W + torch.outer((v - W @ k) / ((C @ k) @ k), C @ k)),
-        ("the denominator should be (C⁻¹k*)ᵀk*, so that Ŵk* = v* exactly; you divided by k*ᵀk*.",
-         lambda W, C, k, v: W + torch.outer((v - W @ k) / (k @ k), torch.linalg.solve(C, k))),
-        ("you returned only the update Λ(C⁻¹k*)ᵀ; return the edited matrix W + Λ(C⁻¹k*)ᵀ.",
-         lambda W, C, k, v: _rank_one(W, C, k, v) - W),
+        ("you used C where C⁻¹ belongs: the edit measures keys in the metric of C⁻¹, u = C⁻¹k* = "
+         "torch.linalg.solve(C, k_star), not C @ k_star.",
+         lambda C, k, K: K @ (C @ k) / ((C @ k) @ k)),
+        ("you left C out (u = k*): that is the edit without key statistics, the C = I case you compare with "
+         "below. Use u = torch.linalg.solve(C, k_star).",
+         lambda C, k, K: K @ k / (k @ k)),
+        ("α(k*) must be 1: divide by (C⁻¹k*)ᵀk*, the same product for k* itself.",
+         lambda C, k, K: K @ torch.linalg.solve(C, k)),
+        ("the denominator is (C⁻¹k*)ᵀk*, not k*ᵀk*: with it, α(k*) = 1 exactly.",
+         lambda C, k, K: K @ torch.linalg.solve(C, k) / (k @ k)),
+        ("keep the sign: a negative α means the edit pushes that key's output away from v*; return α, not |α|.",
+         lambda C, k, K: _edit_spill(C, k, K).abs()),
     ],
-    atol=1e-8, rtol=1e-6,
+    kind="investigate",
 )
 
 # --------------------------------------------------------------------------------------------
@@ -582,4 +605,4 @@ check_best_match = Exercise(
 )
 
 __all__ = ["check_memory_coefficients", "check_top_triggers", "check_value_logits", "check_agreement_rate",
-           "check_rank_one_update", "check_relation_profile", "check_best_match"]
+           "check_edit_spill", "check_relation_profile", "check_best_match"]

@@ -1,0 +1,363 @@
+r"""A sparse dictionary for an FFN: a TopK transcoder, its training, and how to judge it.
+
+The idea. A layer may represent more *features* than it has neurons, as directions in superposition
+(``helpers.superposition``); then no single neuron need mean one thing. A sparse dictionary looks for those
+directions: many more units than the layer has dimensions, of which only a few are active for any input.
+A **transcoder** (Dunefsky et al. 2024) is such a dictionary trained to *replace* an FFN: from the FFN's input
+``x`` it predicts the FFN's output ``y``,
+
+    f = TopK_k(W_enc x + b_enc)      (F,)   the feature activations (codes): at most k non-zero
+    ŷ = W_dec f + b_dec              (d_out,)
+
+with ``W_enc`` ``(F, d_in)`` and ``W_dec`` ``(d_out, F)`` in ``nn.Linear``'s layout. It has the FFN's own
+key-value form: row i of ``W_enc`` is feature i's **key**, column i of ``W_dec`` its **value**, and
+``ŷ = Σ_i f_i · W_dec[:, i] + b_dec``, but with F features of which k fire instead of d_ff neurons that all
+fire. With the target equal to the input it is a sparse autoencoder (Bricken et al. 2023, Cunningham et al.
+2023). ``TopK`` keeps the k largest pre-activations of each row (ReLU'd) and zeroes the rest (Gao et al. 2024),
+so the sparsity L0 is fixed by k instead of tuned through an L1 penalty; among equal values at the k-th place
+the lower index is kept (``torch.topk`` promises no order among ties).
+
+How a dictionary is judged here:
+
+* ``fvu``: fraction of variance unexplained, ``Σ‖y − ŷ‖² / Σ‖y − ȳ‖²`` (0 perfect, 1 = no better than the
+  mean output); ``l0``: mean number of active features per input; ``firing_counts``: how often each feature
+  fires (0 = a **dead** feature);
+* ``replaced_ffn`` + ``answer_scores``: what the model does with the dictionary spliced in place of the FFN;
+* ``top_label_share`` / ``tracking_rates``: how cleanly a unit's strongest inputs share one label.
+
+A feature's value (a column of ``W_dec``) is read in the vocabulary as notebook 03 reads a neuron's:
+``helpers.memory.project_to_vocab(model, values, biases=False)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from helpers import validate
+from helpers.memory import find_ffns, logits_of
+from helpers.progress import progress as progress_bar
+
+__all__ = ["topk_codes", "TopKDictionary", "random_dictionary", "train_dictionaries", "fvu", "l0",
+           "firing_counts", "ffn_io", "distinct_prefixes", "fact_labels", "replaced_ffn", "answer_scores",
+           "top_label_share", "tracking_rates"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The dictionary
+# ---------------------------------------------------------------------------------------------
+
+
+def topk_codes(pre: torch.Tensor, k: int) -> torch.Tensor:
+    """TopK activation: ``(..., F) -> (..., F)``, ReLU of the k largest entries of each row, 0 elsewhere.
+
+    Among entries equal to the k-th largest value, the lower indices are kept (exactly k entries are kept;
+    a kept entry ≤ 0 becomes 0). Differentiable: the gradient flows to the kept, positive entries.
+    """
+    validate.float_tensor("pre", pre)
+    validate.int_in_range("k", k, 1, pre.shape[-1])
+    kth = pre.topk(k, dim=-1).values[..., -1:]                        # (..., 1): the k-th largest value
+    above = pre > kth
+    tied = pre == kth
+    room = k - above.sum(dim=-1, keepdim=True)                        # how many tied entries still fit
+    keep = above | (tied & (tied.cumsum(dim=-1) <= room))
+    return torch.where(keep, torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+
+
+class TopKDictionary(nn.Module):
+    """A TopK transcoder (or autoencoder): ``x (..., d_in) -> ŷ (..., d_out)`` through ``F`` sparse features.
+
+    Args:
+        W_enc: ``(F, d_in)``, row i = feature i's key. b_enc: ``(F,)``.
+        W_dec: ``(d_out, F)``, column i = feature i's value. b_dec: ``(d_out,)``.
+        k: features kept per input, ``1 <= k <= F``.
+
+    ``forward`` returns ŷ only, so the module can stand in for an FFN; ``encode`` gives the codes.
+    """
+
+    def __init__(self, W_enc: torch.Tensor, b_enc: torch.Tensor, W_dec: torch.Tensor, b_dec: torch.Tensor,
+                 k: int) -> None:
+        super().__init__()
+        validate.float_tensor("W_enc", W_enc, min_dims=2)
+        n_features, d_in = W_enc.shape
+        validate.float_tensor("W_dec", W_dec, min_dims=2)
+        if W_dec.shape[1] != n_features or b_enc.shape != (n_features,) or b_dec.shape != (W_dec.shape[0],):
+            raise ValueError(f"shapes must be W_enc (F, d_in), b_enc (F,), W_dec (d_out, F), b_dec (d_out,); got "
+                             f"{tuple(W_enc.shape)}, {tuple(b_enc.shape)}, {tuple(W_dec.shape)}, {tuple(b_dec.shape)}")
+        self.k = validate.int_in_range("k", k, 1, n_features)
+        self.W_enc = nn.Parameter(W_enc.detach().clone())
+        self.b_enc = nn.Parameter(b_enc.detach().clone())
+        self.W_dec = nn.Parameter(W_dec.detach().clone())
+        self.b_dec = nn.Parameter(b_dec.detach().clone())
+
+    @property
+    def n_features(self) -> int:
+        return self.W_enc.shape[0]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The codes ``f = TopK(x W_encᵀ + b_enc)``: ``(..., d_in) -> (..., F)``."""
+        return topk_codes(x @ self.W_enc.T + self.b_enc, self.k)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """``ŷ = f W_decᵀ + b_dec``: ``(..., F) -> (..., d_out)``."""
+        return codes @ self.W_dec.T + self.b_dec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decode(self.encode(x))
+
+
+def _check_pairs(x: torch.Tensor, y: torch.Tensor) -> None:
+    validate.float_tensor("x", x, min_dims=2)
+    validate.float_tensor("y", y, min_dims=2)
+    if x.dim() != 2 or y.dim() != 2 or x.shape[0] != y.shape[0] or x.shape[0] < 2:
+        raise ValueError(f"x and y must be (N, d_in) and (N, d_out) with the same N >= 2, got "
+                         f"{tuple(x.shape)} and {tuple(y.shape)}")
+
+
+def _init(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) -> list[torch.Tensor]:
+    """Gaussian keys of unit norm, centred on the mean input; unit-norm random values; b_dec = mean output."""
+    gen = torch.Generator().manual_seed(seed)
+    W_enc = torch.randn(n_features, x.shape[1], generator=gen)
+    W_enc = W_enc / W_enc.norm(dim=1, keepdim=True)
+    W_dec = torch.randn(y.shape[1], n_features, generator=gen)
+    W_dec = W_dec / W_dec.norm(dim=0, keepdim=True)
+    return [W_enc, -(W_enc @ x.mean(0)), W_dec, y.mean(0).clone()]
+
+
+def random_dictionary(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seed: int = 0) -> TopKDictionary:
+    """The control: a dictionary exactly as ``train_dictionaries`` starts it for ``seed``, never trained.
+
+    Keys are random unit vectors (centred on the mean of ``x``), values random unit vectors, ``b_dec`` the
+    mean of ``y``. x: ``(N, d_in)``, y: ``(N, d_out)``.
+    """
+    _check_pairs(x, y)
+    validate.positive_int("n_features", n_features)
+    return TopKDictionary(*_init(x.float(), y.float(), n_features, validate.non_negative_int("seed", seed)), k)
+
+
+def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int | Sequence[int],
+                       seeds: Sequence[int], *,
+                       steps: int = 300, batch_size: int = 64, lr: float = 1e-2, progress: bool = True,
+                       desc: str = "dictionaries") -> list[TopKDictionary]:
+    """Train one TopK dictionary per seed to map ``x (N, d_in)`` to ``y (N, d_out)``; return them in seed order.
+
+    ``k``: features kept per input, one int for all, or one per seed (to compare sparsities side by side).
+
+    Each seed fixes its starting point (``random_dictionary``) and its minibatches (``batch_size`` rows drawn
+    with replacement each step). Loss: ``Σ‖y − ŷ‖²`` over the batch divided by the batch size times the data's
+    variance ``Σ‖y − ȳ‖²/N`` (the batch's fraction of variance unexplained). Adam; after every step each value
+    (column of ``W_dec``) is scaled back to unit norm, so a code is the size of its feature's contribution. All
+    seeds train side by side as one batched computation. Deterministic on a given machine.
+    """
+    _check_pairs(x, y)
+    validate.positive_int("n_features", n_features)
+    validate.positive_int("steps", steps)
+    validate.positive_int("batch_size", batch_size)
+    validate.positive_float("lr", lr)
+    seeds = [validate.non_negative_int("seed", s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    ks = [k] * len(seeds) if isinstance(k, int) else list(k)
+    if len(ks) != len(seeds):
+        raise ValueError(f"k must be an int or have one entry per seed ({len(seeds)}), got {len(ks)}")
+    ks = [validate.int_in_range("k", v, 1, n_features) for v in ks]
+    rank_ok = torch.arange(max(ks)) < torch.tensor(ks)[:, None, None]                  # (S, 1, k_max)
+    x, y = x.detach().float(), y.detach().float()
+    params = [torch.stack(p).requires_grad_() for p in zip(*(_init(x, y, n_features, s) for s in seeds))]
+    W_enc, b_enc, W_dec, b_dec = params                      # (S, F, d_in), (S, F), (S, d_out, F), (S, d_out)
+    gens = [torch.Generator().manual_seed(10_000 + s) for s in seeds]
+    variance = ((y - y.mean(0)) ** 2).sum(1).mean()
+    opt = torch.optim.Adam(params, lr=lr)
+    for _ in progress_bar(range(steps), desc=desc, disable=not progress):
+        rows = torch.stack([torch.randint(0, x.shape[0], (batch_size,), generator=g) for g in gens])   # (S, B)
+        pre = torch.baddbmm(b_enc[:, None, :], x[rows], W_enc.transpose(1, 2))                       # (S, B, F)
+        top = pre.topk(max(ks), dim=-1)     # exact ties have probability 0 here, so no tie rule is needed
+        codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values) * rank_ok)
+        y_hat = torch.baddbmm(b_dec[:, None, :], codes, W_dec.transpose(1, 2))                     # (S, B, d_out)
+        loss = ((y_hat - y[rows]) ** 2).sum(-1).mean(-1) / variance                                # (S,)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        opt.step()
+        with torch.no_grad():
+            W_dec /= W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return [TopKDictionary(W_enc[i], b_enc[i], W_dec[i], b_dec[i], ks[i]).eval() for i in range(len(seeds))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def fvu(y: torch.Tensor, y_hat: torch.Tensor) -> float:
+    """Fraction of variance unexplained, ``Σ‖y − ŷ‖² / Σ‖y − ȳ‖²`` (ȳ the mean row), computed in float64.
+
+    y, y_hat: ``(N, d)``, N >= 2, y not constant.
+    """
+    _check_pairs(y, y_hat)
+    y, y_hat = y.double(), y_hat.double()
+    return float(((y - y_hat) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+
+
+def l0(codes: torch.Tensor) -> float:
+    """Mean number of non-zero entries per row of ``codes (..., F)``."""
+    validate.float_tensor("codes", codes)
+    return float((codes != 0).sum(-1).double().mean())
+
+
+def firing_counts(codes: torch.Tensor) -> torch.Tensor:
+    """``(F,)`` long: on how many rows of ``codes (N, F)`` each feature is non-zero (0 = dead)."""
+    validate.float_tensor("codes", codes, min_dims=2)
+    return (codes != 0).reshape(-1, codes.shape[-1]).sum(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fact model: its FFNs' inputs and outputs, its prefixes and their labels, splicing
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def ffn_io(model: nn.Module, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Every layer's FFN input and output on ``ids (N, T)``: two lists of ``(N, T, d_model)`` tensors.
+
+    The input is what the FFN module receives (after the block's LayerNorm); hooks on ``find_ffns``'s modules.
+    """
+    memories = find_ffns(model)
+    inputs: list[torch.Tensor | None] = [None] * memories.n_layers
+    outputs: list[torch.Tensor | None] = [None] * memories.n_layers
+
+    def make_hook(i: int):
+        def hook(module, args, output):
+            inputs[i], outputs[i] = args[0].detach(), output.detach()
+        return hook
+
+    handles = [layer.module.register_forward_hook(make_hook(layer.index)) for layer in memories.layers]
+    try:
+        was_training = model.training
+        model.eval()
+        logits_of(model, ids)
+        model.train(was_training)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return list(inputs), list(outputs)
+
+
+def distinct_prefixes(ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One ``(row, position)`` per distinct prefix ``ids[row, :position + 1]`` among the ``valid (N, T)`` ones.
+
+    A causal model computes the same activations for the same prefix, so repeats ("the capital of" starts 152
+    sentences) add copies, not information. Returns two ``(M,)`` long tensors, in row-major order (first seen).
+    """
+    if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool or valid.shape != ids.shape:
+        raise ValueError(f"valid must be a bool tensor of shape {tuple(ids.shape)}")
+    seen: dict[tuple[int, ...], None] = {}
+    rows, positions = [], []
+    for r, t in valid.nonzero().tolist():
+        key = tuple(ids[r, :t + 1].tolist())
+        if key not in seen:
+            seen[key] = None
+            rows.append(r)
+            positions.append(t)
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(positions, dtype=torch.long)
+
+
+def fact_labels(data, rows: torch.Tensor, positions: torch.Tensor) -> dict[str, list[str]]:
+    """The course's labels of each prefix ``data.ids[row, :position + 1]`` of a ``FactDataset``.
+
+    ``relation``, ``subject`` and ``answer`` are those of the row's fact; ``slot`` is what the prefix must be
+    followed by: ``"answer"`` at the answer position, else the next (template) word, e.g. ``"is"``.
+    Meaningful for prefixes that contain the subject.
+    """
+    labels: dict[str, list[str]] = {"relation": [], "subject": [], "answer": [], "slot": []}
+    for r, t in zip(rows.tolist(), positions.tolist()):
+        fact = data.facts[r]
+        labels["relation"].append(fact.relation)
+        labels["subject"].append(fact.subject)
+        labels["answer"].append(fact.obj)
+        labels["slot"].append("answer" if t == int(data.answer_pos[r]) else data.vocab.tokens[int(data.ids[r, t + 1])])
+    return labels
+
+
+@contextmanager
+def replaced_ffn(model: nn.Module, layer: int,
+                 replacement: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """Inside the ``with`` block, the FFN of ``layer`` outputs ``replacement(x)`` for its input ``x``.
+
+    ``replacement`` maps ``(..., d_model) -> (..., d_model)``: a ``TopKDictionary`` (spliced in), or e.g.
+    ``lambda x: torch.zeros_like(x)`` (FFN removed) or a constant mean output (mean-ablated); not the hooked
+    FFN module itself (its hook would call itself), but a copy of it is fine.
+    """
+    module = find_ffns(model).layer(layer).module
+    handle = module.register_forward_hook(lambda mod, args, output: replacement(args[0]).to(output.dtype))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@torch.no_grad()
+def answer_scores(model: nn.Module, ids: torch.Tensor, answer_pos: torch.Tensor,
+                  answer_id: torch.Tensor) -> tuple[float, float]:
+    """``(accuracy, loss)`` on the answers: the share of rows whose top prediction at ``answer_pos`` is
+    ``answer_id``, and the mean cross-entropy −log p(answer) there. ids ``(N, T)``; the others ``(N,)``."""
+    was_training = model.training
+    model.eval()
+    logits = logits_of(model, ids)[torch.arange(ids.shape[0]), answer_pos]          # (N, vocab)
+    model.train(was_training)
+    accuracy = (logits.argmax(-1) == answer_id).double().mean().item()
+    loss = torch.nn.functional.cross_entropy(logits.double(), answer_id).item()
+    return accuracy, loss
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading units: how cleanly their strongest inputs share a label; what their values write
+# ---------------------------------------------------------------------------------------------
+
+
+def _top_rows(acts: torch.Tensor, q: int) -> torch.Tensor:
+    """``(q, U)``: each column's q highest rows, ties broken by row order."""
+    return acts.double().sort(dim=0, descending=True, stable=True).indices[:q]
+
+
+def top_label_share(acts: torch.Tensor, labels: Sequence[object], q: int = 10, *,
+                    _top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every unit (column of ``acts (M, U)``): the share of its ``q`` highest inputs that carry its most
+    common label among them, and on how many of the M inputs it is positive.
+
+    ``labels``: one label per row. Ties in activation are broken by row order (stable sort); a unit positive
+    on fewer than ``q`` inputs has zeros among its top q, so judge only units with ``n_positive >= q``.
+    Returns ``(share (U,) float, n_positive (U,) long)``.
+    """
+    validate.float_tensor("acts", acts, min_dims=2)
+    M = acts.shape[0]
+    if len(labels) != M:
+        raise ValueError(f"labels must have one entry per row of acts ({M}), got {len(labels)}")
+    validate.int_in_range("q", q, 1, M)
+    codes = {value: i for i, value in enumerate(dict.fromkeys(labels))}
+    label_ids = torch.tensor([codes[value] for value in labels])
+    top = _top_rows(acts, q) if _top is None else _top                               # (q, U)
+    counts = torch.zeros(len(codes), acts.shape[1]).scatter_add_(0, label_ids[top], torch.ones(top.shape))
+    return counts.max(0).values / q, (acts > 0).sum(0)
+
+
+def tracking_rates(acts: torch.Tensor, labels: Mapping[str, Sequence[object]], q: int = 10,
+                   threshold: float = 0.8) -> tuple[dict[str, float], int]:
+    """For each kind of label: the share of units whose top ``q`` inputs share one label at least ``threshold``
+    of the time, among the units positive on at least ``q`` inputs; and how many units were judged.
+
+    ``acts (M, U)``; ``labels``: name -> one label per row (e.g. ``fact_labels``). Notebook 03's test on trigger
+    lists (at least 8 of the top 10 share a label) with prefixes, not sentences, as the inputs.
+    """
+    validate.float_tensor("acts", acts, min_dims=2)
+    validate.int_in_range("q", q, 1, acts.shape[0])
+    top = _top_rows(acts, q)
+    judged = (acts > 0).sum(0) >= q
+    rates = {}
+    for name, values in labels.items():
+        share, _ = top_label_share(acts, values, q, _top=top)
+        rates[name] = (float(((share >= threshold - 1e-9) & judged).sum() / judged.sum()) if judged.any()
+                       else float("nan"))
+    return rates, int(judged.sum())

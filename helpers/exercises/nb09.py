@@ -1,0 +1,369 @@
+"""Checkers for the exercises of notebook 09 (superposition and sparse dictionaries in the FFN).
+
+Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
+``check_topk_activation(topk_activation)``; it prints one line (not attempted / passed / what is wrong, with
+the likely mistake when one explains every failing case). The hidden cases are seeded and cover the extremes
+each statement allows: k = 1 and k = F (every feature), a batch of one, rows that are all zero, rows with fewer
+than k positive entries, ties at the k-th value (the stated rule: lower index kept), large and tiny magnitudes,
+an output mean far from zero.
+
+Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): ``W_enc`` is ``(F, d_in)`` (row i = key of
+feature i), ``W_dec`` is ``(d_out, F)`` (column i = value of feature i), ``W2`` is ``(d_model, d_ff)``
+(column i = value of neuron i); a batch of row vectors ``X`` gives ``X W_encᵀ``.
+
+==============================  =========  ========================================================  =================
+checker                         kind       your function                                             returns
+==============================  =========  ========================================================  =================
+``check_topk_activation``       build      ``topk_activation(pre, k)``                                ``(B, F)`` float32
+``check_transcoder``            build      ``transcoder_forward(x, y, W_enc, b_enc, W_dec, b_dec, k)``  codes, ŷ, loss
+``check_fvu``                   invest.    ``fraction_of_variance_unexplained(y, y_hat)``             float
+``check_top_sub_updates``       invest.    ``top_sub_updates(m, W2, b2, k)``                           ``(N, d_model)``
+==============================  =========  ========================================================  =================
+"""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.exercises.engine import Case, Exercise
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _keep_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool mask of the k largest entries of each row; among equal values the lower index wins."""
+    order = scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
+    return torch.zeros_like(scores, dtype=torch.bool).scatter(-1, order, True)
+
+
+# ---------------------------------------------------------------- exercise 1: the TopK activation
+def _topk_activation(pre: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.where(_keep_mask(pre, k), torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+
+
+def _tie_rows() -> torch.Tensor:
+    """Rows whose k-th largest value (k = 3) is shared by more entries than fit."""
+    return torch.tensor([[1.0, 3.0, 2.0, 3.0, 3.0, 0.5, 3.0, -1.0],
+                         [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+                         [0.25, 5.0, 0.25, 0.25, -4.0, 0.25, 0.1, 0.25],
+                         [7.0, 1.5, 1.5, 9.0, 1.5, 0.0, 1.5, 1.5]])
+
+
+def _topk_cases() -> list[Case]:
+    g = _generator(901)
+    mixed = torch.randn(6, 12, generator=g)
+    mixed[0, :9] = -mixed[0, :9].abs()                           # a row with fewer than k positive entries
+    mixed[1] = -mixed[1].abs() - 0.1                             # a row with none
+    mixed[2, 3] = -40.0                                           # a large negative entry
+    big = torch.randn(3, 9, generator=g) * 1e6
+    big[0, 0] = -5e6
+    tiny = torch.randn(2, 5, generator=g) * 1e-6
+    return [
+        Case((torch.randn(4, 10, generator=g), 3), note="pre (4, 10), k=3"),
+        Case((torch.randn(5, 7, generator=g), 1), note="pre (5, 7), k=1"),
+        Case((torch.randn(3, 6, generator=g), 6), note="pre (3, 6), k=F=6 (every feature)"),
+        Case((torch.randn(1, 12, generator=g), 4), note="a batch of one: pre (1, 12), k=4"),
+        Case((_tie_rows(), 3), note="ties at the k-th value: pre (4, 8), k=3"),
+        Case((torch.zeros(3, 8), 2), note="all-zero rows: pre (3, 8), k=2"),
+        Case((mixed, 5), note="rows with fewer than k positive entries and a large negative one: pre (6, 12), k=5"),
+        Case((big, 2), note="large magnitudes (about 1e6): pre (3, 9), k=2"),
+        Case((tiny, 2), note="tiny magnitudes (about 1e-6): pre (2, 5), k=2"),
+        Case((torch.randn(2, 1, generator=g), 1), note="one feature: pre (2, 1), k=1"),
+        Case((torch.randn(8, 3, generator=g), 2), note="more rows than features: pre (8, 3), k=2"),
+    ]
+
+
+def _topk_wrong(kind: str):
+    def wrong(pre, k):
+        if kind == "abs":
+            keep = _keep_mask(pre.abs(), k)
+            return torch.where(keep, torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+        if kind == "no relu":
+            return torch.where(_keep_mask(pre, k), pre, torch.zeros((), dtype=pre.dtype))
+        if kind == "all ties":
+            kth = pre.topk(k, dim=-1).values[..., -1:]
+            return torch.where(pre >= kth, torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+        if kind == "torch.topk":
+            top = pre.topk(k, dim=-1)
+            return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+        if kind == "dim 0":
+            top = pre.topk(k, dim=0)
+            return torch.zeros_like(pre).scatter(0, top.indices, torch.relu(top.values))
+        if kind == "values only":
+            return torch.relu(pre.topk(k, dim=-1).values)
+        if kind == "smallest":
+            keep = _keep_mask(-pre, k)
+            return torch.where(keep, torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+        raise AssertionError(kind)
+    return wrong
+
+
+TIE_HINT = ("among entries equal to the k-th largest value keep the lowest indices: torch.topk promises no order "
+            "among ties, but a stable sort does (pre.sort(dim=-1, descending=True, stable=True).indices[:, :k]).")
+
+check_topk_activation = Exercise(
+    "Exercise 1 (the TopK activation)",
+    _topk_activation,
+    _topk_cases,
+    [
+        ("entries equal to the k-th largest value were all kept; keep exactly k per row, the lowest indices "
+         "first among equals.", _topk_wrong("all ties")),
+        (TIE_HINT, _topk_wrong("torch.topk")),
+        ("a kept negative entry must become 0: apply ReLU to the k values you keep.", _topk_wrong("no relu")),
+        ("you ranked by absolute value; TopK keeps the k *largest* pre-activations (a large negative one is "
+         "not kept).", _topk_wrong("abs")),
+        ("you chose the top k along the batch (dim 0); choose them in each row, among the F features (dim=-1).",
+         _topk_wrong("dim 0")),
+        ("return the full (B, F) tensor, with the kept values at their own positions and 0 elsewhere, not "
+         "only the k values.", _topk_wrong("values only")),
+        ("you kept the k smallest entries; TopK keeps the k largest.", _topk_wrong("smallest")),
+    ],
+    kind="build",
+)
+
+
+# ---------------------------------------------------------------- exercise 2: a transcoder's forward pass and loss
+def _transcoder(x, y, W_enc, b_enc, W_dec, b_dec, k):
+    codes = _topk_activation(x @ W_enc.T + b_enc, k)
+    y_hat = codes @ W_dec.T + b_dec
+    return codes, y_hat, float(((y - y_hat) ** 2).sum(dim=-1).mean())
+
+
+def _transcoder_cases() -> list[Case]:
+    g = _generator(902)
+    plan = [  # (B, d_in, d_out, F, k, note)
+        (6, 5, 5, 12, 3, "x (6, 5), 12 features, k=3"),
+        (4, 4, 3, 9, 1, "k=1: x (4, 4), d_out=3, 9 features"),
+        (3, 3, 4, 7, 7, "k=F=7 (every feature): x (3, 3), d_out=4"),
+        (1, 6, 6, 10, 4, "a batch of one: x (1, 6), 10 features, k=4"),
+        (5, 4, 4, 4, 2, "as many features as inputs: x (5, 4), 4 features, k=2"),
+        (4, 3, 5, 5, 2, "as many features as outputs: x (4, 3), d_out=5, 5 features, k=2"),
+        (7, 8, 8, 16, 5, "x (7, 8), 16 features, k=5"),
+    ]
+    cases = []
+    for B, d_in, d_out, F, k, note in plan:
+        x = torch.randn(B, d_in, generator=g, dtype=torch.float64)
+        y = torch.randn(B, d_out, generator=g, dtype=torch.float64) * 3.0
+        W_enc = torch.randn(F, d_in, generator=g, dtype=torch.float64)
+        b_enc = torch.randn(F, generator=g, dtype=torch.float64)
+        W_dec = torch.randn(d_out, F, generator=g, dtype=torch.float64)
+        b_dec = torch.randn(d_out, generator=g, dtype=torch.float64)
+        cases.append(Case((x, y, W_enc, b_enc, W_dec, b_dec, k), note=note))
+    # all-zero input: the codes come from b_enc alone, which has ties at the k-th value
+    x = torch.zeros(3, 4, dtype=torch.float64)
+    b_enc = torch.tensor([0.5, 2.0, 0.5, 0.5, 0.5, 0.5], dtype=torch.float64)
+    W_enc = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    W_dec = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    cases.append(Case((x, torch.randn(3, 4, generator=g, dtype=torch.float64), W_enc, b_enc, W_dec,
+                       torch.randn(4, generator=g, dtype=torch.float64), 3),
+                      note="an all-zero input x (3, 4) and ties in b_enc at the k-th value, k=3"))
+    # large magnitudes: an FFN output of size ~1e4
+    x = torch.randn(4, 5, generator=g, dtype=torch.float64) * 100.0
+    cases.append(Case((x, 1e4 * torch.randn(4, 5, generator=g, dtype=torch.float64),
+                       torch.randn(8, 5, generator=g, dtype=torch.float64), torch.zeros(8, dtype=torch.float64),
+                       100.0 * torch.randn(5, 8, generator=g, dtype=torch.float64),
+                       1e4 * torch.ones(5, dtype=torch.float64), 2),
+                      note="large magnitudes: x ~ 100, y ~ 1e4, 8 features, k=2"))
+    return cases
+
+
+def _transcoder_wrong(kind: str):
+    def wrong(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        pre = (x @ W_enc if kind == "encoder layout" else x @ W_enc.T) + b_enc
+        if kind == "no relu":
+            codes = torch.where(_keep_mask(pre, k), pre, torch.zeros((), dtype=pre.dtype))
+        elif kind == "torch.topk":
+            top = pre.topk(k, dim=-1)
+            codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+        else:
+            codes = _topk_activation(pre, k)
+        y_hat = codes @ W_dec if kind == "decoder layout" else codes @ W_dec.T
+        if kind != "no b_dec":
+            y_hat = y_hat + b_dec
+        target = x if kind == "target x" else y
+        squared = (target - y_hat) ** 2
+        if kind == "mean all":
+            loss = squared.mean()
+        elif kind == "sum rows":
+            loss = squared.sum()
+        else:
+            loss = squared.sum(dim=-1).mean()
+        return codes, y_hat, float(loss)
+    return wrong
+
+
+check_transcoder = Exercise(
+    "Exercise 2 (a transcoder's forward pass and loss)",
+    _transcoder,
+    _transcoder_cases,
+    [
+        ("a transcoder is trained to reproduce the FFN's *output* y from its input x: the loss compares ŷ with y "
+         "(comparing with x would make it a sparse autoencoder).", _transcoder_wrong("target x")),
+        ("W_enc is (F, d_in) in nn.Linear's layout (row i = key i): the pre-activations are x @ W_enc.T + b_enc.",
+         _transcoder_wrong("encoder layout")),
+        ("W_dec is (d_out, F) in nn.Linear's layout (column i = value i): ŷ = codes @ W_dec.T + b_dec.",
+         _transcoder_wrong("decoder layout")),
+        ("b_dec is missing from ŷ = codes @ W_dec.T + b_dec.", _transcoder_wrong("no b_dec")),
+        ("the loss divides by every element; sum the squared error over the d_out outputs of a row, then "
+         "average over the rows.", _transcoder_wrong("mean all")),
+        ("the loss sums over the rows; average the per-row squared error over the batch instead.",
+         _transcoder_wrong("sum rows")),
+        ("a kept negative pre-activation must become 0: apply ReLU to the k values you keep.",
+         _transcoder_wrong("no relu")),
+        (TIE_HINT + " (here the all-zero input leaves only b_enc, which has ties).", _transcoder_wrong("torch.topk")),
+    ],
+    atol=1e-9, rtol=1e-9, kind="build",
+)
+
+
+# ---------------------------------------------------------------- exercise 3: fraction of variance unexplained
+def _fvu(y: torch.Tensor, y_hat: torch.Tensor) -> float:
+    return float(((y - y_hat) ** 2).sum() / ((y - y.mean(dim=0)) ** 2).sum())
+
+
+def _fvu_cases() -> list[Case]:
+    g = _generator(903)
+    cases = []
+    y = torch.randn(20, 6, generator=g, dtype=torch.float64)
+    cases.append(Case((y, y + 0.3 * torch.randn(20, 6, generator=g, dtype=torch.float64)), note="y (20, 6)"))
+    y = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    cases.append(Case((y, y + 0.1 * torch.randn(2, 3, generator=g, dtype=torch.float64)),
+                      note="the fewest rows allowed: y (2, 3)"))
+    y = 1e7 + torch.randn(50, 4, generator=g, dtype=torch.float64)
+    cases.append(Case((y, y + 0.5 * torch.randn(50, 4, generator=g, dtype=torch.float64)),
+                      note="a mean far from zero: y = 1e7 + noise, (50, 4)"))
+    y = 1e-8 * torch.randn(10, 5, generator=g, dtype=torch.float64)
+    cases.append(Case((y, y + 1e-9 * torch.randn(10, 5, generator=g, dtype=torch.float64)),
+                      note="tiny magnitudes (about 1e-8): y (10, 5)"))
+    y = torch.randn(8, 3, generator=g, dtype=torch.float64) * torch.tensor([100.0, 1.0, 0.01], dtype=torch.float64)
+    cases.append(Case((y, y + torch.randn(8, 3, generator=g, dtype=torch.float64)),
+                      note="outputs whose variances span 1e4: y (8, 3)"))
+    y = torch.randn(6, 2, generator=g, dtype=torch.float64) + 5.0
+    cases.append(Case((y, y.clone()), note="a perfect reconstruction: y_hat = y"))
+    cases.append(Case((y, y.mean(dim=0, keepdim=True).expand_as(y).clone()),
+                      note="the mean output as reconstruction: y_hat = mean of y"))
+    y = torch.randn(12, 1, generator=g, dtype=torch.float64)
+    cases.append(Case((y, torch.zeros(12, 1, dtype=torch.float64)), note="one output dimension, y_hat = 0"))
+    return cases
+
+
+def _fvu_wrong(kind: str):
+    def wrong(y, y_hat):
+        err = ((y - y_hat) ** 2)
+        if kind == "not centred":
+            return float(err.sum() / (y ** 2).sum())
+        if kind == "scalar mean":
+            return float(err.sum() / ((y - y.mean()) ** 2).sum())
+        if kind == "per dim":
+            return float((err.sum(0) / ((y - y.mean(0)) ** 2).sum(0)).mean())
+        if kind == "explained":
+            return 1.0 - float(err.sum() / ((y - y.mean(0)) ** 2).sum())
+        if kind == "ddof":
+            return float(err.sum(1).mean() / y.var(dim=0).sum())
+        if kind == "norms":
+            return float(err.sum().sqrt() / ((y - y.mean(0)) ** 2).sum().sqrt())
+        if kind == "one pass":
+            n = y.shape[0]
+            return float(err.sum() / ((y ** 2).sum() - n * (y.mean(0) ** 2).sum()))
+        raise AssertionError(kind)
+    return wrong
+
+
+check_fvu = Exercise(
+    "Exercise 3 (fraction of variance unexplained)",
+    _fvu,
+    _fvu_cases,
+    [
+        ("the variance is measured from the mean row ȳ, not from zero: divide by Σ‖y − ȳ‖², not Σ‖y‖² "
+         "(they differ when the outputs have a mean).", _fvu_wrong("not centred")),
+        ("ȳ is the mean *row*, one mean per output dimension (y.mean(dim=0)), not one number for the whole "
+         "tensor (y.mean()).", _fvu_wrong("scalar mean")),
+        ("you averaged one ratio per output dimension; take one ratio of sums over every row and dimension, "
+         "so dimensions with a large variance weigh more.", _fvu_wrong("per dim")),
+        ("that is the share of the variance *explained* (1 − FVU); return the unexplained share.",
+         _fvu_wrong("explained")),
+        ("the two sums are normalised differently (a mean over N rows against a variance over N − 1): "
+         "use the plain ratio of the two sums.", _fvu_wrong("ddof")),
+        ("square the errors: FVU is a ratio of sums of squares, not of norms.", _fvu_wrong("norms")),
+        ("Σy² − N·ȳ² loses all its digits when the mean is large (here 1e7): subtract the mean row first, "
+         "then square.", _fvu_wrong("one pass")),
+    ],
+    atol=1e-12, rtol=1e-9, kind="investigate",
+)
+
+
+# ---------------------------------------------------------------- exercise 4: how many neurons does a prefix need?
+def _top_sub_updates(m: torch.Tensor, W2: torch.Tensor, b2: torch.Tensor, k: int) -> torch.Tensor:
+    keep = _keep_mask(m.abs() * W2.norm(dim=0), k)
+    return (m * keep) @ W2.T + b2
+
+
+def _sub_update_cases() -> list[Case]:
+    g = _generator(904)
+    cases = []
+    plan = [(5, 4, 10, 3, "m (5, 10), d_model=4, k=3"), (3, 6, 8, 1, "k=1: m (3, 8), d_model=6"),
+            (4, 3, 7, 7, "k=d_ff=7 (every neuron): the whole FFN output"),
+            (1, 5, 12, 4, "a batch of one: m (1, 12), d_model=5, k=4"),
+            (6, 5, 5, 2, "d_model = d_ff = 5, k=2")]
+    for N, d_model, d_ff, k, note in plan:
+        m = torch.randn(N, d_ff, generator=g, dtype=torch.float64)
+        W2 = torch.randn(d_model, d_ff, generator=g, dtype=torch.float64) * torch.logspace(
+            -1, 1, d_ff, dtype=torch.float64)                  # value norms spanning 100x
+        cases.append(Case((m, W2, torch.randn(d_model, generator=g, dtype=torch.float64), k), note=note))
+    # negative coefficients larger than any positive one (GELU's can be large only on the positive side,
+    # but the statement allows any sign)
+    m = -3.0 * torch.rand(4, 9, generator=g, dtype=torch.float64)
+    m[:, ::3] = 0.5
+    cases.append(Case((m, torch.randn(4, 9, generator=g, dtype=torch.float64),
+                       torch.randn(4, generator=g, dtype=torch.float64), 3),
+                      note="large negative coefficients: m (4, 9), k=3"))
+    # ties in |m_i|·‖v_i‖ at the k-th place between different values of equal norm
+    W2 = torch.tensor([[3.0, 0.0, 0.0, 0.6, 0.0], [0.0, 3.0, 0.0, 0.8, 1.0], [0.0, 0.0, 3.0, 0.0, 0.0]],
+                      dtype=torch.float64)
+    m = torch.tensor([[1.0, 1.0, 1.0, 2.0, 0.5], [-1.0, 1.0, 1.0, 0.0, 4.0]], dtype=torch.float64)
+    cases.append(Case((m, W2, torch.tensor([0.5, -0.5, 1.0], dtype=torch.float64), 2),
+                      note="ties in |m_i|·‖W2[:, i]‖ at the k-th place: m (2, 5), k=2"))
+    cases.append(Case((torch.zeros(3, 6, dtype=torch.float64), torch.randn(4, 6, generator=g, dtype=torch.float64),
+                       torch.randn(4, generator=g, dtype=torch.float64), 2),
+                      note="all-zero coefficients: m (3, 6), k=2"))
+    return cases
+
+
+def _sub_update_wrong(kind: str):
+    def wrong(m, W2, b2, k):
+        if kind == "W2 layout":
+            return (m * _keep_mask(m.abs() * W2.norm(dim=1), k)) @ W2 + b2
+        score = {"signed": m * W2.norm(dim=0), "coefficient only": m.abs(),
+                 "value only": W2.norm(dim=0).expand_as(m)}.get(kind, m.abs() * W2.norm(dim=0))
+        if kind == "torch.topk":
+            keep = torch.zeros_like(m, dtype=torch.bool).scatter(-1, score.topk(k, dim=-1).indices, True)
+        else:
+            keep = _keep_mask(score, k)
+        out = (m * keep) @ W2.T
+        return out if kind == "no b2" else out + b2
+    return wrong
+
+
+check_top_sub_updates = Exercise(
+    "Exercise 4 (how many neurons a prefix needs)",
+    _top_sub_updates,
+    _sub_update_cases,
+    [
+        ("rank the neurons by the size of their sub-update |m_i|·‖W2[:, i]‖: a large negative coefficient "
+         "writes as much as a large positive one.", _sub_update_wrong("signed")),
+        ("rank by the size of the sub-update m_i·W2[:, i], i.e. |m_i| times the norm of value i; values of "
+         "different norms write different amounts for the same coefficient.", _sub_update_wrong("coefficient only")),
+        ("the ranking must depend on the coefficients of each row: |m_i|·‖W2[:, i]‖, not the value norms alone.",
+         _sub_update_wrong("value only")),
+        ("b2 is missing: the FFN output is b2 plus the kept sub-updates.", _sub_update_wrong("no b2")),
+        ("W2 is (d_model, d_ff) in nn.Linear's layout: value i is the column W2[:, i], its norm "
+         "W2.norm(dim=0), and the output (m · keep) @ W2.T + b2.", _sub_update_wrong("W2 layout")),
+        (TIE_HINT.replace("k-th largest value", "k-th largest size"), _sub_update_wrong("torch.topk")),
+    ],
+    atol=1e-9, rtol=1e-9, kind="investigate",
+)
+
+
+EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates]

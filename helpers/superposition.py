@@ -1,0 +1,142 @@
+r"""The toy model of superposition (Elhage et al. 2022), small enough to train many copies at once.
+
+``n`` features ``x ∈ [0, 1]^n`` are sparse: each is 0 with probability ``S`` (the sparsity) and uniform on
+``[0, 1]`` otherwise, independently. They are squeezed into ``m < n`` dimensions and read back out:
+
+    h  = W x                 (m,)    W: (m, n); column i is the direction given to feature i
+    x' = ReLU(Wᵀ h + b)      (n,)    the same W reads the features back; b: (n,)
+
+and trained to minimise ``Σ_i I_i (x_i − x'_i)²`` with importances ``I_i = decay**i`` (feature 0 matters
+most). With dense features (``S = 0``) the best the model can do is give its ``m`` dimensions to the ``m``
+most important features and drop the rest, like PCA. With sparse features it pays to give *more* features a
+direction than there are dimensions, accepting some interference between them (the ReLU and a negative bias
+filter most of it out, because two features are rarely active together): that is **superposition**.
+
+What is read off the trained ``W`` (Elhage et al.'s quantities):
+
+* ``feature_norms``: ``‖W_i‖``, about 1 for a feature that has a direction, about 0 for a dropped one;
+* ``interference``: ``Σ_{j≠i} (Ŵ_i·W_j)²``, how much the other features lie along feature i's direction;
+* ``dimensions_per_feature``: ``m / ‖W‖_F²``, 1 when each represented feature has a dimension of its own,
+  ½ for antipodal pairs, lower still as more features share the space.
+
+``train_toy_models`` trains every (sparsity, seed) pair side by side as one batched model: copies with the
+same seed start from the same weights at every sparsity (so sparsities can be compared seed by seed), and
+each copy draws its own data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from helpers import validate
+from helpers.progress import progress as progress_bar
+
+__all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature"]
+
+
+@dataclass
+class ToyModels:
+    """Toy models trained side by side: instance ``i`` has sparsity ``sparsity[i]`` and seed ``seed[i]``.
+
+    Attributes:
+        W: ``(I, m, n)`` each instance's weights; ``W[i][:, j]`` is feature j's direction.
+        b: ``(I, n)`` each instance's output bias.
+        sparsity: ``(I,)`` the probability that a feature is 0.
+        seed: ``(I,)`` the seed of its initial weights (shared by the copies of one seed).
+        importance: ``(n,)`` the loss weight of each feature.
+        losses: the summed loss of all instances after each step.
+    """
+
+    W: torch.Tensor
+    b: torch.Tensor
+    sparsity: torch.Tensor
+    seed: torch.Tensor
+    importance: torch.Tensor
+    losses: list[float]
+
+    def index(self, sparsity: float, seed: int) -> int:
+        """The instance trained with ``sparsity`` (matched to 1e-9) and ``seed``."""
+        hits = ((self.sparsity - sparsity).abs() < 1e-9) & (self.seed == seed)
+        if not hits.any():
+            raise ValueError(f"no instance with sparsity={sparsity!r} and seed={seed!r}; sparsities "
+                             f"{sorted(set(self.sparsity.tolist()))}, seeds {sorted(set(self.seed.tolist()))}")
+        return int(hits.nonzero()[0, 0])
+
+    def at(self, sparsity: float) -> torch.Tensor:
+        """``(n_seeds,)`` instance indices of one sparsity, in seed order."""
+        rows = ((self.sparsity - sparsity).abs() < 1e-9).nonzero()[:, 0]
+        if rows.numel() == 0:
+            raise ValueError(f"no instance with sparsity={sparsity!r}")
+        return rows[self.seed[rows].argsort()]
+
+
+def train_toy_models(n_features: int = 20, n_hidden: int = 5, sparsities: Sequence[float] = (0.0, 0.7, 0.9, 0.99),
+                     seeds: Sequence[int] = range(5), *, importance_decay: float = 0.9, steps: int = 400,
+                     batch_size: int = 128, lr: float = 2e-2, progress: bool = True) -> ToyModels:
+    """Train one toy model per (sparsity, seed), all in one batched loop (AdamW, fresh data every step).
+
+    Initial weights are Xavier-normal from ``torch.Generator().manual_seed(seed)``, the same for every sparsity
+    of a seed; the data of all instances come from one generator seeded with ``min(seeds)``. Deterministic on a
+    given machine. Returns a ``ToyModels`` with ``len(sparsities) · len(seeds)`` instances, sparsity-major.
+    """
+    validate.int_in_range("n_hidden", n_hidden, 1, max(1, validate.positive_int("n_features", n_features) - 1))
+    validate.positive_int("steps", steps)
+    validate.positive_int("batch_size", batch_size)
+    validate.positive_float("lr", lr)
+    validate.probability("importance_decay", importance_decay, allow_one=True)
+    sparsities = [validate.probability("sparsity", s) for s in sparsities]
+    seeds = [validate.non_negative_int("seed", s) for s in seeds]
+    if not sparsities or not seeds:
+        raise ValueError("sparsities and seeds must each have at least one entry")
+    n_sparsities = len(sparsities)
+    sparsity = torch.tensor(sparsities).repeat_interleave(len(seeds))              # (I,)
+    seed = torch.tensor(seeds).repeat(n_sparsities)                                # (I,)
+    std = (2.0 / (n_features + n_hidden)) ** 0.5
+    start = torch.stack([torch.randn(n_hidden, n_features, generator=torch.Generator().manual_seed(s)) * std
+                         for s in seeds])                                            # (n_seeds, m, n)
+    W = start.repeat(n_sparsities, 1, 1).requires_grad_()                           # (I, m, n)
+    b = torch.zeros(len(sparsity), n_features, requires_grad=True)                  # (I, n)
+    importance = importance_decay ** torch.arange(n_features, dtype=torch.float32)  # (n,)
+    keep = (1.0 - sparsity)[:, None, None]                                          # P(feature is on)
+    gen = torch.Generator().manual_seed(min(seeds))
+    opt = torch.optim.AdamW([W, b], lr=lr)
+    losses = []
+    for _ in progress_bar(range(steps), desc="toy models", disable=not progress):
+        shape = (len(sparsity), batch_size, n_features)
+        x = torch.rand(shape, generator=gen) * (torch.rand(shape, generator=gen) < keep)   # (I, B, n)
+        out = torch.relu(torch.bmm(torch.bmm(x, W.transpose(1, 2)), W) + b[:, None, :])    # (I, B, n)
+        loss = (importance * (x - out) ** 2).mean(dim=1).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return ToyModels(W.detach(), b.detach(), sparsity, seed, importance, losses)
+
+
+def feature_norms(W: torch.Tensor) -> torch.Tensor:
+    """``‖W_i‖`` for every feature: ``(..., m, n) -> (..., n)``."""
+    validate.float_tensor("W", W, min_dims=2)
+    return W.norm(dim=-2)
+
+
+def interference(W: torch.Tensor) -> torch.Tensor:
+    """``Σ_{j≠i} (Ŵ_i·W_j)²`` for every feature i (``Ŵ_i`` = W_i / ‖W_i‖): ``(..., m, n) -> (..., n)``.
+
+    0 when no other feature has a component along feature i's direction; a dropped feature (``‖W_i‖ ≈ 0``)
+    counts as 0.
+    """
+    validate.float_tensor("W", W, min_dims=2)
+    norms = W.norm(dim=-2, keepdim=True)                                     # (..., 1, n)
+    unit = W / norms.clamp_min(1e-6)
+    overlap = unit.transpose(-1, -2) @ W                                     # (..., n, n): Ŵ_i · W_j
+    overlap = overlap - torch.diag_embed(torch.diagonal(overlap, dim1=-2, dim2=-1))
+    return (overlap ** 2).sum(dim=-1) * (norms[..., 0, :] > 1e-6)
+
+
+def dimensions_per_feature(W: torch.Tensor) -> torch.Tensor:
+    """``m / ‖W‖_F²``: ``(..., m, n) -> (...)``. 1 = a dimension per represented feature; ½ = antipodal pairs."""
+    validate.float_tensor("W", W, min_dims=2)
+    return W.shape[-2] / (W ** 2).sum(dim=(-2, -1))

@@ -1,0 +1,179 @@
+"""helpers.dictionary (TopK transcoders, their training and metrics) and helpers.superposition (the toy model)."""
+import copy
+
+import pytest
+import torch
+
+from helpers.dictionary import (TopKDictionary, answer_scores, distinct_prefixes, fact_labels, ffn_io,
+                                firing_counts, fvu, l0, random_dictionary, replaced_ffn, top_label_share,
+                                topk_codes, tracking_rates, train_dictionaries)
+from helpers.facts import load_facts, make_dataset
+from helpers.fact_model import fact_model_config
+from helpers.memory import collect, find_ffns, prefix_mask
+from helpers.superposition import (dimensions_per_feature, feature_norms, interference, train_toy_models)
+from helpers.transformer import TinyGPT
+
+
+@pytest.fixture(scope="module")
+def facts_and_model():
+    data = make_dataset(load_facts())
+    torch.manual_seed(0)
+    return data, TinyGPT(fact_model_config(data)).eval()
+
+
+# ---------------------------------------------------------------- the TopK activation and the module
+def _by_stable_sort(pre, k):
+    idx = pre.sort(dim=-1, descending=True, stable=True).indices[..., :k]
+    keep = torch.zeros_like(pre, dtype=torch.bool).scatter(-1, idx, True)
+    return torch.where(keep, pre.relu(), 0.0)
+
+
+def test_topk_codes_keeps_the_k_largest_lower_index_first_among_ties():
+    gen = torch.Generator().manual_seed(0)
+    for shape, k in [((5, 9), 3), ((2, 3, 7), 1), ((4, 6), 6), ((1, 1), 1)]:
+        pre = torch.randn(shape, generator=gen)
+        torch.testing.assert_close(topk_codes(pre, k), _by_stable_sort(pre, k), rtol=0, atol=0)
+    ties = torch.randint(0, 3, (50, 10), generator=gen).float() - 0.5
+    for k in (1, 2, 5, 10):
+        assert torch.equal(topk_codes(ties, k), _by_stable_sort(ties, k)), k
+    assert torch.equal(topk_codes(torch.full((2, 4), 2.0), 2), torch.tensor([[2.0, 2, 0, 0], [2.0, 2, 0, 0]]))
+
+
+def test_topk_codes_gradient_reaches_only_kept_positive_entries():
+    pre = torch.tensor([[3.0, -1.0, 2.0, 0.5, -4.0]], requires_grad=True)
+    topk_codes(pre, 3).sum().backward()
+    assert pre.grad.tolist() == [[1.0, 0.0, 1.0, 1.0, 0.0]]
+    with pytest.raises(ValueError):
+        topk_codes(pre, 6)
+
+
+def test_dictionary_module_shapes_and_layout():
+    W_enc, b_enc = torch.randn(12, 5), torch.randn(12)
+    W_dec, b_dec = torch.randn(3, 12), torch.randn(3)
+    d = TopKDictionary(W_enc, b_enc, W_dec, b_dec, 4)
+    x = torch.randn(2, 7, 5)
+    codes = d.encode(x)
+    assert codes.shape == (2, 7, 12) and ((codes != 0).sum(-1) <= 4).all()
+    torch.testing.assert_close(d(x), codes @ W_dec.T + b_dec)
+    torch.testing.assert_close(codes, topk_codes(x @ W_enc.T + b_enc, 4))
+    with pytest.raises(ValueError):
+        TopKDictionary(W_enc, b_enc, W_dec.T, b_dec, 4)
+
+
+# ---------------------------------------------------------------- training and metrics
+def _sparse_problem(n=300, d_in=10, d_out=6, n_true=20, seed=0):
+    """y is a sum of 2 of n_true output directions, chosen by which of n_true input directions x is near."""
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.nn.functional.normalize(torch.randn(n_true, d_in, generator=gen), dim=1)
+    values = torch.randn(d_out, n_true, generator=gen)
+    which = torch.stack([torch.randperm(n_true, generator=gen)[:2] for _ in range(n)])
+    codes = torch.zeros(n, n_true).scatter(1, which, 1.0 + torch.rand(n, 2, generator=gen))
+    return codes @ keys, codes @ values.T
+
+
+def test_training_reconstructs_a_sparse_map_and_is_deterministic():
+    x, y = _sparse_problem()
+    first = train_dictionaries(x, y, 40, 2, [0, 1], steps=150, batch_size=64, progress=False)
+    again = train_dictionaries(x, y, 40, 2, [0, 1], steps=150, batch_size=64, progress=False)
+    for a, b in zip(first, again):
+        torch.testing.assert_close(a.W_enc, b.W_enc, rtol=0, atol=0)
+    with torch.no_grad():
+        start = fvu(y, random_dictionary(x, y, 40, 2, 0)(x))
+        trained = [fvu(y, d(x)) for d in first]
+    assert max(trained) < 0.35 < 1.0 < start, (trained, start)
+    assert all(torch.allclose(d.W_dec.norm(dim=0), torch.ones(40)) for d in first)
+
+
+def test_a_seed_trains_the_same_alone_or_beside_others_and_k_can_differ_per_seed():
+    x, y = _sparse_problem(n=200)
+    alone = train_dictionaries(x, y, 16, 3, [2], steps=40, progress=False)[0]
+    together = train_dictionaries(x, y, 16, [1, 3], [5, 2], steps=40, progress=False)
+    assert [d.k for d in together] == [1, 3]
+    torch.testing.assert_close(alone.W_enc, together[1].W_enc, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError):
+        train_dictionaries(x, y, 16, [1, 2, 3], [0, 1], steps=1, progress=False)
+
+
+def test_random_dictionary_is_the_starting_point():
+    x, y = _sparse_problem(n=100)
+    d = random_dictionary(x, y, 30, 4, seed=3)
+    torch.testing.assert_close(d.W_enc.norm(dim=1), torch.ones(30))
+    torch.testing.assert_close(d.b_enc, -(d.W_enc @ x.mean(0)))
+    torch.testing.assert_close(d.b_dec, y.mean(0))
+
+
+def test_metrics():
+    y = torch.randn(30, 4, dtype=torch.float64) + 3.0
+    assert fvu(y, y) == 0.0
+    assert abs(fvu(y, y.mean(0).expand_as(y)) - 1.0) < 1e-12
+    codes = torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]])
+    assert l0(codes) == 1.5
+    assert firing_counts(codes).tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- the fact model
+def test_ffn_io_matches_collect_and_the_ffn(facts_and_model):
+    data, model = facts_and_model
+    inputs, outputs = ffn_io(model, data.ids[:20])
+    trace = collect(model, data.ids[:20])
+    for layer in range(len(inputs)):
+        torch.testing.assert_close(outputs[layer], trace.outputs[layer])
+        with torch.no_grad():
+            torch.testing.assert_close(model.blocks[layer].ffn(inputs[layer]), outputs[layer])
+
+
+def test_distinct_prefixes_and_labels(facts_and_model):
+    data, _ = facts_and_model
+    valid = prefix_mask(data.ids, data.vocab.pad_id)
+    rows, positions = distinct_prefixes(data.ids, valid)
+    keys = [tuple(data.ids[r, :t + 1].tolist()) for r, t in zip(rows.tolist(), positions.tolist())]
+    everything = {tuple(data.ids[r, :t + 1].tolist()) for r, t in valid.nonzero().tolist()}
+    assert len(keys) == len(set(keys)) == len(everything) == 1681
+    labels = fact_labels(data, rows, positions)
+    at_answer = positions == data.answer_pos[rows]
+    assert all((s == "answer") == bool(a) for s, a in zip(labels["slot"], at_answer.tolist()))
+    subject_pos = torch.tensor([data.ids[r].tolist().index(data.vocab.stoi[data.facts[r].subject])
+                                for r in rows.tolist()])
+    named = (positions >= subject_pos).tolist()
+    assert {s for s, n in zip(labels["slot"], named) if n} == {"answer", "is", "located", "in", "the"}
+    assert [labels["relation"][i] for i in range(3)] == [data.facts[r].relation for r in rows[:3].tolist()]
+
+
+def test_replaced_ffn_and_answer_scores(facts_and_model):
+    data, model = facts_and_model
+    ids = data.ids[:40]
+    before = model(ids)
+    ffn = copy.deepcopy(find_ffns(model).layer(1).module)       # a copy: the hooked module itself would recurse
+    with replaced_ffn(model, 1, ffn):
+        torch.testing.assert_close(model(ids), before)
+    with replaced_ffn(model, 1, lambda x: torch.zeros_like(x)):
+        assert not torch.allclose(model(ids), before)
+    torch.testing.assert_close(model(ids), before)        # the hook is gone
+    accuracy, loss = answer_scores(model, ids, data.answer_pos[:40], data.answer_id[:40])
+    logits = before[torch.arange(40), data.answer_pos[:40]]
+    assert accuracy == (logits.argmax(-1) == data.answer_id[:40]).double().mean().item()
+    assert abs(loss - torch.nn.functional.cross_entropy(logits.double(), data.answer_id[:40]).item()) < 1e-6
+
+
+def test_label_shares_and_tracking_rates():
+    acts = torch.tensor([[5.0, 0.0, 1.0], [4.0, 0.0, 2.0], [3.0, 1.0, 3.0], [0.0, 2.0, 4.0], [0.0, 3.0, 5.0]])
+    labels = ["a", "a", "b", "b", "b"]
+    share, positive = top_label_share(acts, labels, q=2)
+    assert share.tolist() == [1.0, 1.0, 1.0] and positive.tolist() == [3, 3, 5]
+    share3, _ = top_label_share(acts, labels, q=3)
+    assert torch.allclose(share3, torch.tensor([2 / 3, 1.0, 1.0]))
+    rates, judged = tracking_rates(acts, {"x": labels, "y": ["u", "v", "u", "v", "u"]}, q=3, threshold=0.8)
+    assert judged == 3 and rates["x"] == pytest.approx(2 / 3) and rates["y"] == pytest.approx(0.0)
+
+
+
+def test_toy_models_pack_more_features_when_sparse():
+    toys = train_toy_models(8, 3, sparsities=(0.0, 0.95), seeds=[0, 1], steps=150, batch_size=64, progress=False)
+    assert toys.W.shape == (4, 3, 8) and toys.b.shape == (4, 8)
+    assert toys.sparsity.tolist() == pytest.approx([0.0, 0.0, 0.95, 0.95]) and toys.seed.tolist() == [0, 1, 0, 1]
+    dense, sparse = toys.at(0.0), toys.at(0.95)
+    assert toys.index(0.95, 1) == 3
+    assert (dimensions_per_feature(toys.W[sparse]) < dimensions_per_feature(toys.W[dense])).all()
+    assert (dimensions_per_feature(toys.W[dense]) > 0.9).all()
+    with pytest.raises(ValueError):
+        toys.index(0.5, 0)

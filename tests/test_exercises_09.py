@@ -1,0 +1,175 @@
+"""Notebook 09's checkers: the extremes each statement allows are among the hidden cases, other correct forms
+pass (in the stated dtype), unlisted wrong answers fail without a misleading hint, and the references agree
+with the course's helpers (the generic contract for every checker is in test_exercise_contract.py).
+"""
+import torch
+
+from helpers.dictionary import TopKDictionary, fvu, topk_codes
+from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.exercises.nb09 import (EXERCISES, check_fvu, check_top_sub_updates, check_topk_activation,
+                                    check_transcoder)
+
+
+def _notes(ex):
+    return " | ".join(case.note for case in ex.cases())
+
+
+def test_kinds_titles_and_blank_stubs():
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 5)]
+
+    def blank(*args):
+        raise NotImplementedError
+
+    assert all(ex.evaluate(blank).status == NOT_ATTEMPTED for ex in EXERCISES)
+
+
+# ---- exercise 1: the TopK activation
+def test_topk_cases_cover_the_extremes():
+    notes = _notes(check_topk_activation)
+    for words in ["k=1", "k=F", "a batch of one", "ties at the k-th value", "all-zero rows",
+                  "fewer than k positive", "large magnitudes", "tiny magnitudes", "one feature"]:
+        assert words in notes, words
+    dtypes = {case.args[0].dtype for case in check_topk_activation.cases()}
+    assert dtypes == {torch.float32}, "the statement promises float32 inputs"
+
+
+def test_topk_reference_is_the_helper_and_keeps_exactly_k():
+    for case in check_topk_activation.cases():
+        pre, k = case.args
+        expected = check_topk_activation.reference(pre, k)
+        assert torch.equal(expected, topk_codes(pre, k)), case.note
+        assert ((expected != 0).sum(-1) <= k).all()
+    ties = next(c for c in check_topk_activation.cases() if "ties" in c.note).args[0]
+    out = check_topk_activation.reference(ties, 3)
+    assert out[0].nonzero().flatten().tolist() == [1, 3, 4]           # the 3 at index 6 is left out
+    assert out[1].nonzero().flatten().tolist() == [0, 1, 2]
+
+
+def test_topk_other_correct_forms_pass():
+    def by_stable_sort(pre, k):
+        idx = pre.sort(dim=-1, descending=True, stable=True).indices[:, :k]
+        return torch.zeros_like(pre).scatter(-1, idx, pre.gather(-1, idx).clamp(min=0))
+
+    def by_threshold(pre, k):              # above the k-th value, then the first tied entries until k are kept
+        kth = pre.double().sort(dim=-1, descending=True).values[:, k - 1:k]
+        keep = pre > kth
+        for row in range(pre.shape[0]):
+            for j in range(pre.shape[1]):
+                if pre[row, j] == kth[row, 0] and keep[row].sum() < k:
+                    keep[row, j] = True
+        return torch.where(keep, pre.relu(), 0.0)
+
+    def relu_first(pre, k):                # ReLU before choosing: the same output, zeros are never kept values
+        return by_stable_sort(pre.relu(), k)
+
+    for fn in (by_stable_sort, by_threshold, relu_first):
+        assert check_topk_activation.evaluate(fn).status == PASSED, fn.__name__
+
+
+def test_topk_unlisted_wrong_answers_fail():
+    off_by_one = check_topk_activation.evaluate(lambda pre, k: topk_codes(pre, max(1, k - 1)))
+    assert off_by_one.status == FAILED
+    relu_only = check_topk_activation.evaluate(lambda pre, k: pre.relu())
+    assert relu_only.status == FAILED and "Likely mistake" not in relu_only.message
+
+
+def test_torch_topk_is_caught_only_by_the_tie_case_and_named():
+    result = check_topk_activation.evaluate(
+        lambda pre, k: torch.zeros_like(pre).scatter(-1, pre.topk(k).indices, pre.topk(k).values.relu()))
+    assert result.status == FAILED and "ties at the k-th value" in result.message
+    assert "stable sort" in result.message
+
+
+# ---- exercise 2: a transcoder's forward pass and loss
+def test_transcoder_cases_cover_the_extremes():
+    notes = _notes(check_transcoder)
+    for words in ["k=1", "k=F", "a batch of one", "all-zero input", "ties in b_enc", "large magnitudes",
+                  "as many features as inputs", "as many features as outputs"]:
+        assert words in notes, words
+    for case in check_transcoder.cases():
+        assert all(a.dtype == torch.float64 for a in case.args[:6]), case.note
+
+
+def test_transcoder_reference_matches_the_helper_module():
+    for case in check_transcoder.cases():
+        x, y, W_enc, b_enc, W_dec, b_dec, k = case.args
+        codes, y_hat, loss = check_transcoder.reference(*case.args)
+        module = TopKDictionary(W_enc, b_enc, W_dec, b_dec, k).double()
+        with torch.no_grad():
+            torch.testing.assert_close(module.encode(x), codes)
+            torch.testing.assert_close(module(x), y_hat)
+        assert abs(loss - float(((y - y_hat) ** 2).sum(1).mean())) < 1e-9
+
+
+def test_transcoder_other_correct_forms_pass():
+    def with_tensor_loss(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        codes = topk_codes(torch.nn.functional.linear(x, W_enc, b_enc), k)
+        y_hat = torch.nn.functional.linear(codes, W_dec, b_dec)
+        return codes, y_hat, torch.nn.functional.mse_loss(y_hat, y, reduction="sum") / x.shape[0]
+
+    assert check_transcoder.evaluate(with_tensor_loss).status == PASSED
+
+
+def test_transcoder_float32_is_told_its_dtype():
+    def in_float32(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        x, y, W_enc, b_enc, W_dec, b_dec = (t.float() for t in (x, y, W_enc, b_enc, W_dec, b_dec))
+        return check_transcoder.reference(x, y, W_enc, b_enc, W_dec, b_dec, k)
+
+    result = check_transcoder.evaluate(in_float32)
+    assert result.status == FAILED and "float32" in result.message
+
+
+# ---- exercise 3: fraction of variance unexplained
+def test_fvu_cases_cover_the_extremes_and_match_the_helper():
+    notes = _notes(check_fvu)
+    for words in ["the fewest rows allowed", "a mean far from zero", "tiny magnitudes", "span 1e4",
+                  "a perfect reconstruction", "the mean output", "one output dimension"]:
+        assert words in notes, words
+    for case in check_fvu.cases():
+        assert abs(check_fvu.reference(*case.args) - fvu(*case.args)) <= 1e-12 + 1e-9 * abs(fvu(*case.args))
+    perfect = next(c for c in check_fvu.cases() if "perfect" in c.note)
+    mean = next(c for c in check_fvu.cases() if "the mean output" in c.note)
+    assert check_fvu.reference(*perfect.args) == 0.0 and abs(check_fvu.reference(*mean.args) - 1.0) < 1e-12
+
+
+def test_fvu_other_correct_forms_pass():
+    def by_variances(y, y_hat):
+        return ((y - y_hat) ** 2).mean(0).sum() / y.var(dim=0, unbiased=False).sum()
+
+    def as_tensor(y, y_hat):
+        return torch.sum((y - y_hat) ** 2) / torch.sum((y - y.mean(0, keepdim=True)) ** 2)
+
+    for fn in (by_variances, as_tensor):
+        assert check_fvu.evaluate(fn).status == PASSED, fn.__name__
+
+
+def test_fvu_float32_is_told_its_dtype():
+    result = check_fvu.evaluate(lambda y, y_hat: check_fvu.reference(y.float(), y_hat.float()))
+    assert result.status == FAILED
+
+
+# ---- exercise 4: how many neurons a prefix needs
+def test_sub_update_cases_cover_the_extremes():
+    notes = _notes(check_top_sub_updates)
+    for words in ["k=1", "k=d_ff", "a batch of one", "ties in", "all-zero coefficients", "large negative",
+                  "d_model = d_ff"]:
+        assert words in notes, words
+
+
+def test_sub_updates_at_k_equal_d_ff_are_the_whole_ffn_output():
+    case = next(c for c in check_top_sub_updates.cases() if "k=d_ff" in c.note)
+    m, W2, b2, k = case.args
+    torch.testing.assert_close(check_top_sub_updates.reference(m, W2, b2, k), m @ W2.T + b2)
+
+
+def test_sub_updates_other_correct_forms_pass():
+    def loop_over_rows(m, W2, b2, k):
+        out = []
+        for row in m:
+            size = row.abs() * torch.linalg.vector_norm(W2, dim=0)
+            idx = size.sort(descending=True, stable=True).indices[:k]
+            out.append(b2 + W2[:, idx] @ row[idx])
+        return torch.stack(out)
+
+    assert check_top_sub_updates.evaluate(loop_over_rows).status == PASSED

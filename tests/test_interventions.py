@@ -1,0 +1,208 @@
+"""helpers.interventions: sub-updates, direct logit shifts, knock-outs (everywhere or at one position per row),
+the knock-out control sets, and activation patching, checked against what the model computes by hand."""
+import pytest
+import torch
+
+from helpers.interventions import (direct_logit_shifts, final_residual, knock_out, knockout_sets, patched_ffn_output,
+                                   patching_effect, sub_updates)
+from helpers.memory import answer_probability, collect
+from helpers.transformer import GPTConfig, TinyGPT
+
+VOCAB = 13
+
+
+def tiny(variant="gelu", seed=0):
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_len=8, variant=variant)).eval()
+
+
+def toy_ids(n=6, t=7, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, VOCAB, (n, t), generator=g)
+    ids[0, 5:] = 0          # a padded row
+    return ids
+
+
+def test_sub_updates_add_up_to_the_ffn_output():
+    model, ids = tiny("swiglu"), toy_ids()
+    su = sub_updates(model, ids, 1, position=3, example=2)
+    assert torch.allclose(su.vectors.sum(0) + su.bias, su.output, atol=1e-5)
+    assert (su.scores[su.order][:-1] >= su.scores[su.order][1:]).all()
+    with pytest.raises(ValueError, match=r"position must be an int in \[0, 6\], got 7"):
+        sub_updates(model, ids, 1, position=7)
+    with pytest.raises(ValueError, match=r"example must be an int in \[0, 5\], got 6"):
+        sub_updates(model, ids, 1, position=0, example=6)
+
+
+def test_knock_out_all_neurons_leaves_the_bias_and_restores_afterwards():
+    model, ids = tiny(), toy_ids()
+    d_ff = model.blocks[0].ffn.d_ff
+    before = collect(model, ids)
+    with knock_out(model, 0, list(range(d_ff))):
+        silenced = collect(model, ids)
+    bias = model.blocks[0].ffn.w2.bias.detach()
+    assert torch.allclose(silenced.outputs[0], bias.expand_as(silenced.outputs[0]))
+    assert torch.equal(collect(model, ids).logits, before.logits)      # the hook is gone
+
+
+def test_knock_out_with_a_mask_per_row():
+    model, ids = tiny(), toy_ids()
+    d_ff = model.blocks[1].ffn.d_ff
+    mask = torch.zeros(ids.shape[0], d_ff, dtype=torch.bool)
+    mask[2, :10] = True
+    with knock_out(model, 1, mask):
+        masked = collect(model, ids).logits
+    with knock_out(model, 1, list(range(10))):
+        row_two = collect(model, ids[2:3]).logits
+    unchanged = collect(model, ids).logits
+    assert torch.allclose(masked[2], row_two[0], atol=1e-6)
+    assert torch.allclose(masked[[0, 1, 3, 4, 5]], unchanged[[0, 1, 3, 4, 5]])
+    with pytest.raises(ValueError, match=r"a bool neurons mask must have shape \(N, d_ff=64\)"):
+        with knock_out(model, 1, torch.zeros(3, 5, dtype=torch.bool)):
+            pass
+    with pytest.raises(ValueError, match=r"neurons must be in \[0, 63\]"):
+        with knock_out(model, 1, [64]):
+            pass
+
+
+def test_direct_logit_shifts_of_the_last_block_add_up_to_its_effect_on_the_logits():
+    """With the final norm's scale held fixed, the shifts of the sub-updates sum to what the whole FFN output
+    adds to the logits, up to a constant for all words (β and the mean removed by the norm)."""
+    model, ids = tiny(), toy_ids()
+    su = sub_updates(model, ids, 1, position=4, example=1)
+    h = final_residual(model, ids)[1, 4]
+    shifts = direct_logit_shifts(model, su.vectors, h)                   # (d_ff, vocab)
+    with torch.no_grad():
+        norm = model.ln_f
+        sigma = torch.sqrt(h.var(unbiased=False) + norm.eps)
+        without = h - su.vectors.sum(0)                                  # the stream without the sub-updates
+        logits = model.lm_head(norm.weight * (h - h.mean()) / sigma)
+        logits_without = model.lm_head(norm.weight * (without - without.mean()) / sigma)
+    assert torch.allclose(shifts.sum(0), logits - logits_without, atol=1e-4)
+
+
+def test_final_residual_is_what_ln_f_receives():
+    model, ids = tiny(), toy_ids()
+    h = final_residual(model, ids)
+    with torch.no_grad():
+        assert torch.allclose(model.lm_head(model.ln_f(h)), model(ids), atol=1e-5)
+
+
+def test_knock_out_at_one_position_per_row_touches_only_that_position():
+    model, ids = tiny(), toy_ids()
+    d_ff = model.blocks[0].ffn.d_ff
+    mask = torch.zeros(ids.shape[0], d_ff, dtype=torch.bool)
+    mask[:, :20] = True
+    positions = torch.tensor([1, 2, 3, 4, 5, 6])
+    before = collect(model, ids)
+    with knock_out(model, 0, mask, positions=positions):
+        after = collect(model, ids)
+    rows = torch.arange(ids.shape[0])
+    for n, t in zip(rows.tolist(), positions.tolist()):
+        assert torch.equal(after.coefficients[0][n, :t], before.coefficients[0][n, :t])      # earlier positions
+    hit = after.outputs[0][rows, positions]
+    expected = before.outputs[0][rows, positions] - \
+        (before.coefficients[0][rows, positions][:, :20] @ model.blocks[0].ffn.w2.weight[:, :20].T.detach())
+    assert torch.allclose(hit, expected, atol=1e-5)
+    # an index list silences the same neurons in every row, at each row's position
+    with knock_out(model, 0, list(range(20)), positions=positions):
+        same = collect(model, ids)
+    assert torch.allclose(same.logits, after.logits)
+    with pytest.raises(TypeError, match="positions must be a"):
+        with knock_out(model, 0, [1], positions=[1, 2]):
+            pass
+    with pytest.raises(ValueError, match="the neurons mask has 6 rows but positions has 2"):
+        with knock_out(model, 0, mask, positions=torch.tensor([1, 2])):
+            pass
+
+
+def test_knockout_sets():
+    activity = torch.tensor([[5.0, 4.0, 3.0, 0.5, 0.1, 0.0],
+                             [0.0, 0.2, 0.1, 3.0, 2.0, 1.0],
+                             [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    donor = torch.tensor([1, 0, 0])
+    sets = knockout_sets(activity, donor, 2, generator=torch.Generator().manual_seed(0))
+    assert sets["own"][0].nonzero().flatten().tolist() == [0, 1]
+    assert sets["other"][0].nonzero().flatten().tolist() == [3, 4]           # row 1's top two
+    # row 0: the other set removes 0.5 + 0.1 = 0.6 of row 0's activity; one own neuron (5.0) already does
+    assert sets["matched"][0].nonzero().flatten().tolist() == [0]
+    # row 1: the other set (row 0's top: neurons 0, 1) removes 0.2; its own top neuron removes 3.0
+    assert sets["matched"][1].nonzero().flatten().tolist() == [3]
+    assert (sets["random"].sum(1) == 2).all() and (sets["own"].sum(1) == 2).all()
+    with pytest.raises(ValueError, match="donor must be a long tensor of shape"):
+        knockout_sets(activity, torch.tensor([0, 1]), 2)
+    with pytest.raises(ValueError, match=r"n_off must be an int in \[1, 6\], got 7"):
+        knockout_sets(activity, donor, 7)
+
+
+def test_knockout_sets_matched_never_needs_more_neurons_than_the_own_set():
+    """The own top-n sum is at least any n neurons' sum, so matching the other set takes at most n neurons."""
+    g = torch.Generator().manual_seed(3)
+    activity = torch.nn.functional.gelu(torch.randn(50, 30, generator=g) * 2)
+    donor = torch.randperm(50, generator=g)
+    sets = knockout_sets(activity, donor, 8, generator=g)
+    assert (sets["matched"].sum(1) <= 8).all() and (sets["matched"].sum(1) >= 1).all()
+    assert ((activity * sets["matched"]).sum(1) >= (activity * sets["other"]).sum(1) - 1e-6).all()
+    assert (sets["matched"] <= sets["own"]).all()            # the matched set is a prefix of the own ranking
+
+
+def test_patched_ffn_output_replaces_one_position_per_row():
+    model, ids = tiny(), toy_ids()
+    donor_ids = ids.flip(0)
+    donor = collect(model, donor_ids).outputs[1]
+    positions = torch.tensor([0, 1, 2, 3, 4, 5])
+    rows = torch.arange(ids.shape[0])
+    before = collect(model, ids)
+    seen = {}
+    with patched_ffn_output(model, 1, positions, donor[rows, positions]):
+        handle = model.blocks[1].ffn.register_forward_hook(lambda m, i, o: seen.update(out=o))   # runs after the patch
+        patched = collect(model, ids)
+        handle.remove()
+    assert torch.allclose(seen["out"][rows, positions], donor[rows, positions])
+    assert torch.allclose(seen["out"][0, 1:], before.outputs[1][0, 1:], atol=1e-6)   # other positions untouched
+    assert torch.allclose(patched.logits[0, 1:], before.logits[0, 1:], atol=1e-5)   # layer 1 is the last block
+    assert not torch.allclose(patched.logits[0, 0], before.logits[0, 0])
+    assert torch.equal(collect(model, ids).logits, before.logits)                  # the hook is gone
+    with pytest.raises(ValueError, match="replacement must be"):
+        with patched_ffn_output(model, 1, positions, donor[0]):
+            pass
+
+
+def test_patching_effect_is_the_mean_probability_after_each_patch():
+    model = tiny()
+    ids = torch.tensor([[1, 3, 4, 5, 6], [1, 7, 4, 5, 6], [1, 8, 4, 5, 6]])   # one template, three subjects
+    donor_ids = ids.roll(1, dims=0)
+    answer_pos, answer_id = torch.full((3,), 3), torch.tensor([9, 10, 11])
+    effect = patching_effect(model, ids, answer_pos, answer_id, donor_ids)
+    assert effect.shape == (2, 5) and torch.isnan(effect[:, 4]).all()          # after the answer: not computed
+    baseline = answer_probability(model, ids, answer_pos, answer_id).mean()
+    assert effect[0, 0].item() == pytest.approx(baseline.item(), abs=1e-6)     # position 0 is the same everywhere
+    donor = collect(model, donor_ids).outputs[0][:, 1]
+    with patched_ffn_output(model, 0, torch.ones(3, dtype=torch.long), donor):
+        expected = answer_probability(model, ids, answer_pos, answer_id).mean()
+    assert effect[0, 1].item() == pytest.approx(expected.item(), abs=1e-6)
+    some = patching_effect(model, ids, answer_pos, answer_id, donor_ids, positions=[1])
+    assert torch.isnan(some[:, 0]).all() and some[1, 1].item() == pytest.approx(effect[1, 1].item(), abs=1e-6)
+    with pytest.raises(ValueError, match="donor_ids must have the shape of ids"):
+        patching_effect(model, ids, answer_pos, answer_id, donor_ids[:2])
+
+
+@pytest.fixture
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=3, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def test_gpt2_sub_updates_knock_out_and_patching(gpt2):
+    ids = torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(1))
+    su = sub_updates(gpt2, ids, 0, position=4, example=1)
+    assert torch.allclose(su.vectors.sum(0) + su.bias, su.output, atol=1e-5)
+    base = answer_probability(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]))
+    with knock_out(gpt2, 1, list(range(128))):
+        silenced = answer_probability(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]))
+    assert not torch.allclose(base, silenced)
+    effect = patching_effect(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]), ids.roll(1, dims=0))
+    assert effect.shape == (3, 6) and not torch.isnan(effect[:, :4]).any()
