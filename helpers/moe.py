@@ -40,8 +40,7 @@ from helpers import validate
 from helpers.costs import MoECost, moe_layer_cost, moe_model_params  # noqa: F401  (the layer's accounting)
 from helpers.ffn import FFN, VARIANTS, matched_gated_width
 
-ROUTERS = ("token", "expert")
-SCORES = ("softmax", "sigmoid")
+ROUTERS, SCORES = ("token", "expert"), ("softmax", "sigmoid")
 #: without autograd an expert takes its block at most this many rows at a time: the same FLOPs, a smaller
 #: hidden tensor (rows × d_ff); faster at E = 8 on the course's CPU (helpers/tools/BENCHMARKS.md)
 INFERENCE_ROWS = 256
@@ -257,8 +256,8 @@ class MoE(nn.Module):
                                      for _ in range(self.n_experts))
         self.shared = FFN.from_variant(variant, d_model, s * self.d_ff, bias=bias) if s else None
         self.noise = nn.Linear(d_model, self.n_experts, bias=False) if noisy else None
-        if noisy:
-            nn.init.zeros_(self.noise.weight)               # as Shazeer et al. 2017: noise of std softplus(0)
+        if noisy:                                           # zero at first (Shazeer et al. 2017): std softplus(0)
+            nn.init.zeros_(self.noise.weight)
         self.register_buffer("selection_bias", torch.zeros(self.n_experts))
         self._load_since_update = torch.zeros(self.n_experts, dtype=torch.long)
 
@@ -336,6 +335,9 @@ class MoE(nn.Module):
             y = y + self.shared(flat).to(y.dtype)
         return y.reshape(x.shape), MoEStats(routed, kept, dropped, entropy, balance, z,
                                             self.balance_coef * balance + self.z_coef * z, r.capacity, r.detach())
+
+    def refresh_prepared(self) -> None:
+        """Nothing to refresh: the layer keeps no inference copy of its experts (kept for older callers)."""
 
     def extra_repr(self) -> str:
         options = {"granularity": 1, "n_shared": 0, "score": "softmax", "bias_update": 0.0, "noisy": False}
