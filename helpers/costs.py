@@ -7,6 +7,8 @@ matrix products). Measurements use PyTorch's own instruments:
 ``torch.autograd.graph.saved_tensors_hooks`` for what autograd keeps for the
 backward pass, and ``torch.utils.benchmark.Timer`` for time. ``saved_per_token`` is the formula for
 what one FFN keeps for backward; ``torch_threads`` runs a block on a given number of threads.
+``moe_layer_cost`` and ``moe_model_params`` count an MoE layer's and an MoE model's parameters and FLOPs
+(re-exported by ``helpers.moe``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch.utils import benchmark
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import validate
-from helpers.ffn import VARIANTS
+from helpers.ffn import VARIANTS, ffn_param_count, matched_gated_width
 
 
 def ffn_flops_per_token(d_model: int, d_ff: int, *, gated: bool = False, backward: bool = False) -> int:
@@ -132,3 +134,63 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- a mixture-of-experts layer's cost
+@dataclass
+class MoECost:
+    """Parameters and forward FLOPs per token of one MoE layer; ``expert_*_params`` leave out the router."""
+
+    total_params: int
+    active_params: int
+    flops_per_token: int
+    expert_total_params: int = 0
+    expert_active_params: int = 0
+
+
+def moe_layer_cost(d_model: int, n_experts: int, top_k: int, d_ff: int | None = None, *, gated: bool = True,
+                   bias: bool = False, granularity: int = 1, n_shared: int = 0, noisy: bool = False) -> MoECost:
+    """Total and active parameters and forward FLOPs per token of an ``MoE`` as built (dropless).
+
+    Plain layer: total = E · expert + d·E (router), active = k · expert + d·E, FLOPs per token = 2·d·E +
+    k · (6·d·d_ff gated, 4·d·d_ff dense): matrix products only, a multiply-add counted as 2 (``FlopCounterMode``'s
+    convention; biases, softmax and the combine are not counted). ``granularity=m``, ``n_shared=s``: m·E − s
+    routed experts of width d_ff / m, m·k − s per token, and a shared FFN of width s·d_ff / m. ``noisy`` doubles
+    the router's parameters; its noise projection runs only in training and is not in the FLOPs.
+    """
+    validate.int_in_range("top_k", top_k, 1, validate.positive_int("n_experts", n_experts))
+    m = validate.positive_int("granularity", granularity)
+    s = validate.non_negative_int("n_shared", n_shared)
+    if s >= m * n_experts or s >= m * top_k:
+        raise ValueError(f"n_shared={s} must leave routed experts: at most {min(m * n_experts, m * top_k) - 1} "
+                         f"for granularity={m}, n_experts={n_experts}, top_k={top_k}")
+    if d_ff is None:
+        d_ff = matched_gated_width(validate.positive_int("d_model", d_model)) if gated else 4 * d_model
+    validate.positive_int("d_ff", d_ff)
+    if d_ff % m:
+        raise ValueError(f"d_ff must be divisible by granularity={m}, got d_ff={d_ff}")
+    width, routed, routed_k = d_ff // m, m * n_experts - s, m * top_k - s
+    expert = ffn_param_count(validate.positive_int("d_model", d_model), width, gated=gated, bias=bias)
+    shared = ffn_param_count(d_model, s * width, gated=gated, bias=bias) if s else 0
+    router = d_model * routed * (2 if noisy else 1)
+    flops = 2 * d_model * routed + (routed_k + s) * 2 * (3 if gated else 2) * d_model * width
+    total, active = routed * expert + shared, routed_k * expert + shared
+    return MoECost(total + router, active + router, flops, total, active)
+
+
+def moe_model_params(*, vocab_size: int, d_model: int, n_layers: int, d_ff: int, n_experts: int, top_k: int,
+                     n_heads: int, n_kv_heads: int, head_dim: int, tied_embeddings: bool = False) -> dict[str, int]:
+    """Total and active parameters of a decoder-only MoE transformer laid out like Mixtral (SwiGLU experts,
+    grouped-query attention, RMSNorm, no biases), with the parts ``embeddings`` (input + output), ``attention``,
+    ``norms``, ``routers``, ``experts_total``, ``experts_active`` (all layers)."""
+    for name, value in dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, d_ff=d_ff,
+                            n_experts=n_experts, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim).items():
+        validate.positive_int(name, value)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    parts = {"embeddings": vocab_size * d_model * (1 if tied_embeddings else 2),
+             "attention": n_layers * 2 * d_model * head_dim * (n_heads + n_kv_heads),    # q and o, k and v
+             "norms": n_layers * 2 * d_model + d_model, "routers": n_layers * d_model * n_experts}
+    expert = ffn_param_count(d_model, d_ff, gated=True, bias=False)
+    common = sum(parts.values())
+    return {**parts, "experts_total": n_layers * n_experts * expert, "experts_active": n_layers * top_k * expert,
+            "total": common + n_layers * n_experts * expert, "active": common + n_layers * top_k * expert}

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from helpers import validate
 from helpers.moe import RoutingLog, arrival_rank, expert_capacity
@@ -73,6 +74,8 @@ def plot_heatmap(ax: Axes, matrix: torch.Tensor, *, xlabel: str, ylabel: str, ti
     if yticklabels is not None:
         ax.set_yticks(range(len(yticklabels)))
         ax.set_yticklabels(yticklabels)
+    else:                                                      # rows are counted things (steps, layers): whole ticks
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if annotate:
         top = float(m.max()) if vmax is None else vmax
         for i in range(m.shape[0]):

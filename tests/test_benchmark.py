@@ -4,6 +4,7 @@ import importlib
 import pytest
 import torch
 
+from helpers.moe import MoE
 from helpers.tools import benchmark
 
 
@@ -76,3 +77,45 @@ def test_moe_table_is_printed_with_its_header():
     result = run_moe_benchmark(n_tokens=64, d_model=16, experts=(4,), repeats=1, warmup=0)
     lines = benchmark._format_moe(result)
     assert "1 thread," in lines[0] and "MoE/dense" in lines[1] and lines[2].split()[0] == "4"
+
+
+# ---------------------------------------------------------------- the MoE benchmark (helpers.tools.benchmark_moe)
+def test_benchmark_returns_ratios_and_restores_threads():
+    from helpers.tools.benchmark_moe import format_moe_benchmark, run_moe_benchmark
+    before = torch.get_num_threads()
+    result = run_moe_benchmark(n_tokens=64, d_model=16, top_k=2, experts=(2, 4), repeats=2, warmup=1)
+    assert torch.get_num_threads() == before
+    assert result["threads"] == 1 and result["d_ff_expert"] == 42 and result["clock"] == "cpu"
+    for e in (2, 4):
+        for key in ("loop / MoE", "MoE / dense-active", "MoE / dense-active in blocks", "MoE ms", "loop ms"):
+            assert result[f"E={e} {key}"] > 0
+    table = format_moe_benchmark(result)
+    assert "loop/MoE" in table and "MoE/Mixtral" in table and "MoE/dense-in-blocks" in table
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
+        run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
+
+
+def test_keep_freed_memory_in_its_own_process():
+    import subprocess
+    import sys
+    code = "from helpers.tools.benchmark_moe import keep_freed_memory; print(keep_freed_memory())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("True", "False")
+
+
+def test_benchmark_mixtral_column_is_skipped_with_a_note_or_agrees():
+    from helpers.tools.benchmark_moe import format_moe_benchmark, mixtral_block, run_moe_benchmark
+    result = run_moe_benchmark(n_tokens=32, d_model=8, top_k=2, experts=(4,), repeats=1, warmup=0)
+    assert result["clock"] == "cpu"
+    text = format_moe_benchmark(result)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        assert result["mixtral"] == 0.0 and "MoE/Mixtral: skipped (transformers is not installed" in text
+        assert mixtral_block(MoE(8, 4, 2)) is None
+    else:
+        assert result["mixtral"] == 1.0 and result["E=4 Mixtral max |diff|"] <= 1e-5
+    with pytest.raises(ValueError, match="clock must be one of"):
+        run_moe_benchmark(n_tokens=8, d_model=8, experts=(2,), repeats=1, clock="gpu")

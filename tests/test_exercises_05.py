@@ -1,5 +1,6 @@
-"""Notebook 05's checkers: other correct forms pass, unlisted wrong answers fail without a wrong hint,
-answers right on some branches only fail, and the course's helpers pass
+"""Notebook 05's checkers: correct answers in a learner's own style (float32 and float64) pass; each named mistake
+fails with its hint, and the natural slips of the learner trial get the right one; unlisted wrong answers fail
+without a hint; answers right on some branches only fail; the hidden cases cover the extremes the statements allow
 (the generic contract for every checker is in test_exercise_contract.py).
 """
 import math
@@ -9,14 +10,20 @@ import torch
 import torch.nn.functional as F
 
 from helpers import moe
-from helpers.exercises.engine import FAILED, PASSED
+from helpers.exercises.engine import FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED
 from helpers.exercises.nb05 import (EXERCISES, check_balance_loss, check_capacity_keep, check_later_tokens,
                                     check_moe_forward, check_noisy_top_k, check_z_loss)
 
 IDS = [ex.title for ex in EXERCISES]
 
 
-# ---------------------------------------------------------------- other correct answers
+def hint_of(ex, fn):
+    result = ex.evaluate(fn)
+    assert result.status == FAILED, result.message
+    return result.hint or ""
+
+
+# ---------------------------------------------------------------- correct answers in other styles
 def moe_forward_sorted(x, w_router, w1, w3, w2, k):
     """Route in float32, sort the slots by expert, run each expert once on its block, add back."""
     probs = torch.softmax(x.float() @ w_router.float().T, dim=-1)
@@ -28,7 +35,7 @@ def moe_forward_sorted(x, w_router, w1, w3, w2, k):
     order = torch.argsort(expert, stable=True)
     token, expert, weight = token[order], expert[order], weight[order]
     y = torch.zeros_like(x)
-    for e, block in enumerate(torch.bincount(expert, minlength=w_router.shape[0]).tolist()):
+    for e in range(w_router.shape[0]):
         rows = expert == e
         xe = x[token[rows]]
         out = (F.silu(xe @ w1[e].T) * (xe @ w3[e].T)) @ w2[e].T
@@ -36,8 +43,9 @@ def moe_forward_sorted(x, w_router, w1, w3, w2, k):
     return y
 
 
-def moe_forward_other_tie_break(x, w_router, w1, w3, w2, k):
-    """Correct, but on tied probabilities it picks the HIGHER expert id (torch.topk's order is unspecified)."""
+def moe_forward_other_tie_break_float64(x, w_router, w1, w3, w2, k):
+    """Correct, in float64, and on tied probabilities it picks the HIGHER expert id."""
+    x, w_router, w1, w3, w2 = (t.double() for t in (x, w_router, w1, w3, w2))
     probs = torch.softmax(x @ w_router.T, dim=-1)
     n_experts = probs.shape[-1]
     weight, flipped = probs.flip(-1).topk(k, dim=-1)
@@ -62,7 +70,7 @@ def moe_forward_with_the_course_layer(x, w_router, w1, w3, w2, k):
             expert.w1.weight.copy_(w1[e])
             expert.w3.weight.copy_(w3[e])
             expert.w2.weight.copy_(w2[e])
-    y, _ = layer(x)
+        y, _ = layer(x)
     assert torch.allclose(y, moe.moe_forward_loop(layer, x), atol=1e-6)
     return y
 
@@ -72,16 +80,42 @@ def capacity_keep_vectorised(expert_index, n_experts, capacity_factor):
     return moe.arrival_rank(expert_index, n_experts) < moe.expert_capacity(n, n_experts, k, capacity_factor)
 
 
+def capacity_keep_loops(expert_index, n_experts, capacity_factor):
+    n, k = expert_index.shape
+    cap = math.ceil(capacity_factor * n * k / n_experts)
+    taken, kept = [0] * n_experts, torch.zeros(n, k, dtype=torch.bool)
+    for j in range(k):
+        for t in range(n):
+            e = int(expert_index[t, j])
+            kept[t, j] = taken[e] < cap
+            taken[e] += 1
+    return kept
+
+
 def balance_loss_with_one_hot(probs, expert_index):
     n_experts = probs.shape[-1]
     f = F.one_hot(expert_index, n_experts).to(probs.dtype).sum((0, 1)) / expert_index.numel()
     return n_experts * torch.dot(f, probs.mean(0))
 
 
-def z_loss_by_hand(logits):
+def balance_loss_float64(probs, expert_index):
+    probs = probs.double()
+    f = torch.bincount(expert_index.reshape(-1), minlength=probs.shape[-1]).double() / expert_index.numel()
+    return probs.shape[-1] * (f * probs.mean(0)).sum()
+
+
+def z_grad_by_autograd(logits):
+    logits = logits.detach().clone().requires_grad_(True)
+    loss = torch.logsumexp(logits, -1).square().mean()
+    return torch.autograd.grad(loss, logits)[0]
+
+
+def z_grad_by_hand_float64(logits):
+    logits = logits.double()
     top = logits.max(-1, keepdim=True).values
-    lse = top[:, 0] + torch.log(torch.exp(logits - top).sum(-1))
-    return (lse * lse).mean()
+    e = torch.exp(logits - top)
+    lse = top + torch.log(e.sum(-1, keepdim=True))
+    return 2 * lse * (e / e.sum(-1, keepdim=True)) / logits.shape[0]
 
 
 def noisy_gates_masked_fill(x, w_gate, w_noise, noise, k):
@@ -92,10 +126,17 @@ def noisy_gates_masked_fill(x, w_gate, w_noise, noise, k):
 
 def noisy_gates_renormalised(x, w_gate, w_noise, noise, k):
     """Softmax over all experts, keep the top k, renormalise: the same gates as a softmax over the kept."""
-    h = x @ w_gate.T + noise * torch.log1p(torch.exp(x @ w_noise.T))
+    h = x @ w_gate.T + noise * torch.nn.functional.softplus(x @ w_noise.T)
     p = torch.softmax(h, dim=-1)
     value, index = p.topk(k, dim=-1)
     return torch.zeros_like(p).scatter(-1, index, value / value.sum(-1, keepdim=True))
+
+
+def noisy_gates_float64(x, w_gate, w_noise, noise, k):
+    x, w_gate, w_noise, noise = (t.double() for t in (x, w_gate, w_noise, noise))
+    h = x @ w_gate.T + noise * F.softplus(x @ w_noise.T)
+    index = h.topk(k, dim=-1).indices
+    return torch.softmax(torch.full_like(h, -math.inf).scatter(-1, index, h.gather(-1, index)), dim=-1)
 
 
 def changed_with_helpers(expert_index, n_experts, capacity_factor):
@@ -107,15 +148,18 @@ def changed_with_helpers(expert_index, n_experts, capacity_factor):
 
 OTHER_CORRECT = [
     (check_moe_forward, moe_forward_sorted),
-    (check_moe_forward, moe_forward_other_tie_break),
+    (check_moe_forward, moe_forward_other_tie_break_float64),
     (check_moe_forward, moe_forward_with_the_course_layer),
     (check_capacity_keep, capacity_keep_vectorised),
+    (check_capacity_keep, capacity_keep_loops),
     (check_balance_loss, balance_loss_with_one_hot),
+    (check_balance_loss, balance_loss_float64),
     (check_balance_loss, moe.load_balancing_loss),
-    (check_z_loss, z_loss_by_hand),
-    (check_z_loss, moe.router_z_loss),
+    (check_z_loss, z_grad_by_autograd),
+    (check_z_loss, z_grad_by_hand_float64),
     (check_noisy_top_k, noisy_gates_masked_fill),
     (check_noisy_top_k, noisy_gates_renormalised),
+    (check_noisy_top_k, noisy_gates_float64),
     (check_later_tokens, changed_with_helpers),
 ]
 
@@ -124,6 +168,107 @@ OTHER_CORRECT = [
 def test_other_correct_answers_pass(ex, fn):
     result = ex.evaluate(fn)
     assert result.status == PASSED, result.message
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_references_pass_and_blank_stubs_are_not_attempted(ex):
+    assert ex.evaluate(ex.reference).status == PASSED
+
+    def stub(*args):
+        raise NotImplementedError
+
+    assert ex.evaluate(stub).status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_every_named_mistake_fails_with_its_own_hint(ex):
+    for hint, wrong in ex.mistakes:
+        result = ex.evaluate(wrong)
+        assert result.status == FAILED, hint
+        assert result.hint == hint, (hint, result.message)
+
+
+# ---------------------------------------------------------------- the learner trial's slips get the right hint
+def later_tokens_off_by_one(expert_index, n_experts, capacity_factor):
+    """The trial's slip: the loop starts at t = 1, so token 0 is never compared."""
+    n, k = expert_index.shape
+    full = capacity_keep_vectorised(expert_index, n_experts, capacity_factor)
+    changed = torch.zeros(n, dtype=torch.bool)
+    for t in range(1, n):
+        changed[t] = not torch.equal(capacity_keep_vectorised(expert_index[: t + 1], n_experts, capacity_factor)[t],
+                                     full[t])
+    return changed
+
+
+def later_tokens_all_slots(expert_index, n_experts, capacity_factor):
+    full = capacity_keep_vectorised(expert_index, n_experts, capacity_factor)
+    return torch.stack([(capacity_keep_vectorised(expert_index[: t + 1], n_experts, capacity_factor)[t] != full[t]).all()
+                        for t in range(expert_index.shape[0])])
+
+
+def noisy_gates_softmax_over_tokens(x, w_gate, w_noise, noise, k):
+    """The trial's slip: the softmax over dim 0."""
+    h = x @ w_gate.T + noise * F.softplus(x @ w_noise.T)
+    kth = h.topk(k, dim=-1).values[:, -1:]
+    return torch.softmax(h.masked_fill(h < kth, float("-inf")), dim=0)
+
+
+def balance_loss_first_choice(probs, expert_index):
+    """The trial's slip: only each token's first choice counted."""
+    n_experts = probs.shape[-1]
+    f = torch.bincount(expert_index[:, 0], minlength=n_experts).float() / expert_index.shape[0]
+    return n_experts * (f * probs.mean(0)).sum()
+
+
+def z_grad_shift_not_added_back(logits):
+    """The trial's z-loss slip, carried over: shifted by the row maximum, never added back."""
+    shifted = logits - logits.max(-1, keepdim=True).values
+    lse = torch.log(torch.exp(shifted).sum(-1, keepdim=True))
+    return 2 * lse * torch.softmax(logits, -1) / logits.shape[0]
+
+
+def z_grad_naive_exp(logits):
+    e = torch.exp(logits)
+    return 2 * torch.log(e.sum(-1, keepdim=True)) * e / e.sum(-1, keepdim=True) / logits.shape[0]
+
+
+def moe_forward_naive_softmax(x, w_router, w1, w3, w2, k):
+    logits = x @ w_router.T
+    probs = torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)
+    weight, index = probs.topk(k, dim=-1)
+    if k >= 2:
+        weight = weight / weight.sum(-1, keepdim=True)
+    y = torch.zeros_like(x)
+    for j in range(k):
+        for e in range(w_router.shape[0]):
+            mine = index[:, j] == e
+            xe = x[mine]
+            y[mine] += weight[mine, j, None] * ((F.silu(xe @ w1[e].T) * (xe @ w3[e].T)) @ w2[e].T)
+    return y
+
+
+TRIAL_SLIPS = {
+    "05 Ex6 off by one (loop from t = 1)": (check_later_tokens, later_tokens_off_by_one, "token 0 is never compared"),
+    "05 Ex6 .all() over a token's slots": (check_later_tokens, later_tokens_all_slots, "ANY of its slots"),
+    "05 Ex5 softmax over dim 0": (check_noisy_top_k, noisy_gates_softmax_over_tokens, "softmax ran over the tokens"),
+    "05 Ex3 first choice only": (check_balance_loss, balance_loss_first_choice, "only each token's first choice"),
+    "05 Ex4 shifted by the max, never added back": (check_z_loss, z_grad_shift_not_added_back, "did not add it back"),
+    "05 Ex4 exp overflows": (check_z_loss, z_grad_naive_exp, "subtract each row's maximum"),
+    "05 Ex1 softmax by exp overflows": (check_moe_forward, moe_forward_naive_softmax, "overflows"),
+}
+
+
+@pytest.mark.parametrize("name", list(TRIAL_SLIPS))
+def test_natural_slips_get_the_right_hint(name):
+    ex, fn, words = TRIAL_SLIPS[name]
+    assert words in hint_of(ex, fn), name
+
+
+def test_the_off_by_one_is_not_blamed_on_the_first_choice():
+    """Trial: the off-by-one was told "you compared only the first choice"; a case where a later token changes in
+    its second choice only tells the two apart."""
+    message = check_later_tokens.evaluate(later_tokens_off_by_one).message
+    assert "first choice" not in message and HINT_PREFIX in message
 
 
 # ---------------------------------------------------------------- answers right on some branches only
@@ -155,10 +300,12 @@ PARTLY_RIGHT = {
     "moe_forward breaks on a batch of one": (check_moe_forward, moe_forward_needs_two_tokens),
     "capacity_keep assumes k = 1": (check_capacity_keep, lambda idx, e, f: (
         moe.arrival_rank(idx[:, 0], e) < math.ceil(f * idx.shape[0] / e))[:, None].expand(idx.shape).clone()),
-    "balance_loss counts only the first choice": (check_balance_loss, lambda probs, idx: moe.load_balancing_loss(
-        probs, idx[:, :1])),
-    "z_loss computed in float32 by exp without a shift": (check_z_loss, lambda logits: torch.log(
-        torch.exp(logits).sum(-1)).square().mean()),
+    "capacity_keep never drops (C taken as N)": (check_capacity_keep, lambda idx, e, f: torch.ones(idx.shape, dtype=torch.bool)),
+    "capacity_keep with C = round, not ceil": (check_capacity_keep, lambda idx, e, f: moe.arrival_rank(idx, e) < max(
+        1, round(f * idx.numel() / e))),
+    "balance_loss assumes k = 2": (check_balance_loss, lambda probs, idx: moe.load_balancing_loss(probs, idx[:, :2])),
+    "z grad forgets the single-expert case": (check_z_loss, lambda logits: check_z_loss.reference(logits)
+                                               if logits.shape[1] > 1 else torch.zeros_like(logits)),
     "noisy gates with 0 for the masked experts": (check_noisy_top_k, lambda x, wg, wn, eps, k: torch.softmax(
         torch.zeros_like(eps).scatter(-1, (h := x @ wg.T + eps * F.softplus(x @ wn.T)).topk(k, -1).indices,
                                       h.topk(k, -1).values), -1)),
@@ -178,7 +325,7 @@ UNLISTED = {
     check_moe_forward.title: lambda x, wr, w1, w3, w2, k: x.clone(),
     check_capacity_keep.title: lambda idx, e, f: torch.ones(idx.shape, dtype=torch.bool),
     check_balance_loss.title: lambda probs, idx: torch.tensor(1.0),
-    check_z_loss.title: lambda logits: 3 * torch.logsumexp(logits, -1).square().mean(),
+    check_z_loss.title: lambda logits: 3 * z_grad_by_autograd(logits),
     check_noisy_top_k.title: lambda x, wg, wn, eps, k: torch.full_like(eps, 1.0 / eps.shape[-1]),
     check_later_tokens.title: lambda idx, e, f: torch.ones(idx.shape[0], dtype=torch.bool),
 }
@@ -200,33 +347,83 @@ def test_summing_p_is_not_told_f_is_a_count():
     assert "f is a count" not in result.message
 
 
-def test_hidden_cases_cover_the_branches_the_tasks_allow():
-    """k = 1 and k = E, an unused expert, the last expert chosen, a batch of one, exact ties, negative logits."""
-    moe_cases = check_moe_forward.cases()
-    ks = {case.args[5] for case in moe_cases}
-    n_experts = {case.args[1].shape[0] for case in moe_cases}
-    assert 1 in ks and any(case.args[5] == case.args[1].shape[0] for case in moe_cases)
-    assert any(case.args[0].shape[0] == 1 for case in moe_cases) and len(n_experts) > 2
-    unused = last_chosen = ties = False
-    for x, w_router, *_, k in (case.args for case in moe_cases):
-        chosen = torch.softmax(x @ w_router.T, -1).topk(k, -1).indices
+# ---------------------------------------------------------------- the hidden cases cover the extremes
+def test_moe_forward_cases_cover_the_extremes():
+    """k = 1 and k = E, a batch of one (also at k = E), an expert nobody picks, the last expert chosen, exact ties
+    between identical experts, router logits in the hundreds."""
+    cases = [case.args for case in check_moe_forward.cases()]
+    assert any(k == 1 for *_, k in cases) and any(k == wr.shape[0] for _, wr, *_, k in cases)
+    assert any(x.shape[0] == 1 and k == wr.shape[0] for x, wr, *_, k in cases)
+    unused = last_chosen = ties = huge = False
+    for x, w_router, *_, k in cases:
+        logits = x @ w_router.T
+        chosen = torch.softmax(logits, -1).topk(k, -1).indices
         used = torch.bincount(chosen.reshape(-1), minlength=w_router.shape[0])
         unused |= bool((used == 0).any())
         last_chosen |= bool(used[-1] > 0)
         ties |= bool((w_router[:, None] == w_router[None]).all(-1).sum() > w_router.shape[0])
-    assert unused and last_chosen and ties
-    cap_cases = check_capacity_keep.cases()
-    assert {case.args[0].shape[1] for case in cap_cases} >= {1, 2, 3}
-    assert any(case.args[0].shape[0] == 1 for case in cap_cases)
-    assert any(bool((case.args[0][:, 0] == case.args[1] - 1).all()) for case in cap_cases)
-    noisy = check_noisy_top_k.cases()
-    assert any(bool((case.args[0] @ case.args[1].T + case.args[3] * F.softplus(case.args[0] @ case.args[2].T)
-                     < 0).all()) for case in noisy)
-    assert {case.args[4] for case in noisy} >= {1, 2} and any(case.args[4] == case.args[1].shape[0] for case in noisy)
-    assert any(bool((case.args[3] == 0).all()) for case in noisy)
-    z_cases = [case.args[0] for case in check_z_loss.cases()]
-    assert any(bool(torch.isinf(torch.exp(z.double()).sum(-1)).any()) for z in z_cases)
-    assert any(z.shape[1] == 1 for z in z_cases)
+        huge |= bool(logits.abs().max() > 100)
+    assert unused and last_chosen and ties and huge
+
+
+def test_capacity_cases_cover_the_extremes():
+    cases = [case.args for case in check_capacity_keep.cases()]
+    assert {idx.shape[1] for idx, *_ in cases} >= {1, 2, 3}
+    assert any(idx.shape[0] == 1 for idx, *_ in cases)
+    assert any(idx.shape[1] == e for idx, e, _ in cases)                                 # k = E
+    assert any(bool((idx[:, 0] == e - 1).all()) for idx, e, _ in cases)                 # the last expert
+    assert any(bool((torch.bincount(idx.reshape(-1), minlength=e) == 0).any()) for idx, e, _ in cases)
+    exact = [f * idx.numel() / e for idx, e, f in cases]
+    assert any(v == int(v) for v in exact) and any(v != int(v) for v in exact)           # whole and rounded-up C
+    caps = [math.ceil(v) for v in exact]
+    assert any(c <= idx.numel() / e / 2 for c, (idx, e, _) in zip(caps, cases))          # tiny capacity
+    assert any(bool((moe.arrival_rank(idx, e) < c).all()) for c, (idx, e, _) in zip(caps, cases))   # nothing dropped
+    for idx, e, f in cases:                                                              # factors exact in binary
+        assert f * 4 == int(f * 4)
+    # threshold neighbours: some expert gets exactly C slots, another C + 1
+    assert any(c in torch.bincount(idx.reshape(-1), minlength=e).tolist() for c, (idx, e, _) in zip(caps, cases))
+    assert any(c + 1 in torch.bincount(idx.reshape(-1), minlength=e).tolist() for c, (idx, e, _) in zip(caps, cases))
+
+
+def test_balance_cases_cover_the_extremes():
+    cases = [case.args for case in check_balance_loss.cases()]
+    assert {idx.shape[1] for _, idx in cases} >= {1, 2, 3} and any(idx.shape[1] == p.shape[1] for p, idx in cases)
+    assert any(p.shape[0] == 1 for p, _ in cases)
+    assert any(bool((torch.bincount(idx.reshape(-1), minlength=p.shape[1]) == 0).any()) for p, idx in cases)
+    assert any(bool(((p == 0) | (p == 1)).float().mean() > 0.5) for p, _ in cases)       # saturated probabilities
+    assert all(p.dtype == torch.float32 and idx.dtype == torch.int64 for p, idx in cases)
+
+
+def test_z_cases_cover_the_extremes():
+    logits = [case.args[0] for case in check_z_loss.cases()]
+    assert any(bool(torch.isinf(torch.exp(z.double()).sum(-1)).any()) for z in logits)  # overflows float64
+    assert any(bool((torch.exp(z).sum(-1) == 0).any()) for z in logits)                 # underflows float32
+    assert any(bool((z.max(-1).values - z.min(-1).values > 300).any()) for z in logits)  # rows spanning hundreds
+    assert any(bool((torch.logsumexp(z, -1) < 0).any()) for z in logits)                # a negative logsumexp
+    assert any(z.shape[1] == 1 for z in logits) and any(z.shape[0] == 1 for z in logits)
+    assert any(bool((z[:, :, None] == z[:, None, :]).sum() > z.numel()) for z in logits)  # ties
+
+
+def test_noisy_cases_cover_the_extremes():
+    cases = [case.args for case in check_noisy_top_k.cases()]
+    h = [x @ wg.T + eps * F.softplus(x @ wn.T) for x, wg, wn, eps, _ in cases]
+    assert any(bool((v < 0).all()) for v in h) and any(bool(v.abs().max() > 100) for v in h)
+    assert {k for *_, k in cases} >= {1, 2} and any(k == wg.shape[0] for _, wg, _, _, k in cases)
+    assert any(bool((eps == 0).all()) for *_, eps, _ in cases) and any(x.shape[0] == 1 for x, *_ in cases)
+    for v, (*_, k) in zip(h, cases):                  # no tie at the k-th place (the statement promises it) ...
+        if k < v.shape[1]:
+            top = v.topk(k + 1, -1).values
+            assert bool((top[:, k - 1] > top[:, k]).all())
+    assert any(bool((v.topk(2, -1).values[:, 0] == v.topk(2, -1).values[:, 1]).all()) for v in h)  # ... but inside
+
+
+def test_later_token_cases_cover_the_extremes():
+    cases = [case.args for case in check_later_tokens.cases()]
+    assert {idx.shape[1] for idx, *_ in cases} >= {1, 2, 3} and any(idx.shape[1] == e for idx, e, _ in cases)
+    assert any(idx.shape[0] == 1 for idx, *_ in cases)
+    answers = [check_later_tokens.reference(*args) for args in cases]
+    assert any(not a.any() for a in answers) and any(a[0] for a in answers)              # nothing changes; token 0 does
+    assert any(bool((torch.bincount(idx.reshape(-1), minlength=e) == 0).any()) for idx, e, _ in cases)
 
 
 def test_the_notebooks_two_token_example():
@@ -237,8 +434,13 @@ def test_the_notebooks_two_token_example():
     assert check_capacity_keep.reference(pair, 2, 0.5).tolist() == [[True, False], [True, False]]
 
 
+def test_z_grad_reference_is_the_autograd_gradient_in_float64():
+    logits = torch.randn(9, 5, dtype=torch.float64) * 3
+    torch.testing.assert_close(check_z_loss.reference(logits), z_grad_by_autograd(logits))
+
+
 def test_routing_plot_additions():
-    """What notebook 05 adds to helpers.routing_plots: experts ordered by load, sorted heat maps, seed bands."""
+    """What notebook 05 uses from helpers.routing_plots: experts ordered by load, sorted heat maps, seed bands."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,4 +1,5 @@
-"""helpers.moe: routing, capacity, losses, dispatch, expert choice, accounting, bad input."""
+"""helpers.moe: routing, capacity, losses, dispatch (vs the loop, in float64, in every mode), FLOPs vs the cost
+formula, expert choice, DeepSeek options, accounting, bad input."""
 import math
 
 import pytest
@@ -332,7 +333,7 @@ def test_bad_input_width_and_dtype():
         expert_capacity(10, 2, 1, 0.0)
 
 
-# ---------------------------------------------------------------- plots and benchmark helpers
+# ---------------------------------------------------------------- plots
 def test_routing_plot_helpers():
     import matplotlib
     matplotlib.use("Agg")
@@ -361,211 +362,61 @@ def test_routing_plot_helpers():
         plt.close(figure)
 
 
-def test_benchmark_returns_ratios_and_restores_threads():
-    from helpers.tools.benchmark_moe import format_moe_benchmark, run_moe_benchmark
-    before = torch.get_num_threads()
-    result = run_moe_benchmark(n_tokens=64, d_model=16, top_k=2, experts=(2, 4), repeats=2, warmup=1)
-    assert torch.get_num_threads() == before
-    assert result["threads"] == 1 and result["d_ff_expert"] == 42
-    for e in (2, 4):
-        for key in ("MoE / dense-active", "MoE / dense-active in blocks", "MoE / dense-active prepared in blocks",
-                    "loop / dense-active", "loop / MoE", "MoE ms", "dense-active in blocks ms",
-                    "dense-active prepared in blocks ms"):
-            assert result[f"E={e} {key}"] > 0
-    table = format_moe_benchmark(result)
-    assert "loop/dense" in table and "MoE/dense-in-blocks" in table and "MoE/prepared-blocks" in table
-    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\], got 3"):
-        run_moe_benchmark(n_tokens=8, d_model=8, top_k=3, experts=(2,), repeats=1)
+# ---------------------------------------------------------------- FLOPs, modes, float64
+@pytest.mark.parametrize("d_ff", [48, 40, 682 // 8])
+@pytest.mark.parametrize("config", [dict(), dict(k=1), dict(variant="gelu", bias=True), dict(granularity=2, n_shared=1),
+                                    dict(score="sigmoid", k=3), dict(router="expert", capacity_factor=1.0)])
+def test_flops_equal_the_cost_formula_in_every_mode(d_ff, config):
+    """FlopCounterMode over one forward = moe_layer_cost(...).flops_per_token × tokens: train and eval mode, with
+    and without autograd, widths that are and are not multiples of 16 (nothing padded, nothing extra)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    config = dict(config)
+    k, variant = config.pop("k", 2), config.get("variant", "swiglu")
+    d_ff = d_ff - d_ff % config.get("granularity", 1)
+    moe = make(d=32, e=4, k=k, d_ff=d_ff, **config)
+    n_tokens = 64                                            # expert choice: 64 · 2 / 4 tokens per expert exactly
+    cost = moe_layer_cost(32, 4, k, d_ff, gated=variant == "swiglu", bias=config.get("bias", False),
+                          granularity=config.get("granularity", 1), n_shared=config.get("n_shared", 0))
+    x = torch.randn(n_tokens, 32)
+    for training in (True, False):
+        moe.train(training)
+        for grad in (True, False):
+            with torch.set_grad_enabled(grad), FlopCounterMode(display=False) as counter:
+                moe(x)
+            assert counter.get_total_flops() == cost.flops_per_token * n_tokens, (training, grad)
 
 
-# ---------------------------------------------------------------- the inference path (padded, cached, in place)
-@pytest.mark.parametrize("variant, d_ff, bias", [("swiglu", 682 // 8, False), ("gelu", 20, True), ("relu", 16, False),
-                                                 ("glu", 10, True), ("bilinear", 7, False)])
-def test_inference_path_equals_autograd_path(variant, d_ff, bias):
-    moe = make(d=16, e=5, k=2, d_ff=d_ff, variant=variant, bias=bias, capacity_factor=1.0)
-    x = torch.randn(40, 16)
-    y_grad, _ = moe(x)                                   # parameters require grad: the autograd path
+def test_inference_path_equals_autograd_path_and_the_loop():
+    """Without autograd the experts take their blocks INFERENCE_ROWS rows at a time: the same output."""
+    from helpers.moe import INFERENCE_ROWS
+    moe = make(d=16, e=2, k=2, d_ff=12, capacity_factor=1.5)
+    x = torch.randn(3 * INFERENCE_ROWS + 5, 16)
+    y_grad, stats_grad = moe(x)
     with torch.no_grad():
-        y_fast, _ = moe(x)                               # padded weights, activation in place
+        y_fast, stats_fast = moe(x)
     torch.testing.assert_close(y_fast, y_grad.detach(), atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(y_fast, moe_forward_loop(moe, x).detach(), atol=1e-6, rtol=1e-6)
+    assert torch.equal(stats_fast.kept_per_expert, stats_grad.kept_per_expert)
+    assert stats_fast.aux_loss.item() == stats_grad.aux_loss.item() and not stats_fast.aux_loss.requires_grad
 
 
-@pytest.mark.parametrize("variant, d_ff, bias", [("swiglu", 1364 // 8, False), ("gelu", 20, True), ("relu", 16, False),
-                                                 ("geglu", 10, True), ("bilinear", 7, False)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_prepared_ffn_equals_ffn(variant, d_ff, bias, dtype):
-    from helpers.ffn import FFN
-    from helpers.moe import PAD_MULTIPLE, PreparedFFN
-    ffn = FFN.from_variant(variant, 16, d_ff, bias=bias).to(dtype).eval()
-    x = torch.randn(9, 16, dtype=dtype)
-    prepared = PreparedFFN(ffn)
-    assert prepared.w1_t.shape == (16, d_ff + (-d_ff) % PAD_MULTIPLE) and prepared.w1_t.dtype == dtype
-    with torch.no_grad():
-        torch.testing.assert_close(prepared(x), ffn(x))
-    x3 = torch.randn(2, 3, 16, dtype=dtype, requires_grad=True)      # any leading dimensions, never autograd
-    y3 = prepared(x3)
-    assert y3.shape == (2, 3, 16) and not y3.requires_grad
-    with torch.no_grad():
-        torch.testing.assert_close(y3, ffn(x3))
-    with pytest.raises(TypeError, match="ffn must be a helpers.ffn.FFN, got Linear"):
-        PreparedFFN(torch.nn.Linear(4, 4))
-    with pytest.raises(ValueError, match="x"):
-        prepared(torch.randn(3, 5, dtype=dtype))
-
-
-def test_prepared_ffn_writes_into_out():
-    from helpers.moe import PreparedFFN
-    ffn = FFN.from_variant("swiglu", 16, 20, bias=True).eval()
-    prepared = PreparedFFN(ffn)
-    x = torch.randn(7, 16)
-    buffer = torch.zeros(10, 16)
-    y = prepared(x, out=buffer[2:9])
-    assert y.data_ptr() == buffer[2:9].data_ptr() and torch.equal(buffer[2:9], prepared(x))
-    assert buffer[:2].abs().sum() == 0 and buffer[9:].abs().sum() == 0
-    for bad in (torch.zeros(6, 16), torch.zeros(7, 16, dtype=torch.float64), torch.zeros(16, 7).t()):
-        with pytest.raises(ValueError, match=r"out must be a contiguous torch.float32 tensor of shape \(7, 16\)"):
-            prepared(x, out=bad)
+@pytest.mark.parametrize("k, capacity_factor", [(1, None), (2, 0.75), (3, None), (4, 1.25)])
+def test_dispatch_equals_loop_in_float64(k, capacity_factor):
+    torch.manual_seed(k)
+    moe = MoE(12, 4, k, d_ff=10, capacity_factor=capacity_factor).double().eval()
+    x = torch.randn(37, 12, dtype=torch.float64)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            y, _ = moe(x)
+            assert y.dtype == torch.float64
+            assert (y - moe_forward_loop(moe, x)).abs().max() < 1e-12
 
 
 def test_top_k_with_minus_infinity_never_repeats_an_expert():
-    from helpers.moe import _top_k
     scores = torch.tensor([[0.25, 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
     bias = torch.tensor([0.0, -math.inf, -math.inf, -math.inf])          # only expert 0 left
     weight, index = biased_top_k(scores, bias, 2)
     assert all(len(set(row)) == 2 for row in index.tolist())
-    assert _top_k(torch.tensor([[1.0, -math.inf, -math.inf]]), 2)[1].tolist() == [[0, 1]]
-    assert _top_k(torch.tensor([[-math.inf, 1.0, -math.inf]]), 2)[1].tolist() == [[1, 0]]
-    mixed = torch.tensor([[0.25] * 6, [1.0] + [-math.inf] * 5])         # one row's −inf does not change another's
-    assert _top_k(mixed, 2)[1].tolist() == [[0, 1], [0, 1]]
-
-
-def test_prepared_cache_key_sees_parametrised_weights():
-    from torch.nn.utils import parametrize
-    from helpers.moe import PreparedFFN
-
-    class Double(torch.nn.Module):
-        def forward(self, w):
-            return 2 * w
-
-    ffn = FFN.from_variant("swiglu", 8, 12)
-    before = PreparedFFN.key(ffn)
-    parametrize.register_parametrization(ffn.w1, "weight", Double())
-    assert PreparedFFN.key(ffn) != before
-    key = PreparedFFN.key(ffn)
-    with torch.no_grad():
-        ffn.w1.parametrizations.weight.original.mul_(3.0)                # a parameter one level down
-    assert PreparedFFN.key(ffn) != key
-
-
-@pytest.mark.parametrize("k", [1, 2, 3])
-def test_top_k_by_max_passes_equals_topk(k):
-    from helpers.moe import _top_k
-    for shape in ((50, 8), (2, 5, 64), (3, k)):
-        scores = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-        values, index = _top_k(scores, k)
-        ref_values, ref_index = torch.topk(scores, k, dim=-1)
-        assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
-        g = torch.randn_like(values)
-        assert torch.equal(torch.autograd.grad(values, scores, g)[0], torch.autograd.grad(ref_values, scores, g)[0])
-    if k <= 2:                                           # equal scores: the lower index first
-        assert _top_k(torch.full((2, 6), 0.25), k)[1].tolist() == [list(range(k))] * 2
-
-
-def test_inference_stats_are_computed_when_read_and_equal_eager_ones():
-    import copy
-    import pickle
-    moe = make(d=16, e=4, k=2, capacity_factor=1.0, balance_coef=0.5, z_coef=0.1).eval()
-    x = torch.randn(30, 16)
-    with torch.no_grad():
-        eager = moe._token_stats(moe.route(x))
-        _, stats = moe(x)
-        assert isinstance(stats, MoEStats) and stats.capacity == eager.capacity and stats.routing is not None
-        assert "_compute" in vars(stats)                 # nothing computed yet
-        moe.balance_coef = 9.0                           # the coefficients of the forward pass are kept
-        assert stats.tokens_per_expert.tolist() == eager.tokens_per_expert.tolist()
-        assert type(stats) is MoEStats and "_compute" not in vars(stats)
-        for name in ("kept_per_expert", "balance_loss", "z_loss", "aux_loss"):
-            assert torch.equal(getattr(stats, name), getattr(eager, name)), name
-        assert (stats.dropped_share, stats.router_entropy, stats.max_over_mean) == (
-            eager.dropped_share, eager.router_entropy, eager.max_over_mean)
-        for deferred in (moe(x)[1], moe(x)[1], moe(x)[1]):
-            assert repr(deferred).startswith("MoEStats(tokens_per_expert=")
-        copied, pickled = copy.deepcopy(moe(x)[1]), pickle.loads(pickle.dumps(moe(x)[1]))
-        assert type(copied) is MoEStats and type(pickled) is MoEStats
-        assert torch.equal(pickled.kept_per_expert, eager.kept_per_expert)
-    _, training_stats = moe.train()(x)                   # with autograd: computed at once, with gradients
-    assert type(training_stats) is MoEStats and training_stats.aux_loss.requires_grad
-
-
-def test_deferred_stats_survive_an_interrupted_read_keep_set_fields_and_not_the_layer():
-    import gc
-    import weakref
-    from helpers import moe as moe_module
-    layer = make(d=16, e=4, k=2).eval()
-    x = torch.randn(20, 16)
-    with torch.no_grad():
-        _, stats = layer(x)
-    compute = stats.__dict__["_compute"]
-    calls = []
-
-    def interrupted():
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-        return compute()
-
-    stats.__dict__["_compute"] = interrupted
-    with pytest.raises(KeyboardInterrupt):
-        stats.tokens_per_expert
-    assert stats.tokens_per_expert.sum().item() == 40 and type(stats) is MoEStats    # the second read works
-    with torch.no_grad():
-        _, stats = layer(x)
-    stats.dropped_share = 0.5                            # set before the first read: kept
-    assert stats.router_entropy > 0 and stats.dropped_share == 0.5
-    with torch.no_grad():
-        _, unread = layer(x)
-    alive = weakref.ref(layer)
-    del layer
-    gc.collect()
-    assert alive() is None                               # an unread record does not hold the layer
-    assert unread.kept_per_expert.sum().item() == 40
-    assert moe_module.token_stats is not None
-
-
-def test_keep_freed_memory_in_its_own_process():
-    import subprocess
-    import sys
-    code = "from helpers.tools.benchmark_moe import keep_freed_memory; print(keep_freed_memory())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() in ("True", "False")
-
-
-def test_refresh_prepared_after_a_fused_optimizer_step():
-    moe = make(d=16, e=3, k=1, d_ff=10)
-    x = torch.randn(12, 16)
-    with torch.no_grad():
-        moe(x)                                           # builds the cache
-    opt = torch.optim.AdamW(moe.parameters(), lr=0.1, fused=True)
-    moe(x)[0].square().sum().backward()
-    opt.step()                                           # fused: the version counters do not move
-    moe.refresh_prepared()
-    with torch.no_grad():
-        torch.testing.assert_close(moe(x)[0], moe_forward_loop(moe, x))
-
-
-def test_inference_cache_follows_weight_changes():
-    moe = make(d=16, e=3, k=1, d_ff=10)
-    x = torch.randn(12, 16)
-    with torch.no_grad():
-        before = moe(x)[0]
-        for p in moe.experts.parameters():
-            p.mul_(2.0)                                  # an in-place update (like an optimizer step)
-        after = moe(x)[0]
-    assert not torch.allclose(before, after)
-    torch.testing.assert_close(after, moe_forward_loop(moe, x).detach(), atol=1e-6, rtol=1e-6)
 
 
 # ---------------------------------------------------------------- today's configurations
@@ -694,7 +545,8 @@ def test_noisy_gating_formula_and_eval_equals_plain():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"n_shared": 8}, r"n_shared=8 leaves no routed expert: .* 2 · 4 = 8 experts in total, so n_shared must be at most 7"),
+    ({"n_shared": 8}, r"n_shared=8 leaves the router nothing to choose: with granularity=2 the layer has 8 experts "
+                      r"and a token uses 4, so n_shared must be at most 3"),
     ({"n_shared": 5}, r"n_shared=5 leaves the router nothing to choose: .* so n_shared must be at most 3"),
     ({"n_shared": -1}, "n_shared must be a non-negative int, got -1"),
     ({"granularity": 0}, "granularity must be a positive int, got 0"),
@@ -715,19 +567,3 @@ def test_top_k_above_routed_and_noisy_type():
         MoE(8, 4, 1, noisy=1)
     with pytest.raises(ValueError, match=r"bias must be a tensor of shape \(4,\)"):
         biased_top_k(torch.rand(3, 4), torch.zeros(3), 1)
-
-
-def test_benchmark_mixtral_column_is_skipped_with_a_note_or_agrees():
-    from helpers.tools.benchmark_moe import format_moe_benchmark, mixtral_block, run_moe_benchmark
-    result = run_moe_benchmark(n_tokens=32, d_model=8, top_k=2, experts=(4,), repeats=1, warmup=0)
-    assert result["clock"] == "cpu"
-    text = format_moe_benchmark(result)
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        assert result["mixtral"] == 0.0 and "MoE/Mixtral: skipped (transformers is not installed" in text
-        assert mixtral_block(MoE(8, 4, 2)) is None
-    else:
-        assert result["mixtral"] == 1.0 and result["E=4 Mixtral max |diff|"] <= 1e-5
-    with pytest.raises(ValueError, match="clock must be one of"):
-        run_moe_benchmark(n_tokens=8, d_model=8, experts=(2,), repeats=1, clock="gpu")

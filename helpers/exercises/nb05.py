@@ -2,31 +2,34 @@
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_moe_forward(moe_forward)``, and it prints one line (not attempted /
-passed / what is wrong, with the likely mistake when one explains every failing case).
-The hidden cases come from seeded generators and cover every branch the task allows:
-k = 1 and k = E, an expert nobody chooses, the last expert, a batch of one, ties that
-any tie-break resolves to the same answer, all-negative logits, logits that overflow
-``exp`` in float32.
+passed / what is wrong, with the likely mistake when one explains the answer).
+The hidden cases come from seeded generators and cover the extremes each statement allows:
+k = 1 and k = E, an expert nobody chooses, the last expert, a batch of one token, ties that
+the statement's rule settles (identical experts, or ties inside the kept set), router logits
+that span hundreds, logits that overflow ``exp`` in float32 and float64, capacities that are
+whole numbers and capacities that round up, a capacity factor so small that every expert
+takes one slot and one so large that nothing is dropped.
 
-Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): an expert's ``W1``
-and ``W3`` are ``(d_ff, d_model)``, ``W2`` is ``(d_model, d_ff)``; the router (and the
-noise projection of noisy gating) is ``(E, d_model)``; a batch of row vectors ``X``
-``(N, d_model)`` gives logits ``X W_rᵀ`` ``(N, E)``.
+Dtypes, as the statements say: float tensors are float32 (a float64 answer is accepted; a
+float32 answer is compared to about 1e-5 relative), indices are int64, masks are bool, and
+capacity factors are exact in binary (0.25, 0.5, 0.75, 1.25, ...), so ``math.ceil`` of the
+product is exact.
 
-===============================  ================================================================  =====================
-checker                          your function                                                     returns
-===============================  ================================================================  =====================
-``check_moe_forward``            ``moe_forward(x, w_router, w1, w3, w2, k)``                         ``(N, d_model)``
-``check_capacity_keep``          ``capacity_keep(expert_index, n_experts, capacity_factor)``         ``(N, k)`` bool
-``check_balance_loss``           ``balance_loss(probs, expert_index)``                               scalar tensor
-``check_z_loss``                 ``z_loss(logits)``                                                  scalar tensor
-``check_noisy_top_k``            ``noisy_top_k_gates(x, w_gate, w_noise, noise, k)``                 ``(N, E)`` gates
-``check_later_tokens``           ``changed_by_later_tokens(expert_index, n_experts, capacity_factor)``  ``(N,)`` bool
-===============================  ================================================================  =====================
+===============================  ===========  ==================================================================  =====================
+checker                          kind         your function                                                       returns
+===============================  ===========  ==================================================================  =====================
+``check_moe_forward``            build        ``moe_forward(x, w_router, w1, w3, w2, k)``                         ``(N, d)`` float32
+``check_capacity_keep``          build        ``capacity_keep(expert_index, n_experts, capacity_factor)``         ``(N, k)`` bool
+``check_balance_loss``           build        ``balance_loss(probs, expert_index)``                               0-dim float32 tensor
+``check_z_loss``                 build        ``z_loss_grad(logits)``                                             ``(N, E)`` float32
+``check_noisy_top_k``            investigate  ``noisy_top_k_gates(x, w_gate, w_noise, noise, k)``                 ``(N, E)`` float32
+``check_later_tokens``           investigate  ``changed_by_later_tokens(expert_index, n_experts, capacity_factor)``  ``(N,)`` bool
+===============================  ===========  ==================================================================  =====================
 
-Shapes: ``x`` ``(N, d)``; ``w_router``, ``w_gate``, ``w_noise`` ``(E, d)``; ``w1``, ``w3``
-``(E, d_ff, d)`` (one ``W1``/``W3`` per expert); ``w2`` ``(E, d, d_ff)``; ``expert_index``
-``(N, k)`` long, best choice first; ``probs`` ``(N, E)``; ``logits`` ``(N, E)``; ``noise`` ``(N, E)``.
+Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): an expert's ``W1`` and ``W3`` are
+``(d_ff, d)``, ``W2`` is ``(d, d_ff)``, stacked over experts as ``w1``, ``w3`` ``(E, d_ff, d)`` and ``w2``
+``(E, d, d_ff)``; the router (and the noise projection of noisy gating) is ``(E, d)``; a batch of row
+vectors ``X`` ``(N, d)`` gives logits ``X W_rᵀ`` ``(N, E)``; ``expert_index`` is ``(N, k)``, best choice first.
 """
 
 from __future__ import annotations
@@ -38,14 +41,23 @@ import torch.nn.functional as F
 
 from helpers.exercises.engine import Case, Exercise
 
+
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _skewed_choices(g: torch.Generator, n: int, n_experts: int, k: int) -> torch.Tensor:
-    """``(N, k)`` distinct expert ids per row, drawn with uneven popularity, so that some experts overflow."""
+def _skewed_choices(g: torch.Generator, n: int, n_experts: int, k: int, *, unused: int | None = None) -> torch.Tensor:
+    """``(N, k)`` distinct expert ids per row, drawn with uneven popularity (some experts overflow);
+    expert ``unused`` is never drawn."""
     popularity = torch.rand(n_experts, generator=g) ** 3 + 0.02
+    if unused is not None:
+        popularity[unused] = 0.0
     return torch.stack([torch.multinomial(popularity, k, replacement=False, generator=g) for _ in range(n)])
+
+
+def _permutations(g: torch.Generator, n: int, n_experts: int) -> torch.Tensor:
+    """``(N, E)``: k = E, every row a permutation of the experts."""
+    return torch.stack([torch.randperm(n_experts, generator=g) for _ in range(n)])
 
 
 # ---------------------------------------------------------------- exercise 1: the MoE forward from scratch
@@ -65,8 +77,13 @@ def _combine(x, w1, w3, w2, weight, index, skip_last=False):
     return sum(weight[:, j, None] * outs[index[:, j], tokens] for j in range(index.shape[1]))
 
 
-def _route(x, w_router, k, *, renormalise_k1=False, renormalise=True, dim=-1):
-    probs = torch.softmax(x @ w_router.T, dim=dim)
+def _naive_softmax(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    e = torch.exp(logits)
+    return e / e.sum(dim, keepdim=True)
+
+
+def _route(x, w_router, k, *, renormalise_k1=False, renormalise=True, dim=-1, softmax=torch.softmax):
+    probs = softmax(x @ w_router.T, dim=dim)
     weight, index = torch.topk(probs, k, dim=-1)
     if renormalise and (k >= 2 or renormalise_k1):
         weight = weight / weight.sum(-1, keepdim=True)
@@ -79,7 +96,7 @@ def _moe_forward(x: torch.Tensor, w_router: torch.Tensor, w1: torch.Tensor, w3: 
     return _combine(x, w1, w3, w2, weight, index)
 
 
-def _moe_case(g, n, d, n_experts, d_ff, k, *, starve=None, favour=None, duplicate=None, note):
+def _moe_case(g, n, d, n_experts, d_ff, k, *, starve=None, favour=None, duplicate=None, logit_scale=None, note):
     x = torch.randn(n, d, generator=g)
     w_router = torch.randn(n_experts, d, generator=g) / math.sqrt(d)
     w1 = torch.randn(n_experts, d_ff, d, generator=g) / math.sqrt(d)
@@ -96,6 +113,8 @@ def _moe_case(g, n, d, n_experts, d_ff, k, *, starve=None, favour=None, duplicat
         a, b = duplicate
         for w in (w_router, w1, w3, w2):
             w[b] = w[a]
+    if logit_scale is not None:                             # router logits span hundreds: the softmax saturates
+        w_router = w_router * logit_scale
     return Case((x, w_router, w1, w3, w2, k), note=note)
 
 
@@ -108,42 +127,15 @@ def _moe_cases() -> list[Case]:
         _moe_case(g, 12, 8, 6, 16, 2, starve=2, note="12 tokens, 6 experts, k=2, expert 2 receives no token"),
         _moe_case(g, 9, 8, 5, 12, 2, favour=4, note="9 tokens, 5 experts, k=2, the last expert is everyone's first choice"),
         _moe_case(g, 1, 8, 4, 12, 2, note="a batch of one token, 4 experts, k=2"),
+        _moe_case(g, 1, 8, 4, 12, 4, note="a batch of one token, 4 experts, k=4"),
         _moe_case(g, 8, 6, 4, 10, 2, duplicate=(1, 2),
                   note="8 tokens, 4 experts, k=2, experts 1 and 2 identical (their logits tie)"),
         _moe_case(g, 8, 6, 4, 10, 1, duplicate=(0, 3),
                   note="8 tokens, 4 experts, k=1, experts 0 and 3 identical (their logits tie)"),
+        _moe_case(g, 10, 8, 5, 12, 2, logit_scale=150.0,
+                  note="10 tokens, 5 experts, k=2, router logits in the hundreds (exp overflows)"),
         _moe_case(g, 33, 8, 8, 12, 3, note="33 tokens, 8 experts, k=3"),
     ]
-
-
-def _moe_renormalised_at_k1(x, w_router, w1, w3, w2, k):
-    weight, index = _route(x, w_router, k, renormalise_k1=True)
-    return _combine(x, w1, w3, w2, weight, index)
-
-
-def _moe_never_renormalised(x, w_router, w1, w3, w2, k):
-    weight, index = _route(x, w_router, k, renormalise=False)
-    return _combine(x, w1, w3, w2, weight, index)
-
-
-def _moe_unweighted(x, w_router, w1, w3, w2, k):
-    weight, index = _route(x, w_router, k)
-    return _combine(x, w1, w3, w2, torch.ones_like(weight), index)
-
-
-def _moe_gate_on_w3(x, w_router, w1, w3, w2, k):
-    weight, index = _route(x, w_router, k)
-    return _combine(x, w3, w1, w2, weight, index)
-
-
-def _moe_softmax_over_tokens(x, w_router, w1, w3, w2, k):
-    weight, index = _route(x, w_router, k, dim=0)
-    return _combine(x, w1, w3, w2, weight, index)
-
-
-def _moe_skips_last_expert(x, w_router, w1, w3, w2, k):
-    weight, index = _route(x, w_router, k)
-    return _combine(x, w1, w3, w2, weight, index, skip_last=True)
 
 
 check_moe_forward = Exercise(
@@ -152,15 +144,21 @@ check_moe_forward = Exercise(
     _moe_cases,
     [
         ("with k = 1 the weight stays the router probability p_j (Switch); you renormalised it to 1, which "
-         "also cuts the router off from the gradient. Renormalise only when k >= 2.", _moe_renormalised_at_k1),
+         "also cuts the router off from the gradient. Renormalise only when k >= 2.",
+         lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k, renormalise_k1=True))),
         ("with k >= 2 the k chosen probabilities must be renormalised to sum to 1 (divide by their sum).",
-         _moe_never_renormalised),
-        ("each expert's output must be multiplied by its combine weight before the sum.", _moe_unweighted),
-        ("the gate is on W1: FFN(x) = W2 (silu(W1 x) ⊙ W3 x); you put the SiLU on W3 x.", _moe_gate_on_w3),
+         lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k, renormalise=False))),
+        ("each expert's output must be multiplied by its combine weight before the sum.",
+         lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, torch.ones(x.shape[0], k), _route(x, wr, k)[1])),
+        ("the gate is on W1: FFN(x) = W2 (silu(W1 x) ⊙ W3 x); you put the SiLU on W3 x.",
+         lambda x, wr, w1, w3, w2, k: _combine(x, w3, w1, w2, *_route(x, wr, k))),
         ("the softmax ran over the tokens (dim=0); each token needs a distribution over the experts (dim=-1).",
-         _moe_softmax_over_tokens),
+         lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k, dim=0))),
         ("the last expert never runs (a loop over range(E - 1)?): tokens routed to it get nothing from it.",
-         _moe_skips_last_expert),
+         lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k), skip_last=True)),
+        ("a softmax written as exp(l) / sum(exp(l)) overflows when router logits reach the hundreds (inf / inf = "
+         "NaN); use torch.softmax, which subtracts each row's maximum first.",
+         lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k, softmax=_naive_softmax))),
     ],
     kind="build",
 )
@@ -195,11 +193,21 @@ def _capacity_cases() -> list[Case]:
     g = _generator(502)
     cases = [Case((torch.tensor([[0, 1], [0, 2], [0, 1], [1, 0], [2, 0], [0, 2]]), 3, 1.0),
                   note="6 tokens, k=2, 3 experts, capacity_factor=1.0")]
-    # capacity factors exact in binary; most products c·N·k/E are not whole numbers, so ceil != floor
-    for n, e, k, factor in [(10, 4, 1, 1.0), (20, 4, 2, 1.25), (30, 4, 1, 0.5), (17, 5, 2, 1.5), (25, 8, 3, 2.0),
-                            (13, 3, 2, 0.75), (14, 6, 2, 0.5)]:
+    # capacity factors exact in binary; (12, 4, 1, 1.0) and (16, 4, 1, 1.25) make c·N·k/E a whole number
+    # (3 and 5: no rounding), the others round up
+    for n, e, k, factor in [(10, 4, 1, 1.0), (12, 4, 1, 1.0), (16, 4, 1, 1.25), (20, 4, 2, 1.25), (30, 4, 1, 0.5),
+                            (17, 5, 2, 1.5), (25, 8, 3, 2.0), (13, 3, 2, 0.75), (14, 6, 2, 0.5)]:
         cases.append(Case((_skewed_choices(g, n, e, k), e, factor),
                           note=f"{n} tokens, k={k}, {e} experts, capacity_factor={factor}"))
+    cases.append(Case((_skewed_choices(g, 15, 5, 2, unused=1), 5, 1.0),
+                      note="15 tokens, k=2, 5 experts, expert 1 chosen by nobody"))
+    cases.append(Case((_permutations(g, 9, 3), 3, 0.75), note="9 tokens, k = E = 3, capacity_factor=0.75"))
+    cases.append(Case((_skewed_choices(g, 12, 4, 2), 4, 0.25), note="12 tokens, k=2, 4 experts, "
+                      "capacity_factor=0.25 (every expert takes 2 slots)"))
+    cases.append(Case((_skewed_choices(g, 11, 4, 1), 4, 0.25), note="11 tokens, k=1, 4 experts, "
+                      "capacity_factor=0.25 (C = 1)"))
+    cases.append(Case((_skewed_choices(g, 10, 4, 2), 4, 4.0), note="10 tokens, k=2, 4 experts, "
+                      "capacity_factor=4.0 (nothing dropped)"))
     last = torch.stack([torch.tensor([4, int(i) % 4]) for i in range(9)])        # every first choice: the last expert
     cases.append(Case((last, 5, 1.0), note="9 tokens, k=2, 5 experts, the last expert everyone's first choice"))
     cases.append(Case((torch.tensor([[2, 0]]), 3, 0.5), note="a batch of one token, k=2, 3 experts"))
@@ -251,6 +259,15 @@ def _balance_cases() -> list[Case]:
     probs[:, 4] += 2.0                                        # the last expert is everyone's favourite
     probs = probs / probs.sum(-1, keepdim=True)
     cases.append(Case((probs, probs.topk(2, dim=-1).indices), note="probs (20, 5), the last expert chosen by all"))
+    probs = torch.softmax(torch.randn(12, 6, generator=g), -1)
+    probs[:, 3] = 1e-4                                        # an expert nobody picks (its P is tiny, not zero)
+    probs = probs / probs.sum(-1, keepdim=True)
+    cases.append(Case((probs, probs.topk(2, dim=-1).indices), note="probs (12, 6), expert 3 chosen by nobody"))
+    probs = torch.softmax(200 * torch.randn(10, 4, generator=g), -1)      # logits in the hundreds: p ≈ 0 or 1
+    cases.append(Case((probs, probs.topk(1, dim=-1).indices), note="probs (10, 4) from logits in the hundreds "
+                      "(most entries 0 or 1), k=1"))
+    probs = torch.softmax(torch.randn(7, 4, generator=g), -1)
+    cases.append(Case((probs, probs.topk(4, dim=-1).indices), note="probs (7, 4), k = E = 4"))
     probs = torch.softmax(torch.randn(1, 4, generator=g), -1)
     cases.append(Case((probs, probs.topk(2, dim=-1).indices), note="a batch of one token, 4 experts, k=2"))
     return cases
@@ -291,6 +308,8 @@ check_balance_loss = Exercise(
         ("you divided the counts by N, not by the N · k slots: that is Hugging Face's Mixtral variant, whose "
          "value at balance is k instead of 1.",
          lambda probs, idx: probs.shape[-1] * (_slot_counts(probs, idx) / idx.shape[0] * probs.mean(0)).sum()),
+        ("you counted only each token's first choice (expert_index[:, 0]); f_i counts all N · k routed slots, "
+         "every column of expert_index.", lambda probs, idx: _balance_loss(probs, idx[:, :1])),
         ("P_i averaged only over the slots routed to expert i; average expert i's probability over all N "
          "tokens.", _p_over_routed_slots_only),
         ("P came from the counts too (Σ f_i·f_i); P_i is the mean router probability of expert i over the "
@@ -300,58 +319,72 @@ check_balance_loss = Exercise(
 )
 
 
-# ---------------------------------------------------------------- exercise 4: z-loss
-def _z_loss(logits: torch.Tensor) -> torch.Tensor:
-    return torch.logsumexp(logits, dim=-1).square().mean()
+# ---------------------------------------------------------------- exercise 4: what the z-loss does to the logits
+def _z_loss_grad(logits: torch.Tensor) -> torch.Tensor:
+    """∂/∂logits of mean_n (logsumexp_i logits[n, i])² = (2 / N) · lse_n · softmax(logits[n])_i."""
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    return 2.0 / logits.shape[0] * lse * torch.softmax(logits, dim=-1)
 
 
 def _z_cases() -> list[Case]:
     g = _generator(504)
     cases = [Case((torch.tensor([[0.0, 0.0], [1.0, -1.0]]),), note="the notebook's example (2 tokens, 2 experts)")]
     for n, e, scale, shift in [(6, 4, 1.0, 0.0), (10, 8, 3.0, 2.0), (5, 3, 0.5, -1.0)]:
-        cases.append(Case((scale * torch.randn(n, e, generator=g) + shift,),
-                          note=f"logits of shape ({n}, {e})"))
-    cases.append(Case((torch.randn(8, 4, generator=g) + 100.0,),
-                      note="float32 logits near +100 (exp overflows to inf)"))
-    cases.append(Case((torch.randn(6, 5, generator=g) - 120.0,),
-                      note="float32 logits near -120 (exp underflows to 0)"))
-    cases.append(Case((torch.randn(4, 3, generator=g) + 800.0,),
-                      note="float32 logits near +800 (exp overflows even in float64)"))
+        cases.append(Case((scale * torch.randn(n, e, generator=g) + shift,), note=f"logits of shape ({n}, {e})"))
+    cases.append(Case((torch.randn(8, 4, generator=g) + 100.0,), note="logits near +100 (exp overflows float32)"))
+    cases.append(Case((torch.randn(6, 5, generator=g) - 120.0,), note="logits near -120 (exp underflows to 0)"))
+    cases.append(Case((torch.randn(4, 3, generator=g) + 800.0,), note="logits near +800 (exp overflows float64 too)"))
+    cases.append(Case((torch.tensor([[300.0, 0.0, -200.0], [-150.0, 250.0, 10.0]]),),
+                      note="rows whose logits span hundreds"))
+    cases.append(Case((torch.tensor([[-3.0, -3.0, -3.0, -3.0], [2.5, 2.5, -1.0, 0.0]]),),
+                      note="tied logits (a row of equal ones, whose logsumexp is below 0)"))
     cases.append(Case((torch.randn(7, 1, generator=g),), note="logits of shape (7, 1): a single expert"))
+    cases.append(Case((torch.randn(1, 6, generator=g) * 2,), note="a batch of one token"))
     return cases
 
 
-def _z_naive(logits):
-    return torch.log(torch.exp(logits).sum(-1)).square().mean()
+def _z_grad_with(lse_of=lambda l: torch.logsumexp(l, -1, keepdim=True), probs_of=lambda l: torch.softmax(l, -1),
+                 scale=2.0, per_token=True):
+    def wrong(logits):
+        n = logits.shape[0] if per_token else 1
+        return scale / n * lse_of(logits) * probs_of(logits)
+    return wrong
 
 
 check_z_loss = Exercise(
-    "Exercise 4 (router z-loss)",
-    _z_loss,
+    "Exercise 4 (what the z-loss does to the logits)",
+    _z_loss_grad,
     _z_cases,
     [
-        ("exp over- or underflowed on large logits: subtract each row's maximum before exponentiating and add it "
-         "back after the log (that is what torch.logsumexp does).", _z_naive),
-        ("you used the largest logit; the z-loss uses logsumexp over the experts (a smooth maximum).",
-         lambda logits: logits.max(-1).values.square().mean()),
-        ("you forgot to square the logsumexp.", lambda logits: torch.logsumexp(logits, -1).mean()),
-        ("you summed over tokens; average over them (mean), so the loss does not grow with the batch.",
-         lambda logits: torch.logsumexp(logits, -1).square().sum()),
-        ("you squared the mean; take the mean of the squares: mean over tokens of (logsumexp)².",
-         lambda logits: torch.logsumexp(logits, -1).mean().square()),
-        ("logsumexp ran over the tokens (dim=0); it goes over the experts of each token (dim=-1).",
-         lambda logits: torch.logsumexp(logits, 0).square().mean()),
+        ("exp over- or underflowed on large logits: subtract each row's maximum m before exponentiating "
+         "(logsumexp = m + log Σ exp(l − m), softmax = exp(l − m) / Σ exp(l − m)).",
+         _z_grad_with(lse_of=lambda l: torch.log(torch.exp(l).sum(-1, keepdim=True)), probs_of=_naive_softmax)),
+        ("you subtracted each row's maximum m inside logsumexp but did not add it back: logsumexp(l) = "
+         "m + log Σ exp(l − m).", _z_grad_with(lse_of=lambda l: torch.logsumexp(l - l.max(-1, keepdim=True).values,
+                                                                               -1, keepdim=True))),
+        ("the 1/N of the mean is missing: the loss averages over the N tokens, so each token's gradient is "
+         "divided by N.", _z_grad_with(per_token=False)),
+        ("the factor 2 of the square is missing: d(u²) = 2u du.", _z_grad_with(scale=1.0)),
+        ("the softmax is missing: d logsumexp(l) / d l_i = softmax(l)_i, so each entry is (2/N) · lse · p_i.",
+         _z_grad_with(probs_of=lambda l: torch.ones_like(l))),
+        ("the sign is flipped: this is the gradient, the direction in which the loss grows, not the step.",
+         _z_grad_with(scale=-2.0)),
+        ("you used the largest logit for logsumexp; it is log Σ exp, a smooth maximum above the largest logit.",
+         _z_grad_with(lse_of=lambda l: l.max(-1, keepdim=True).values)),
+        ("the softmax ran over the tokens (dim=0); each token's logits get their own softmax (dim=-1).",
+         _z_grad_with(probs_of=lambda l: torch.softmax(l, 0))),
     ],
     kind="build",
 )
 
 
 # ---------------------------------------------------------------- exercise 5: noisy top-k gating (Shazeer 2017)
-def _gates(h: torch.Tensor, k: int, *, fill: float = -math.inf, select: torch.Tensor | None = None) -> torch.Tensor:
+def _gates(h: torch.Tensor, k: int, *, fill: float = -math.inf, select: torch.Tensor | None = None,
+           dim: int = -1) -> torch.Tensor:
     """Softmax over the k largest entries of each row of ``h`` (chosen from ``select`` if given), 0 elsewhere."""
     index = (h if select is None else select).topk(k, dim=-1).indices
     masked = torch.full_like(h, fill).scatter(-1, index, h.gather(-1, index))
-    return torch.softmax(masked, dim=-1)
+    return torch.softmax(masked, dim=dim)
 
 
 def _noisy_logits(x, w_gate, w_noise, noise, spread=F.softplus):
@@ -373,14 +406,20 @@ def _noisy_softmax_then_zero(x, w_gate, w_noise, noise, k):
 def _noisy_cases() -> list[Case]:
     g = _generator(505)
 
-    def case(n, d, e, k, *, shift=0.0, zero_noise=False, note):
+    def case(n, d, e, k, *, shift=0.0, zero_noise=False, scale=1.0, duplicate=None, note):
         x = torch.randn(n, d, generator=g)
-        w_gate = torch.randn(e, d, generator=g) / math.sqrt(d)
+        w_gate = torch.randn(e, d, generator=g) / math.sqrt(d) * scale
         w_noise = torch.randn(e, d, generator=g) / math.sqrt(d)
         if shift:                                   # a constant feature that shifts every logit
             x[:, 0] = 1.0
             w_gate[:, 0] = shift
         noise = torch.zeros(n, e) if zero_noise else torch.randn(n, e, generator=g)
+        if duplicate is not None:                   # two identical experts, ranked first and second
+            a, b = duplicate
+            x[:, 0] = 1.0
+            w_gate[:, 0] = 0.0
+            w_gate[a, 0] = w_gate[b, 0] = 30.0
+            w_gate[b], w_noise[b] = w_gate[a], w_noise[a]
         return Case((x, w_gate, w_noise, noise, k), note=note)
 
     return [
@@ -389,6 +428,9 @@ def _noisy_cases() -> list[Case]:
         case(7, 6, 3, 3, note="7 tokens, 3 experts, k=3 (k = E: nothing masked)"),
         case(9, 8, 8, 2, shift=-12.0, note="9 tokens, 8 experts, k=2, every noisy logit negative"),
         case(8, 6, 5, 2, zero_noise=True, note="8 tokens, 5 experts, k=2, noise = 0"),
+        case(6, 6, 5, 2, zero_noise=True, duplicate=(1, 3),
+             note="6 tokens, 5 experts, k=2, noise = 0, experts 1 and 3 identical and both kept (a tie inside the top k)"),
+        case(8, 8, 6, 2, scale=100.0, note="8 tokens, 6 experts, k=2, noisy logits in the hundreds"),
         case(1, 8, 4, 2, note="a batch of one token, 4 experts, k=2"),
         case(20, 8, 8, 3, note="20 tokens, 8 experts, k=3"),
     ]
@@ -402,6 +444,9 @@ check_noisy_top_k = Exercise(
         ("you set the experts outside the top k to 0 before the softmax; they must be -inf, so that they get "
          "exactly 0 weight (a logit of 0 still gets weight, and beats kept logits that are negative).",
          lambda x, wg, wn, eps, k: _gates(_noisy_logits(x, wg, wn, eps), k, fill=0.0)),
+        ("the softmax ran over the tokens (dim=0): a column whose entries are all -inf gives NaN, and the kept "
+         "gates of a token do not sum to 1. Each token's softmax runs over its experts (dim=-1).",
+         lambda x, wg, wn, eps, k: _gates(_noisy_logits(x, wg, wn, eps), k, dim=0)),
         ("you took the softmax over all E experts and then zeroed the others; the softmax runs over the k kept "
          "experts only, so the kept gates sum to 1.", _noisy_softmax_then_zero),
         ("the noise is missing: H = x W_gateᵀ + noise ⊙ softplus(x W_noiseᵀ).",
@@ -419,18 +464,17 @@ check_noisy_top_k = Exercise(
 
 # ---------------------------------------------------------------- exercise 6: do later tokens change earlier ones?
 def _changed(expert_index, n_experts, capacity_factor, *, fixed_capacity=False, first_only=False,
-             full_batch_drops=False):
+             full_batch_drops=False, skip_first_token=False, every_slot=False):
     n, k = expert_index.shape
     full = _keep(expert_index, n_experts, _capacity(capacity_factor, n, k, n_experts))
     if full_batch_drops:
         return ~full.all(-1)
     changed = torch.zeros(n, dtype=torch.bool)
-    for t in range(n):
-        prefix = expert_index[: t + 1]
+    for t in range(1 if skip_first_token else 0, n):
         cap = _capacity(capacity_factor, n if fixed_capacity else t + 1, k, n_experts)
-        alone = _keep(prefix, n_experts, cap)[t]
+        alone = _keep(expert_index[: t + 1], n_experts, cap)[t]
         a, b = (alone[:1], full[t, :1]) if first_only else (alone, full[t])
-        changed[t] = bool((a != b).any())
+        changed[t] = bool((a != b).all() if every_slot else (a != b).any())
     return changed
 
 
@@ -440,10 +484,18 @@ def _changed_by_later_tokens(expert_index: torch.Tensor, n_experts: int, capacit
 
 def _later_cases() -> list[Case]:
     g = _generator(506)
-    cases = [Case((torch.tensor([[0, 1], [1, 0]]), 2, 0.5), note="the notebook's two tokens, k=2, capacity_factor=0.5")]
+    cases = [Case((torch.tensor([[0, 1], [1, 0]]), 2, 0.5), note="the notebook's two tokens, k=2, capacity_factor=0.5"),
+             # tokens 0 and 1 lose their second slot once later tokens arrive: off by one and first-choice-only differ
+             Case((torch.tensor([[0, 1], [2, 3], [3, 1], [1, 2]]), 4, 0.5),
+                  note="4 tokens, k=2, 4 experts, capacity_factor=0.5 (tokens 0 and 1 change in their second choice only)")]
     for n, e, k, factor in [(12, 4, 1, 1.0), (16, 4, 2, 1.0), (20, 5, 2, 1.25), (15, 3, 1, 0.75), (24, 6, 3, 1.5)]:
         cases.append(Case((_skewed_choices(g, n, e, k), e, factor),
                           note=f"{n} tokens, k={k}, {e} experts, capacity_factor={factor}"))
+    cases.append(Case((_skewed_choices(g, 14, 5, 2, unused=0), 5, 0.75), note="14 tokens, k=2, 5 experts, "
+                      "expert 0 chosen by nobody, capacity_factor=0.75"))
+    cases.append(Case((_permutations(g, 8, 3), 3, 0.5), note="8 tokens, k = E = 3, capacity_factor=0.5"))
+    cases.append(Case((_skewed_choices(g, 10, 4, 2), 4, 0.25), note="10 tokens, k=2, 4 experts, "
+                      "capacity_factor=0.25"))
     cases.append(Case((torch.tensor([[1, 2]]), 3, 1.0), note="a batch of one token"))
     cases.append(Case((torch.arange(8).remainder(4)[:, None], 4, 2.0), note="8 tokens spread evenly, k=1, nothing dropped"))
     return cases
@@ -456,8 +508,13 @@ check_later_tokens = Exercise(
     [
         ("the shorter batch has its own capacity: C = ceil(c · n · k / E) with n = t + 1 tokens, not the full "
          "batch's N.", lambda idx, e, f: _changed(idx, e, f, fixed_capacity=True)),
+        ("token 0 is never compared (a loop from t = 1?): the batch that ends with token 0 is token 0 alone, and "
+         "its second choice can lose its slot once later tokens arrive.",
+         lambda idx, e, f: _changed(idx, e, f, skip_first_token=True)),
         ("you compared only the first choice; a token's later slots can change too (compare its whole row of "
          "the keep mask).", lambda idx, e, f: _changed(idx, e, f, first_only=True)),
+        ("a token counts as changed when ANY of its slots differs (.any() over its row), not only when all do.",
+         lambda idx, e, f: _changed(idx, e, f, every_slot=True)),
         ("you returned the tokens that lose a slot in the full batch; the question is whether their slots "
          "differ from what they get in the batch that ends with them.",
          lambda idx, e, f: _changed(idx, e, f, full_batch_drops=True)),

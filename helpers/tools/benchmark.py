@@ -8,7 +8,10 @@ It prints, in one run:
 * **activation memory**: bytes autograd saves for one FFN at T=4096, chunked
   and checkpointed over plain (deterministic: measured with saved-tensor hooks);
 * **mixture of experts**: the ratios of ``helpers.tools.benchmark_moe.run_moe_benchmark()``
-  (the MoE layer against a naive loop and a dense FFN of the same active FLOPs).
+  (the MoE layer against its readable loop, Hugging Face's ``MixtralSparseMoeBlock`` and a dense FFN of
+  the same active FLOPs).
+
+Method, targets and measured figures: ``helpers/tools/BENCHMARKS.md``.
 
 Timings on a shared machine are noisy: every size is timed in several rounds,
 the FFN and the matmul alternate inside a round, and the medians are kept.
@@ -261,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in _format_moe(result):
         print(line)
     if result is not None:
-        print("  targets: MoE/dense-in-blocks <= 1.05 at E=8 and E=64 (the same dense FFN on blocks of 1024 "
-              "tokens, which stay in cache); loop/MoE > 1 at every E; MoE/Mixtral < 1 when transformers is installed")
+        from helpers.tools.benchmark_moe import TARGETS
+        print(f"  {TARGETS} (MoE/Mixtral when transformers is installed)")
     return 0
 
 
