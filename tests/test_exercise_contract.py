@@ -171,12 +171,17 @@ def _like(value, reference):
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_the_reference_in_float32_is_never_called_wrong(ex):
-    """A learner who computes in float32 gets a pass or the precision note, never a wrong-answer hint."""
+    """A learner who computes in float32 gets a pass or the precision note, never a wrong-answer hint.
+
+    Where a hidden case is an extreme that float32 cannot carry (a mean of 1e7 with noise of order 1, a nearly
+    singular matrix inverted), the float32 answer is really wrong there: the verdict may then say so, as long as
+    it also tells the learner that the other cases match only to float32 precision and the task wants float64."""
     def in_float32(*args, **kwargs):
         exact = ex.reference(*copy.deepcopy(args), **copy.deepcopy(kwargs))
         return _like(ex.reference(*_to_float32(args), **_to_float32(kwargs)), exact)
     result = ex.evaluate(in_float32)
-    assert result.status == PASSED or result.reason == "precision", result.message
+    told = "precision (this exercise wants float64)" in result.message
+    assert result.status == PASSED or result.reason == "precision" or told, result.message
     assert result.hint is None, result.message
 
 
