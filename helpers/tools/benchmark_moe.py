@@ -66,31 +66,15 @@ def keep_freed_memory() -> bool:
 
 
 def mixtral_block(moe: MoE) -> torch.nn.Module | None:
-    """A ``transformers`` ``MixtralSparseMoeBlock`` with ``moe``'s weights, or ``None`` without ``transformers``.
-    ``moe`` must be a dropless SwiGLU MoE without biases (Mixtral's layer)."""
+    """transformers' ``MixtralSparseMoeBlock`` with ``moe``'s weights (``helpers.real_code.mixtral_block``), or
+    ``None`` without ``transformers``. ``moe`` must be a dropless SwiGLU MoE without biases (Mixtral's layer)."""
     try:
-        from transformers import MixtralConfig
-        from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+        import transformers  # noqa: F401
     except ImportError:
         return None
-    if moe.variant != "swiglu" or moe.experts[0].has_bias or moe.capacity_factor is not None:
-        raise ValueError("mixtral_block needs a dropless SwiGLU MoE without biases")
-    config = MixtralConfig(hidden_size=moe.d_model, intermediate_size=moe.d_ff, num_local_experts=moe.n_experts,
-                           num_experts_per_tok=moe.top_k, hidden_act="silu")
-    config._experts_implementation = "eager"                 # transformers' own loop over experts
-    block = MixtralSparseMoeBlock(config).eval()
-    with torch.no_grad():
-        block.gate.weight.copy_(moe.router.weight)
-        experts = block.experts
-        if hasattr(experts, "gate_up_proj"):                 # transformers >= 5: stacked expert weights
-            for e, ffn in enumerate(moe.experts):
-                experts.gate_up_proj[e].copy_(torch.cat([ffn.w1.weight, ffn.w3.weight]))
-                experts.down_proj[e].copy_(ffn.w2.weight)
-        else:                                                # transformers 4.x: one module per expert
-            for e, ffn in enumerate(moe.experts):
-                for name in ("w1", "w3", "w2"):
-                    getattr(experts[e], name).weight.copy_(getattr(ffn, name).weight)
-    return block
+    from helpers.real_code import mixtral_block as build
+
+    return build(moe)
 
 
 def _mixtral_forward(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
