@@ -206,7 +206,7 @@ def _default(name: str, spec: Control):
                      f"got {spec!r}")
 
 
-def interactive_plot(draw, *, static_copy: bool = False, **controls: Control):
+def interactive_plot(draw, *, static_copy: bool = True, **controls: Control):
     """Show ``draw(**values)`` with one control per keyword, or draw it once at the defaults.
 
     The one "interactive, else static" mechanism of the course: every slider,
@@ -229,11 +229,12 @@ def interactive_plot(draw, *, static_copy: bool = False, **controls: Control):
     the live plot sits inside an Output widget, which nbval and the saved file
     record differently.
 
-    ``static_copy=True`` also stores the figure at the defaults as a PNG in the
+    By default (``static_copy=True``) the figure at the defaults is also stored as a PNG in the
     widget's own output (one display bundle with the widget view, the PNG and
     the text): a frontend with widgets shows the live controls, a static viewer
     of the saved notebook (GitHub, nbconvert without widget state) shows the PNG
-    instead of ``interactive(children=...)``.
+    instead of ``interactive(children=...)``. ``static_copy=False`` shows the
+    widget alone (``ipywidgets.interact``).
     """
     defaults = {name: _default(name, spec) for name, spec in controls.items()}
     if not widgets_available():

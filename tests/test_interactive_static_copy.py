@@ -38,3 +38,8 @@ def test_without_widgets_static_copy_draws_one_figure(monkeypatch):
     calls = []
     assert plotting.interactive_plot(lambda a=1: calls.append(a), static_copy=True, a=(0, 3, 1, 2)) is None
     assert calls == [2]
+
+
+def test_static_copy_is_the_default():
+    import inspect
+    assert inspect.signature(plotting.interactive_plot).parameters["static_copy"].default is True
