@@ -100,3 +100,15 @@ def test_figures_regenerate(tmp_path):
     written = figures.regenerate(tmp_path)
     assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in figures.FIGURES)
     assert all(p.stat().st_size > 10_000 for p in written)
+
+
+def test_package_docstring_lists_every_course_module():
+    """helpers/__init__.py is the package's table of contents: every module of the course library is in it."""
+    import re
+
+    import helpers
+
+    listed = set(re.findall(r"^(\w+)\s+\S", helpers.__doc__.split("The course library")[1], re.M))
+    modules = {p.stem for p in (ROOT / "helpers").glob("*.py")} - {"__init__", "__main__", "grade"}
+    assert modules <= listed, f"not in helpers/__init__.py's list: {sorted(modules - listed)}"
+    assert listed <= modules, f"listed but missing: {sorted(listed - modules)}"
