@@ -199,6 +199,8 @@ def _blocks(d_ff: int, n_parts: int, kind: str = "contiguous") -> list[torch.Ten
     units = torch.arange(d_ff)
     if kind == "round_robin":
         return [units[r::n_parts] for r in range(n_parts)]
+    if kind == "chunk":
+        return list(torch.chunk(units, n_parts))
     if kind == "floor":
         size = d_ff // n_parts
         return [units[r * size:(r + 1) * size] for r in range(n_parts)]
@@ -267,6 +269,10 @@ check_tensor_parallel = Exercise(
         ("blocks of d_ff // n_parts units drop the last d_ff mod n_parts units when d_ff does not divide "
          "evenly: torch.tensor_split makes blocks that differ by at most one and cover every unit.",
          lambda *a: _tp(*a, kind="floor")),
+        ("torch.chunk makes blocks of ceil(d_ff / n_parts) units, so when n_parts does not divide d_ff its last "
+         "block is short, or it returns fewer than n_parts blocks (12 units over 5 ranks: 3, 3, 3, 3); "
+         "torch.tensor_split makes n_parts blocks whose sizes differ by at most one.",
+         lambda *a: _tp(*a, kind="chunk")),
     ],
     atol=1e-10, rtol=1e-10, kind="investigate",
 )
