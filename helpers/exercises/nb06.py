@@ -7,6 +7,8 @@ e.g. ``check_model_flops(flops_per_token)``; it prints one line.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -111,11 +113,14 @@ def _hidden_per_token(variant: str) -> int:
 
 def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int, *, kept: bool = True,
             k: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
-            bytes_per_element: int = 4, none_fits: str = "zero") -> int:
+            bytes_per_element: int = 4, none_fits: str = "zero", whole_tokens: bool = True) -> int:
     k = _hidden_per_token(variant) if k is None else k
     budget = budget_bytes - 1 if strict else budget_bytes
     room = budget // bytes_per_element - (n_tokens * d_model if kept else 0)
     largest = room // (k * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
+    if not whole_tokens:                                               # a fractional capacity, e.g. 3.5 tokens
+        largest = (budget / bytes_per_element - (n_tokens * d_model if kept else 0)) / (k * d_ff)
+        return 0 if largest < 1 else math.ceil(n_tokens / largest)
     if largest < 1:
         return n_tokens if none_fits == "all" else 0
     if floor:                                                          # chunk size taken as n_tokens // n
@@ -144,6 +149,9 @@ def _fewest_cases() -> list[Case]:
         Case((4096, 64, 256, "gelu", at_8 - 1), note="the same, one byte less"),
         Case((1000, 32, 128, "swiglu", _peak(1000, 32, 128, "swiglu", 7)), note="T=1000 (7 chunks are uneven), SwiGLU"),
         Case((10, 4, 8, "relu", 4 * (10 * 4 + 3 * 8)), note="T=10, room for chunks of 3 tokens (ReLU)"),
+        Case((10, 4, 8, "relu", 4 * (10 * 4 + 28)), note="T=10, room for 3.5 tokens per chunk (ReLU): 3 chunks of "
+                                                         "up to 4 tokens do not fit"),
+        Case((100, 8, 16, "gelu", 4 * (100 * 8 + 400)), note="T=100, GELU, room for 12.5 tokens per chunk"),
         Case((4096, 64, 256, "gelu", 4 * (4096 * 64 + 2 * 256)), note="room for exactly one token per chunk"),
         Case((4096, 64, 256, "gelu", 4 * (4096 * 64 + 2 * 256) - 1), note="not even one token per chunk fits"),
         Case((512, 16, 64, "swiglu", 10 ** 9), note="a budget far above the unchunked peak"),
@@ -163,6 +171,10 @@ check_fewest_chunks = Exercise(
          lambda *a: _fewest(*a, none_fits="all")),
         ("the recomputed chunk is the largest one, ceil(n_tokens / n) tokens, not n_tokens // n.",
          lambda *a: _fewest(*a, floor=True)),
+        ("a chunk holds whole tokens: round the room per chunk down to the tokens that fit "
+         "(room // (k·d_ff)) before ceil(n_tokens / largest); a fractional capacity such as 3.5 tokens lets "
+         "chunks of 4 through.",
+         lambda *a: _fewest(*a, whole_tokens=False)),
         ("checkpointing keeps every chunk's input until the backward pass: the n_tokens·d_model floats of the "
          "kept inputs count against the budget too.",
          lambda *a: _fewest(*a, kept=False)),
@@ -187,6 +199,8 @@ def _blocks(d_ff: int, n_parts: int, kind: str = "contiguous") -> list[torch.Ten
     units = torch.arange(d_ff)
     if kind == "round_robin":
         return [units[r::n_parts] for r in range(n_parts)]
+    if kind == "chunk":
+        return list(torch.chunk(units, n_parts))
     if kind == "floor":
         size = d_ff // n_parts
         return [units[r * size:(r + 1) * size] for r in range(n_parts)]
@@ -255,6 +269,10 @@ check_tensor_parallel = Exercise(
         ("blocks of d_ff // n_parts units drop the last d_ff mod n_parts units when d_ff does not divide "
          "evenly: torch.tensor_split makes blocks that differ by at most one and cover every unit.",
          lambda *a: _tp(*a, kind="floor")),
+        ("torch.chunk makes blocks of ceil(d_ff / n_parts) units, so when n_parts does not divide d_ff its last "
+         "block is short, or it returns fewer than n_parts blocks (12 units over 5 ranks: 3, 3, 3, 3); "
+         "torch.tensor_split makes n_parts blocks whose sizes differ by at most one.",
+         lambda *a: _tp(*a, kind="chunk")),
     ],
     atol=1e-10, rtol=1e-10, kind="investigate",
 )
