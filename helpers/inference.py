@@ -20,18 +20,14 @@ same ridge an MoE needs about ``E/k`` times the batch (``batch_for_intensity``).
 The same ratio, read against a link's bandwidth instead of memory's, says whether
 communication can hide behind computation (``link_ridge``).
 
-``seconds_per_step`` times a stack of layers on this machine, for an
-illustration only: CPU timings move with the machine and its load.
+No timing lives here: CPU timings move with the machine and its load, and these
+formulas do not.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
-from torch import nn
 
 from helpers import validate
 
@@ -180,55 +176,3 @@ def mixtral_params_read(n_tokens: int) -> float:
     rows = min(n_tokens, c["vocab_size"]) * c["d_model"]
     shared = _MIXTRAL["shared"] - _MIXTRAL["input_embedding"] + rows
     return shared + expected_experts_touched(n_tokens, c["n_experts"], c["top_k"]) * _MIXTRAL["expert_slot"]
-
-
-# ----------------------------------------------------------------------------- a measurement, for illustration
-
-def weight_bytes(layers: Sequence[nn.Module]) -> int:
-    """Bytes of all parameters of ``layers`` with at least 2 dimensions (the matrices)."""
-    return sum(p.numel() * p.element_size() for layer in layers for p in layer.parameters() if p.dim() >= 2)
-
-
-def seconds_per_step(layers: Sequence[nn.Module], batch_sizes: Sequence[int], d_model: int, *, repeats: int = 3,
-                     pool: int = 8, min_seconds: float = 0.01, seed: int = 0) -> dict[int, float]:
-    """Wall-clock seconds of one step of ``B`` tokens through every module of ``layers``, for each ``B``.
-
-    The layers run one after the other, like a model's FFNs, so with more weights than
-    the caches hold every step reads them from memory. Each call takes the next of
-    ``pool`` different inputs (never the same one twice in a row). The figure kept is the
-    fastest of ``repeats`` rounds of at least ``min_seconds`` each: other programs can only
-    slow a round down. Returns ``{B: seconds}``; the numbers are this machine's, this time.
-    """
-    if not layers:
-        raise ValueError("layers must hold at least one module, got none")
-    validate.positive_int("d_model", d_model)
-    validate.positive_int("repeats", repeats)
-    validate.positive_int("pool", pool)
-    gen = torch.Generator().manual_seed(seed)
-    out = {}
-    with torch.inference_mode():
-        for batch in batch_sizes:
-            validate.positive_int("batch_sizes[i]", batch)
-            inputs = [torch.randn(batch, d_model, generator=gen) for _ in range(pool)]
-            calls = 0
-
-            def step() -> None:
-                nonlocal calls
-                x = inputs[calls % pool]
-                calls += 1
-                for layer in layers:
-                    y = layer(x)
-                    x = y[0] if isinstance(y, tuple) else y
-
-            step()                                                        # warm-up
-            best = float("inf")
-            for _ in range(repeats):
-                start, n = time.perf_counter(), 0
-                while True:
-                    step()
-                    n += 1
-                    if time.perf_counter() - start >= min_seconds:
-                        break
-                best = min(best, (time.perf_counter() - start) / n)
-            out[batch] = best
-    return out
