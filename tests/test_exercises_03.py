@@ -82,6 +82,12 @@ def _match_with_corrcoef(a, b):
     return index, best
 
 
+def _match_population_std(a, b):
+    za, zb = (a - a.mean(0)) / a.std(0, correction=0), (b - b.mean(0)) / b.std(0, correction=0)
+    best, index = (za.T @ zb / a.shape[0]).max(dim=1)
+    return index, best
+
+
 ALSO_RIGHT = {
     "coefficients": lambda x, W1, b1: F.gelu(F.linear(x, W1, b1)),
     "triggers": _triggers_by_loop,
@@ -94,6 +100,7 @@ ALSO_RIGHT = {
     "agreement_tensor": lambda c, ids, valid, logits: torch.tensor(ex._agreement_rate(c, ids, valid, logits)),
     "profile": _profile_by_loop,
     "match": _match_with_corrcoef,
+    "match_population": lambda a, b: _match_population_std(a, b),
 }
 
 
@@ -229,3 +236,32 @@ def test_a_spill_with_c_instead_of_its_inverse_is_named():
     result = ex.check_edit_spill.evaluate(lambda C, k, K: K @ (C @ k) / ((C @ k) @ k))
     assert result.status == FAILED and "you used C where C⁻¹ belongs" in result.message
 
+
+def test_trigger_and_agreement_cases_include_values_below_minus_one():
+    """The statements allow any float32 coefficients: a case has every allowed value below -1."""
+    for check, valid_at in [(ex.check_top_triggers, 1), (ex.check_agreement_rate, 2)]:
+        cases = check.cases()
+        assert any(bool((c.args[0].masked_fill(~c.args[valid_at].unsqueeze(-1), -2.0) < -1).all())
+                   for c in cases), check.title
+
+
+def test_a_finite_stand_in_for_minus_infinity_fails_without_a_zero_hint():
+    """-1 for the forbidden positions is right on GELU-like inputs, wrong where every allowed value is below -1;
+    the 0-mask hint must not be named (it fails on cases this answer passes)."""
+    def triggers(c, valid, neuron, k):
+        best, position = c[:, :, neuron].masked_fill(~valid, -1.0).max(dim=1)
+        examples = best.topk(k).indices
+        return examples, position[examples]
+
+    agreement = ex._agreement_with(lambda c, valid: ex._trigger_max(c, valid, fill=-1.0))
+    for check, wrong in [(ex.check_top_triggers, triggers), (ex.check_agreement_rate, agreement)]:
+        result = check.evaluate(wrong)
+        assert result.status == FAILED
+        assert "with 0" not in result.message
+
+
+def test_weakest_first_and_mixed_std_divisors_are_named():
+    result = ex.check_top_triggers.evaluate(ex._triggers_weakest_first)
+    assert "weakest first" in result.message
+    mixed = ex._match_from(lambda a, b: ex._corr_mixed_divisors(a, b, correction=1, divisor_offset=0))
+    assert "(M-1)/M too small" in ex.check_best_match.evaluate(mixed).message

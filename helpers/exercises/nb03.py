@@ -4,7 +4,7 @@ Each ``check_*`` is an ``helpers.exercises.engine.Exercise``: call it on your fu
 ``check_memory_coefficients(my_fn)``, and it prints one line (not attempted / passed /
 what is wrong and the likely mistake). Hidden cases come from seeded ``torch.Generator`` s,
 with shapes the notebook never shows, and they cover every input the task statement allows:
-batches of one, the last neuron, rows whose allowed values are all negative, linear layers
+batches of one, the last neuron, rows whose allowed values are all negative (or all below -1), linear layers
 with and without a bias, unequal group sizes.
 
 Layout: PyTorch's ``nn.Linear`` layout, as in ``helpers.ffn.FFN``: ``W1`` is
@@ -77,6 +77,16 @@ def _negative_rows(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.G
     coefficients[~valid] = coefficients[~valid].abs() + 2.0
 
 
+def _below_minus_one(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Generator) -> None:
+    """In place: every allowed value becomes one below -1 (from -1.05 down to about -60, the extremes a
+    float32 input allows and GELU never makes), and every position that is not allowed holds -0.5 (above
+    all of them, below 0). A stand-in such as -1 for the forbidden positions then wins, as 0 does."""
+    allowed = valid.unsqueeze(-1).expand_as(coefficients)
+    n = int(allowed.sum())
+    coefficients[allowed] = -1.05 - torch.logspace(-2, 1.77, n)[torch.randperm(n, generator=gen)]
+    coefficients[~allowed] = -0.5
+
+
 # --------------------------------------------------------------------------------------------
 # Exercise 1 (build): memory coefficients for a batch
 # --------------------------------------------------------------------------------------------
@@ -147,13 +157,16 @@ def _trigger_cases() -> list[Case]:
                                                    (1, 4, 3, 0, 1, True, False),    # one example
                                                    (16, 7, 10, 9, 5, True, True),
                                                    (12, 8, 6, 2, 3, False, True),
-                                                   (10, 6, 4, 1, 10, False, True)]:   # peaks from 1e-3 to 1e2
+                                                   (10, 6, 4, 1, 10, False, True),    # peaks from 1e-3 to 1e2
+                                                   (11, 6, 5, 2, 6, "below", True)]:  # every value below -1
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0     # the last position fires strongly: it counts only where it is allowed
         if N == 10:
             coefficients = coefficients * torch.logspace(-3, 2, N)[:, None, None]
         valid = _valid_mask(gen, N, T, last_allowed=last)
-        if negative:
+        if negative == "below":
+            _below_minus_one(coefficients, valid, gen)
+        elif negative:
             _negative_rows(coefficients, valid, gen)
         note = f"coefficients {tuple(coefficients.shape)}, valid {tuple(valid.shape)}, neuron={neuron}, k={k}"
         cases.append(Case((coefficients, valid, neuron, k), note=note))
@@ -185,6 +198,17 @@ def _triggers_many_per_example(c, valid, neuron, k):
     return index // c.shape[1], index % c.shape[1]
 
 
+def _triggers_weakest_first(c, valid, neuron, k):
+    examples, positions = _top_triggers(c, valid, neuron, k)
+    return examples.flip(0), positions.flip(0)
+
+
+def _triggers_ascending_first_k(c, valid, neuron, k):
+    best, position = c[:, :, neuron].masked_fill(~valid, float("-inf")).max(dim=1)
+    examples = best.argsort()[:k]
+    return examples, position[examples]
+
+
 def _triggers_off_by_one(c, valid, neuron, k):
     examples, positions = _top_triggers(c, valid, neuron, k)
     return examples, positions + 1
@@ -206,6 +230,10 @@ check_top_triggers = Exercise(
          "the top k examples.", _triggers_many_per_example),
         ("off by one: return the position t where the prefix ends (the prefix is ids[n, :t+1]), not its "
          "length t+1.", _triggers_off_by_one),
+        ("your k examples are the right ones, but weakest first: return them strongest first (topk, or sort "
+         "with descending=True).", _triggers_weakest_first),
+        ("you sorted the peaks in ascending order and kept the first k: those are the k WEAKEST examples; sort "
+         "descending (or use topk) to keep the strongest.", _triggers_ascending_first_k),
     ],
 )
 
@@ -314,14 +342,17 @@ def _agreement_rate(coefficients: torch.Tensor, ids: torch.Tensor, valid: torch.
 def _agreement_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2024)
     cases = []
-    for negative, shape in [(False, None), (True, None), (False, None), (True, None), (False, (1, 4, 3, 12))]:
+    for negative, shape in [(False, None), (True, None), (False, None), (True, None), (False, (1, 4, 3, 12)),
+                            ("below", None)]:                 # the last case: every allowed value below -1
         N, T, d_ff, vocab = shape or (_randint(gen, 10, 25), _randint(gen, 5, 8), _randint(gen, 12, 30),
                                       _randint(gen, 20, 40))      # the last case: a single example
         ids = torch.randint(1, vocab, (N, T), generator=gen)
         valid = _valid_mask(gen, N, T, padded=negative)
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0
-        if negative:
+        if negative == "below":
+            _below_minus_one(coefficients, valid, gen)
+        elif negative:
             _negative_rows(coefficients, valid, gen, share=1.0)     # every allowed value is negative
         logits = torch.randn(d_ff, vocab, generator=gen)
         # plant answers: about half of the neurons agree; some others point at the trigger's own last token
@@ -578,6 +609,13 @@ def _corr(a, b):
     return za.T @ zb / (a.shape[0] - 1)
 
 
+def _corr_mixed_divisors(a, b, correction=1, divisor_offset=0):
+    """Pearson's r with std(correction=...) but the products averaged over M - divisor_offset."""
+    za = (a - a.mean(0)) / a.std(0, correction=correction)
+    zb = (b - b.mean(0)) / b.std(0, correction=correction)
+    return za.T @ zb / (a.shape[0] - divisor_offset)
+
+
 def _cosine(a, b):
     return F.normalize(a, dim=0).T @ F.normalize(b, dim=0)
 
@@ -598,6 +636,13 @@ check_best_match = Exercise(
          _match_from(_cosine)),
         ("you compared covariances: a neuron with larger activations wins. Divide by both standard deviations "
          "(Pearson's r is scale-free).", _match_from(_covariance)),
+        ("you mixed two divisors: torch.std divides by M - 1 by default (correction=1), but you averaged "
+         "the products over M with .mean(); r comes out (M-1)/M too small. Use one divisor for both (e.g. "
+         "std(correction=0) with .mean()): a column's r with itself is then exactly 1.",
+         _match_from(lambda a, b: _corr_mixed_divisors(a, b, correction=1, divisor_offset=0))),
+        ("you mixed two divisors: std(correction=0) divides by M, but you divided the summed products by "
+         "M - 1; r comes out M/(M-1) too large (it can pass 1). Use one divisor for both.",
+         _match_from(lambda a, b: _corr_mixed_divisors(a, b, correction=0, divisor_offset=1))),
         ("you matched the wrong way round: return one entry per neuron of `a` (the best column of b for each "
          "column of a).", lambda a, b: _best_match(b, a)),
     ],
