@@ -13,13 +13,11 @@ is trained long enough. What a fixed, short budget of steps measures is therefor
 model fits its training facts (training-set fit), not how many it can store, and not how well a
 language model generalises. Attention is left out so that a run takes a fraction of a second.
 
-``FactLookup`` fits ``helpers.transformer.train_lm``: its input is ``(N, 1)`` ids, one per fact,
-``subject · n_relations + relation`` (the two prompt tokens packed into one number), its output
-``(N, 1, n_answers)`` logits, and ``ffn_records()`` exposes the MoE record for ``helpers.moe.RoutingLog``.
 A run is built from the course's own pieces: ``torch.manual_seed(seed)``, the FFN (``helpers.ffn.FFN``,
-``helpers.moe.MoE`` or ``NoFFN``), ``FactLookup`` around it, and ``train_lm`` on every fact at every step
-(``train_lookup``: an MoE adds its ``aux_loss`` and moves its selection bias after each step).
-``train_arm`` trains one configuration over seeds, one seed after another, into a ``SeedRuns``.
+``helpers.moe.MoE`` or ``NoFFN``), ``FactLookup`` around it (``(N, 1)`` ids in, one per fact, ``(N, 1, n_answers)``
+logits out), trained by ``helpers.transformer.train_lm`` on every fact at every step (``train_lookup``; an MoE
+adds its ``aux_loss`` and moves its selection bias after each step). ``train_arm`` trains one configuration
+seed after seed into a ``SeedRuns``.
 
 Notebook 07's arms (``ARMS``, with ``SETTINGS``, over ``SEEDS``: 8 arms × 10 seeds, about half a minute of
 CPU) are stored in ``RUNS_PATH`` and read back with ``load_runs``. The file is made by::
@@ -135,10 +133,7 @@ class FactLookup(nn.Module):
 
 
 class NoFFN(nn.Module):
-    """The control: an "FFN" that adds nothing, ``(N, d_model)`` -> zeros of the same shape.
-
-    ``FactLookup(..., ffn=NoFFN())`` is the model of embeddings and unembedding alone; it has no FFN parameters.
-    """
+    """The control: an "FFN" without parameters that adds nothing, ``(N, d_model)`` -> zeros of the same shape."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(x)
