@@ -21,7 +21,7 @@ activations ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
-costs       FLOPs, saved activations and bytes: formulas and measurements
+costs       FLOPs, saved activations, bytes and operation counts: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
 fact_model  notebook 03's trained fact models (ten seeds and a retrain, shipped) and the command that makes them
@@ -32,7 +32,7 @@ editing     ROME-style rank-one edits of an FFN's value matrix
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
             experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
-sparsity    notebook 07's side-by-side training: dense vs MoE vs dense of equal total parameters
+sparsity    notebook 07's fact lookup: dense vs MoE vs dense of equal total parameters, seed by seed (runs shipped)
 routing_plots routing histograms and heat maps
 chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)

@@ -8,22 +8,26 @@ matrix products). Measurements use PyTorch's own instruments:
 backward pass, and ``torch.utils.benchmark.Timer`` for time. ``saved_per_token`` is the formula for
 what one FFN keeps for backward; ``torch_threads`` runs a block on a given number of threads.
 ``moe_layer_cost`` and ``moe_model_params`` count an MoE layer's and an MoE model's parameters and FLOPs
-(re-exported by ``helpers.moe``).
+(re-exported by ``helpers.moe``). ``count_ops`` counts the ATen operations a call dispatches and ``layer_cost``
+what one forward of an FFN or MoE layer costs by instruments that do not move: FLOPs, weight bytes held and read,
+separate matrix products, bytes moved to and from experts.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.utils import benchmark
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import validate
-from helpers.ffn import VARIANTS, ffn_param_count, matched_gated_width
+from helpers.ffn import FFN, VARIANTS, ffn_param_count, matched_gated_width
 
 
 def ffn_flops_per_token(d_model: int, d_ff: int, *, gated: bool = False, backward: bool = False) -> int:
@@ -194,3 +198,104 @@ def moe_model_params(*, vocab_size: int, d_model: int, n_layers: int, d_ff: int,
     common = sum(parts.values())
     return {**parts, "experts_total": n_layers * n_experts * expert, "experts_active": n_layers * top_k * expert,
             "total": common + n_layers * n_experts * expert, "active": common + n_layers * top_k * expert}
+
+
+# ----------------------------------------------------------------------------- what routing costs
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot"})
+#: operations that only re-describe memory (no kernel runs): left out of ``OpCount.kernels``
+VIEW_OPS = frozenset({"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias", "slice",
+                      "select", "unsqueeze", "squeeze", "as_strided", "reshape", "_reshape_alias", "split",
+                      "unbind", "lift_fresh", "split_with_sizes", "chunk", "unflatten", "flatten"})
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class OpCount:
+    """Operations one call dispatched to PyTorch's kernels.
+
+    Attributes:
+        matmuls: matrix multiplications (``mm``, ``addmm``, ``bmm``, ...). kernels: every operation that
+            runs a kernel (views such as ``t`` or ``expand`` left out): about what a profiler lists.
+        by_name: count per operation name, views included.
+    """
+
+    matmuls: int
+    kernels: int
+    by_name: dict[str, int]
+
+
+def count_ops(fn: Callable[[], object]) -> OpCount:
+    """Run ``fn()`` once and count the ATen operations it dispatches (a ``TorchDispatchMode``).
+
+    The counts depend on the implementation (a loop over experts, a grouped kernel) and on how the
+    torch version decomposes an operation: a measurement of this code, not a property of MoE layers.
+    """
+    with _OpCounter() as counter:
+        fn()
+    counts = dict(counter.counts)
+    matmuls = sum(n for op, n in counts.items() if op in MATMUL_OPS)
+    kernels = sum(n for op, n in counts.items() if op not in VIEW_OPS)
+    return OpCount(matmuls, kernels, counts)
+
+
+@dataclass
+class LayerCost:
+    """What one forward pass of an FFN or MoE layer over a batch costs, by instruments that do not move.
+
+    Attributes:
+        flops: floating-point operations of the forward pass (``torch.utils.flop_counter``: the matrix
+            products, 2 per multiply-add).
+        weight_bytes: every weight the layer holds, in bytes of its dtype.
+        read_bytes: the weights this pass reads: the router, the shared expert and every routed expert that
+            received at least one token (at a large batch, all of them).
+        matmuls: separate matrix products when the experts run one after another (3 per SwiGLU expert that
+            received a token, 1 for the router, 3 for the shared expert): the launches a grouped kernel merges.
+        moved_bytes: token vectors copied to their experts and their outputs copied back (2 per routed slot,
+            ``d_model`` numbers each); a dense layer moves none. Across devices this is the all-to-all.
+        rows: tokens per expert matrix product, on average (a dense layer: every token).
+    """
+
+    flops: int
+    weight_bytes: int
+    read_bytes: int
+    matmuls: int
+    moved_bytes: int
+    rows: float
+
+
+@torch.no_grad()
+def layer_cost(layer: nn.Module, x: torch.Tensor) -> LayerCost:
+    """``LayerCost`` of ``layer`` (a bias-free gated ``FFN`` or a token-choice ``MoE``) on ``x`` ``(N, d_model)``."""
+    from helpers.moe import MoE              # helpers.moe imports this module
+
+    validate.float_tensor("x", x, min_dims=2)
+    layer = layer.eval()
+    size = x.element_size()
+    flops = measure_flops(lambda: layer(x))
+    weight_bytes = sum(p.numel() for p in layer.parameters()) * size
+    n = x.shape[0]
+    if isinstance(layer, FFN):
+        matrices = 3 if layer.gated else 2
+        return LayerCost(flops, weight_bytes, weight_bytes, matrices, 0, float(n))
+    if not isinstance(layer, MoE):
+        raise TypeError(f"layer must be an FFN or an MoE, got {type(layer).__name__}")
+    routing = layer.route(x)
+    used = routing.tokens_per_expert() > 0
+    expert = sum(p.numel() for p in layer.experts[0].parameters()) * size
+    shared = sum(p.numel() for p in layer.shared.parameters()) * size if layer.shared is not None else 0
+    router = layer.router.weight.numel() * size
+    matrices = 3 if layer.experts[0].gated else 2
+    hit = int(used.sum())
+    slots = int(routing.expert_index.numel())
+    return LayerCost(flops, weight_bytes, router + shared + hit * expert,
+                     matrices * hit + 1 + (matrices if layer.shared is not None else 0),
+                     2 * slots * x.shape[-1] * size, slots / max(hit, 1))

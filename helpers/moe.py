@@ -336,9 +336,6 @@ class MoE(nn.Module):
         return y.reshape(x.shape), MoEStats(routed, kept, dropped, entropy, balance, z,
                                             self.balance_coef * balance + self.z_coef * z, r.capacity, r.detach())
 
-    def refresh_prepared(self) -> None:
-        """Nothing to refresh: the layer keeps no inference copy of its experts (kept for older callers)."""
-
     def extra_repr(self) -> str:
         options = {"granularity": 1, "n_shared": 0, "score": "softmax", "bias_update": 0.0, "noisy": False}
         return (f"d_model={self.d_model}, n_experts={self.n_experts}, top_k={self.top_k}, router={self.router_type}, "

@@ -4,7 +4,7 @@ Every fact of ``helpers.facts`` ("the capital of france is paris") is reduced to
 prompt tokens, the subject and the relation, and the model predicts the answer token:
 
     h      = E[subject] + E[relation]                  (d_model,)  token embeddings, summed
-    h      = h + FFN(LayerNorm(h))                      the one FFN (dense, or an ``MoE``)
+    h      = h + FFN(LayerNorm(h))                      the one FFN (dense, an ``MoE``, or ``NoFFN``)
     logits = U · LayerNorm(h)                           (n_answers,)
 
 The embeddings and the unembedding are trained too, and the LayerNorm before ``U`` is not
@@ -13,48 +13,42 @@ is trained long enough. What a fixed, short budget of steps measures is therefor
 model fits its training facts (training-set fit), not how many it can store, and not how well a
 language model generalises. Attention is left out so that a run takes a fraction of a second.
 
-Training many seeds at once
----------------------------
-``train_seeds`` builds ``FactLookup(ffn=make_ffn())`` once per seed, exactly as a single run would
-(``torch.manual_seed(seed)``, then the FFN, then the model), stacks the seeds' weights along a new
-first dimension and trains all of them together with one AdamW: every operation is batched over
-the seeds, and since the loss is the *sum* of the seeds' losses and AdamW updates each number on
-its own, every seed follows the same updates as when trained alone (``tests/test_sparsity.py``
-checks this against ``train_full_batch`` on the course's own modules). As there, AdamW leaves an
-expert alone in a step in which it received no token (no gradient, no update). The final loss and
-accuracy are measured by the same batched forward, and the trained weights are written back into
-the seeds' modules (their own loss agrees; tested).
+A run is built from the course's own pieces: ``torch.manual_seed(seed)``, the FFN (``helpers.ffn.FFN``,
+``helpers.moe.MoE`` or ``NoFFN``), ``FactLookup`` around it (``(N, 1)`` ids in, one per fact, ``(N, 1, n_answers)``
+logits out), trained by ``helpers.transformer.train_lm`` on every fact at every step (``train_lookup``; an MoE
+adds its ``aux_loss`` and moves its selection bias after each step). ``train_arm`` trains one configuration
+seed after seed into a ``SeedRuns``.
 
-An ``MoE`` is trained with its own recipe: the answer loss plus its ``aux_loss``
-(``balance_coef`` · Switch balance loss + ``z_coef`` · z-loss) and, when ``bias_update > 0``, the
-±γ bias update after every step (``helpers.moe.update_selection_biases``). The batched version
-computes every expert on every fact and multiplies the unchosen ones by a zero gate, which gives
-the numbers of ``MoE``'s dispatch (the same outputs and gradients) at the FLOPs of a dense layer:
-at this toy size that is faster on a CPU than moving tokens to experts, which is itself a lesson
-about what routing costs (``count_ops``).
+Notebook 07's arms (``ARMS``, with ``SETTINGS``, over ``SEEDS``: 8 arms × 10 seeds, about half a minute of
+CPU) are stored in ``RUNS_PATH`` and read back with ``load_runs``. The file is made by::
 
-``FactLookup`` fits ``helpers.transformer.train_lm``: its input is ``(N, 1)`` ids, one per fact,
-``subject · n_relations + relation`` (the two prompt tokens packed into one number), its output
-``(N, 1, n_answers)`` logits, and ``ffn_records()`` exposes the MoE record for ``helpers.moe.RoutingLog``.
+    python -m helpers.sparsity --results          # every arm of ARMS, seeds 0-9
+
+(``--seeds``, ``--arms``, ``--steps`` and ``--out`` make a smaller run; the tests make one). The notebook
+trains one seed live and checks it against the file.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
-from collections import Counter
-from collections.abc import Callable, Sequence
+import platform
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import validate
 from helpers.facts import RELATIONS, Fact, load_facts
 from helpers.ffn import FFN
-from helpers.moe import MoE
+from helpers.moe import MoE, RoutingLog, moe_aux_loss, update_selection_biases
 from helpers.progress import progress as progress_bar
+from helpers.transformer import train_lm
 
 
 @dataclass
@@ -139,10 +133,7 @@ class FactLookup(nn.Module):
 
 
 class NoFFN(nn.Module):
-    """The control: an "FFN" that adds nothing, ``(N, d_model)`` -> zeros of the same shape.
-
-    ``FactLookup(..., ffn=NoFFN())`` is the model of embeddings and unembedding alone; it has no FFN parameters.
-    """
+    """The control: an "FFN" without parameters that adds nothing, ``(N, d_model)`` -> zeros of the same shape."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(x)
@@ -161,49 +152,64 @@ def lookup_loss_and_accuracy(model: FactLookup, data: LookupData) -> tuple[float
     return float(F.cross_entropy(logits, data.answer_id)), float((logits.argmax(-1) == data.answer_id).float().mean())
 
 
-def train_full_batch(model: FactLookup, data: LookupData, *, steps: int, lr: float,
-                     extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
-                     on_step: Callable[[int, nn.Module, float], None] | None = None) -> list[float]:
-    """One model, AdamW on every fact at every step (the loop of ``helpers.transformer.train_lm`` with
-    the whole data set as the batch; multi-tensor "foreach" update). Returns the loss of every step
-    (answer cross-entropy plus ``extra_loss``); ``on_step(step, model, loss)`` runs after each step.
-    ``train_seeds`` does the same for many seeds at once.
+# ----------------------------------------------------------------------------- one run, one arm
+def make_ffn(spec: dict, d_model: int) -> nn.Module:
+    """The FFN an arm describes: ``{"ffn": "none"}`` (``NoFFN``), ``{"ffn": "dense", "d_ff": w}`` (a bias-free
+    SwiGLU ``FFN`` of width w) or ``{"ffn": "moe", **options}`` (``MoE(d_model, **options)``)."""
+    kind, options = spec.get("ffn"), {k: v for k, v in spec.items() if k != "ffn"}
+    if kind == "none" and not options:
+        return NoFFN()
+    if kind == "dense" and set(options) == {"d_ff"}:
+        return FFN.from_variant("swiglu", d_model, options["d_ff"], bias=False)
+    if kind == "moe":
+        return MoE(d_model, **options)
+    raise ValueError(f"an arm is {{'ffn': 'none'}}, {{'ffn': 'dense', 'd_ff': w}} or {{'ffn': 'moe', ...}}, got {spec}")
+
+
+def ffn_params(ffn: nn.Module) -> tuple[int, int]:
+    """The FFN's parameters in total (router included) and used per fact (an MoE: its top-k routed experts and
+    the shared ones, router left out)."""
+    total = sum(p.numel() for p in ffn.parameters())
+    if not isinstance(ffn, MoE):
+        return total, total
+    shared = sum(p.numel() for p in ffn.shared.parameters()) if ffn.shared is not None else 0
+    return total, ffn.top_k * sum(p.numel() for p in ffn.experts[0].parameters()) + shared
+
+
+def train_lookup(model: FactLookup, data: LookupData, *, steps: int, lr: float, progress: bool = False,
+                 desc: str = "training") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Train ``model`` with ``helpers.transformer.train_lm`` on every fact at every step (AdamW, no weight decay).
+
+    With an ``MoE`` FFN the loss adds its ``aux_loss`` and, after every step, the selection bias moves
+    (``update_selection_biases``; nothing happens unless ``bias_update > 0``). Returns the answer loss of every
+    step (``(steps,)`` float64, before that step's update, auxiliary loss left out) and, for an MoE, the routed
+    slots per expert at every step (``(steps, E)`` long; ``None`` otherwise).
     """
-    validate.positive_int("steps", steps)
-    validate.positive_float("lr", lr)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=True)
-    model.train()
-    losses: list[float] = []
-    target = data.answer_id
-    for step in range(steps):
-        loss = F.cross_entropy(model(data.ids)[:, 0], target)
-        if extra_loss is not None:
-            loss = loss + extra_loss(model)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        if on_step is not None:
-            on_step(step, model, losses[-1])
-    model.eval()
-    return losses
+    log = RoutingLog()
+
+    def after_step(step: int, m: nn.Module, loss: float) -> None:
+        log(step, m, loss)
+        update_selection_biases(m)
+
+    moe = isinstance(model.ffn, MoE)
+    losses = train_lm(model, data.ids, data.targets, steps=steps, lr=lr, extra_loss=moe_aux_loss if moe else None,
+                      on_step=after_step if moe else None, progress=progress, desc=desc)
+    if not moe:
+        return torch.tensor(losses, dtype=torch.float64), None
+    return log.lm_loss, log.counts[:, 0]
 
 
-# ----------------------------------------------------------------------------- many seeds at once
 @dataclass
 class SeedRuns:
-    """One model configuration trained with several seeds on the same facts.
+    """One arm (an FFN configuration) trained with several seeds on the same facts.
 
     Attributes:
         name: label. seeds: the seeds, in order.
-        curves: ``(seeds, steps)`` float64 training loss per step (answer cross-entropy, without the
-            auxiliary losses), before that step's update.
-        final_loss, final_accuracy: ``(seeds,)`` float64, over every fact after training (eval mode,
-            measured on the course's own modules).
-        loads: ``(steps, seeds, E)`` long, routed slots per expert at every training step (an MoE;
-            ``None`` otherwise).
-        params_total, params_active: FFN parameters in total and used per fact.
-        models: the trained ``FactLookup`` models, one per seed.
+        curves: ``(seeds, steps)`` float64 answer loss per step (``train_lookup``).
+        final_loss, final_accuracy: ``(seeds,)`` float64, over every fact after training (eval mode).
+        params_total, params_active: FFN parameters in total and used per fact (``ffn_params``).
+        loads: ``(steps, seeds, E)`` long, routed slots per expert at every step (an MoE; ``None`` otherwise).
+        settings: the arm (``make_ffn``'s spec) under ``"ffn"``, and ``d_model``, ``steps``, ``lr``.
     """
 
     name: str
@@ -214,7 +220,7 @@ class SeedRuns:
     params_total: int
     params_active: int
     loads: torch.Tensor | None = None
-    models: list = field(default_factory=list, repr=False)
+    settings: dict = field(default_factory=dict)
 
     def mean_sd(self, values: torch.Tensor | None = None) -> tuple[float, float]:
         """Mean and sample standard deviation over seeds (of ``final_loss`` by default)."""
@@ -229,379 +235,112 @@ class SeedRuns:
         return c.max(-1).values / c.mean(-1)
 
 
-def _stack(models: Sequence[nn.Module], get: Callable[[nn.Module], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    return torch.stack([get(m).detach().to(dtype) for m in models]).requires_grad_(True)
-
-
-class _BatchedLookup:
-    """The seeds' ``FactLookup`` models as stacked leaf tensors, with a batched forward (see the module doc)."""
-
-    def __init__(self, models: Sequence[FactLookup], dtype: torch.dtype = torch.float32) -> None:
-        self.models = list(models)
-        self.dtype = dtype
-        first = self.models[0]
-        self.n_subjects, self.n_relations = first.n_subjects, first.n_relations
-        ffn = first.ffn
-        self.kind = "moe" if isinstance(ffn, MoE) else "dense" if isinstance(ffn, FFN) else \
-            "none" if isinstance(ffn, NoFFN) else None
-        if self.kind is None:
-            raise TypeError(f"train_seeds supports FFN, MoE and NoFFN layers, got {type(ffn).__name__}")
-        p: dict[str, torch.Tensor] = {
-            "embed": _stack(self.models, lambda m: m.embed.weight, dtype),
-            "ln.w": _stack(self.models, lambda m: m.ln.weight, dtype),
-            "ln.b": _stack(self.models, lambda m: m.ln.bias, dtype),
-            "lnf.w": _stack(self.models, lambda m: m.ln_f.weight, dtype),
-            "lnf.b": _stack(self.models, lambda m: m.ln_f.bias, dtype),
-            "unembed": _stack(self.models, lambda m: m.unembed.weight, dtype),
-        }
-        if self.kind == "dense":
-            self._check_ffn(ffn)
-            self.gated = ffn.gated
-            self.act = ffn.act
-            for name in ("w1", "w3", "w2") if ffn.gated else ("w1", "w2"):
-                p[name] = _stack(self.models, lambda m, name=name: getattr(m.ffn, name).weight, dtype)
-        elif self.kind == "moe":
-            self._check_moe(ffn)
-            self.moe = ffn
-            self.gated = ffn.experts[0].gated
-            self.act = ffn.experts[0].act
-            p["router"] = _stack(self.models, lambda m: m.ffn.router.weight, dtype)
-            names = ("w1", "w3", "w2") if self.gated else ("w1", "w2")
-            for name in names:                   # (S, E, F, d) and (S, E, d, F)
-                p["experts." + name] = _stack(
-                    self.models, lambda m, name=name: torch.stack([getattr(e, name).weight for e in m.ffn.experts]),
-                    dtype)
-                if ffn.shared is not None:
-                    p["shared." + name] = _stack(self.models, lambda m, name=name: getattr(m.ffn.shared, name).weight,
-                                                 dtype)
-            self.router_dtype = torch.promote_types(dtype, torch.float32)      # MoE routes in float32 at least
-            self.bias = torch.stack([m.ffn.selection_bias.detach().to(self.router_dtype) for m in self.models])
-        self.params = p
-
-    @staticmethod
-    def _check_ffn(ffn: FFN) -> None:
-        if ffn.has_bias or ffn.dropout.p > 0:
-            raise ValueError("train_seeds trains FFNs without biases or dropout (bias=False, dropout=0)")
-
-    @staticmethod
-    def _check_moe(moe: MoE) -> None:
-        expert = moe.experts[0]
-        if moe.router_type != "token" or moe.capacity_factor is not None or moe.jitter > 0 or moe.noisy \
-                or expert.has_bias or expert.dropout.p > 0:
-            raise ValueError("train_seeds trains dropless token-choice MoE layers without jitter, noise, expert "
-                             "biases or dropout")
-
-    # ----- forward pieces, batched over the seeds (S) and the facts (N)
-    @staticmethod
-    def _layer_norm(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(h, h.shape[-1:], eps=1e-5) * w[:, None] + b[:, None]
-
-    def _ffn(self, x: torch.Tensor, prefix: str) -> torch.Tensor:
-        """A dense (gated) FFN without biases: ``(S, N, d)`` with weights ``(S, F, d)``."""
-        p = self.params
-        h = self.act(torch.bmm(x, p[prefix + "w1"].transpose(1, 2)))
-        if self.gated:
-            h = h * torch.bmm(x, p[prefix + "w3"].transpose(1, 2))
-        return torch.bmm(h, p[prefix + "w2"].transpose(1, 2))
-
-    def _route(self, x: torch.Tensor):
-        """Token-choice routing as ``MoE.route`` does it: ``(gate (S, N, E), load (S, E), aux (S,))``."""
-        moe, p = self.moe, self.params
-        rd = self.router_dtype
-        logits = torch.bmm(x.to(rd), p["router"].to(rd).transpose(1, 2))               # (S, N, E)
-        if moe.score == "softmax":
-            scores = probs = torch.softmax(logits, -1)
-        else:
-            scores = torch.sigmoid(logits)
-            probs = scores / scores.sum(-1, keepdim=True)
-        select = scores + self.bias[:, None]          # + 0.0 leaves the scores exactly as they are
-        k = moe.top_k
-        if k == 1:                                    # ties to the lower index, as MoE's own top-1
-            index = select.max(-1, keepdim=True).indices
-        elif k == 2:
-            first = select.max(-1, keepdim=True).indices
-            second = select.scatter(-1, first, float("-inf")).max(-1, keepdim=True).indices
-            index = torch.cat([first, second], -1)
-        else:
-            index = torch.topk(select, k, dim=-1).indices
-        weight = scores.gather(-1, index)
-        if moe.renormalise and k >= 2:
-            weight = weight / weight.sum(-1, keepdim=True)
-        gate = torch.zeros_like(scores).scatter(-1, index, weight)                       # (S, N, E)
-        n_experts, n_slots = scores.shape[-1], index.shape[1] * k
-        load = torch.zeros(index.shape[0], n_experts, dtype=torch.long).scatter_add_(
-            1, index.reshape(index.shape[0], -1), torch.ones_like(index.reshape(index.shape[0], -1)))
-        aux = torch.zeros(index.shape[0], dtype=rd)
-        if moe.balance_coef > 0:
-            f = load.to(probs.dtype) / n_slots
-            aux = aux + moe.balance_coef * n_experts * (f * probs.mean(1)).sum(-1)
-        if moe.z_coef > 0:
-            aux = aux + moe.z_coef * torch.logsumexp(logits, -1).square().mean(1)
-        return gate, load, aux
-
-    def _moe(self, x: torch.Tensor):
-        p = self.params
-        gate, load, aux = self._route(x)
-        s, n_experts, width, d = p["experts.w1"].shape
-        w1 = p["experts.w1"].reshape(s, n_experts * width, d)
-        h = self.act(torch.bmm(x, w1.transpose(1, 2)))                                   # (S, N, E·F)
-        if self.gated:
-            h = h * torch.bmm(x, p["experts.w3"].reshape(s, n_experts * width, d).transpose(1, 2))
-        h = (h.view(s, -1, n_experts, width) * gate.to(h.dtype)[..., None]).view(s, -1, n_experts * width)
-        w2 = p["experts.w2"].transpose(2, 3).reshape(s, n_experts * width, d)            # (S, E·F, d)
-        y = torch.bmm(h, w2)
-        if "shared.w1" in p:
-            y = y + self._ffn(x, "shared.")
-        return y, load, aux
-
-    def forward(self, subject: torch.Tensor, relation: torch.Tensor):
-        """``(logits (S, N, A), load (S, E) or None, aux (S,))``."""
-        p = self.params
-        h = p["embed"][:, subject] + p["embed"][:, self.n_subjects + relation]           # (S, N, d)
-        x = self._layer_norm(h, p["ln.w"], p["ln.b"])
-        load, aux = None, torch.zeros(h.shape[0], dtype=h.dtype)
-        if self.kind == "dense":
-            out = self._ffn(x, "")
-        elif self.kind == "moe":
-            out, load, aux = self._moe(x)
-        else:
-            out = torch.zeros_like(x)
-        logits = torch.bmm(self._layer_norm(h + out, p["lnf.w"], p["lnf.b"]), p["unembed"].transpose(1, 2))
-        return logits, load, aux
-
-    def update_bias(self, load: torch.Tensor) -> None:
-        """DeepSeek-V3's ±γ step for every seed (``helpers.moe.bias_update_step``), after the optimizer step."""
-        gamma = self.moe.bias_update
-        load = load.to(torch.float64)
-        self.bias = self.bias + gamma * torch.sign(load.mean(-1, keepdim=True) - load).to(self.bias.dtype)
-
-    @torch.no_grad()
-    def write_back(self) -> None:
-        """Copy the trained weights (and selection biases) into the seeds' modules."""
-        p = self.params
-        for s, m in enumerate(self.models):
-            m.embed.weight.copy_(p["embed"][s])
-            m.ln.weight.copy_(p["ln.w"][s])
-            m.ln.bias.copy_(p["ln.b"][s])
-            m.ln_f.weight.copy_(p["lnf.w"][s])
-            m.ln_f.bias.copy_(p["lnf.b"][s])
-            m.unembed.weight.copy_(p["unembed"][s])
-            names = ("w1", "w3", "w2") if self.kind != "none" and self.gated else ("w1", "w2")
-            if self.kind == "dense":
-                for name in names:
-                    getattr(m.ffn, name).weight.copy_(p[name][s])
-            elif self.kind == "moe":
-                m.ffn.router.weight.copy_(p["router"][s])
-                for name in names:
-                    for e, expert in enumerate(m.ffn.experts):
-                        getattr(expert, name).weight.copy_(p["experts." + name][s, e])
-                    if m.ffn.shared is not None:
-                        getattr(m.ffn.shared, name).weight.copy_(p["shared." + name][s])
-                m.ffn.selection_bias.copy_(self.bias[s])
-                m.ffn.refresh_prepared()
-
-
-class _ExpertAdamW:
-    """AdamW (no weight decay) for stacked expert weights ``(S, E, ...)``, one seed's expert at a time.
-
-    In the course's ``MoE`` an expert that receives no token in a step is not called, its weights get no
-    gradient (``None``), and ``torch.optim.AdamW`` skips them: no update, no step counted. This does the same
-    per seed and expert, with the formulas of ``torch.optim.AdamW``.
-    """
-
-    def __init__(self, params: Sequence[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
-        self.params, self.lr, self.betas, self.eps = list(params), lr, betas, eps
-        self.exp_avg = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.steps = [torch.zeros(p.shape[:2] + (1,) * (p.dim() - 2), dtype=torch.float64) for p in self.params]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self, used: torch.Tensor) -> None:
-        """``used``: ``(S, E)`` bool, the experts that received at least one token in this step."""
-        beta1, beta2 = self.betas
-        for p, m, v, t in zip(self.params, self.exp_avg, self.exp_avg_sq, self.steps):
-            mask = used.reshape(t.shape)
-            t += mask
-            grad = p.grad
-            m.copy_(torch.where(mask, m.lerp(grad, 1 - beta1), m))
-            v.copy_(torch.where(mask, v * beta2 + (1 - beta2) * grad * grad, v))
-            count = t.clamp_min(1)
-            step_size = (self.lr / (1 - beta1 ** count)).to(p.dtype)
-            denom = v.sqrt() / (1 - beta2 ** count).sqrt().to(p.dtype) + self.eps
-            p.sub_(torch.where(mask, step_size * m / denom, torch.zeros_like(p)))
-
-
-def train_seeds(name: str, make_ffn: Callable[[], nn.Module], data: LookupData, *, d_model: int,
-                seeds: Sequence[int] = tuple(range(8)), steps: int = 100, lr: float = 2e-2,
-                params_active: int | None = None, dtype: torch.dtype = torch.float32,
-                progress: bool = False) -> SeedRuns:
-    """Train ``FactLookup(ffn=make_ffn())`` once per seed, all seeds at once (see the module doc).
-
-    Every seed starts from the weights a single run with ``torch.manual_seed(seed)`` would build; all
-    train on every fact at every step (full batch) with AdamW (``lr``, no weight decay) for ``steps``
-    steps. An ``MoE`` adds its own ``aux_loss`` and, with ``bias_update > 0``, its ±γ bias update after
-    each step. ``params_active`` defaults to the FFN's parameter count (right for a dense FFN).
-
-    ``dtype``: the training precision. With the default float32 the steps are those of the course's modules
-    (``train_full_batch``; ``tests/test_sparsity.py``). A CPU's kernels (AVX2, AVX-512, plain) round sums and
-    exponentials differently in the last bit, and Adam and the router's top-k choices amplify such
-    differences over 100 steps: a seed can end a few hundredths of a nat elsewhere on another machine, so
-    statistics over seeds agree between machines to about two decimals, and t values only to about one.
-    float64 shrinks those differences (without removing the routing flips) at twice the cost.
-    """
+def train_arm(name: str, spec: dict, data: LookupData, *, seeds: Sequence[int], d_model: int, steps: int,
+              lr: float) -> SeedRuns:
+    """``FactLookup(ffn=make_ffn(spec))`` trained once per seed, one seed after another: ``torch.manual_seed(seed)``,
+    then the FFN, then the model, then ``train_lookup``."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must list at least one seed")
-    validate.positive_int("steps", steps)
-    validate.positive_float("lr", lr)
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    models = []
+    curves, loads, losses, right = [], [], [], []
     for seed in seeds:
         torch.manual_seed(seed)
-        models.append(make_lookup(data, d_model, make_ffn()))
-    ffn_total = sum(p.numel() for p in models[0].ffn.parameters())
-    net = _BatchedLookup(models, dtype)
-    expert_keys = [k for k in net.params if k.startswith("experts.")]
-    opt = torch.optim.AdamW([p for k, p in net.params.items() if k not in expert_keys], lr=lr, weight_decay=0.0,
-                            foreach=True)
-    expert_opt = _ExpertAdamW([net.params[k] for k in expert_keys], lr=lr)
-    subject, relation = data.ids[:, 0] // net.n_relations, data.ids[:, 0] % net.n_relations
-    target = data.answer_id.repeat(len(seeds))
-
-    def answer_loss(logits: torch.Tensor) -> torch.Tensor:                              # (S,) per seed
-        flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target, reduction="none")
-        return flat.view(len(seeds), -1).mean(1)
-
-    curves, loads = [], []
-    update_bias = net.kind == "moe" and net.moe.bias_update > 0
-    for _ in progress_bar(range(steps), desc=name, disable=not progress):
-        logits, load, aux = net.forward(subject, relation)
-        answer = answer_loss(logits)
-        opt.zero_grad(set_to_none=True)
-        expert_opt.zero_grad()
-        (answer + aux.to(answer.dtype)).sum().backward()
-        opt.step()
-        if expert_keys:
-            expert_opt.step(load > 0)
-        curves.append(answer.detach())
-        if load is not None:
-            loads.append(load)
-            if update_bias:
-                net.update_bias(load)
-    with torch.no_grad():                      # after training, in the training precision
-        logits, _, _ = net.forward(subject, relation)
-        final_loss = answer_loss(logits).double()
-        right = (logits.argmax(-1) == data.answer_id).double().mean(1)
-    net.write_back()
-    return SeedRuns(name, seeds, torch.stack(curves, 1).double(), final_loss, right, ffn_total,
-                    ffn_total if params_active is None else params_active,
-                    torch.stack(loads) if loads else None, models)
+        ffn = make_ffn(spec, d_model)
+        model = make_lookup(data, d_model, ffn)
+        curve, load = train_lookup(model, data, steps=steps, lr=lr)
+        loss, accuracy = lookup_loss_and_accuracy(model, data)
+        curves.append(curve), loads.append(load), losses.append(loss), right.append(accuracy)
+    total, active = ffn_params(ffn)
+    return SeedRuns(name, seeds, torch.stack(curves), torch.tensor(losses, dtype=torch.float64),
+                    torch.tensor(right, dtype=torch.float64), total, active,
+                    None if loads[0] is None else torch.stack(loads, 1),
+                    {"ffn": dict(spec), "d_model": d_model, "steps": steps, "lr": lr})
 
 
-# ----------------------------------------------------------------------------- what routing costs
-MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot"})
-#: operations that only re-describe memory (no kernel runs): left out of ``OpCount.kernels``
-VIEW_OPS = frozenset({"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias", "slice",
-                      "select", "unsqueeze", "squeeze", "as_strided", "reshape", "_reshape_alias", "split",
-                      "unbind", "lift_fresh", "split_with_sizes", "chunk", "unflatten", "flatten"})
+# ----------------------------------------------------------------------------- notebook 07's runs, shipped
+#: Notebook 07's arms: sections 4 (the first five) and 5 (the MoE of section 4 trained three more ways).
+_MOE = {"ffn": "moe", "n_experts": 8, "top_k": 1, "d_ff": 8, "balance_coef": 0.1, "z_coef": 0.0}
+ARMS: dict[str, dict] = {
+    "no FFN (control)": {"ffn": "none"},
+    "dense, equal active": {"ffn": "dense", "d_ff": 8},
+    "MoE": _MOE,
+    "DeepSeekMoE": {**_MOE, "granularity": 2, "n_shared": 1},
+    "dense, equal total": {"ffn": "dense", "d_ff": 64},
+    "no balancing": {**_MOE, "balance_coef": 0.0},
+    "Switch loss, sigmoid": {**_MOE, "score": "sigmoid"},
+    "bias, sigmoid": {**_MOE, "balance_coef": 0.0, "score": "sigmoid", "bias_update": 0.01},
+}
+SETTINGS: dict = dict(d_model=8, steps=100, lr=2e-2)
+SEEDS: tuple[int, ...] = tuple(range(10))
+#: Where ``python -m helpers.sparsity --results`` writes the runs and ``load_runs`` reads them.
+RUNS_PATH = Path(__file__).parent / "data" / "sparsity_runs.json"
+_DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
-@dataclass
-class OpCount:
-    """Operations one call dispatched to PyTorch's kernels.
-
-    Attributes:
-        matmuls: matrix multiplications (``mm``, ``addmm``, ``bmm``, ...). kernels: every operation that
-            runs a kernel (views such as ``t`` or ``expand`` left out): about what a profiler lists.
-        by_name: count per operation name, views included.
-    """
-
-    matmuls: int
-    kernels: int
-    by_name: dict[str, int]
+def run_all(arms: Sequence[str] = tuple(ARMS), seeds: Sequence[int] = SEEDS, *, progress: bool = True,
+            **overrides) -> dict[str, SeedRuns]:
+    """``train_arm`` for each named arm of ``ARMS`` on every fact, with ``SETTINGS`` (``overrides`` replace some)."""
+    unknown = set(overrides) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
+    data = lookup_data()
+    return {name: train_arm(name, ARMS[name], data, seeds=seeds, **{**SETTINGS, **overrides})
+            for name in progress_bar(arms, desc="arms", disable=not progress)}
 
 
-def count_ops(fn: Callable[[], object]) -> OpCount:
-    """Run ``fn()`` once and count the ATen operations it dispatches (a ``TorchDispatchMode``).
+def save_runs(runs: dict[str, SeedRuns], path: str | Path) -> Path:
+    """Write ``runs`` as JSON (losses rounded to 1e-5 nats), with each arm's settings and the machine it ran on."""
+    def rounded(t: torch.Tensor) -> list:
+        return t.round(decimals=_DIGITS).tolist() if t.is_floating_point() else t.tolist()
 
-    The counts depend on the implementation (a loop over experts, a grouped kernel) and on how the
-    torch version decomposes an operation: a measurement of this code, not a property of MoE layers.
-    """
-    with _OpCounter() as counter:
-        fn()
-    counts = dict(counter.counts)
-    matmuls = sum(n for op, n in counts.items() if op in MATMUL_OPS)
-    kernels = sum(n for op, n in counts.items() if op not in VIEW_OPS)
-    return OpCount(matmuls, kernels, counts)
-
-
-@dataclass
-class LayerCost:
-    """What one forward pass of an FFN or MoE layer over a batch costs, by instruments that do not move.
-
-    Attributes:
-        flops: floating-point operations of the forward pass (``torch.utils.flop_counter``: the matrix
-            products, 2 per multiply-add).
-        weight_bytes: every weight the layer holds, in bytes of its dtype.
-        read_bytes: the weights this pass reads: the router, the shared expert and every routed expert that
-            received at least one token (at a large batch, all of them).
-        matmuls: separate matrix products when the experts run one after another (3 per SwiGLU expert that
-            received a token, 1 for the router, 3 for the shared expert): the launches a grouped kernel merges.
-        moved_bytes: token vectors copied to their experts and their outputs copied back (2 per routed slot,
-            ``d_model`` numbers each); a dense layer moves none. Across devices this is the all-to-all.
-        rows: tokens per expert matrix product, on average (a dense layer: every token).
-    """
-
-    flops: int
-    weight_bytes: int
-    read_bytes: int
-    matmuls: int
-    moved_bytes: int
-    rows: float
+    record = {
+        "made_by": "python -m helpers.sparsity --results",
+        "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()},
+        "runs": {name: {"settings": r.settings, "seeds": r.seeds, "params_total": r.params_total,
+                        "params_active": r.params_active, "final_loss": rounded(r.final_loss),
+                        "final_accuracy": rounded(r.final_accuracy), "curves": rounded(r.curves),
+                        "loads": None if r.loads is None else rounded(r.loads)}
+                 for name, r in runs.items()},
+    }
+    text = json.dumps(record, indent=1)
+    # one line per innermost list of numbers (a seed's curve, a step's loads), not one line per number
+    text = re.sub(r"\[\s+([-+.\deE]+(?:,\s+[-+.\deE]+)*)\s+\]", lambda m: "[" + re.sub(r",\s+", ",", m[1]) + "]", text)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
 
 
-@torch.no_grad()
-def layer_cost(layer: nn.Module, x: torch.Tensor) -> LayerCost:
-    """``LayerCost`` of ``layer`` (a bias-free gated ``FFN`` or a token-choice ``MoE``) on ``x`` ``(N, d_model)``."""
-    from helpers.costs import measure_flops
+def load_runs(path: str | Path | None = None) -> dict[str, SeedRuns]:
+    """Read runs written by ``save_runs`` (default: notebook 07's, ``RUNS_PATH``)."""
+    path = RUNS_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no sparsity runs at {path}; make them with python -m helpers.sparsity --results")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return {name: SeedRuns(name, r["seeds"], torch.tensor(r["curves"], dtype=torch.float64),
+                           torch.tensor(r["final_loss"], dtype=torch.float64),
+                           torch.tensor(r["final_accuracy"], dtype=torch.float64), r["params_total"],
+                           r["params_active"], None if r["loads"] is None else torch.tensor(r["loads"]),
+                           {**r["settings"], "environment": record["environment"]})
+            for name, r in record["runs"].items()}
 
-    validate.float_tensor("x", x, min_dims=2)
-    layer = layer.eval()
-    size = x.element_size()
-    flops = measure_flops(lambda: layer(x))
-    weight_bytes = sum(p.numel() for p in layer.parameters()) * size
-    n = x.shape[0]
-    if isinstance(layer, FFN):
-        matrices = 3 if layer.gated else 2
-        return LayerCost(flops, weight_bytes, weight_bytes, matrices, 0, float(n))
-    if not isinstance(layer, MoE):
-        raise TypeError(f"layer must be an FFN or an MoE, got {type(layer).__name__}")
-    routing = layer.route(x)
-    used = routing.tokens_per_expert() > 0
-    expert = sum(p.numel() for p in layer.experts[0].parameters()) * size
-    shared = sum(p.numel() for p in layer.shared.parameters()) * size if layer.shared is not None else 0
-    router = layer.router.weight.numel() * size
-    matrices = 3 if layer.experts[0].gated else 2
-    hit = int(used.sum())
-    slots = int(routing.expert_index.numel())
-    return LayerCost(flops, weight_bytes, router + shared + hit * expert,
-                     matrices * hit + 1 + (matrices if layer.shared is not None else 0),
-                     2 * slots * x.shape[-1] * size, slots / max(hit, 1))
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.sparsity --results``: train notebook 07's arms over its seeds and store the runs."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.sparsity", description=main.__doc__)
+    parser.add_argument("--results", action="store_true", required=True,
+                        help="train every (arm, seed) of notebook 07 and write the runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="default: 0 to 9")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), metavar="ARM",
+                        help="default: the notebook's 8 arms")
+    parser.add_argument("--steps", type=int, default=SETTINGS["steps"],
+                        help=f"training steps per run (default {SETTINGS['steps']})")
+    parser.add_argument("--out", default=str(RUNS_PATH), help=f"default: {RUNS_PATH}")
+    args = parser.parse_args(argv)
+    runs = run_all(args.arms, args.seeds, steps=args.steps)
+    print(f"wrote {len(args.arms)} arms × {len(args.seeds)} seeds to {save_runs(runs, args.out)}")
+    return 0
 
 
 # ----------------------------------------------------------------------------- configurations
@@ -722,3 +461,7 @@ def configuration_figure(d_model: int, n_experts: int, top_k: int, d_ff: int, gr
     right.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

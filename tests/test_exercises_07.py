@@ -130,6 +130,8 @@ def test_bias_hidden_cases_reach_the_extremes():
     assert any(bool((l == l[0]).all()) and l.numel() > 1 for l in loads)               # all equal
     assert any(bool((l.double() == l.double().mean()).any()) and not bool((l == l[0]).all()) for l in loads)
     assert any(float(l.double().mean()) != int(l.sum()) // l.numel() for l in loads)  # a mean that is not whole
+    # threshold neighbour: several experts at floor(mean) of a mean that is not whole; they sit below it
+    assert any(float(l.double().mean()) % 1 and int((l == int(l.sum()) // l.numel()).sum()) >= 2 for l in loads)
     assert any(bool((l == 0).any()) for l in loads) and any(int(l.max()) >= 300 for l in loads)
     biases = [float(c.args[0].abs().max()) for c in cases]
     assert max(biases) > 40 and min(biases) < 1e-8

@@ -9,8 +9,9 @@ extremes each statement allows:
   a choice decided by a margin of 1e-4, logits from −8 to 8 in one row and below 0.01 in another,
   all negative logits, equal scores inside the chosen set (no tie at the edge of a top k);
 * bias step: one expert, all loads equal, experts exactly at the mean, a mean that is not a whole
-  number (a floor-divided mean moves an expert it should not), empty experts, loads from 0 to
-  hundreds, biases of size 50 and 1e-9, γ from 1e-3 to 0.5;
+  number (a floor-divided mean moves an expert it should not), experts at floor(mean) just below a
+  mean of 8.125 (they move up), empty experts, loads from 0 to hundreds, biases of size 50 and 1e-9,
+  γ from 1e-3 to 0.5;
 * combinations: k = E, one routed choice left (s = m·k − 1), no shared experts, m = 1, and
   DeepSeek-V3's 256 experts (an exact integer of 15 digits);
 * Welch's t: two runs per group, 2 against 8 runs, a group with no spread, values from 0.1 to 300,
@@ -176,6 +177,7 @@ def _bias_cases() -> list[Case]:
         ([3, 4], 0.02, "mean 3.5, not a whole number"),
         ([5, 6, 6, 6], 0.003, "mean 5.75: the experts at 6 are just above it"),
         ([0, 1, 500, 250, 249, 0, 2, 298], 0.001, "loads from 0 to 500, mean 162.5"),
+        ([8, 9, 8, 7, 9, 8, 8, 8], 0.04, "mean 8.125: five experts at 8 = floor(mean) are just below it"),
     ]
     cases = []
     for i, (load, gamma, note) in enumerate(rows):
