@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.exercises import engine
+from helpers.exercises.cases import randint
 from helpers.exercises.engine import FAILED, Case, Exercise, Result, compare
 from helpers.ffn import FFN
 from helpers.residual import NORMS, block_step
@@ -54,15 +55,10 @@ def _make(cls: type, *args: Any, kind: str, **kwargs: Any) -> Exercise:
     return exercise
 
 
-def _randint(gen: torch.Generator, low: int, high: int) -> int:
-    """One int in [low, high] from ``gen``."""
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
-
-
 def _distinct_sizes(gen: torch.Generator) -> tuple[int, int, int]:
     """Random (T, d_model, d_ff), all three different, so a weight in the wrong orientation cannot fit."""
     while True:
-        T, d, d_ff = _randint(gen, 2, 7), _randint(gen, 3, 9), _randint(gen, 10, 24)
+        T, d, d_ff = randint(gen, 2, 7), randint(gen, 3, 9), randint(gen, 10, 24)
         if len({T, d, d_ff}) == 3:
             return T, d, d_ff
 
@@ -94,7 +90,7 @@ def _gpt2_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2019)
     layouts = [  # (leading shape of x as a function of T, square?, what)
         (lambda T: (T,), False, "tokens as rows"),
-        (lambda T: (_randint(gen, 2, 3), T), False, "a batch of sequences"),
+        (lambda T: (randint(gen, 2, 3), T), False, "a batch of sequences"),
         (lambda T: (), False, "one token vector"),
         (lambda T: (1, 1), False, "batch size one, one token"),
         (lambda T: (T,), True, "d_ff = d_model"),
@@ -234,12 +230,12 @@ def _flops_cases() -> list[Case]:
     flags = [(True, True), (False, True), (True, False), (False, False)] * 2
     for k, (input_grad, weight_grad) in enumerate(flags):
         if k == 4:
-            n, d, d_ff = 1, _randint(gen, 2, 300), _randint(gen, 3, 1200)              # one token
+            n, d, d_ff = 1, randint(gen, 2, 300), randint(gen, 3, 1200)              # one token
         elif k == 5:
-            n = _randint(gen, 2, 5000)
-            d = d_ff = _randint(gen, 2, 300)                                          # d_ff = d_model
+            n = randint(gen, 2, 5000)
+            d = d_ff = randint(gen, 2, 300)                                          # d_ff = d_model
         else:
-            n, d, d_ff = _randint(gen, 2, 5000), _randint(gen, 2, 300), _randint(gen, 3, 1200)
+            n, d, d_ff = randint(gen, 2, 5000), randint(gen, 2, 300), randint(gen, 3, 1200)
             d_ff += d_ff == 4 * d
         cases.append(Case((n, d, d_ff, input_grad, weight_grad),
                           note=f"n_tokens={n}, d_model={d}, d_ff={d_ff}, input_grad={input_grad}, "
@@ -310,8 +306,8 @@ def _stack_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(5)
     cases = []
     for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("post", True), ("post", False)]):
-        depth, d = (1, 6) if k == 6 else (_randint(gen, 2, 4), _randint(gen, 4, 9))
-        lead = (1, 1) if k == 7 else ((_randint(gen, 2, 5),) if k == 8 else (_randint(gen, 1, 3), _randint(gen, 2, 5)))
+        depth, d = (1, 6) if k == 6 else (randint(gen, 2, 4), randint(gen, 4, 9))
+        lead = (1, 1) if k == 7 else ((randint(gen, 2, 5),) if k == 8 else (randint(gen, 1, 3), randint(gen, 2, 5)))
         ffns, norms = _stack(depth, d, 3000 + 10 * k, gen)
         x = 2 * torch.randn(*lead, d, generator=gen) + 1
         what = "one layer, " if depth == 1 else ("batch size one, one token, " if lead == (1, 1) else "")
@@ -402,9 +398,9 @@ def _grad_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(6)
     cases = []
     for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("none", True), ("post", True)]):
-        depth = 1 if k == 6 else _randint(gen, 2, 5)
-        d = _randint(gen, 4, 9)
-        lead = (1, 1) if k == 7 else ((_randint(gen, 2, 5),) if k == 8 else (_randint(gen, 1, 3), _randint(gen, 2, 5)))
+        depth = 1 if k == 6 else randint(gen, 2, 5)
+        d = randint(gen, 4, 9)
+        lead = (1, 1) if k == 7 else ((randint(gen, 2, 5),) if k == 8 else (randint(gen, 1, 3), randint(gen, 2, 5)))
         ffns, norms = _stack(depth, d, 4000 + 10 * k, gen)
         x = torch.randn(*lead, d, generator=gen)
         target = torch.randn(*lead, d, generator=gen)

@@ -33,58 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers.exercises.cases import below_minus_one, negative_rows, randint, spd, valid_mask
 from helpers.exercises.engine import Case, Exercise
 from helpers.ffn import FFN
-
-
-def _randint(gen: torch.Generator, low: int, high: int) -> int:
-    """One int in [low, high] from ``gen``."""
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
-
-
-def _no_grad(fn: Callable[..., object]) -> Callable[..., object]:
-    def wrapped(*args: object, **kwargs: object) -> object:
-        with torch.no_grad():
-            return fn(*args, **kwargs)
-    return wrapped
-
-
-def _valid_mask(gen: torch.Generator, N: int, T: int, last_allowed: bool = False,
-                padded: bool = False) -> torch.Tensor:
-    """Rows of different real lengths; a prefix needs a next token, so the last real position is out.
-
-    With ``last_allowed`` some rows may also end a prefix at the very last position ``T - 1`` (the task
-    statement allows any mask with at least one True per row). With ``padded`` every row ends in padding
-    (real length at most ``T - 1``).
-    """
-    lengths = torch.randint(2, T if padded else T + 1, (N,), generator=gen)
-    valid = torch.arange(T).unsqueeze(0) < (lengths - 1).unsqueeze(1)
-    if last_allowed:
-        valid[torch.rand(N, generator=gen) < 0.5, -1] = True
-    return valid
-
-
-def _negative_rows(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Generator,
-                   share: float = 0.4) -> None:
-    """In place, for ``coefficients`` ``(N, T, d_ff)`` and ``valid`` ``(N, T)``: in a share of the rows (at
-    least one) every allowed value is negative (GELU's small dip, -0.17..0), and every position that is not
-    allowed holds a large positive value. Masking with 0 instead of -inf then picks a forbidden position."""
-    N, _, d_ff = coefficients.shape
-    rows = torch.zeros(N, dtype=torch.bool)
-    rows[torch.randperm(N, generator=gen)[: max(1, round(share * N))]] = True
-    allowed = rows.unsqueeze(1) & valid                                            # (N, T)
-    coefficients[allowed] = -0.17 * torch.rand(int(allowed.sum()), d_ff, generator=gen)
-    coefficients[~valid] = coefficients[~valid].abs() + 2.0
-
-
-def _below_minus_one(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Generator) -> None:
-    """In place: every allowed value becomes one below -1 (from -1.05 down to about -60, the extremes a
-    float32 input allows and GELU never makes), and every position that is not allowed holds -0.5 (above
-    all of them, below 0). A stand-in such as -1 for the forbidden positions then wins, as 0 does."""
-    allowed = valid.unsqueeze(-1).expand_as(coefficients)
-    n = int(allowed.sum())
-    coefficients[allowed] = -1.05 - torch.logspace(-2, 1.77, n)[torch.randperm(n, generator=gen)]
-    coefficients[~allowed] = -0.5
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,11 +114,11 @@ def _trigger_cases() -> list[Case]:
         coefficients[:, -1] += 3.0     # the last position fires strongly: it counts only where it is allowed
         if N == 10:
             coefficients = coefficients * torch.logspace(-3, 2, N)[:, None, None]
-        valid = _valid_mask(gen, N, T, last_allowed=last)
+        valid = valid_mask(gen, N, T, last_allowed=last)
         if negative == "below":
-            _below_minus_one(coefficients, valid, gen)
+            below_minus_one(coefficients, valid, gen)
         elif negative:
-            _negative_rows(coefficients, valid, gen)
+            negative_rows(coefficients, valid, gen)
         note = f"coefficients {tuple(coefficients.shape)}, valid {tuple(valid.shape)}, neuron={neuron}, k={k}"
         cases.append(Case((coefficients, valid, neuron, k), note=note))
     return cases
@@ -270,7 +221,7 @@ def _value_cases() -> list[Case]:
             ln_f.bias.copy_(0.5 * torch.randn(d, generator=gen))
             if head_bias:
                 lm_head.bias.copy_(torch.randn(vocab, generator=gen))
-        neuron = d_ff - 1 if k in (1, 3) else _randint(gen, 0, d_ff - 2)
+        neuron = d_ff - 1 if k in (1, 3) else randint(gen, 0, d_ff - 2)
         note = (f"FFN(d_model={d}, d_ff={d_ff}), neuron={neuron}, LayerNorm({d}), "
                 f"lm_head {d}->{vocab} {'with' if head_bias else 'without'} bias, biases={biases}")
         cases.append(Case((ffn, neuron, ln_f, lm_head, biases), note=note))
@@ -344,16 +295,16 @@ def _agreement_cases() -> list[Case]:
     cases = []
     for negative, shape in [(False, None), (True, None), (False, None), (True, None), (False, (1, 4, 3, 12)),
                             ("below", None)]:                 # the last case: every allowed value below -1
-        N, T, d_ff, vocab = shape or (_randint(gen, 10, 25), _randint(gen, 5, 8), _randint(gen, 12, 30),
-                                      _randint(gen, 20, 40))      # the last case: a single example
+        N, T, d_ff, vocab = shape or (randint(gen, 10, 25), randint(gen, 5, 8), randint(gen, 12, 30),
+                                      randint(gen, 20, 40))      # the last case: a single example
         ids = torch.randint(1, vocab, (N, T), generator=gen)
-        valid = _valid_mask(gen, N, T, padded=negative)
+        valid = valid_mask(gen, N, T, padded=negative)
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0
         if negative == "below":
-            _below_minus_one(coefficients, valid, gen)
+            below_minus_one(coefficients, valid, gen)
         elif negative:
-            _negative_rows(coefficients, valid, gen, share=1.0)     # every allowed value is negative
+            negative_rows(coefficients, valid, gen, share=1.0)     # every allowed value is negative
         logits = torch.randn(d_ff, vocab, generator=gen)
         # plant answers: about half of the neurons agree; some others point at the trigger's own last token
         # (what an off-by-one finds) or have the next token as their argmin, so each mistake gets its own rate
@@ -434,14 +385,6 @@ def _edit_spill(C: torch.Tensor, k_star: torch.Tensor, keys: torch.Tensor) -> to
     return keys @ u / (u @ k_star)
 
 
-def _spd(gen: torch.Generator, d: int, low: float, high: float) -> torch.Tensor:
-    """A random symmetric positive definite ``(d, d)`` float64 matrix with eigenvalues spread from low to high."""
-    q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
-    eigenvalues = torch.logspace(torch.log10(torch.tensor(low)).item(), torch.log10(torch.tensor(high)).item(), d,
-                                 dtype=torch.float64)
-    return (q * eigenvalues) @ q.T
-
-
 def _spill_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2025)
     cases = []
@@ -449,7 +392,7 @@ def _spill_cases() -> list[Case]:
     # (α = 0) and a key on the far side (α < 0); one has keys whose sizes span 1e-4 to 1e3
     for d, M, low, high, scale in [(6, 8, 0.05, 20.0, None), (1, 3, 2.0, 2.0, None), (12, 1, 0.1, 5.0, None),
                                    (5, 7, 1.0, 1.0, None), (9, 10, 1e-2, 1e3, None), (7, 9, 0.2, 8.0, "span")]:
-        C = torch.eye(d, dtype=torch.float64) if (low, high) == (1.0, 1.0) else _spd(gen, d, low, high)
+        C = torch.eye(d, dtype=torch.float64) if (low, high) == (1.0, 1.0) else spd(gen, d, low, high)
         k_star = torch.randn(d, generator=gen, dtype=torch.float64) + 0.5
         keys = torch.randn(M, d, generator=gen, dtype=torch.float64)
         u = torch.linalg.solve(C, k_star)
@@ -505,9 +448,9 @@ def _profile_cases() -> list[Case]:
     for N, T, d_ff, R, negative in [(13, 6, 5, 3, True), (9, 4, 7, 4, False), (20, 7, 3, 2, True),
                                      (5, 5, 6, 1, False), (11, 8, 4, 5, True)]:
         coefficients = torch.randn(N, T, d_ff, generator=gen)
-        valid = _valid_mask(gen, N, T, last_allowed=True)
+        valid = valid_mask(gen, N, T, last_allowed=True)
         if negative:
-            _negative_rows(coefficients, valid, gen, share=0.5)
+            negative_rows(coefficients, valid, gen, share=0.5)
         # every relation appears at least once, in unequal numbers, interleaved; the last one only once
         relation = torch.cat([torch.arange(R - 1), torch.randint(0, max(R - 1, 1), (N - R,), generator=gen),
                               torch.tensor([R - 1])]) if R > 1 else torch.zeros(N, dtype=torch.long)
@@ -585,7 +528,7 @@ def _match_cases() -> list[Case]:
         b = torch.randn(M, n_b, generator=gen, dtype=torch.float64)
         # plant partners: some columns of b are a shuffled, rescaled, shifted, noisy copy of a column of a
         for j in torch.randperm(n_b, generator=gen)[: min(n_a, n_b) // 2 + 1].tolist():
-            i = _randint(gen, 0, n_a - 1)
+            i = randint(gen, 0, n_a - 1)
             b[:, j] = 3.0 * torch.rand(1, generator=gen, dtype=torch.float64) * (
                 a[:, i] + 0.6 * torch.randn(M, generator=gen, dtype=torch.float64)) + 5.0
         if n_b > 2:   # a decoy: strongly ANTI-correlated with a column of a (larger |r| than any partner)
