@@ -151,7 +151,7 @@ def test_layout_helpers():
     assert inter.shape == (3, 10) and torch.equal(inter[:, 0::2], w1.t()) and torch.equal(inter[:, 1::2], w3.t())
     assert torch.equal(real_code.fused_gate_up(w1, w3), torch.cat([w1, w3]))
     assert torch.equal(real_code.conv1d_weight(w1), w1.t())
-    assert not torch.equal(w1.reshape(3, 5), w1.t())                  # the bug of Exercise 2
+    assert not torch.equal(w1.reshape(3, 5), w1.t())                  # the reshape bug shown in section 1
 
 
 def test_bound_is_a_threshold_not_digits():
