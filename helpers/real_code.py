@@ -31,6 +31,7 @@ readable expert loop, and prints nothing about choosing one. ``run(module, x)`` 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -359,7 +360,8 @@ def parameter_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-#: What each family does that no configuration field records: read from its module's ``forward``.
+#: What each family does that no configuration field records, written by the course from the module's
+#: ``forward`` in transformers 5.23 (layout note, how experts are scored, when the weights are renormalised).
 _FROM_CODE = {
     "GPT-2": ("Conv1D, input × output", "—", "—"),
     "LLaMA": ("nn.Linear, gate/up/down", "—", "—"),
@@ -371,15 +373,60 @@ _FROM_CODE = {
 }
 
 
-def conventions_table(modules: dict[str, nn.Module]) -> str:
-    """One row per family: layout, activation, scoring, renormalisation, shared experts, default balancing.
+def _modeling_source(module: nn.Module) -> str:
+    """The source of the modeling file ``module``'s class is defined in."""
+    import inspect
+    import sys
 
-    ``modules``: family -> a tiny instance (its parameter names give the layout column). The activation,
-    renormalisation flag, shared experts and balancing come from the family's default configuration; the
-    layout note, scoring and when renormalisation happens from the module's code (``_FROM_CODE``).
+    return inspect.getsource(sys.modules[type(module).__module__])
+
+
+def activation_read_by(module: nn.Module, family: str) -> str:
+    """The activation the module computes, from the configuration field its modeling file actually reads.
+
+    gpt-oss's file never reads ``hidden_act``: its experts compute ``(clamp(u, ±limit) + 1) · g σ(α g)`` with
+    ``g ≤ limit``, from ``swiglu_alpha`` and ``swiglu_limit``; every other family reads ``hidden_act`` (GPT-2:
+    ``activation_function``).
     """
-    head = f"{'family':<12}{'layout':<29}{'act.':<9}{'scores':<18}{'renormalise':<27}{'shared':<8}balancing (default)"
-    rows = [head, "-" * len(head)]
+    source = _modeling_source(module)
+    config = _config(_CONFIGS[family][0])
+    if "config.swiglu_limit" in source:
+        return f"(u+1)·gσ({config.swiglu_alpha:g}g), clamp {config.swiglu_limit:g}"
+    return getattr(config, "hidden_act", None) or config.activation_function
+
+
+def balancing_in(module: nn.Module, family: str) -> str:
+    """What transformers' modeling file does about load balancing, read from its source.
+
+    An auxiliary loss only when the file calls ``load_balancing_loss_func`` (then gated by the configuration's
+    ``output_router_logits``, scaled by ``router_aux_loss_coef``); a correction bias when the module holds an
+    ``e_score_correction_bias`` buffer (loaded with the weights; transformers has no rule that updates it).
+    A configuration field the file never reads (Llama 4's ``router_aux_loss_coef``) does not count.
+    """
+    source = _modeling_source(module)
+    config = _config(_CONFIGS[family][0])
+    if re.search(r"(?<!def )load_balancing_loss_func\(", source):
+        on = "on" if config.output_router_logits else "off"
+        return f"aux loss ×{config.router_aux_loss_coef:g}, {on} (output_router_logits)"
+    if any(name.endswith("e_score_correction_bias") for name, _ in module.named_buffers()):
+        return "bias (loaded; no update in transformers)"
+    if _CONFIGS[family][2] is None:
+        return "—"
+    return "none in transformers (config field unused)" if hasattr(config, "router_aux_loss_coef") else "none"
+
+
+def conventions_table(modules: dict[str, nn.Module]) -> str:
+    """One row per family: layout, activation, scoring, renormalisation, shared experts, balancing.
+
+    ``modules``: family -> a tiny instance. Read from transformers' modeling file: the activation (the field
+    the file reads, with its default value) and the balancing (whether the file calls the aux loss or holds a
+    correction bias). Read from the configuration class's defaults: ``norm_topk_prob``,
+    ``routed_scaling_factor`` and the shared experts. Written by the course from each module's ``forward``
+    (``_FROM_CODE``): the layout note, the scores and when renormalisation happens.
+    """
+    head = (f"{'family':<12}{'layout*':<29}{'activation':<27}{'scores*':<18}{'renormalise*':<27}{'shared':<8}"
+            "balancing")
+    rows = [head]
     for family, module in modules.items():
         c = default_config_fields(family)
         layout, scoring, renorm = _FROM_CODE[family]
@@ -388,14 +435,12 @@ def conventions_table(modules: dict[str, nn.Module]) -> str:
             if "routed_scaling_factor" in c:
                 renorm += f", ×{c['routed_scaling_factor']:g}"
         shared = ("1" if family == "Llama 4" else str(c.get("n_shared_experts", 0))) if "experts" in c else "—"
-        if "experts" not in c:
-            balance = "—"
-        elif "router_aux_loss_coef" in c:
-            balance = (f"aux loss ×{c['router_aux_loss_coef']:g}, "
-                       f"{'on' if c['output_router_logits'] else 'off'} (output_router_logits)")
-        else:
-            balance = "bias e_score_correction_bias"
-        rows.append(f"{family:<12}{layout:<29}{c['activation']:<9}{scoring:<18}{renorm:<27}{shared:<8}{balance}")
+        rows.append(f"{family:<12}{layout:<29}{activation_read_by(module, family):<27}{scoring:<18}{renorm:<27}"
+                    f"{shared:<8}{balancing_in(module, family)}")
+    rows.insert(1, "-" * max(len(row) for row in rows))
+    rows.append("* typed by the course from each module's forward (transformers 5.23). activation, balancing: found "
+                "in the modeling file's source,")
+    rows.append("  values from the configuration defaults. norm_topk_prob, ×γ, shared: the configuration defaults.")
     return "\n".join(rows)
 
 

@@ -33,7 +33,7 @@ def _function_from(path: Path, name: str, *, remove_raise: bool = False):
     raise AssertionError(f"no cell defines {name} in {path}")
 
 
-DEBUG = [(nb08.check_gpt2_loader, "ffn_from_gpt2"), (nb08.check_padding_balance, "balance_loss"),
+DEBUG = [(nb08.check_gpt2_loader, "attn_from_gpt2"), (nb08.check_padding_balance, "balance_loss"),
          (nb08.check_group_limited, "group_limited_topk")]
 ALL = DEBUG + [(nb08.check_gpt_oss_layout, "gpt_oss_gate_up"), (nb08.check_topk_mass, "mean_topk_mass"),
                (nb08.check_score_on_input, "input_over_output")]
@@ -104,32 +104,56 @@ def test_layout_covers_vectors_squares_and_extreme_magnitudes():
     assert max(magnitudes) > 1e20 and min(magnitudes) < 1e-20
 
 
-# ------------------------------------------------------------------ exercise 2: GPT-2 loader
+# ------------------------------------------------------------------ exercise 2: GPT-2 attention loader
 @pytest.mark.parametrize("transpose", [lambda t: t.T, lambda t: t.transpose(0, 1), lambda t: t.permute(1, 0),
                                        lambda t: t.mT, lambda t: t.t().contiguous()],
                          ids=["T", "transpose", "permute", "mT", "contiguous"])
 def test_gpt2_fixes_in_every_style_pass(transpose):
-    def fixed(c_fc_w, c_fc_b, c_proj_w, c_proj_b):
-        return transpose(c_fc_w), c_fc_b, transpose(c_proj_w), c_proj_b
-    assert nb08.check_gpt2_loader.evaluate(fixed).status == PASSED
+    def split_then_transpose(c_attn_w, c_proj_w):
+        d = c_proj_w.shape[0]
+        return (*[transpose(w) for w in c_attn_w.split(d, dim=1)], transpose(c_proj_w))
+
+    def transpose_then_chunk(c_attn_w, c_proj_w):
+        return (*transpose(c_attn_w).chunk(3, dim=0), transpose(c_proj_w))
+    for fixed in (split_then_transpose, transpose_then_chunk):
+        assert nb08.check_gpt2_loader.evaluate(fixed).status == PASSED
 
 
 def test_gpt2_wrong_fixes_get_their_hints():
-    _expect_hint(nb08.check_gpt2_loader, lambda a, b, c, e: (a.view(a.shape[1], a.shape[0]), b,
-                                                             c.view(c.shape[1], c.shape[0]), e), 0)
-    _expect_hint(nb08.check_gpt2_loader, lambda a, b, c, e: (a.t(), b, c.reshape(a.shape), e), 1)
-    _expect_hint(nb08.check_gpt2_loader, lambda a, b, c, e: (a.reshape(a.shape[1], a.shape[0]), b, c.t(), e), 2)
+    for i in range(len(nb08.check_gpt2_loader.mistakes)):
+        _expect_hint(nb08.check_gpt2_loader, nb08.check_gpt2_loader.mistakes[i][1], i)
+    _expect_hint(nb08.check_gpt2_loader, lambda a, c: (*a.view(3 * c.shape[0], c.shape[0]).split(c.shape[0]), c.T), 1)
 
 
-def test_gpt2_swapped_biases_fail_without_a_misleading_hint():
-    result = nb08.check_gpt2_loader.evaluate(lambda a, b, c, e: (a.t(), e, c.t(), b))
+def test_gpt2_a_partial_fix_is_told_the_class_not_a_wrong_hint():
+    """Only W_q transposed: no listed mistake explains it, so the checker names the class of bug."""
+    def partial(c_attn_w, c_proj_w):
+        w_q, w_k, w_v = c_attn_w.split(c_proj_w.shape[0], dim=1)
+        return w_q.t(), w_k, w_v, c_proj_w.t()
+    result = nb08.check_gpt2_loader.evaluate(partial)
     assert result.status == FAILED and result.hint is None, result.message
+    assert CLUE_PREFIX + nb08.check_gpt2_loader.bug_class in result.message, result.message
 
 
-def test_gpt2_cases_include_a_square_layer_and_float64():
+def test_gpt2_cases_include_a_one_by_one_layer_and_float64():
     cases = nb08.check_gpt2_loader.cases()
-    assert any(c.args[0].shape[0] == c.args[0].shape[1] for c in cases)
+    assert any(c.args[1].shape == (1, 1) for c in cases)              # where the bug cannot show
     assert any(c.args[0].dtype == torch.float64 for c in cases)
+    assert all(c.args[0].shape == (c.args[1].shape[0], 3 * c.args[1].shape[0]) for c in cases)
+
+
+def test_gpt2_reference_is_the_attention_transformers_builds():
+    """The reference's W_q, W_k, W_v, W_o reproduce GPT2Attention's c_attn and c_proj as nn.Linear layers."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+    torch.manual_seed(0)
+    attn = GPT2Attention(GPT2Config(n_embd=8, n_head=2)).eval()
+    x = torch.randn(5, 8)
+    w_q, w_k, w_v, w_o = nb08._attn_from_gpt2(attn.c_attn.weight.detach(), attn.c_proj.weight.detach())
+    with torch.no_grad():
+        qkv = attn.c_attn(x)
+        torch.testing.assert_close(torch.cat([x @ w_q.T, x @ w_k.T, x @ w_v.T], -1) + attn.c_attn.bias, qkv)
+        torch.testing.assert_close(x @ w_o.T + attn.c_proj.bias, attn.c_proj(x))
 
 
 # ------------------------------------------------------------------ exercise 3: padding
@@ -168,6 +192,19 @@ def test_padding_wrong_fixes_get_their_hints():
         _expect_hint(nb08.check_padding_balance, nb08.check_padding_balance.mistakes[i][1], i)
 
 
+def test_padding_f_per_token_is_named_only_where_it_explains_the_answer():
+    """Dividing f by N_real instead of N_real·k gives k × the loss: named (it fails every k > 1 case);
+    unmasked and per-token at once is not that mistake, and gets the class of bug instead."""
+    result = nb08.check_padding_balance.evaluate(nb08._balance_wrong("f per token"))
+    assert result.status == FAILED and "counts tokens, not the N_real·k slots" in result.hint, result.message
+    def both(logits, index, mask):
+        probs = torch.softmax(logits, -1)
+        counts = torch.bincount(index.reshape(-1), minlength=logits.shape[-1]).float()
+        return logits.shape[-1] * (counts / len(index) * probs.mean(0)).sum()
+    other = nb08.check_padding_balance.evaluate(both)
+    assert other.status == FAILED and other.hint is None and CLUE_PREFIX in other.message, other.message
+
+
 def test_padding_cases_cover_no_padding_one_real_token_and_k_equal_e():
     cases = nb08.check_padding_balance.cases()
     masks = [c.args[2] for c in cases]
@@ -200,6 +237,13 @@ def test_group_small_negative_fills_are_caught_as_the_same_class_of_bug():
 def test_group_wrong_fixes_get_their_hints():
     for i in (1, 2, 3):
         _expect_hint(nb08.check_group_limited, nb08.check_group_limited.mistakes[i][1], i)
+
+
+def test_group_right_experts_in_another_order_are_told_so_not_the_bug_class():
+    for fn, i in ((nb08._group_descending, 4), (nb08._group_topk_order, 5)):
+        result = nb08.check_group_limited.evaluate(fn)
+        assert result.status == FAILED and "increasing order" in result.message, result.message
+        assert CLUE_PREFIX not in result.message, result.message
 
 
 def test_group_reference_agrees_with_transformers_deepseek_router():

@@ -151,7 +151,7 @@ def test_layout_helpers():
     assert inter.shape == (3, 10) and torch.equal(inter[:, 0::2], w1.t()) and torch.equal(inter[:, 1::2], w3.t())
     assert torch.equal(real_code.fused_gate_up(w1, w3), torch.cat([w1, w3]))
     assert torch.equal(real_code.conv1d_weight(w1), w1.t())
-    assert not torch.equal(w1.reshape(3, 5), w1.t())                  # the bug of Exercise 2
+    assert not torch.equal(w1.reshape(3, 5), w1.t())                  # the reshape bug shown in section 1
 
 
 def test_bound_is_a_threshold_not_digits():
@@ -208,3 +208,21 @@ def test_colab_leaves_a_new_enough_or_absent_transformers_to_the_import_check(mo
 def test_the_bound_is_the_documented_minimum():
     major_minor = ".".join(real_code.MIN_TRANSFORMERS.split(".")[:2])
     assert env.RUNTIME_PACKAGES["transformers"] == f"transformers>={major_minor}"
+
+
+def test_conventions_table_reads_what_the_modules_use():
+    """gpt-oss never reads hidden_act (its activation comes from swiglu_alpha/limit); Llama 4 never calls the
+    aux loss although its configuration carries router_aux_loss_coef; DeepSeek-V3's bias is never updated."""
+    torch.manual_seed(0)
+    oss = real_code.gpt_oss_mlp(MoE(12, 4, 2, d_ff=16, bias=True).eval())
+    l4 = real_code.llama4_moe(MoE(12, 5, 2, d_ff=16, n_shared=1, score="sigmoid").eval())
+    mixtral = real_code.mixtral_block(MoE(12, 4, 2, d_ff=16).eval())
+    ds = real_code.deepseek_v3_moe(_deepseek_moe(0))
+    assert real_code.activation_read_by(oss, "gpt-oss") == "(u+1)·gσ(1.702g), clamp 7"
+    assert real_code.activation_read_by(mixtral, "Mixtral") == "silu"
+    assert real_code.balancing_in(l4, "Llama 4") == "none in transformers (config field unused)"
+    assert real_code.balancing_in(mixtral, "Mixtral").startswith("aux loss ×0.001, off")
+    assert real_code.balancing_in(oss, "gpt-oss").startswith("aux loss")
+    assert real_code.balancing_in(ds, "DeepSeek-V3") == "bias (loaded; no update in transformers)"
+    table = real_code.conventions_table({"Llama 4": l4, "gpt-oss": oss})
+    assert "clamp 7" in table and "config field unused" in table

@@ -10,7 +10,7 @@ bug, passes the fix, and names the class of bug when a "fix" still fails.
 checker                           your function                                                returns
 ================================  ===========================================================  =============
 ``check_gpt_oss_layout``          ``gpt_oss_gate_up(w1, w3)``                                  ``(d, 2f)``
-``check_gpt2_loader``             ``ffn_from_gpt2(c_fc_w, c_fc_b, c_proj_w, c_proj_b)``        4 tensors
+``check_gpt2_loader``             ``attn_from_gpt2(c_attn_w, c_proj_w)``                       4 tensors
 ``check_padding_balance``         ``balance_loss(router_logits, expert_index, attention_mask)``  scalar
 ``check_group_limited``           ``group_limited_topk(scores, bias, k, n_group, topk_group)``  ``(N, k)``
 ``check_topk_mass``               ``mean_topk_mass(logits, k)``                                float
@@ -86,42 +86,62 @@ check_gpt_oss_layout = Exercise(
 
 
 # ---------------------------------------------------------------- exercise 2: a GPT-2 loader (debug)
-def _ffn_from_gpt2(c_fc_w, c_fc_b, c_proj_w, c_proj_b):
-    return c_fc_w.t(), c_fc_b, c_proj_w.t(), c_proj_b
+def _attn_from_gpt2(c_attn_w, c_proj_w):
+    d = c_proj_w.shape[0]
+    w_q, w_k, w_v = c_attn_w.t().split(d, dim=0)
+    return w_q, w_k, w_v, c_proj_w.t()
 
 
-def _gpt2_buggy(c_fc_w, c_fc_b, c_proj_w, c_proj_b):
-    d, f = c_fc_w.shape
-    return c_fc_w.reshape(f, d), c_fc_b, c_proj_w.reshape(d, f), c_proj_b
+def _gpt2_buggy(c_attn_w, c_proj_w):
+    d = c_proj_w.shape[0]
+    w_q, w_k, w_v = c_attn_w.split(d, dim=1)
+    return w_q, w_k, w_v, c_proj_w.t()
+
+
+def _gpt2_reshaped(c_attn_w, c_proj_w):
+    d = c_proj_w.shape[0]
+    w_q, w_k, w_v = c_attn_w.reshape(3 * d, d).split(d, dim=0)
+    return w_q, w_k, w_v, c_proj_w.t()
+
+
+def _gpt2_out_untransposed(c_attn_w, c_proj_w):
+    w_q, w_k, w_v, _ = _attn_from_gpt2(c_attn_w, c_proj_w)
+    return w_q, w_k, w_v, c_proj_w
+
+
+def _gpt2_nothing_transposed(c_attn_w, c_proj_w):
+    w_q, w_k, w_v, _ = _gpt2_buggy(c_attn_w, c_proj_w)
+    return w_q, w_k, w_v, c_proj_w
 
 
 def _gpt2_cases() -> list[Case]:
     g = _generator(802)
     cases = []
-    for d, f, dtype in [(4, 16, torch.float32), (3, 3, torch.float32), (8, 32, torch.float64), (2, 5, torch.float32),
-                        (1, 4, torch.float32), (6, 2, torch.float32)]:
-        args = (torch.randn(d, f, generator=g, dtype=dtype), torch.randn(f, generator=g, dtype=dtype),
-                torch.randn(f, d, generator=g, dtype=dtype), torch.randn(d, generator=g, dtype=dtype))
-        cases.append(Case(args, note=f"d_model={d}, d_ff={f}, {str(dtype).replace('torch.', '')}"))
+    for d, dtype in [(4, torch.float32), (3, torch.float32), (8, torch.float64), (1, torch.float32),
+                     (2, torch.float32), (16, torch.float32)]:
+        args = (torch.randn(d, 3 * d, generator=g, dtype=dtype), torch.randn(d, d, generator=g, dtype=dtype))
+        cases.append(Case(args, note=f"d_model={d}, {str(dtype).replace('torch.', '')}"))
     return cases
 
 
 check_gpt2_loader = Exercise(
     "Exercise 2 (GPT-2 loader)",
-    _ffn_from_gpt2,
+    _attn_from_gpt2,
     _gpt2_cases,
     [
-        ("reshape (or view) to the transposed shape keeps the memory order, so every shape check passes while "
-         "the weights are scrambled. A layout bug: Conv1D stores input × output, nn.Linear output × input, and "
-         "only a transpose (.t()) converts one into the other.", _gpt2_buggy),
-        ("W1 is fixed but W2 is still reshaped: c_proj is a Conv1D too (d_ff × d_model in GPT-2), so it needs "
-         "the same transpose.", lambda a, b, c, e: (a.t(), b, c.reshape(a.shape[0], a.shape[1]), e)),
-        ("W2 is fixed but W1 is still reshaped: c_fc is a Conv1D too (d_model × d_ff in GPT-2), so it needs "
-         "the same transpose.", lambda a, b, c, e: (a.reshape(a.shape[1], a.shape[0]), b, c.t(), e)),
-        ("the Conv1D weights were returned as they are: GPT-2 stores input × output, the course output × input "
-         "(nn.Linear), so each weight must be transposed.", lambda a, b, c, e: (a, b, c, e)),
+        ("W_q, W_k and W_v are split out of c_attn correctly but keep Conv1D's input × output layout: each block "
+         "is square (d × d), so no shape check notices. A layout bug: Conv1D stores input × output, nn.Linear "
+         "output × input; transpose c_attn (or each block) before using it as nn.Linear weights.", _gpt2_buggy),
+        ("reshape (or view) to (3d, d) keeps the memory order, so the shapes are right and the weights "
+         "scrambled: only a transpose (.t()) turns Conv1D's input × output into nn.Linear's output × input.",
+         _gpt2_reshaped),
+        ("W_q, W_k, W_v are right now, but W_o lost its transpose: c_proj is a square Conv1D weight too.",
+         _gpt2_out_untransposed),
+        ("no weight is transposed: Conv1D stores input × output, nn.Linear output × input, and every block here "
+         "is square, so only the values show it.", _gpt2_nothing_transposed),
     ],
     atol=0, rtol=0, kind="debug",
+    bug_class="a Conv1D (input × output) weight used as an nn.Linear (output × input) one without a transpose",
 )
 
 
@@ -141,11 +161,13 @@ def _balance_wrong(kind: str):
         keep = attention_mask.bool()
         probs = torch.softmax(router_logits, dim=-1)
         n_experts = probs.shape[-1]
-        mask_f = kind in ("counts only", "divided by all")
-        mask_p = kind in ("probs only", "divided by all")
+        mask_f = kind in ("counts only", "divided by all", "f per token")
+        mask_p = kind in ("probs only", "divided by all", "f per token")
         chosen = expert_index[keep] if mask_f else expert_index
         counts = torch.bincount(chosen.reshape(-1), minlength=n_experts).to(probs.dtype)
         f = counts / (expert_index.numel() if kind == "divided by all" else chosen.numel())
+        if kind == "f per token":
+            f = counts / keep.sum()
         p = (probs * keep[:, None]).sum(0) / (keep.numel() if kind == "divided by all" else keep.sum()) \
             if mask_p else probs.mean(0)
         return n_experts * (f * p).sum()
@@ -193,8 +215,12 @@ check_padding_balance = Exercise(
         ("the padding rows were zeroed, but f and P are still divided by all N tokens (N·k slots); divide by "
          "the number of real tokens (their slots) instead, so an even load still gives 1.",
          _balance_wrong("divided by all")),
+        ("the padding is masked, but f counts tokens, not the N_real·k slots: that is transformers' "
+         "normalisation (k at an even load), while this statement's f divides by N_real·k (1 at an even load).",
+         _balance_wrong("f per token")),
     ],
     kind="debug",
+    bug_class="padding counted as data: both f and P must average over the real tokens only",
 )
 
 
@@ -238,6 +264,20 @@ def _group_unbiased_groups(scores, bias, k, n_group, topk_group):
     return (scores + bias).masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices.sort(dim=-1).values
 
 
+def _group_descending(scores, bias, k, n_group, topk_group):
+    return _group_limited(scores, bias, k, n_group, topk_group).flip(-1)
+
+
+def _group_topk_order(scores, bias, k, n_group, topk_group):
+    n, e = scores.shape
+    choice = scores + bias
+    groups = choice.view(n, n_group, e // n_group)
+    keep = groups.topk(min(2, e // n_group), dim=-1).values.sum(-1).topk(topk_group, dim=-1).indices
+    mask = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+    mask = mask[:, :, None].expand(n, n_group, e // n_group).reshape(n, e)
+    return choice.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices
+
+
 def _group_cases() -> list[Case]:
     g = _generator(804)
     cases = []
@@ -274,6 +314,10 @@ check_group_limited = Exercise(
          "experts lose (fill with -inf).", _group_no_limit),
         ("the groups were ranked by the scores without the bias; DeepSeek-V3 ranks groups (and experts) by "
          "scores + bias, the bias only leaves the combine weights alone.", _group_unbiased_groups),
+        ("the right experts, in decreasing order: the statement wants each row's indices sorted in increasing "
+         "order (.sort(dim=-1).values).", _group_descending),
+        ("the right experts, in topk's order (best score first): the statement wants each row's indices sorted "
+         "in increasing order (.sort(dim=-1).values).", _group_topk_order),
     ],
     kind="debug",
     bug_class="a masked entry that does not always lose: the experts of a dropped group must score below every "
