@@ -173,3 +173,33 @@ def test_sub_updates_other_correct_forms_pass():
         return torch.stack(out)
 
     assert check_top_sub_updates.evaluate(loop_over_rows).status == PASSED
+
+
+def test_topk_float64_result_passes_as_the_statement_says():
+    result = check_topk_activation.evaluate(
+        lambda pre, k: check_topk_activation.reference(pre.double(), k))
+    assert result.status == PASSED, result.message
+
+
+def test_transcoder_normalised_loss_is_named():
+    def normalised(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        codes, y_hat, loss = check_transcoder.reference(x, y, W_enc, b_enc, W_dec, b_dec, k)
+        return codes, y_hat, torch.as_tensor(loss) / ((y - y.mean(0)) ** 2).sum(-1).mean()   # inf for one row
+
+    result = check_transcoder.evaluate(normalised)
+    assert result.status == FAILED and "variance of y" in result.message, result.message
+
+
+def test_sub_updates_every_neuron_kept_is_named_and_tie_hint_is_its_own():
+    result = check_top_sub_updates.evaluate(lambda m, W2, b2, k: m @ W2.T + b2)
+    assert result.status == FAILED and "kept every neuron" in result.message, result.message
+
+    def by_topk(m, W2, b2, k):
+        idx = (m.abs() * W2.norm(dim=0)).topk(k, dim=-1).indices
+        return (m * torch.zeros_like(m, dtype=torch.bool).scatter(-1, idx, True)) @ W2.T + b2
+
+    result = check_top_sub_updates.evaluate(by_topk)
+    if result.status == FAILED:                      # torch.topk happened to break the tie the other way
+        assert "stable sort" in result.message and "pre." not in result.message, result.message
+    hints = " ".join(hint for hint, _ in check_top_sub_updates.mistakes)
+    assert "pre." not in hints

@@ -188,6 +188,8 @@ def _transcoder_wrong(kind: str):
             loss = squared.mean()
         elif kind == "sum rows":
             loss = squared.sum()
+        elif kind == "normalised":
+            loss = squared.sum(dim=-1).mean() / ((target - target.mean(0)) ** 2).sum(dim=-1).mean()
         else:
             loss = squared.sum(dim=-1).mean()
         return codes, y_hat, float(loss)
@@ -210,6 +212,9 @@ check_transcoder = Exercise(
          "average over the rows.", _transcoder_wrong("mean all")),
         ("the loss sums over the rows; average the per-row squared error over the batch instead.",
          _transcoder_wrong("sum rows")),
+        ("you divided by the variance of y, as section 2's training does (an FVU); this exercise asks for the "
+         "loss before that division: the squared error summed over a row's d_out outputs, averaged over the rows.",
+         _transcoder_wrong("normalised")),
         ("a kept negative pre-activation must become 0: apply ReLU to the k values you keep.",
          _transcoder_wrong("no relu")),
         (TIE_HINT + " (here the all-zero input leaves only b_enc, which has ties).", _transcoder_wrong("torch.topk")),
@@ -335,6 +340,8 @@ def _sub_update_wrong(kind: str):
     def wrong(m, W2, b2, k):
         if kind == "W2 layout":
             return (m * _keep_mask(m.abs() * W2.norm(dim=1), k)) @ W2 + b2
+        if kind == "every neuron":
+            return m @ W2.T + b2
         score = {"signed": m * W2.norm(dim=0), "coefficient only": m.abs(),
                  "value only": W2.norm(dim=0).expand_as(m)}.get(kind, m.abs() * W2.norm(dim=0))
         if kind == "torch.topk":
@@ -360,7 +367,12 @@ check_top_sub_updates = Exercise(
         ("b2 is missing: the FFN output is b2 plus the kept sub-updates.", _sub_update_wrong("no b2")),
         ("W2 is (d_model, d_ff) in nn.Linear's layout: value i is the column W2[:, i], its norm "
          "W2.norm(dim=0), and the output (m · keep) @ W2.T + b2.", _sub_update_wrong("W2 layout")),
-        (TIE_HINT.replace("k-th largest value", "k-th largest size"), _sub_update_wrong("torch.topk")),
+        ("you kept every neuron (the whole FFN output): keep only the k neurons of each row with the largest "
+         "sub-update |m_i|·‖W2[:, i]‖ and drop the others.", _sub_update_wrong("every neuron")),
+        ("among neurons whose sub-update size |m_i|·‖W2[:, i]‖ equals the k-th largest, keep the lowest indices: "
+         "torch.topk promises no order among ties, but a stable sort does "
+         "(size.sort(dim=-1, descending=True, stable=True).indices[:, :k], with size = m.abs() * W2.norm(dim=0)).",
+         _sub_update_wrong("torch.topk")),
     ],
     atol=1e-9, rtol=1e-9, kind="investigate",
 )
