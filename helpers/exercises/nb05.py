@@ -22,7 +22,7 @@ checker                          kind         your function                     
 ``check_capacity_keep``          build        ``capacity_keep(expert_index, n_experts, capacity_factor)``         ``(N, k)`` bool
 ``check_balance_loss``           build        ``balance_loss(probs, expert_index)``                               0-dim float32 tensor
 ``check_z_loss``                 build        ``z_loss_grad(logits)``                                             ``(N, E)`` float32
-``check_noisy_top_k``            build        ``noisy_top_k_gates(x, w_gate, w_noise, noise, k)``                 ``(N, E)`` float32
+``check_noisy_top_k``            investigate  ``noisy_top_k_gates(x, w_gate, w_noise, noise, k)``                 ``(N, E)`` float32
 ``check_later_tokens``           investigate  ``changed_by_later_tokens(expert_index, n_experts, capacity_factor)``  ``(N,)`` bool
 ===============================  ===========  ==================================================================  =====================
 
@@ -510,7 +510,7 @@ check_noisy_top_k = Exercise(
         ("you chose the experts by the clean logits x W_gateᵀ; the noisy logits H decide which k are kept.",
          lambda x, wg, wn, eps, k: _gates(_noisy_logits(x, wg, wn, eps), k, select=x @ wg.T)),
     ],
-    kind="build",
+    kind="investigate",
 )
 
 
