@@ -56,13 +56,15 @@ def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | Non
 def plot_heatmap(ax: Axes, matrix: torch.Tensor, *, xlabel: str, ylabel: str, title: str | None = None,
                  yticklabels: Sequence[str] | None = None, xticklabels: Sequence[str] | None = None, colorbar_label: str = "share of tokens",
                  vmin: float | None = 0.0, vmax: float | None = None, annotate: bool = False, cmap: str = "viridis",
-                 aspect: str = "auto") -> Axes:
-    """A labelled heat map of a 2-D tensor ``(rows, columns)`` (rows on the y axis), with a colour bar."""
+                 aspect: str = "auto", colorbar: bool = True) -> Axes:
+    """A labelled heat map of a 2-D tensor ``(rows, columns)`` (rows on the y axis), with a colour bar unless
+    ``colorbar=False`` (the caller then draws one for several panels from ``ax.images[0]``)."""
     m = torch.as_tensor(matrix).double()
     if m.dim() != 2:
         raise ValueError(f"matrix must be 2-D, got shape {tuple(m.shape)}")
     image = ax.imshow(m.numpy(), aspect=aspect, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
-    ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.03)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label=colorbar_label, fraction=0.046, pad=0.03)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(False)
@@ -126,9 +128,12 @@ def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequenc
                 shares = shares[:, experts_by_load(log.counts[:, layer])]
                 xlabel = "experts, busiest first"
             plot_heatmap(ax, shares, xlabel=xlabel, ylabel="training step", title=f"{name}: layer {layer}",
-                         vmax=top, xticklabels=[str(i + 1) for i in range(shares.shape[1])] if sort_experts else None)
+                         vmax=top, xticklabels=[str(i + 1) for i in range(shares.shape[1])] if sort_experts else None,
+                         colorbar=False)
     fig.suptitle("Share of each step's tokens that every expert receives (even split = 1/E)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    cax = fig.add_axes((0.92, 0.15, 0.015, 0.7))                  # one colour bar: every panel shares the scale
+    fig.colorbar(axes[0, 0].images[0], cax=cax, label="share of the step's tokens")
     return fig
 
 
@@ -169,9 +174,9 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
     right.set_title("Load entropy (1 = even, 0 = one expert)")
     right.set_ylim(0, 1.05)
     handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
-    rows = -(-len(labels) // 4)                                   # legend rows under the panels
-    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=min(2, len(labels)), fontsize=11, frameon=False)
+    rows = -(-len(labels) // 2)                                   # legend rows under the panels
+    fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
     return fig
 
 

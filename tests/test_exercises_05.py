@@ -464,3 +464,38 @@ def test_routing_plot_additions():
     for figure in (routing_over_training_figure({"a": logs[0], "b": logs[1]}, layers=(0, 1), sort_experts=True),
                    load_curves_figure({"two seeds": logs, "one run": logs[0]})):
         plt.close(figure)
+
+
+# ---------------------------------------------------------------- checks made once every value passes
+def test_an_integer_mask_fails_with_a_dtype_message():
+    result = check_capacity_keep.evaluate(lambda *args: check_capacity_keep.reference(*args).long())
+    assert result.status == FAILED and "bool" in result.message and "torch.int64" in result.message
+
+
+@pytest.mark.parametrize("cut", ["detach", "item"])
+def test_a_balance_loss_without_its_gradient_through_p_fails(cut):
+    def balance_loss(probs, expert_index):
+        value = check_balance_loss.reference(probs.detach(), expert_index)
+        return value if cut == "detach" else torch.tensor(value.item())
+
+    result = check_balance_loss.evaluate(balance_loss)
+    assert result.status == FAILED and "gradient" in result.message
+
+
+def test_a_balance_loss_with_the_wrong_gradient_fails():
+    """Right value, but the gradient also flows through a soft f (the value of f·P is unchanged by the trick)."""
+    def balance_loss(probs, expert_index):
+        value = check_balance_loss.reference(probs, expert_index)
+        return value + 0.0 * probs.pow(2).sum() + (probs.sum() - probs.detach().sum())
+
+    result = check_balance_loss.evaluate(balance_loss)
+    assert result.status == FAILED and "gradient with respect to probs is wrong" in result.message
+
+
+def test_the_float64_overflow_gets_its_own_hint():
+    def z_loss_grad(logits):
+        l = logits.double()
+        return 2.0 / l.shape[0] * torch.log(torch.exp(l).sum(-1, keepdim=True)) * torch.exp(l) / torch.exp(l).sum(
+            -1, keepdim=True)
+
+    assert "float64 only moves the overflow" in hint_of(check_z_loss, z_loss_grad)

@@ -39,7 +39,23 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import FAILED, Case, Exercise
+
+
+class _AfterPassExercise(Exercise):
+    """One more check once every hidden value passes: ``after(fn)`` returns what is still wrong, or ``None``
+    (a mask of the wrong dtype, a loss that carries no gradient)."""
+
+    def __init__(self, *args, after, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.after = after
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if not result.passed:
+            return result
+        problem = self.after(fn)
+        return result if problem is None else self._result(FAILED, problem, "wrong")
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -214,7 +230,15 @@ def _capacity_cases() -> list[Case]:
     return cases
 
 
-check_capacity_keep = Exercise(
+def _mask_dtype(fn) -> str | None:
+    kept = fn(torch.tensor([[0, 1], [1, 0]]), 2, 0.5)
+    if isinstance(kept, torch.Tensor) and kept.dtype != torch.bool:
+        return (f"the slots kept are right, but the mask is {kept.dtype}; the statement asks for a bool mask "
+                f"(a comparison such as `rank < capacity` gives one, or call `.bool()`).")
+    return None
+
+
+check_capacity_keep = _AfterPassExercise(
     "Exercise 2 (capacity and dropped slots)",
     _capacity_keep,
     _capacity_cases,
@@ -235,6 +259,7 @@ check_capacity_keep = Exercise(
          lambda idx, e, f: _keep(idx, e, _capacity(1.0, *idx.shape, e))),
     ],
     kind="build",
+    after=_mask_dtype,
 )
 
 
@@ -292,7 +317,28 @@ def _p_from_counts(probs, expert_index):
     return probs.shape[-1] * (f * f).sum()
 
 
-check_balance_loss = Exercise(
+def _balance_gradient(fn) -> str | None:
+    """The loss must train the router: d loss / d probs[n, i] = E · f_i / N, through P only."""
+    probs = torch.softmax(torch.randn(12, 4, generator=_generator(513)), -1)
+    index = probs.topk(2, dim=-1).indices
+    leaf = probs.clone().requires_grad_(True)
+    loss = fn(leaf, index.clone())
+    where = "on probs (12, 4) with each token's top-2 experts"
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return (f"the value is right, but it carries no gradient back to probs ({where}): compute P_i = "
+                f"probs[:, i].mean() with tensor operations (no .item(), .detach() or NumPy), so that the loss "
+                f"trains the router.")
+    (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    expected = (4 * _slot_counts(probs, index) / index.numel() / 12).expand(12, 4)
+    if grad is None or not torch.allclose(grad.double(), expected.double(), rtol=1e-4, atol=1e-7):
+        got = "none" if grad is None else "[" + ", ".join(f"{v:.4f}" for v in grad[0].tolist()) + "]"
+        return (f"the value is right, but its gradient with respect to probs is wrong ({where}): token 0 gets "
+                f"{got}, expected E·f_i/N = [" + ", ".join(f"{v:.4f}" for v in expected[0].tolist()) + "]. "
+                f"f is a count of the routing decisions (a constant); the gradient flows through P only.")
+    return None
+
+
+check_balance_loss = _AfterPassExercise(
     "Exercise 3 (load-balancing loss)",
     _balance_loss,
     _balance_cases,
@@ -316,6 +362,7 @@ check_balance_loss = Exercise(
          "tokens, the differentiable part that carries the gradient.", _p_from_counts),
     ],
     kind="build",
+    after=_balance_gradient,
 )
 
 
@@ -328,7 +375,7 @@ def _z_loss_grad(logits: torch.Tensor) -> torch.Tensor:
 
 def _z_cases() -> list[Case]:
     g = _generator(504)
-    cases = [Case((torch.tensor([[0.0, 0.0], [1.0, -1.0]]),), note="the notebook's example (2 tokens, 2 experts)")]
+    cases = [Case((torch.tensor([[0.0, 0.0], [1.0, -1.0]]),), note="logits [[0, 0], [1, -1]] (2 tokens, 2 experts)")]
     for n, e, scale, shift in [(6, 4, 1.0, 0.0), (10, 8, 3.0, 2.0), (5, 3, 0.5, -1.0)]:
         cases.append(Case((scale * torch.randn(n, e, generator=g) + shift,), note=f"logits of shape ({n}, {e})"))
     cases.append(Case((torch.randn(8, 4, generator=g) + 100.0,), note="logits near +100 (exp overflows float32)"))
@@ -359,6 +406,11 @@ check_z_loss = Exercise(
         ("exp over- or underflowed on large logits: subtract each row's maximum m before exponentiating "
          "(logsumexp = m + log Σ exp(l − m), softmax = exp(l − m) / Σ exp(l − m)).",
          _z_grad_with(lse_of=lambda l: torch.log(torch.exp(l).sum(-1, keepdim=True)), probs_of=_naive_softmax)),
+        ("float64 only moves the overflow: exp passes float64's largest value above a logit of about 709, so the "
+         "logits near +800 still give inf / inf = NaN. Subtract each row's maximum m before exponentiating "
+         "(logsumexp = m + log Σ exp(l − m), softmax = exp(l − m) / Σ exp(l − m)).",
+         _z_grad_with(lse_of=lambda l: torch.log(torch.exp(l.double()).sum(-1, keepdim=True)),
+                      probs_of=lambda l: _naive_softmax(l.double()))),
         ("you subtracted each row's maximum m inside logsumexp but did not add it back: logsumexp(l) = "
          "m + log Σ exp(l − m).", _z_grad_with(lse_of=lambda l: torch.logsumexp(l - l.max(-1, keepdim=True).values,
                                                                                -1, keepdim=True))),
