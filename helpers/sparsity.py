@@ -365,8 +365,8 @@ def curves_figure(runs: Sequence[SeedRuns], colors: Sequence[str] | None = None,
         color = None if colors is None else colors[i % len(colors)]
         style = "-" if styles is None else styles[i % len(styles)]
         steps = torch.arange(1, r.curves.shape[1] + 1).numpy()
-        line, = ax.plot(steps, r.curves.mean(0).numpy(), color=color, ls=style, lw=1.8,
-                        label=f"{r.name} ({r.curves.shape[0]} seeds)")
+        line, = ax.plot(steps, r.curves.mean(0).numpy(), color=color, ls=style, lw=1.8,   # first run drawn on top
+                        label=f"{r.name} ({r.curves.shape[0]} seeds)", zorder=3 + len(runs) - i)
         ax.fill_between(steps, r.curves.min(0).values.numpy(), r.curves.max(0).values.numpy(),
                         color=line.get_color(), alpha=0.18)
     ax.set_yscale("log")

@@ -25,14 +25,14 @@ loss-free balancing DeepSeek-V3 adopts.
 Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): the router is ``(E, d_model)``
 and a batch of row vectors ``X`` ``(N, d_model)`` gives logits ``X W_rᵀ`` ``(N, E)``.
 
-==============================  =====================================================  ======================
-checker                         your function                                          returns
-==============================  =====================================================  ======================
-``check_v3_gates``              ``v3_gates(logits, bias, k)``                          ``(N, E)`` gates
-``check_bias_step``             ``bias_step(bias, load, gamma)``                       ``(E,)`` new bias
-``check_expert_combinations``   ``expert_combinations(n_experts, top_k, m, n_shared)``  int
-``check_welch_t``               ``welch_t(a, b)``                                      ``(t, df)`` floats
-==============================  =====================================================  ======================
+==============================  ========================================================  ======================
+checker                         your function                                             returns
+==============================  ========================================================  ======================
+``check_v3_gates``              ``v3_gates(logits, bias, k)``                             ``(N, E)`` gates
+``check_bias_step``             ``bias_step(bias, load, gamma)``                          ``(E,)`` new bias
+``check_expert_combinations``   ``my_expert_combinations(n_experts, top_k, m, n_shared)``   int
+``check_welch_t``               ``welch_t(a, b)``                                         ``(t, df)`` floats
+==============================  ========================================================  ======================
 """
 
 from __future__ import annotations
