@@ -164,7 +164,7 @@ def test_race_command_on_a_small_run(tmp_path, capsys):
 
 
 def test_the_stored_race_is_the_notebooks_and_reproduces():
-    """The file notebook 04 reads: 8 variants × 10 seeds with RACE_SETTINGS; seed 0 of ReLU trains to the
+    """The file notebook 04 reads: 8 variants × 30 seeds with RACE_SETTINGS; seed 0 of ReLU trains to the
     same curve here (another CPU kernel moves it by about 0.02 nats at most)."""
     race = load_race()
     assert race.variants == list(RACE_VARIANTS) and race.seeds == list(RACE_SEEDS)
