@@ -17,10 +17,10 @@ deviations ``SHAZEER_2020_65K_SD``, and ``SHAZEER_2020_524K``).
 beside the 5 % critical value of ``helpers.stats.t_critical``).
 ``saved_activation_names`` says which tensors autograd keeps for one FFN.
 
-Notebook 04's race (8 variants × 10 seeds, about 80 s of CPU on one core: too long for a notebook) is
+Notebook 04's race (8 variants × 30 seeds, about 4 min of CPU on one core: too long for a notebook) is
 stored in ``RACE_RESULTS_PATH`` and read back with ``load_race``. The file is made by::
 
-    python -m helpers.gating --race-results          # RACE_SETTINGS, seeds 0-9, all 8 variants
+    python -m helpers.gating --race-results          # RACE_SETTINGS, seeds 0-29, all 8 variants
 
 (``--seeds``, ``--variants``, ``--steps`` and ``--out`` make a smaller run; the tests make one).
 The same seed on another CPU kernel (``ATEN_CPU_CAPABILITY``) gives curves within about 0.02 nats.
@@ -227,7 +227,7 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
 RACE_RELATION = "capital"
 RACE_SETTINGS: dict = dict(d_model=24, n_layers=1, n_heads=2, bias=False, steps=100, lr=5e-3, eval_every=5)
 RACE_VARIANTS: tuple[str, ...] = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")
-RACE_SEEDS: tuple[int, ...] = tuple(range(10))
+RACE_SEEDS: tuple[int, ...] = tuple(range(30))
 #: Where ``python -m helpers.gating --race-results`` writes the race and ``load_race`` reads it.
 RACE_RESULTS_PATH = Path(__file__).parent / "data" / "gating_race.json"
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (~1e-2)
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.gating", description=main.__doc__)
     parser.add_argument("--race-results", action="store_true", required=True,
                         help="train every (variant, seed) of the race and write the answer-loss curves")
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(RACE_SEEDS), help="default: 0 to 9")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(RACE_SEEDS), help="default: 0 to 29")
     parser.add_argument("--variants", nargs="+", default=list(RACE_VARIANTS), choices=sorted(VARIANTS),
                         help="default: the 8 variants of the notebook")
     parser.add_argument("--steps", type=int, default=RACE_SETTINGS["steps"],

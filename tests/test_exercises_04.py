@@ -9,14 +9,15 @@ import torch.nn.functional as F
 
 from helpers.costs import measure_saved_tensors
 from helpers.exercises.engine import FAILED, PASSED
-from helpers.exercises.nb04 import (ALL_VARIANTS, EXERCISES, GATED, check_fused_ffn, check_frozen_saved,
+from helpers.exercises.nb04 import (_NAMES as NAMES, _TRAINABLE_D_FF_TENSORS, ALL_VARIANTS, EXERCISES,
+                                    FROZEN_D_FF_TENSORS, GATED, check_fused_ffn, check_frozen_saved,
                                     check_gate_gradients, check_llama_width)
 from helpers.ffn import FFN, VARIANTS
 from helpers.gating import gate_gradients
 
 
-def test_every_exercise_is_marked_and_at_least_two_investigate():
-    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate"]
+def test_every_exercise_is_marked_and_both_kinds_are_there():
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "build", "investigate"]
     assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 5)]
 
 
@@ -276,3 +277,31 @@ def test_frozen_cases_include_the_smallest_and_a_wide_layer():
     assert ("swiglu", 1, 3) in cases and ("relu", 2, 1) in cases and ("reglu", 4096, 11008) in cases
     assert {v for v, _, _ in cases} == set(ALL_VARIANTS)
     assert check_frozen_saved.reference("reglu", 4096, 11008) == 2 * 11008
+
+
+def test_a_float64_answer_rounded_to_float32_gets_a_dtype_note():
+    def rounded(a, b, gh, variant):
+        return tuple(t.float() for t in _by_formula(a, b, gh, variant))
+
+    result = check_gate_gradients.evaluate(rounded)
+    assert result.status == FAILED and "float32" in result.message
+    reference = check_fused_ffn.reference
+    result = check_fused_ffn.evaluate(lambda *args: reference(*args).float())
+    assert result.status == FAILED and "float32" in result.message
+
+
+@pytest.mark.parametrize("variants, change", [
+    (("relu",), -1), (("reglu",), -1), (GATED, +1), (("gelu", "swish"), +1), (("geglu", "swiglu"), -1),
+    (("gelu", "swish"), -1)])
+def test_frozen_partial_mistakes_are_named(variants, change):
+    def partly(v, d, f):
+        return FROZEN_D_FF_TENSORS[v] * f + (change * f if v in variants else 0)
+
+    result = check_frozen_saved.evaluate(partly)
+    assert result.status == FAILED and "Likely mistake" in result.message, result.message
+    assert "for " + ", ".join(NAMES[v] for v in variants) + ":" in result.message
+
+
+def test_frozen_trainable_count_names_section_3():
+    result = check_frozen_saved.evaluate(lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f)
+    assert "(section 3)" in result.message

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from helpers.stats import paired_difference, t_cdf, t_critical, welch
+from helpers.stats import null_verdict_rate, paired_difference, t_cdf, t_critical, welch
 
 
 def test_paired_difference_and_its_verdict():
@@ -29,6 +29,28 @@ def test_paired_difference_and_its_verdict():
         paired_difference(torch.zeros(3), torch.zeros(2))
     with pytest.raises(ValueError, match="threshold must be a positive number, got 0"):
         d.verdict(threshold=0)
+
+
+def test_the_plain_paired_t_drops_the_every_seed_condition():
+    # 9 of 10 seeds lower, t well past 2.262: the every-seed rule refuses, the plain t resolves
+    diffs = torch.tensor([-1.0, -1.2, -0.8, -1.1, -0.9, -1.0, -1.3, -0.7, -1.0, 0.2], dtype=torch.float64)
+    d = paired_difference(diffs, torch.zeros(10, dtype=torch.float64))
+    assert d.lower == 9 and d.t < -2.262
+    assert d.verdict() == "not resolved" and d.verdict(every_seed=False) == "lower"
+    up = paired_difference(-diffs, torch.zeros(10, dtype=torch.float64))
+    assert up.verdict() == "not resolved" and up.verdict(every_seed=False) == "higher"
+    small = paired_difference(torch.tensor([0.1, -0.2, 0.05]), torch.zeros(3))
+    assert small.verdict(every_seed=False) == "not resolved"
+
+
+def test_null_verdict_rate_is_5_percent_for_the_t_and_2_to_the_1_minus_n_at_most_with_signs():
+    for n in (3, 10, 30):
+        assert 0.04 < null_verdict_rate(n, every_seed=False, draws=20_000) < 0.06
+    assert 0.04 < null_verdict_rate(3) < 0.065                       # at 3 seeds the sign rarely matters
+    assert null_verdict_rate(10) <= 2 ** -9 + 0.002                  # the sign in all 10 seeds: 2 / 2**10
+    assert null_verdict_rate(30) == 0.0
+    with pytest.raises(ValueError, match="n_seeds"):
+        null_verdict_rate(1)
 
 
 def test_t_critical_matches_the_tables():

@@ -11,14 +11,15 @@ will not pass.
 
 Dtypes, as each statement says: exercises 1 and 4 take and return Python ints (a float
 that is a whole number is accepted); exercises 2 and 3 take float64 tensors and want
-float64 answers, compared to about 1e-9 (a float32 answer gets a dtype note, not a pass).
+float64 answers, compared to about 1e-9 (the float64 tolerances of ``DTYPE_TOLERANCES``; a float32
+answer, even a float64 one rounded to float32, gets a dtype note, not a pass).
 
 =========================  ======  ===========================================================  ================
 checker                    kind    your function                                                returns
 =========================  ======  ===========================================================  ================
 ``check_llama_width``      build   ``llama_ffn_width(d_model, multiple_of, ffn_dim_multiplier)``  int
 ``check_gate_gradients``   build   ``gated_unit_gradients(a, b, grad_h, variant)``               ``(grad_a, grad_b)``
-``check_fused_ffn``        invest. ``fused_gated_ffn(x, w13, b13, w2, b2, variant)``             ``(..., d_model)``
+``check_fused_ffn``        build   ``fused_gated_ffn(x, w13, b13, w2, b2, variant)``             ``(..., d_model)``
 ``check_frozen_saved``     invest. ``saved_when_frozen(variant, d_model, d_ff)``                 int
 =========================  ======  ===========================================================  ================
 
@@ -269,7 +270,7 @@ check_gate_gradients = Exercise(
         ("grad_a lost the content factor b: ∂h/∂a = φ'(a)·b (the gate learns only when there is content).",
          _gate_mistake("no content")),
     ],
-    atol=1e-9, rtol=1e-7, kind="build",
+    kind="build",
 )
 
 
@@ -347,7 +348,7 @@ check_fused_ffn = Exercise(
         ("φ went on both halves; only the gate half goes through φ, the content half stays linear.",
          _fused_mistake("phi on both")),
     ],
-    atol=1e-9, rtol=1e-7, kind="investigate",
+    kind="build",
 )
 
 
@@ -391,26 +392,42 @@ def _frozen_wrong(change):
     return lambda v, d, f: _saved_when_frozen(v, d, f) + change(v, d, f)
 
 
+def _frozen_subset_mistakes(hint: str, sign: int, variants: tuple[str, ...],
+                            parts: list[tuple[str, ...]]) -> list[tuple[str, object]]:
+    """One named mistake (``sign`` · d_ff too many for ``variants``) and the same mistake made only for each of
+    ``parts``: every one of them explains all its failing cases, so each gets the hint."""
+    return [(hint if group == variants else f"for {', '.join(_NAMES[v] for v in group)}: {hint}",
+             _frozen_wrong(lambda v, d, f, group=group: sign * f if v in group else 0))
+            for group in [variants, *parts]]
+
+
+_NAMES = {"relu": "ReLU", "gelu": "GELU", "swish": "Swish", "glu": "GLU", "bilinear": "Bilinear",
+          "reglu": "ReGLU", "geglu": "GEGLU", "swiglu": "SwiGLU"}
+
+
 check_frozen_saved = Exercise(
     "Exercise 4 (what a frozen FFN keeps)",
     _saved_when_frozen,
     _frozen_cases,
     [
-        ("that is what a *trainable* FFN keeps (section 6). With frozen weights autograd computes no weight "
+        ("that is what a *trainable* FFN keeps (section 3). With frozen weights autograd computes no weight "
          "gradient, so neither x (kept for W1's and W3's gradients) nor W2's input is needed.",
          lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f),
         ("x is kept only to compute the weight gradients of W1 and W3; with frozen weights the gradient to x "
          "needs only the weights, so x (d per token) is not saved.", _frozen_wrong(lambda v, d, f: d)),
-        ("W2's input (φ(a)·b, or φ(a) in a dense FFN) is kept only for W2's own weight gradient. Frozen, it is "
-         "saved only where another operation needs it (dense ReLU's backward reads its output).",
-         _frozen_wrong(lambda v, d, f: f if v in ("gelu", "swish") + GATED else 0)),
-        ("ReLU's backward needs to know where its input was positive, and it reads that from its output: "
-         "ReLU(a) stays saved (1 tensor for dense ReLU, and it is the product's factor in ReGLU).",
-         _frozen_wrong(lambda v, d, f: -f if v in ("relu", "reglu") else 0)),
-        ("GELU and SiLU compute their derivative from their *input* a, so a stays saved next to φ(a) and b "
-         "(GEGLU, SwiGLU: 3 tensors; dense GELU, Swish: a only).",
-         _frozen_wrong(lambda v, d, f: -f if v in ("gelu", "swish", "geglu", "swiglu") else 0)),
-    ],
+    ]
+    + _frozen_subset_mistakes(
+        "W2's input (φ(a)·b, or φ(a) in a dense FFN) is kept only for W2's own weight gradient. Frozen, it is "
+        "saved only where another operation needs it (dense ReLU's backward reads its output).",
+        +1, ("gelu", "swish") + GATED, [GATED, ("gelu", "swish")])
+    + _frozen_subset_mistakes(
+        "ReLU's backward needs to know where its input was positive, and it reads that from its output: "
+        "ReLU(a) stays saved (1 tensor for dense ReLU, and it is the product's factor in ReGLU).",
+        -1, ("relu", "reglu"), [("relu",), ("reglu",)])
+    + _frozen_subset_mistakes(
+        "GELU and SiLU compute their derivative from their *input* a, so a stays saved next to φ(a) and b "
+        "(GEGLU, SwiGLU: 3 tensors; dense GELU, Swish: a only).",
+        -1, ("gelu", "swish", "geglu", "swiglu"), [("gelu", "swish"), ("geglu", "swiglu")]),
     kind="investigate",
 )
 
