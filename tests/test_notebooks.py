@@ -111,7 +111,9 @@ def test_exercise_headings_say_build_or_investigate(path):
     assert not malformed, f"write each exercise as '### Exercise N (build|investigate|debug): ...', not {malformed}"
     assert [int(number) for _, number, _ in headings] == list(range(1, len(headings) + 1)), "numbered 1, 2, 3, ..."
     kinds = [kind for _, _, kind in headings]
-    assert kinds.count("investigate") >= 2, "at least two investigate exercises"
+    # COURSE_DESIGN's exercise contract: build and investigate in every notebook (a heading names what the
+    # exercise is, so a build is not relabelled to make up a count)
+    assert "investigate" in kinds, "at least one investigate exercise"
     assert "build" in kinds, "at least one build exercise"
 
 
