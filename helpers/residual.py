@@ -247,9 +247,10 @@ def compare_gradients(layer_grad_norms, x: torch.Tensor, target: torch.Tensor, f
         ax.set_ylabel("‖∂loss/∂W1‖ (log scale)")
     ax_all.set_title("All eight arrangements (a gap: the norm underflows float32)", fontsize=11)
     ax_res.set_title("With a residual path (zoomed)", fontsize=11)
-    ax_all.legend(fontsize=8, loc="center left")   # the empty middle left: clear of the plain stack's rising curve
-    ax_res.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"Gradient reaching each of {depth} stacked FFNs at initialisation", y=1.0)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    # one legend for both panels, below them: inside either panel it would cover a curve
+    handles, labels = ax_all.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 0.0))
     plt.show()
     return results

@@ -64,6 +64,23 @@ def test_unlisted_wrong_answer_fails_without_a_hint(name):
     assert "Likely mistake" not in result.message
 
 
+#: a float64 answer to a float32 task passes (the statement of exercise 1 says so)
+OTHER_CORRECT_FLOAT64 = lambda x, w1, b1, w2, b2: F.gelu(  # noqa: E731
+    x.double() @ w1.double() + b1.double(), approximate="tanh") @ w2.double() + b2.double()
+
+
+def test_float64_answer_to_the_float32_build_passes():
+    result = EXERCISES["forward"].evaluate(OTHER_CORRECT_FLOAT64)
+    assert result.status == PASSED, result.message
+
+
+def test_hard_coded_gelu_hint_names_every_other_activation_and_ffn_hidden():
+    result = EXERCISES["contributions"].evaluate(lambda f, x: F.gelu(f.w1(x)).unsqueeze(-1) * f.w2.weight.T)
+    assert result.status == FAILED and "hard-coded GELU" in result.message, result.message
+    for word in ("ReLU", "SiLU", "sigmoid", "ffn.hidden(x)"):
+        assert word in result.message, word
+
+
 @pytest.mark.parametrize("name", OTHER_CORRECT)
 def test_other_correct_forms_pass(name):
     result = EXERCISES[name].evaluate(OTHER_CORRECT[name])

@@ -13,6 +13,10 @@ Weight layout (the course's one convention, PyTorch's ``nn.Linear``): ``W1`` is
 ``FFN(x) = GELU(x @ W1.T + b1) @ W2.T + b2``. ``ffn.w1.weight`` *is* ``W1``. Exercise 1 is the one
 exception, on purpose: it reads weights stored the way GPT-2's checkpoints store them (input x output).
 
+Dtypes: every tensor handed over is float32 and every answer is wanted in float32; as everywhere in the
+engine, values are compared at the task's (float32) tolerance, so a float64 answer passes too (exercise 1's
+statement says so).
+
 ==========================  ===============  =========================================================
 checker                     kind             the learner writes
 ==========================  ===============  =========================================================
@@ -517,8 +521,8 @@ check_contributions = _make(
          _without_grad(lambda f, x: _plus(f.hidden(x).unsqueeze(-1) * f.w2.weight.T, f.w2.bias))),
         ("b1 is missing from m: m_i = φ(k_i·x + b1_i).",
          _without_grad(lambda f, x: f.act(x @ f.w1.weight.T).unsqueeze(-1) * f.w2.weight.T)),
-        ("you hard-coded GELU: use the FFN's own activation (ffn.act, or ffn.hidden(x)); hidden cases use "
-         "ReLU and SiLU too.",
+        ("you hard-coded GELU: use the FFN's own activation (ffn.act, or ffn.hidden(x) for m); hidden cases "
+         "use ReLU, SiLU and sigmoid too.",
          _without_grad(lambda f, x: F.gelu(f.w1(x)).unsqueeze(-1) * f.w2.weight.T)),
     ],
 )
