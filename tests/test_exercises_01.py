@@ -14,6 +14,7 @@ from helpers.exercises.engine import FAILED, PASSED
 from helpers.exercises.nb01 import (EXERCISES, _dead_after, _fit_beta, _fit_beta_gates, check_collapse, check_dead_after,
                                     check_dead_fraction, check_fit_beta, check_gelu_tanh_derivative,
                                     experiment_data)
+from helpers.activations import gelu_tanh
 from helpers.ffn import FFN
 
 IDS = [ex.title for ex in EXERCISES]
@@ -334,3 +335,31 @@ def test_messages_name_the_problem():
     padding = check_dead_fraction.evaluate(lambda pre, mask: (pre <= 0).flatten(0, 1).all(0).double().mean().item())
     assert "padded positions must be ignored" in padding.message
     assert "fitted the gates" in check_fit_beta.evaluate(_fit_beta_gates).message
+
+
+def test_float32_answers_to_the_float64_build_exercises_get_a_dtype_note():
+    """Exercises 1 and 2 both state float64: a float32 answer fails with a note on the dtype, not a pass."""
+    for ex, ref in [(check_collapse, lambda layers: tuple(t.float() for t in _collapse_reduce(layers))),
+                    (check_gelu_tanh_derivative, lambda x: _exact_tanh_slope(x).float())]:
+        result = ex.evaluate(ref)
+        assert result.status == FAILED and "float32" in result.message and "Likely mistake" not in result.message
+
+
+def _exact_tanh_slope(x):
+    x = x.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(gelu_tanh(x).sum(), x)
+    return g
+
+
+def test_tanh_written_with_exp_is_named_only_where_it_overflows():
+    s = math.sqrt(2 / math.pi)
+
+    def by_exp(x, sign):
+        u = s * (x + 0.044715 * x ** 3)
+        e = torch.exp(2 * sign * u)
+        t = sign * (e - 1) / (e + 1)
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * s * (1 + 3 * 0.044715 * x ** 2)
+
+    for sign in (1, -1):
+        result = check_gelu_tanh_derivative.evaluate(lambda x: by_exp(x, sign))
+        assert result.status == FAILED and "overflows" in result.message

@@ -130,7 +130,7 @@ check_collapse = Exercise(
         ("W is transposed: nn.Linear's layout maps a column vector x to W x, so W has shape (out, in), like "
          "W2 @ W1 (not W1.T @ W2.T, which is the map for row vectors).", _collapse_transposed),
     ],
-    atol=1e-9, rtol=1e-7, kind="build",
+    atol=1e-9, rtol=1e-8, kind="build",
 )
 
 
@@ -176,6 +176,24 @@ def _only_second_term(x):
     return 0.5 * x * (1.0 - t * t) * du
 
 
+def _tanh_by_exp(x):
+    u = _SQRT_2_OVER_PI * (x + _C * x ** 3)
+    e = torch.exp(2.0 * u)                                  # inf for large positive x: inf / inf is NaN
+    t = (e - 1.0) / (e + 1.0)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _C * x ** 2)
+
+
+def _tanh_by_exp_negative(x):
+    u = _SQRT_2_OVER_PI * (x + _C * x ** 3)
+    e = torch.exp(-2.0 * u)                                 # inf for large negative x
+    t = (1.0 - e) / (1.0 + e)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _C * x ** 2)
+
+
+_EXP_OVERFLOW = ("tanh written with exp overflows: exp(2u) is inf once u > 355 (x above about 21 here), and inf/inf "
+                 "is NaN. Use torch.tanh(u), and write sech²u as 1 − tanh²u.")
+
+
 def _tanh_instead_of_sech2(x):
     t, du = _tanh_parts(x)
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t) * du
@@ -193,10 +211,13 @@ check_gelu_tanh_derivative = Exercise(
         ("the product rule on ½x·(1 + tanh u) has two terms: ½(1 + tanh u) + ½x·(1 − tanh²u)·u'; you kept only the "
          "second.", _only_second_term),
         ("d/du tanh(u) = 1 − tanh²(u) (a square), not 1 − tanh(u).", _tanh_instead_of_sech2),
+        (_EXP_OVERFLOW, _tanh_by_exp),
+        (_EXP_OVERFLOW.replace("exp(2u) is inf once u > 355 (x above", "exp(−2u) is inf once u < −355 (x below")
+         .replace("about 21", "about −21"), _tanh_by_exp_negative),
         ("that is the slope of the exact GELU, Φ(x) + x·Φ'(x); this exercise differentiates the tanh form, whose "
          "slope differs from it by up to about 1e-3.", lambda x: _normal_cdf(x) + x * _normal_pdf(x)),
     ],
-    atol=1e-9, rtol=1e-7, kind="build",
+    atol=1e-9, rtol=1e-8, kind="build",
 )
 
 
