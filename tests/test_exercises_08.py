@@ -135,6 +135,16 @@ def test_gpt2_a_partial_fix_is_told_the_class_not_a_wrong_hint():
     assert CLUE_PREFIX + nb08.check_gpt2_loader.bug_class in result.message, result.message
 
 
+def test_gpt2_another_mistake_is_not_told_the_transpose_class():
+    """Blocks transposed but returned in another order: no weight is left untransposed, so no lead to a
+    missing transpose (the clue is only given where a returned weight is a block as Conv1D stores it)."""
+    def q_k_swapped(c_attn_w, c_proj_w):
+        w_q, w_k, w_v, w_o = nb08._attn_from_gpt2(c_attn_w, c_proj_w)
+        return w_k, w_q, w_v, w_o
+    result = nb08.check_gpt2_loader.evaluate(q_k_swapped)
+    assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
+
+
 def test_gpt2_cases_include_a_one_by_one_layer_and_float64():
     cases = nb08.check_gpt2_loader.cases()
     assert any(c.args[1].shape == (1, 1) for c in cases)              # where the bug cannot show
@@ -194,7 +204,9 @@ def test_padding_wrong_fixes_get_their_hints():
 
 def test_padding_f_per_token_is_named_only_where_it_explains_the_answer():
     """Dividing f by N_real instead of N_real·k gives k × the loss: named (it fails every k > 1 case);
-    unmasked and per-token at once is not that mistake, and gets the class of bug instead."""
+    unmasked and per-token at once is not that mistake; nor is the padding class named, because at k = E the
+    padding cannot move the loss and the answer is still wrong there (the clue needs the class in every wrong case).
+    Unmasked alone gets its own hint."""
     result = nb08.check_padding_balance.evaluate(nb08._balance_wrong("f per token"))
     assert result.status == FAILED and "counts tokens, not the N_real·k slots" in result.hint, result.message
     def both(logits, index, mask):
@@ -202,7 +214,13 @@ def test_padding_f_per_token_is_named_only_where_it_explains_the_answer():
         counts = torch.bincount(index.reshape(-1), minlength=logits.shape[-1]).float()
         return logits.shape[-1] * (counts / len(index) * probs.mean(0)).sum()
     other = nb08.check_padding_balance.evaluate(both)
-    assert other.status == FAILED and other.hint is None and CLUE_PREFIX in other.message, other.message
+    assert other.status == FAILED and other.hint is None and CLUE_PREFIX not in other.message, other.message
+    def p_unmasked(logits, index, mask):      # f counts real slots over all slots, P unmasked: no listed mistake
+        probs = torch.softmax(logits, -1)
+        counts = torch.bincount(index[mask.bool()].reshape(-1), minlength=logits.shape[-1]).to(probs.dtype)
+        return logits.shape[-1] * (counts / index.numel() * probs.mean(0)).sum()
+    clue = nb08.check_padding_balance.evaluate(p_unmasked)
+    assert clue.status == FAILED and CLUE_PREFIX + nb08.check_padding_balance.bug_class in clue.message, clue.message
 
 
 def test_padding_cases_cover_no_padding_one_real_token_and_k_equal_e():
@@ -232,6 +250,31 @@ def test_group_small_negative_fills_are_caught_as_the_same_class_of_bug():
         result = nb08.check_group_limited.evaluate(_with_fill(fill))
         assert result.status == FAILED, result.message
         assert CLUE_PREFIX + nb08.check_group_limited.bug_class in result.message, result.message
+
+
+def test_group_another_ranking_is_not_told_the_masking_class():
+    """Groups ranked by their best score (DeepSeek-V2's rule) with a -inf mask: the mask is right, so the
+    masking class is not offered as the lead."""
+    def by_best(scores, bias, k, n_group, topk_group):
+        n, e = scores.shape
+        choice = scores + bias
+        keep = choice.view(n, n_group, e // n_group).max(-1).values.topk(topk_group, dim=-1).indices
+        mask = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+        mask = mask[:, :, None].expand(n, n_group, e // n_group).reshape(n, e)
+        return choice.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices.sort(dim=-1).values
+    result = nb08.check_group_limited.evaluate(by_best)
+    assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
+
+
+def test_padding_a_wrong_answer_that_ignores_the_padding_gets_no_padding_lead():
+    """Masked correctly but with P as a plain sum (no mean): the padding does not move it, so no padding clue."""
+    def summed(logits, index, mask):
+        keep = mask.bool()
+        probs = torch.softmax(logits[keep], -1)
+        counts = torch.bincount(index[keep].reshape(-1), minlength=logits.shape[-1]).to(probs.dtype)
+        return logits.shape[-1] * (counts / index[keep].numel() * probs.sum(0)).sum()
+    result = nb08.check_padding_balance.evaluate(summed)
+    assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
 
 
 def test_group_wrong_fixes_get_their_hints():

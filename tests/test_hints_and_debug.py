@@ -105,15 +105,24 @@ def _debug_cases():
             Case((torch.randn(5, generator=g), 1)), Case((torch.randn(9, generator=g), 5))]
 
 
+def _off_by_one_shows(fn, args, value):
+    """The class shows when the answer is the mean of the last n - 1 or n + 1 values."""
+    x, n = args
+    return any(0 < m <= len(x) and torch.allclose(torch.as_tensor(value), x[len(x) - m:].mean())
+               for m in (n - 1, n + 1))
+
+
 DEBUG = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases,
                  [("you took the first n values, not the last n", lambda x, n: x[:n].mean())],
-                 kind="debug", buggy=_mean_of_last_buggy, bug_class="an off-by-one in a slice bound")
+                 kind="debug", buggy=_mean_of_last_buggy, bug_class="an off-by-one in a slice bound",
+                 bug_shows=_off_by_one_shows)
 
 
 def test_debug_is_a_kind_with_its_buggy_original():
     assert KINDS == ("build", "investigate", "debug") and DEBUG.kind == "debug"
-    for bad in [dict(buggy=1), dict(bug_class=""), dict(bug_class=3)]:
-        with pytest.raises(ValueError, match="buggy|bug_class"):
+    for bad in [dict(buggy=1), dict(bug_class=""), dict(bug_class=3), dict(bug_shows=_off_by_one_shows),
+                dict(bug_class="x", bug_shows=3)]:
+        with pytest.raises(ValueError, match="buggy|bug_class|bug_shows"):
             Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, kind="debug", **bad)
     with pytest.raises(ValueError, match="debug"):
         Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, buggy=_mean_of_last_buggy, bug_class="x")
@@ -154,10 +163,28 @@ def test_debug_a_partial_fix_is_told_the_bug_is_still_there():
 def test_debug_a_wrong_fix_gets_its_hint_or_the_class_of_bug():
     listed = DEBUG.evaluate(lambda x, n: x[:n].mean())
     assert listed.hint == "you took the first n values, not the last n" and CLUE_PREFIX not in listed.message
-    unexplained = DEBUG.evaluate(lambda x, n: x[len(x) - n:].sum())
-    assert unexplained.status == FAILED and unexplained.hint is None
-    assert unexplained.message.endswith(f"{CLUE_PREFIX}an off-by-one in a slice bound."), unexplained.message
-    assert DEBUG.evaluate(lambda x, n: 1 / 0).message.endswith(f"{CLUE_PREFIX}an off-by-one in a slice bound.")
+    other_way = DEBUG.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else x[-2:].mean())
+    assert other_way.status == FAILED and other_way.hint is None
+    assert other_way.message.endswith(f"{CLUE_PREFIX}an off-by-one in a slice bound."), other_way.message
+
+
+def test_debug_the_class_of_bug_is_named_only_where_its_test_finds_it():
+    """A wrong answer of another kind gets no lead: the clue needs ``bug_shows`` on every wrong case."""
+    for wrong in (lambda x, n: x[len(x) - n:].sum(), lambda x, n: 1 / 0,
+                  lambda x, n: x[len(x) - n + 1:].mean() if n == 2 else x[len(x) - n:].sum()):
+        result = DEBUG.evaluate(wrong)
+        assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
+
+    def broken_test(fn, args, value):
+        raise RuntimeError("a broken test gives no clue and never raises into the notebook")
+    ex = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases, kind="debug",
+                  bug_class="an off-by-one in a slice bound", bug_shows=broken_test)
+    result = ex.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else x[-2:].mean())
+    assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
+    no_test = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases, kind="debug",
+                       bug_class="an off-by-one in a slice bound")
+    assert CLUE_PREFIX not in no_test.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else
+                                               x[-2:].mean()).message
 
 
 # ---------------------------------------------------------------- passes, points

@@ -25,7 +25,9 @@ Three rules decide what a failure message says:
   reference there explains nothing; one that fails where the learner passes is a mistake the
   learner did not make). In a debug exercise, a fix that still does what the buggy original
   does on every failing case is told the bug is still there; when nothing explains the
-  answer, the message names the kind of bug to look for (``bug_class=``).
+  answer, the message names the kind of bug to look for (``bug_class=``), but only where a test
+  of that class (``bug_shows=``) finds it in every wrong answer: a wrong answer of another kind
+  gets no lead.
 * **A message is one line**, never a traceback.
 
 Guarantees, whatever state the learner's kernel is in: a check never raises because of the
@@ -262,7 +264,12 @@ class Exercise:
             cell that starts with ``raise NotImplementedError`` can instead list the buggy function as a
             mistake, with the class of bug as its hint.)
         bug_class: for a debug exercise, the kind of bug in words (``"an off-by-one in a loop bound"``),
-            given as a clue when a fix is wrong and no listed mistake explains it.
+            given as a clue when a fix is wrong, no listed mistake explains it and ``bug_shows`` finds
+            the class in it.
+        bug_shows: ``bug_shows(fn, args, value) -> bool``: does the learner's ``fn``, which returned
+            ``value`` on a case's ``args``, show the bug class there (``fn`` may be called again, e.g.
+            on changed inputs)? The clue is given only when it holds on every wrong case that returned
+            a value; without it, no clue. It may raise or misbehave: that counts as ``False``.
         points: what the exercise is worth in the grader's gradebook (default ``DEFAULT_POINTS[kind]``).
     """
 
@@ -276,6 +283,7 @@ class Exercise:
                  mistakes: Sequence[tuple[str, Callable[..., Any]]] = (), *, atol: float | None = None,
                  rtol: float | None = None, kind: str = "build", time_limit: float | None = None,
                  buggy: Callable[..., Any] | None = None, bug_class: str | None = None,
+                 bug_shows: Callable[[Callable[..., Any], tuple, Any], bool] | None = None,
                  points: float | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -285,8 +293,10 @@ class Exercise:
             raise ValueError(f"buggy= must be the function with its bug, got {type(buggy).__name__}")
         if bug_class is not None and not (isinstance(bug_class, str) and bug_class.strip()):
             raise ValueError(f"bug_class= must name the kind of bug in words, got {bug_class!r}")
-        if kind != "debug" and (buggy is not None or bug_class is not None):
-            raise ValueError("buggy= and bug_class= belong to debug exercises (kind='debug')")
+        if kind != "debug" and (buggy is not None or bug_class is not None or bug_shows is not None):
+            raise ValueError("buggy=, bug_class= and bug_shows= belong to debug exercises (kind='debug')")
+        if bug_shows is not None and (bug_class is None or not callable(bug_shows)):
+            raise ValueError("bug_shows= must be a function and needs the bug_class= it tests for")
         if points is not None and not (isinstance(points, numbers.Real) and points >= 0):
             raise ValueError(f"points must be a number >= 0 or None, got {points!r}")
         self.title = title
@@ -299,6 +309,7 @@ class Exercise:
         self.time_limit = time_limit
         self.buggy = buggy
         self.bug_class = bug_class
+        self.bug_shows = bug_shows
         self.points = DEFAULT_POINTS[kind] if points is None else points
 
     def __repr__(self) -> str:
@@ -460,9 +471,25 @@ class Exercise:
         hint = self._diagnose(outcomes)
         if hint:
             message += f" {HINT_PREFIX}{hint}"
-        elif self.bug_class:
+        elif self.bug_class and self._class_shows(fn, wrong):
             message += f" {CLUE_PREFIX}{self.bug_class}."
         return self._result(FAILED, message, "error" if first.kind == "error" else "wrong", hint)
+
+    def _class_shows(self, fn: Callable[..., Any], wrong: list[_Outcome]) -> bool:
+        """Does ``bug_shows`` find the bug class in every wrong case that returned a value (at least one)?"""
+        values = [o for o in wrong if o.kind == "value"]
+        if self.bug_shows is None or not values:
+            return False
+        for outcome in values:
+            args, kwargs = _fresh(outcome.case.args, outcome.case.kwargs)
+            try:
+                with _course_defaults():
+                    shows = self.bug_shows(fn, args, outcome.value)
+                if not bool(shows):
+                    return False
+            except Exception:  # a broken test, or the learner's code raising inside it: no clue
+                return False
+        return True
 
     def _precision_result(self, near: list[_Outcome], total: int) -> Result:
         first = near[0].difference

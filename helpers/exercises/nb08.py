@@ -124,6 +124,16 @@ def _gpt2_cases() -> list[Case]:
     return cases
 
 
+def _gpt2_bug_shows(fn, args, value) -> bool:
+    """The class shows when a returned weight is a Conv1D block as stored (input × output), not transposed:
+    some output equals one of c_attn's three blocks or c_proj where that block is not symmetric."""
+    c_attn_w, c_proj_w = args
+    d = c_proj_w.shape[0]
+    blocks = [*c_attn_w.split(d, dim=1), c_proj_w]
+    return any(isinstance(w, torch.Tensor) and w.shape == b.shape and torch.equal(w, b) and not torch.equal(b, b.t())
+               for w in value for b in blocks)
+
+
 check_gpt2_loader = Exercise(
     "Exercise 2 (GPT-2 loader)",
     _attn_from_gpt2,
@@ -142,6 +152,7 @@ check_gpt2_loader = Exercise(
     ],
     atol=0, rtol=0, kind="debug",
     bug_class="a Conv1D (input × output) weight used as an nn.Linear (output × input) one without a transpose",
+    bug_shows=_gpt2_bug_shows,
 )
 
 
@@ -199,6 +210,28 @@ def _balance_cases() -> list[Case]:
     return cases
 
 
+def _padding_bug_shows(fn, args, value) -> bool:
+    """The class shows when the answer moves if the padding tokens are removed from the batch, or if what they
+    hold (their logits and experts) is redrawn: a loss over the real tokens does neither."""
+    logits, index, mask = args
+    keep = mask.bool()
+    if keep.all():
+        return False
+    value = float(value)
+
+    def moved(other: float) -> bool:
+        return abs(float(other) - value) > 1e-4 * max(1.0, abs(value))
+    if moved(fn(logits[keep].clone(), index[keep].clone(), mask[keep].clone())):
+        return True
+    g = _generator(813)
+    pad = int((~keep).sum())
+    redrawn_logits, redrawn_index = logits.clone(), index.clone()
+    redrawn_logits[~keep] = torch.randn(pad, logits.shape[1], generator=g, dtype=logits.dtype) * 3
+    redrawn_index[~keep] = torch.stack([torch.randperm(logits.shape[1], generator=g)[: index.shape[1]]
+                                        for _ in range(pad)]).to(index.dtype)
+    return moved(fn(redrawn_logits, redrawn_index, mask.clone()))
+
+
 check_padding_balance = Exercise(
     "Exercise 3 (padding in the balance loss)",
     _balance_loss,
@@ -221,6 +254,7 @@ check_padding_balance = Exercise(
     ],
     kind="debug",
     bug_class="padding counted as data: both f and P must average over the real tokens only",
+    bug_shows=_padding_bug_shows,
 )
 
 
@@ -300,6 +334,36 @@ def _group_cases() -> list[Case]:
     return cases
 
 
+def _group_bug_shows(fn, args, value) -> bool:
+    """The class shows when some row's experts are not the top k (by biased score) of any topk_group groups that
+    contain them, for any rule that ranks a group at least as high as one it beats expert for expert (its best,
+    its top-two sum, its mean): an expert of a dropped group beat a kept one."""
+    scores, bias, k, n_group, topk_group = args
+    choice = (scores + bias).double()
+    n, e = choice.shape
+    size = e // n_group
+    picked = torch.as_tensor(value).reshape(n, -1).long()
+    for row in range(n):
+        chosen = sorted(set(picked[row].tolist()))
+        if len(chosen) != picked.shape[1] or not all(0 <= j < e for j in chosen):
+            return False                                  # not a set of experts: another kind of mistake
+        groups = {j // size for j in chosen}
+        if len(groups) > topk_group:
+            return True
+        lowest = min(float(choice[row, j]) for j in chosen)
+        inside = [j for gr in groups for j in range(gr * size, (gr + 1) * size) if j not in chosen]
+        if any(float(choice[row, j]) > lowest for j in inside):
+            return True                                   # a better expert of the same groups was passed over
+        ranked = [choice[row, gr * size:(gr + 1) * size].sort(descending=True).values for gr in range(n_group)]
+        if any(bool((ranked[h] >= ranked[gr]).all()) for gr in groups for h in range(n_group) if h not in groups):
+            return True                                   # a dropped group beats a kept one expert for expert
+        spare = sum(1 for gr in range(n_group) if gr not in groups
+                    and float(choice[row, gr * size:(gr + 1) * size].max()) < lowest)
+        if spare < topk_group - len(groups):
+            return True                                   # any further kept group would hold a better expert
+    return False
+
+
 check_group_limited = Exercise(
     "Exercise 4 (group-limited routing)",
     _group_limited,
@@ -322,6 +386,7 @@ check_group_limited = Exercise(
     kind="debug",
     bug_class="a masked entry that does not always lose: the experts of a dropped group must score below every "
               "possible biased score (-inf), whatever the bias",
+    bug_shows=_group_bug_shows,
 )
 
 
