@@ -346,3 +346,29 @@ def test_every_statement_kind_matches_the_notebook_heading():
     kinds = {ex.title: ex.kind for ex in nb08.EXERCISES}
     assert [kinds[ex.title] for ex, _ in DEBUG] == ["debug"] * 3
     assert sum(kind == "investigate" for kind in kinds.values()) == 2
+
+
+def _group_variant(scores, bias, k, n_group, topk_group, *, inverted=False, n_keep=None, unbiased=False,
+                   interleaved=False):
+    """Wrong fixes of Exercise 4 that already fill with -inf: their mistake is elsewhere."""
+    n, e = scores.shape
+    size = e // n_group
+    choice = scores + bias
+    groups = choice.view(n, size, n_group).transpose(1, 2) if interleaved else choice.view(n, n_group, size)
+    keep = groups.topk(min(2, size), dim=-1).values.sum(-1).topk(n_keep or topk_group, dim=-1).indices
+    kept = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+    mask = (kept[:, None, :].expand(n, size, n_group) if interleaved
+            else kept[:, :, None].expand(n, n_group, size)).reshape(n, e)
+    mask = ~mask if inverted else mask
+    picked_from = scores if unbiased else choice
+    return picked_from.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+@pytest.mark.parametrize("variant", [dict(inverted=True), dict(n_keep=3), dict(unbiased=True),
+                                     dict(interleaved=True)], ids=str)
+def test_group_wrong_fixes_with_minus_inf_get_no_masking_clue(variant):
+    """A fix that masks with -inf but gets the groups wrong is not told to look at the fill (the clue's test
+    shifts every bias: a -inf mask does not move, a finite fill does)."""
+    result = nb08.check_group_limited.evaluate(lambda *a: _group_variant(*a, **variant))
+    assert result.status == FAILED, result.message
+    assert CLUE_PREFIX not in result.message, result.message
