@@ -372,3 +372,41 @@ def test_group_wrong_fixes_with_minus_inf_get_no_masking_clue(variant):
     result = nb08.check_group_limited.evaluate(lambda *a: _group_variant(*a, **variant))
     assert result.status == FAILED, result.message
     assert CLUE_PREFIX not in result.message, result.message
+
+
+def _clamped_or_product(scores, bias, k, n_group, topk_group, *, clamp=False, product=False):
+    """-inf masks with another mistake that a shift of the biases also moves (a clamp, a product of scores)."""
+    n, e = scores.shape
+    size = e // n_group
+    choice = (scores + bias).clamp(min=-1) if clamp else scores + bias
+    top2 = choice.view(n, n_group, size).topk(min(2, size), dim=-1).values
+    group_score = top2.prod(-1) if product else top2.sum(-1)
+    keep = group_score.topk(topk_group, dim=-1).indices
+    kept = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
+    mask = kept[:, :, None].expand(n, n_group, size).reshape(n, e)
+    return choice.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+@pytest.mark.parametrize("variant", [dict(clamp=True), dict(product=True)], ids=str)
+def test_group_clue_needs_the_symptom_and_the_cause(variant):
+    result = nb08.check_group_limited.evaluate(lambda *a: _clamped_or_product(*a, **variant))
+    assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
+
+
+@pytest.mark.parametrize("misbehave", ["loop", "exit"])
+def test_group_clue_calls_cannot_hang_or_exit_the_notebook(misbehave, monkeypatch):
+    """The clue calls the learner's function on shifted biases: a function that loops or exits there gives no
+    clue, within the time limit, and nothing is raised."""
+    import sys
+    monkeypatch.setenv("FFN_CHECK_TIMEOUT", "2")
+
+    def fn(scores, bias, k, n_group, topk_group):
+        if bias.dtype == torch.float64:                     # only on the clue's calls
+            if misbehave == "exit":
+                sys.exit(1)
+            while True:
+                pass
+        return nb08._group_limited(scores, bias, k, n_group, topk_group, fill=-1.0)
+
+    result = nb08.check_group_limited.evaluate(fn)
+    assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message

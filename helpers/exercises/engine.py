@@ -33,8 +33,9 @@ Three rules decide what a failure message says:
 Guarantees, whatever state the learner's kernel is in: a check never raises because of the
 learner's code (a ``KeyboardInterrupt`` still interrupts); it runs with autograd on and float32
 as torch's default dtype for the course's code, and leaves the kernel's grad mode, default dtype
-and global random generators (torch, NumPy, ``random``) as they were; the learner's calls share a
-time limit (``helpers.exercises.timelimit``). ``evaluate(fn)`` returns the ``Result`` instead of
+and global random generators (torch, NumPy, ``random``) as they were; the learner's calls on the
+hidden cases share a time limit (``helpers.exercises.timelimit``), and a debug exercise's extra calls for
+its clue get a limit of the same size (running out of it only means no clue). ``evaluate(fn)`` returns the ``Result`` instead of
 printing it; ``passes(fn)`` answers only whether it passed, silently, for a cell that uses the
 function.
 """
@@ -480,15 +481,18 @@ class Exercise:
         values = [o for o in wrong if o.kind == "value"]
         if self.bug_shows is None or not values:
             return False
-        for outcome in values:
-            args, kwargs = _fresh(outcome.case.args, outcome.case.kwargs)
-            try:
-                with _course_defaults():
-                    shows = self.bug_shows(fn, args, outcome.value)
-                if not bool(shows):
-                    return False
-            except Exception:  # a broken test, or the learner's code raising inside it: no clue
-                return False
+        limit = self._effective_time_limit()
+        guard = TimeLimit(cpu_budget(limit), timelimit.WALL_FACTOR * limit) if limit else TimeLimit(None)
+        try:
+            with guard:  # the clue calls the learner's function again: under the exercise's time limit
+                for outcome in values:
+                    args, kwargs = _fresh(outcome.case.args, outcome.case.kwargs)
+                    with _course_defaults():
+                        shows = self.bug_shows(fn, args, outcome.value)
+                    if not bool(shows):
+                        return False
+        except (Exception, SystemExit, CheckTimeout):  # a broken test, or the learner's code raising or
+            return False                                  # running out of time inside it: no clue
         return True
 
     def _precision_result(self, near: list[_Outcome], total: int) -> Result:

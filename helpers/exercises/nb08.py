@@ -334,11 +334,44 @@ def _group_cases() -> list[Case]:
     return cases
 
 
+def _group_symptom(args, value) -> bool:
+    """The symptom: some row's experts are not the top k (by biased score) of any topk_group groups that
+    contain them, for any rule that ranks a group at least as high as one it beats expert for expert (its best,
+    its top-two sum, its mean): an expert of a dropped group beat a kept one."""
+    scores, bias, k, n_group, topk_group = args
+    choice = (scores + bias).double()
+    n, e = choice.shape
+    size = e // n_group
+    picked = torch.as_tensor(value).reshape(n, -1).long()
+    for row in range(n):
+        chosen = sorted(set(picked[row].tolist()))
+        if len(chosen) != picked.shape[1] or not all(0 <= j < e for j in chosen):
+            return False                                  # not a set of experts: another kind of mistake
+        groups = {j // size for j in chosen}
+        if len(groups) > topk_group:
+            return True
+        lowest = min(float(choice[row, j]) for j in chosen)
+        inside = [j for gr in groups for j in range(gr * size, (gr + 1) * size) if j not in chosen]
+        if any(float(choice[row, j]) > lowest for j in inside):
+            return True                                   # a better expert of the same groups was passed over
+        ranked = [choice[row, gr * size:(gr + 1) * size].sort(descending=True).values for gr in range(n_group)]
+        if any(bool((ranked[h] >= ranked[gr]).all()) for gr in groups for h in range(n_group) if h not in groups):
+            return True                                   # a dropped group beats a kept one expert for expert
+        spare = sum(1 for gr in range(n_group) if gr not in groups
+                    and float(choice[row, gr * size:(gr + 1) * size].max()) < lowest)
+        if spare < topk_group - len(groups):
+            return True                                   # any further kept group would hold a better expert
+    return False
+
+
 def _group_bug_shows(fn, args, value) -> bool:
-    """The class shows when moving every bias by the same large amount changes the experts chosen: with the dropped
-    groups filled with -inf such a shift changes no comparison, while a finite fill beats every kept expert once the
-    biases are lowered far enough, and loses once they are raised. The learner's ``fn`` runs on float64 inputs (no
-    float32 rounding between the calls)."""
+    """The class shows when both the symptom and the cause show. The symptom: ``_group_symptom``. The cause: moving
+    every bias by the same large amount changes the experts chosen; with the dropped groups filled with -inf such a
+    shift changes no comparison, while a finite fill beats every kept expert once the biases are lowered far
+    enough, and loses once they are raised. The learner's ``fn`` runs on float64 inputs (no float32 rounding
+    between the calls)."""
+    if not _group_symptom(args, value):
+        return False
     scores, bias, k, n_group, topk_group = args
     scores64, bias64 = scores.double(), bias.double()
     shift = 1e4 + float((scores64 + bias64).abs().max())
