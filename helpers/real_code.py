@@ -385,13 +385,19 @@ def activation_read_by(module: nn.Module, family: str) -> str:
     """The activation the module computes, from the configuration field its modeling file actually reads.
 
     gpt-oss's file never reads ``hidden_act``: its experts compute ``(clamp(u, ±limit) + 1) · g σ(α g)`` with
-    ``g ≤ limit``, from ``swiglu_alpha`` and ``swiglu_limit``; every other family reads ``hidden_act`` (GPT-2:
-    ``activation_function``).
+    ``g ≤ limit``, from ``swiglu_alpha`` and ``swiglu_limit`` (older 5.x releases write the two constants into
+    the file); every other family reads ``hidden_act`` (GPT-2: ``activation_function``).
     """
+    import re
+
     source = _modeling_source(module)
     config = _config(_CONFIGS[family][0])
     if "config.swiglu_limit" in source:
         return f"(u+1)·gσ({config.swiglu_alpha:g}g), clamp {config.swiglu_limit:g}"
+    alpha = re.search(r"self\.alpha = ([0-9.]+)", source)     # transformers 5.6-5.x: the constants in the file
+    limit = re.search(r"self\.limit = ([0-9.]+)", source)
+    if alpha and limit:
+        return f"(u+1)·gσ({float(alpha.group(1)):g}g), clamp {float(limit.group(1)):g}"
     return getattr(config, "hidden_act", None) or config.activation_function
 
 
