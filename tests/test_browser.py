@@ -420,8 +420,17 @@ def wait_until_idle(page, lab: Lab, seconds: float, started=lambda prompts: True
 
 
 def plot_src(widget) -> str | None:
+    """The ``src`` of the widget's plot, or None when there is none. The output area is redrawn while we look (a
+    callback that raises clears it), so the image counted a moment ago may be gone: a short wait, then None."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     image = widget.locator(".widget-output img")
-    return image.first.get_attribute("src") if image.count() else None
+    if not image.count():
+        return None
+    try:
+        return image.first.get_attribute("src", timeout=2000)
+    except PlaywrightTimeout:
+        return None
 
 
 def move_slider(page, lab: Lab, report: Report, label: str = SLIDER) -> None:
