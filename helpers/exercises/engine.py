@@ -34,10 +34,10 @@ Guarantees, whatever state the learner's kernel is in: a check never raises beca
 learner's code (a ``KeyboardInterrupt`` still interrupts); it runs with autograd on and float32
 as torch's default dtype for the course's code, and leaves the kernel's grad mode, default dtype
 and global random generators (torch, NumPy, ``random``) as they were; the learner's calls on the
-hidden cases share a time limit (``helpers.exercises.timelimit``), and a debug exercise's extra calls for
-its clue get a limit of the same size (running out of it only means no clue). ``evaluate(fn)`` returns the ``Result`` instead of
-printing it; ``passes(fn)`` answers only whether it passed, silently, for a cell that uses the
-function.
+hidden cases share a time limit (``helpers.exercises.timelimit``), and a debug exercise's extra calls
+for its clue get a limit of the same size (running out of it only means no clue). ``evaluate(fn)``
+returns the ``Result`` instead of printing it; ``passes(fn)`` answers only whether it passed,
+silently, for a cell that uses the function.
 """
 
 from __future__ import annotations
