@@ -9,10 +9,15 @@ Every notebook that trains judges its results the same way (COURSE_DESIGN.md, "H
   ``se = sqrt(s_a²/n_a + s_b²/n_b)``, ``t = (ā - b̄) / se``, with Welch–Satterthwaite degrees of freedom
   ``df = se⁴ / ((s_a²/n_a)²/(n_a-1) + (s_b²/n_b)²/(n_b-1))`` (not an integer in general).
 
-A difference is called **resolved** when ``|t|`` exceeds the two-sided 5 % critical value ``t_critical(df)``
-(4.303 for 3 paired seeds, 2.776 for 5, 2.262 for 10). A paired verdict also asks for the same sign in every
-seed unless ``every_seed=False``; that condition makes it far stricter as seeds grow (``null_verdict_rate``).
-With many comparisons, about one in twenty unrelated ones passes by chance: say how many were made.
+**One verdict rule for the whole course.** A section reads a *family* of comparisons (every difference it
+states); ``holm`` judges them together with Holm's step-down at 5 %, two-sided: sort the comparisons by their
+p-value, compare the smallest with ``5 % / m``, the next with ``5 % / (m - 1)``, ... and stop at the first that
+fails; it and every later one are "not resolved". In t terms, the comparison of rank ``j`` must pass
+``|t| > t_critical(df, 0.05 / (m - j + 1))``, its *Holm threshold* (``holm_table`` prints it beside ``t`` and how
+many seeds point each way). A family of one is the plain t test: ``|t|`` above ``t_critical(df)`` (4.303 for 3
+paired seeds, 2.776 for 5, 2.262 for 10). "Resolved" means exactly this, nothing stricter or looser. Holm keeps
+the chance of any false verdict in the family at 5 % or less, whatever the comparisons' correlation, and never
+resolves fewer than Bonferroni (every comparison at ``5 % / m``).
 
 ``t_critical`` inverts Student's t distribution numerically (no scipy): the CDF is the regularised incomplete
 beta function, evaluated by its continued fraction, and the quantile is found by bisection.
@@ -21,14 +26,15 @@ beta function, evaluated by its continued fraction, and the quantile is found by
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from helpers import validate
 
-__all__ = ["t_cdf", "t_critical", "PairedDifference", "paired_difference", "null_verdict_rate", "Welch", "welch"]
+__all__ = ["t_cdf", "t_critical", "p_value", "PairedDifference", "paired_difference", "null_verdict_rate", "Welch",
+           "welch", "Verdict", "holm", "holm_table"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -92,6 +98,13 @@ def t_critical(df: float, level: float = 0.05) -> float:
     return 0.5 * (lo + hi)
 
 
+def p_value(t: float, df: float) -> float:
+    """The two-sided p-value of ``t`` on ``df`` degrees of freedom, ``P(|T| ≥ |t|)`` (``nan`` for a ``nan`` t)."""
+    if not (math.isfinite(t) and math.isfinite(df) and df > 0):
+        return float("nan")
+    return min(1.0, 2.0 * t_cdf(-abs(t), df))
+
+
 def _as_runs(name: str, values: torch.Tensor | Sequence[float]) -> torch.Tensor:
     """One float64 value per run, as a 1-D tensor."""
     if not isinstance(values, torch.Tensor):
@@ -138,43 +151,40 @@ class PairedDifference:
         """``t_{0.975, n-1}``, the two-sided 5 % threshold for ``|t|`` (``nan`` for a single seed)."""
         return t_critical(self.df) if self.df >= 1 else float("nan")
 
-    def verdict(self, threshold: float | None = None, every_seed: bool = True) -> str:
-        """``"lower"`` or ``"higher"`` when ``|t|`` exceeds ``threshold`` (default: the two-sided 5 % critical
-        value for ``n_seeds - 1`` degrees of freedom) and, with ``every_seed`` (the default), the sign is the
-        same in every seed; otherwise ``"not resolved"``.
+    @property
+    def higher(self) -> int:
+        """In how many seeds the recipe is higher."""
+        return int((self.diffs > 0).sum())
 
-        The sign condition alone passes with probability ``2**(1 - n)`` when nothing differs, so with it the
-        rule's false-positive rate is at most ``min(5 %, 2**(1 - n))``: about 5 % at 3 seeds, 0.2 % at 10, and
-        it grows stricter (and less powerful) with every seed. ``every_seed=False`` is the plain paired t test,
-        5 % at every seed count (``null_verdict_rate`` measures both)."""
+    @property
+    def p(self) -> float:
+        """The two-sided p-value of the paired t (``nan`` for a single seed or no spread)."""
+        return p_value(self.t, self.df) if self.df >= 1 else float("nan")
+
+    def verdict(self, threshold: float | None = None) -> str:
+        """``"lower"`` or ``"higher"`` when ``|t|`` exceeds ``threshold`` (default: the two-sided 5 % critical
+        value for ``n_seeds - 1`` degrees of freedom, the plain paired t test), else ``"not resolved"``.
+        A section with several comparisons judges them together with ``holm``."""
         if threshold is not None:
             validate.positive_float("threshold", threshold)
         if self.n < 2 or not math.isfinite(self.t):
             return "not resolved"
         limit = self.critical() if threshold is None else threshold
-        all_lower = self.lower == self.n
-        all_higher = self.lower == 0 and bool((self.diffs > 0).all())
-        if -self.t > limit and (all_lower or not every_seed):
-            return "lower"
-        if self.t > limit and (all_higher or not every_seed):
-            return "higher"
-        return "not resolved"
+        if abs(self.t) <= limit:
+            return "not resolved"
+        return "lower" if self.t < 0 else "higher"
 
 
-def null_verdict_rate(n_seeds: int, every_seed: bool = True, draws: int = 20_000, seed: int = 0) -> float:
-    """How often ``PairedDifference.verdict(every_seed=...)`` reaches a verdict when nothing differs.
-
-    Simulated: ``draws`` sets of ``n_seeds`` paired differences drawn from one normal distribution centred on 0
-    (a seeded float64 generator). Multiply by the number of comparisons for the verdicts expected by chance."""
+def null_verdict_rate(n_seeds: int, draws: int = 20_000, seed: int = 0) -> float:
+    """How often the paired t (``PairedDifference.verdict()``) reaches a verdict when nothing differs: 5 % at any
+    seed count, by construction. Simulated: ``draws`` sets of ``n_seeds`` paired differences drawn from one
+    normal distribution centred on 0 (a seeded float64 generator)."""
     validate.positive_int("draws", draws)
     if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 2:
         raise ValueError(f"n_seeds must be an int >= 2, got {n_seeds!r}")
     diffs = torch.randn(draws, n_seeds, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     t = diffs.mean(dim=1) / (diffs.std(dim=1) / math.sqrt(n_seeds))
-    passed = t.abs() > t_critical(n_seeds - 1)
-    if every_seed:
-        passed &= (diffs < 0).all(dim=1) | (diffs > 0).all(dim=1)
-    return passed.double().mean().item()
+    return (t.abs() > t_critical(n_seeds - 1)).double().mean().item()
 
 
 def paired_difference(values: torch.Tensor | Sequence[float],
@@ -210,6 +220,11 @@ class Welch:
         """``diff / se`` (``nan`` when neither group varies)."""
         return self.diff / self.se if self.se > 0 else float("nan")
 
+    @property
+    def p(self) -> float:
+        """The two-sided p-value of Welch's t (``nan`` when undefined)."""
+        return p_value(self.t, self.df)
+
     def critical(self) -> float:
         """The two-sided 5 % critical value for ``df`` (``nan`` when undefined)."""
         return t_critical(self.df) if math.isfinite(self.df) and self.df > 0 else float("nan")
@@ -233,3 +248,89 @@ def welch(a: torch.Tensor | Sequence[float], b: torch.Tensor | Sequence[float]) 
     denom = va * va / (a.numel() - 1) + vb * vb / (b.numel() - 1)
     df = (va + vb) ** 2 / denom if denom > 0 else float("nan")
     return Welch(a.mean().item() - b.mean().item(), se, df, a.numel(), b.numel())
+
+
+# ---------------------------------------------------------------- a family of comparisons: Holm's step-down
+Comparison = PairedDifference | Welch
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One comparison of a family, judged by ``holm``.
+
+    Attributes:
+        name: what was compared (``"SwiGLU − ReLU"``). comparison: the ``PairedDifference`` or ``Welch``.
+        rank: 1 for the smallest p-value of the family. threshold: the ``|t|`` its rank had to exceed,
+            ``t_critical(df, level / (m - rank + 1))``. verdict: ``"lower"``, ``"higher"`` or ``"not resolved"``
+            (also when Holm's step-down stopped at an earlier rank).
+    """
+
+    name: str
+    comparison: Comparison
+    rank: int
+    threshold: float
+    verdict: str
+
+    @property
+    def resolved(self) -> bool:
+        return self.verdict != "not resolved"
+
+    def line(self, width: int = 0, unit: str = "", digits: int = 3) -> str:
+        """``name  mean  seeds lower/higher  t  (Holm threshold)  → verdict``, one line."""
+        c = self.comparison
+        if isinstance(c, PairedDifference):
+            mean, seeds = c.mean, f"lower in {c.lower:>2}/{c.n}, higher in {c.higher:>2}/{c.n}"
+        else:
+            mean, seeds = c.diff, f"{c.n_a} vs {c.n_b} runs"
+        t = f"{c.t:+6.2f}" if math.isfinite(c.t) else "   nan"
+        return (f"{self.name:<{width}}  {mean:+.{digits}f}{unit}  {seeds}  t {t} (Holm threshold "
+                f"{self.threshold:.2f})  → {self.verdict}")
+
+
+def holm(comparisons: Mapping[str, Comparison], level: float = 0.05) -> list[Verdict]:
+    """Judge a family of comparisons with Holm's step-down at ``level`` (two-sided), in the given order.
+
+    ``comparisons`` maps a name to a ``PairedDifference`` or ``Welch``. The comparison of rank ``j`` (by
+    p-value, smallest first; ties keep the given order) is resolved when its ``|t|`` exceeds
+    ``t_critical(df, level / (m - j + 1))`` and every smaller p-value was resolved too. A comparison with no
+    t (one seed, no spread) ranks last and is not resolved.
+    """
+    validate.positive_float("level", level)
+    if not level < 1:
+        raise ValueError(f"level must be below 1, got {level!r}")
+    items = list(comparisons.items())
+    if not items:
+        raise ValueError("comparisons must name at least one comparison")
+    for name, c in items:
+        if not isinstance(c, (PairedDifference, Welch)):
+            raise ValueError(f"comparisons[{name!r}] must be a PairedDifference or Welch, got {type(c).__name__}")
+    m = len(items)
+
+    def key(i: int) -> tuple[float, int]:
+        p = items[i][1].p
+        return (p if math.isfinite(p) else 2.0, i)
+
+    order = sorted(range(m), key=key)
+    out: dict[int, Verdict] = {}
+    going = True
+    for rank, i in enumerate(order, start=1):
+        name, c = items[i]
+        df = c.df
+        threshold = t_critical(df, level / (m - rank + 1)) if math.isfinite(df) and df > 0 else float("nan")
+        t = c.t
+        passed = going and math.isfinite(t) and math.isfinite(threshold) and abs(t) > threshold
+        going = passed
+        verdict = ("lower" if t < 0 else "higher") if passed else "not resolved"
+        out[i] = Verdict(name, c, rank, threshold, verdict)
+    return [out[i] for i in range(m)]
+
+
+def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: int = 3,
+               level: float = 0.05) -> str:
+    """``holm``'s verdicts as printed lines: a header naming the family's size, then one line per comparison."""
+    verdicts = holm(comparisons, level)
+    width = max(len(v.name) for v in verdicts)
+    resolved = sum(v.resolved for v in verdicts)
+    head = (f"Holm's step-down over {len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''} "
+            f"({100 * level:g} % two-sided): {resolved} resolved")
+    return "\n".join([head] + ["  " + v.line(width, unit, digits) for v in verdicts])

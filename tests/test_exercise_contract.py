@@ -340,3 +340,11 @@ def test_the_reference_passes_with_autograd_disabled_in_the_kernel(ex):
     with torch.inference_mode():
         result = ex.evaluate(ex.reference)
     assert result.status == PASSED, result.message
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=IDS)
+def test_the_hidden_cases_reach_every_corner_of_the_declared_domain(exercise):
+    """COURSE_DESIGN.md, the exercise contract: each exercise declares the domain its statement allows
+    (``domain=Domain(...)``) and its hidden cases reach every corner of it (``Exercise.uncovered``)."""
+    assert exercise.domain is not None, f"{exercise.title} declares no domain (domain=Domain(allows, corners))"
+    assert exercise.uncovered() == [], f"{exercise.title}: no hidden case reaches these corners"

@@ -3,54 +3,107 @@ import math
 import pytest
 import torch
 
-from helpers.stats import null_verdict_rate, paired_difference, t_cdf, t_critical, welch
+from helpers.stats import holm, holm_table, null_verdict_rate, p_value, paired_difference, t_cdf, t_critical, welch
 
 
 def test_paired_difference_and_its_verdict():
     d = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 3.5, 4.0]))
-    assert d.diffs.tolist() == [-1.0, -1.5, -1.0] and d.lower == 3 and d.n == 3
+    assert d.diffs.tolist() == [-1.0, -1.5, -1.0] and d.lower == 3 and d.higher == 0 and d.n == 3
     assert d.mean == pytest.approx(-7 / 6)
     assert d.se == pytest.approx(torch.tensor([-1.0, -1.5, -1.0]).std().item() / 3 ** 0.5)
     assert d.verdict() == "lower" and d.df == 2 and d.critical() == pytest.approx(4.303, abs=1e-3)
-    assert d.t == pytest.approx(d.mean / d.se)
+    assert d.t == pytest.approx(d.mean / d.se) and d.p < 0.05
     near = paired_difference(torch.tensor([0.0, 0.0, 0.0]), torch.tensor([0.54, 0.26, 0.23]))
     assert near.lower == 3 and -4.303 < near.t < -2 and near.verdict() == "not resolved"   # t ≈ -3.5, df 2
     assert near.verdict(threshold=2.0) == "lower"
     assert d.verdict(threshold=100.0) == "not resolved"
-    mixed = paired_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 1.0, 3.5]))
-    assert mixed.lower == 2 and mixed.verdict() == "not resolved"     # one seed the other way
     worse = paired_difference(torch.tensor([2.0, 3.0, 4.1]), torch.tensor([1.0, 2.0, 3.0]))
-    assert worse.lower == 0 and worse.verdict() == "higher"
-    tie = paired_difference(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
-    assert tie.lower == 1 and tie.verdict() == "not resolved"         # a zero difference is not a win
+    assert worse.lower == 0 and worse.higher == 3 and worse.verdict() == "higher"
     one = paired_difference(torch.tensor([1.0]), torch.tensor([2.0]))
-    assert one.verdict() == "not resolved"                              # no spread from one seed
+    assert one.verdict() == "not resolved" and math.isnan(one.p)                 # no spread from one seed
     with pytest.raises(ValueError, match="one entry per seed"):
         paired_difference(torch.zeros(3), torch.zeros(2))
     with pytest.raises(ValueError, match="threshold must be a positive number, got 0"):
         d.verdict(threshold=0)
 
 
-def test_the_plain_paired_t_drops_the_every_seed_condition():
-    # 9 of 10 seeds lower, t well past 2.262: the every-seed rule refuses, the plain t resolves
+def test_the_verdict_is_the_plain_paired_t_whatever_the_signs():
+    # 9 of 10 seeds lower, t well past 2.262: resolved (one rule: no extra every-seed condition)
     diffs = torch.tensor([-1.0, -1.2, -0.8, -1.1, -0.9, -1.0, -1.3, -0.7, -1.0, 0.2], dtype=torch.float64)
     d = paired_difference(diffs, torch.zeros(10, dtype=torch.float64))
-    assert d.lower == 9 and d.t < -2.262
-    assert d.verdict() == "not resolved" and d.verdict(every_seed=False) == "lower"
-    up = paired_difference(-diffs, torch.zeros(10, dtype=torch.float64))
-    assert up.verdict() == "not resolved" and up.verdict(every_seed=False) == "higher"
-    small = paired_difference(torch.tensor([0.1, -0.2, 0.05]), torch.zeros(3))
-    assert small.verdict(every_seed=False) == "not resolved"
+    assert d.lower == 9 and d.higher == 1 and d.t < -2.262 and d.verdict() == "lower"
+    assert paired_difference(-diffs, torch.zeros(10, dtype=torch.float64)).verdict() == "higher"
+    assert paired_difference(torch.tensor([0.1, -0.2, 0.05]), torch.zeros(3)).verdict() == "not resolved"
 
 
-def test_null_verdict_rate_is_5_percent_for_the_t_and_2_to_the_1_minus_n_at_most_with_signs():
+def test_null_verdict_rate_is_5_percent_at_every_seed_count():
     for n in (3, 10, 30):
-        assert 0.04 < null_verdict_rate(n, every_seed=False, draws=20_000) < 0.06
-    assert 0.04 < null_verdict_rate(3) < 0.065                       # at 3 seeds the sign rarely matters
-    assert null_verdict_rate(10) <= 2 ** -9 + 0.002                  # the sign in all 10 seeds: 2 / 2**10
-    assert null_verdict_rate(30) == 0.0
+        assert 0.04 < null_verdict_rate(n, draws=20_000) < 0.06
     with pytest.raises(ValueError, match="n_seeds"):
         null_verdict_rate(1)
+
+
+def test_p_value_inverts_the_critical_value():
+    for df in (2, 4, 9, 29, 7.3):
+        assert p_value(t_critical(df), df) == pytest.approx(0.05, abs=1e-9)
+        assert p_value(-t_critical(df, 0.01), df) == pytest.approx(0.01, abs=1e-9)
+    assert p_value(0.0, 5) == pytest.approx(1.0) and math.isnan(p_value(float("nan"), 5))
+
+
+def _with_t(t: float, n: int = 10):
+    """A paired difference over n seeds whose t statistic is exactly t."""
+    base = torch.linspace(-1, 1, n, dtype=torch.float64)
+    base = base - base.mean()
+    d = paired_difference(base + t * base.std().item() / math.sqrt(n), torch.zeros(n, dtype=torch.float64))
+    assert d.t == pytest.approx(t)
+    return d
+
+
+def test_holm_is_the_step_down_over_p_values():
+    # p-values 0.01, 0.04, 0.03, 0.005 at 4 comparisons: 0.005 < 0.0125, 0.01 < 0.0167, 0.03 > 0.025 stops
+    ts = {name: -t_critical(9, p) for name, p in {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005}.items()}
+    verdicts = holm({name: _with_t(t) for name, t in ts.items()})
+    assert [v.name for v in verdicts] == ["a", "b", "c", "d"]
+    assert [v.rank for v in verdicts] == [2, 4, 3, 1]
+    assert [v.verdict for v in verdicts] == ["lower", "not resolved", "not resolved", "lower"]
+    assert verdicts[3].threshold == pytest.approx(t_critical(9, 0.05 / 4))
+    assert verdicts[0].threshold == pytest.approx(t_critical(9, 0.05 / 3))
+    # once a rank fails, later ranks are not resolved even past their own threshold
+    stop = holm({"x": _with_t(-t_critical(9, 0.03)), "y": _with_t(-t_critical(9, 0.04))})
+    assert [v.verdict for v in stop] == ["not resolved", "not resolved"]
+    assert abs(stop[1].comparison.t) > stop[1].threshold          # y alone would pass at 5 %
+    # a family of one is the plain t test
+    one = _with_t(2.3)
+    assert holm({"one": one})[0].verdict == one.verdict() == "higher"
+
+
+def test_holm_agrees_with_holm_adjusted_p_values_on_random_families():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        m = int(torch.randint(1, 9, (1,), generator=g))
+        family = {f"c{i}": paired_difference(torch.randn(6, generator=g, dtype=torch.float64) +
+                                             float(torch.randn(1, generator=g)), torch.zeros(6, dtype=torch.float64))
+                  for i in range(m)}
+        ps = sorted((c.p, name) for name, c in family.items())
+        adjusted, running = {}, 0.0
+        for j, (p, name) in enumerate(ps):
+            running = max(running, min(1.0, (m - j) * p))
+            adjusted[name] = running
+        got = {v.name: v.resolved for v in holm(family)}
+        assert got == {name: adjusted[name] < 0.05 for name in family}
+
+
+def test_holm_mixes_welch_and_paired_and_prints_every_part_of_the_rule():
+    family = {"paired": _with_t(-5.0), "unpaired": welch([1.0, 1.1, 0.9, 1.05], [2.0, 2.1, 1.9, 2.2])}
+    text = holm_table(family, unit=" nats", digits=2)
+    lines = text.splitlines()
+    assert lines[0] == "Holm's step-down over 2 comparisons (5 % two-sided): 2 resolved"
+    assert "lower in 10/10, higher in  0/10" in lines[1] and "t  -5.00 (Holm threshold" in lines[1]
+    assert "4 vs 4 runs" in lines[2] and lines[2].endswith("→ lower") and " nats" in lines[2]
+    with pytest.raises(ValueError, match="at least one"):
+        holm({})
+    with pytest.raises(ValueError, match=r"comparisons\['x'\] must be a PairedDifference or Welch"):
+        holm({"x": 1.0})
 
 
 def test_t_critical_matches_the_tables():

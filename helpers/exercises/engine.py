@@ -67,7 +67,7 @@ from helpers.exercises.compare import DTYPE_TOLERANCES, Difference, compare, des
 from helpers.exercises.timelimit import DEFAULT_TIME_LIMIT, TIME_LIMIT_ENV, CheckTimeout, TimeLimit, \
     alarm_available, cpu_budget, time_limit_from_env
 
-__all__ = ["Case", "Result", "Exercise", "compare", "parse_line", "NOT_ATTEMPTED", "PASSED", "FAILED", "ICONS",
+__all__ = ["Case", "Corner", "Domain", "Result", "Exercise", "compare", "parse_line", "NOT_ATTEMPTED", "PASSED", "FAILED", "ICONS",
            "KINDS", "DEFAULT_POINTS", "HINT_PREFIX", "CLUE_PREFIX", "DEFAULT_TIME_LIMIT", "TIME_LIMIT_ENV",
            "VERDICT_LOG_ENV", "DTYPE_TOLERANCES", "CheckTimeout"]
 
@@ -117,6 +117,34 @@ class Case:
         parts = [describe_value(a) for a in self.args]
         parts += [f"{k}={describe_value(v)}" for k, v in self.kwargs.items()]
         return "input " + ", ".join(parts) if parts else "no input"
+
+
+@dataclass(frozen=True)
+class Corner:
+    """One corner of an exercise's declared domain, and a test that a hidden case reaches it.
+
+    ``name`` says it in the statement's words (``"k = F (every feature kept)"``, ``"ties wider than k"``,
+    ``"logits near 100 (an unshifted exp overflows)"``); ``reached(case)`` looks at the case's real arguments
+    (not its note) and says whether it sits in that corner.
+    """
+
+    name: str
+    reached: Callable[[Case], bool]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What an exercise's statement allows, and the corners its hidden cases must cover.
+
+    ``allows`` is the statement's promise in words: shapes, dtypes, every value range, ties, sizes, the stated
+    arithmetic. ``corners`` are the extremes of that promise (each end of each range, the widest ties, the
+    smallest sizes, ...): ``Exercise.uncovered()`` lists those no hidden case reaches, and a test keeps it
+    empty for every exercise of the course. A statement that allows more than the checker can judge is narrowed,
+    not left wider than its cases.
+    """
+
+    allows: str
+    corners: tuple[Corner, ...]
 
 
 @dataclass
@@ -272,6 +300,8 @@ class Exercise:
             on changed inputs)? The clue is given only when it holds on every wrong case that returned
             a value; without it, no clue. It may raise or misbehave: that counts as ``False``.
         points: what the exercise is worth in the grader's gradebook (default ``DEFAULT_POINTS[kind]``).
+        domain: the inputs the statement allows and their corners (``Domain``); every corner must be reached
+            by at least one hidden case (``uncovered``).
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -285,7 +315,7 @@ class Exercise:
                  rtol: float | None = None, kind: str = "build", time_limit: float | None = None,
                  buggy: Callable[..., Any] | None = None, bug_class: str | None = None,
                  bug_shows: Callable[[Callable[..., Any], tuple, Any], bool] | None = None,
-                 points: float | None = None) -> None:
+                 points: float | None = None, domain: Domain | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit >= 0):
@@ -300,6 +330,9 @@ class Exercise:
             raise ValueError("bug_shows= must be a function and needs the bug_class= it tests for")
         if points is not None and not (isinstance(points, numbers.Real) and points >= 0):
             raise ValueError(f"points must be a number >= 0 or None, got {points!r}")
+        if domain is not None and not (isinstance(domain, Domain) and domain.corners and
+                                       all(isinstance(c, Corner) for c in domain.corners)):
+            raise ValueError("domain= must be a Domain with at least one Corner")
         self.title = title
         self.reference = reference
         self._cases = cases
@@ -312,6 +345,7 @@ class Exercise:
         self.bug_class = bug_class
         self.bug_shows = bug_shows
         self.points = DEFAULT_POINTS[kind] if points is None else points
+        self.domain = domain
 
     def __repr__(self) -> str:
         return f"<Exercise {self.title!r} ({self.kind})>"
@@ -326,6 +360,18 @@ class Exercise:
         with _course_defaults():
             cases = self._cases() if callable(self._cases) else self._cases
         return [c if isinstance(c, Case) else Case(tuple(c)) for c in cases]
+
+    def uncovered(self) -> list[str]:
+        """The names of the domain's corners that no hidden case reaches (empty when every corner is covered)."""
+        if self.domain is None:
+            return ["(no domain declared)"]
+        cases = self.cases()
+        missing = []
+        for corner in self.domain.corners:
+            with _course_defaults():
+                if not any(bool(corner.reached(case)) for case in cases):
+                    missing.append(corner.name)
+        return missing
 
     # ------------------------------------------------------------ the public calls
     def evaluate(self, fn: Any) -> Result:
