@@ -293,3 +293,15 @@ def decode_step(batch: int, context: int, config: dict[str, int] | None = None, 
                                                      bytes_per_number=bytes_per_number)
     return DecodeStep(batch, context, weights_read * bytes_per_number, counts["ffn"] * bytes_per_number, kv,
                       batch * (2 * multiplied + attention))
+
+
+def decode_intensity_limit(context: int, config: dict[str, int] | None = None, *, bytes_per_number: float = 2) -> float:
+    """The intensity ``decode_step`` tends to as the batch grows: one token's FLOPs over its own cache's bytes.
+
+    ``(2·N + 4·n_layers·context·n_heads·head_dim) / (context · kv_cache_bytes_per_token)``, ``N`` the weights a
+    token multiplies with; infinite for an empty context (then the weights' ``2B/bytes`` grows without bound).
+    """
+    validate.positive_int("context", context)
+    c = dict(LLAMA3_8B_CONFIG if config is None else config)
+    one = decode_step(1, context, c, bytes_per_number=bytes_per_number)
+    return one.flops / one.kv_bytes

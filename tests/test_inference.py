@@ -5,7 +5,7 @@ import pytest
 
 from helpers.inference import (H100_SXM, INFINIBAND_NDR, LLAMA3_8B_CONFIG, MIXTRAL_ACTIVE_PARAMS, MIXTRAL_CONFIG,
                                MIXTRAL_TOTAL_PARAMS, NVLINK4_PER_DIRECTION, Hardware, balanced_experts_touched,
-                               batch_for_intensity, decode_step, dense_param_counts, expected_experts_touched,
+                               batch_for_intensity, decode_intensity_limit, decode_step, dense_param_counts, expected_experts_touched,
                                ffn_intensity, kv_cache_bytes_per_token, mixtral_param_counts, mixtral_params_read,
                                moe_intensity, roofline)
 
@@ -105,3 +105,13 @@ def test_decode_step_flops_bytes_and_its_capped_intensity():
     assert decode_step(4096, 128).intensity > H100_SXM.ridge                             # short contexts reach it
     with pytest.raises(ValueError, match="batch must be a positive int"):
         decode_step(0, 10)
+
+
+def test_the_decode_intensity_limit_is_what_large_batches_approach():
+    for context in (128, 1024, 8192):
+        limit = decode_intensity_limit(context)
+        assert decode_step(10 ** 7, context).intensity == pytest.approx(limit, rel=1e-3)
+        assert decode_step(64, context).intensity < limit
+    assert round(decode_intensity_limit(8192)) == 18 and decode_intensity_limit(512) < H100_SXM.ridge
+    with pytest.raises(ValueError, match="context must be a positive int"):
+        decode_intensity_limit(0)
