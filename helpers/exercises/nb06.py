@@ -137,14 +137,14 @@ def _hidden_per_token(variant: str) -> int:
 
 
 def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int, *, kept: bool = True,
-            k: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
+            h: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
             bytes_per_element: int = 4, none_fits: str = "zero", whole_tokens: bool = True) -> int:
-    k = _hidden_per_token(variant) if k is None else k
+    h = _hidden_per_token(variant) if h is None else h
     budget = budget_bytes - 1 if strict else budget_bytes
     room = budget // bytes_per_element - (n_tokens * d_model if kept else 0)
-    largest = room // (k * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
+    largest = room // (h * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
     if not whole_tokens:                                               # a fractional capacity, e.g. 3.5 tokens
-        largest = (budget / bytes_per_element - (n_tokens * d_model if kept else 0)) / (k * d_ff)
+        largest = (budget / bytes_per_element - (n_tokens * d_model if kept else 0)) / (h * d_ff)
         return 0 if largest < 1 else math.ceil(n_tokens / largest)
     if largest < 1:
         return n_tokens if none_fits == "all" else 0
@@ -156,8 +156,8 @@ def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: 
 def fewest_chunks_reference(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int) -> int:
     """The smallest ``n_chunks`` (1 ≤ n ≤ n_tokens) whose checkpointed peak fits ``budget_bytes``; 0 if none.
 
-    Peak (float32, ``torch.tensor_split`` chunks): ``4 · (n_tokens·d_model + ceil(n_tokens / n)·k·d_ff)``
-    bytes, ``k`` = 1, 2, 4 hidden tensors per token for ReLU, GELU, SwiGLU (``helpers.costs.saved_per_token``);
+    Peak (float32, ``torch.tensor_split`` chunks): ``4 · (n_tokens·d_model + ceil(n_tokens / n)·h·d_ff)``
+    bytes, ``h`` = 1, 2, 4 hidden tensors per token for ReLU, GELU, SwiGLU (``helpers.costs.saved_per_token``);
     it fits when it is ``<= budget_bytes``. Python ints (and a str) in, a Python int out.
     """
     return _fewest(n_tokens, d_model, d_ff, variant, budget_bytes)
@@ -230,7 +230,7 @@ check_fewest_chunks = Exercise(
         ("the recomputed chunk is the largest one, ceil(n_tokens / n) tokens, not n_tokens // n.",
          lambda *a: _fewest(*a, floor=True)),
         ("a chunk holds whole tokens: round the room per chunk down to the tokens that fit "
-         "(room // (k·d_ff)) before ceil(n_tokens / largest); a fractional capacity such as 3.5 tokens lets "
+         "(room // (h·d_ff)) before ceil(n_tokens / largest); a fractional capacity such as 3.5 tokens lets "
          "chunks of 4 through.",
          lambda *a: _fewest(*a, whole_tokens=False)),
         ("checkpointing keeps every chunk's input until the backward pass: the n_tokens·d_model floats of the "
@@ -238,8 +238,8 @@ check_fewest_chunks = Exercise(
          lambda *a: _fewest(*a, kept=False)),
         ("the number of d_ff-wide tensors kept per token depends on the variant: 1 for ReLU, 2 for GELU, "
          "4 for SwiGLU (helpers.costs.saved_per_token).",
-         lambda *a: _fewest(*a, k=2)),
-        ("the recomputed chunk's input is a view of x, already kept: count its hidden tensors (k·d_ff per token) "
+         lambda *a: _fewest(*a, h=2)),
+        ("the recomputed chunk's input is a view of x, already kept: count its hidden tensors (h·d_ff per token) "
          "only, not its input a second time.",
          lambda *a: _fewest(*a, input_twice=True)),
         ("a peak that equals the budget fits: the test is peak <= budget_bytes, not <.",
@@ -281,9 +281,9 @@ def tensor_parallel_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tenso
                               b2: torch.Tensor, n_parts: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Rank r's partial output and the full output of a GELU FFN split over ``n_parts`` ranks.
 
-    ``x`` ``(N, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``, all
-    float64. Rank r keeps the r-th ``torch.tensor_split`` block B of the hidden units: partial
-    ``GELU(x W1[B]ᵀ + b1[B]) W2[:, B]ᵀ`` ``(N, d)`` without b2; the output is the sum of the partials plus b2,
+    ``x`` ``(B, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``, all
+    float64. Rank r keeps the r-th ``torch.tensor_split`` block U of the hidden units: partial
+    ``GELU(x W1[U]ᵀ + b1[U]) W2[:, U]ᵀ`` ``(B, d)`` without b2; the output is the sum of the partials plus b2,
     added once. Every tensor returned is float64.
     """
     return _tp(x, w1, b1, w2, b2, n_parts)
@@ -363,9 +363,9 @@ check_tensor_parallel = Exercise(
 
 def split_sizes_reference(expert_index: torch.Tensor, kept: torch.Tensor, n_experts: int,
                           world_size: int) -> list[int]:
-    """Rows sent to each rank: kept (token, slot) pairs per owner, rank r owning experts r·E/W … (r+1)·E/W − 1.
+    """Rows sent to each rank: kept (token, slot) pairs per owner, rank r owning experts r·E/R … (r+1)·E/R − 1 (R = world_size).
 
-    ``expert_index`` ``(N, k)`` int64, ``kept`` ``(N, k)`` bool, ``n_experts`` a multiple of ``world_size`` (ints).
+    ``expert_index`` ``(B, k)`` int64, ``kept`` ``(B, k)`` bool, ``n_experts`` a multiple of ``world_size`` (ints).
     A list of ``world_size`` Python ints (a 1-D integer tensor is accepted too); a rank sent nothing gets 0.
     """
     return split_sizes(expert_index, kept, n_experts, world_size)
@@ -464,7 +464,7 @@ check_split_sizes = _SplitSizesExercise(
     mistakes=[
         ("dropped slots (kept == False) are not sent anywhere: count only the kept ones.",
          lambda ei, kept, e, w: split_sizes(ei, torch.ones_like(kept), e, w)),
-        ("experts are assigned to ranks in contiguous blocks (rank r owns experts r·E/W … (r+1)·E/W − 1), "
+        ("experts are assigned to ranks in contiguous blocks (rank r owns experts r·E/R … (r+1)·E/R − 1, R = world_size), "
          "not round-robin (expert % world_size).",
          _round_robin),
         ("count (token, slot) pairs, not tokens: a token whose two chosen experts live on the same rank is "
@@ -504,7 +504,7 @@ def intensity_reference(expert_index: torch.Tensor, n_experts: int, d_model: int
                         bytes_per_element: int) -> float:
     """FLOPs per byte of expert weights read by one MoE forward step with this routing.
 
-    ``expert_index`` ``(N, k)`` int64: the k distinct experts each of the N tokens uses; the other arguments
+    ``expert_index`` ``(B, k)`` int64: the k distinct experts each of the B tokens uses; the other arguments
     are Python ints (``gated`` a bool). Every expert holds the same matrices (2 dense, 3 gated, each
     d_model × d_ff); an expert some token uses is read once for the whole step; each token does one
     multiply-add (2 FLOPs) per weight of each of its k experts. A Python float out.
@@ -577,7 +577,7 @@ check_moe_intensity = Exercise(
          lambda *a: _intensity(*a, mac=1)),
         ("the answer is FLOPs per *byte*: multiply the elements read by bytes_per_element.",
          lambda *a: _intensity(*a, use_bytes=False)),
-        ("each token uses k experts: its FLOPs are k times one expert's (count the N·k slots, not the N tokens).",
+        ("each token uses k experts: its FLOPs are k times one expert's (count the B·k slots, not the B tokens).",
          lambda *a: _intensity(*a, slots=False)),
         ("the intensity is rarely a whole number: divide with /, not // (the example's 8 slots over 3 experts "
          "give 2.667 at 2 bytes).",
