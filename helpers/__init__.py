@@ -38,6 +38,7 @@ chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
 tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over processes
+fully_sharded the FFN's weights sharded over processes (ZeRO-3/FSDP): all-gather, reduce-scatter
 inference   arithmetic intensity on published hardware, decode vs prefill, an MoE's bytes per step, Mixtral's count
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
 superposition the toy model of superposition (n sparse features through m < n dimensions)

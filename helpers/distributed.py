@@ -61,10 +61,11 @@ BACKENDS = ("gloo", "nccl")
 class Traffic:
     """One collective call seen by ``traffic_log``: what this rank sent to *other* ranks.
 
-    ``op``: ``"all_to_all"`` or ``"all_reduce"``; ``phase``: ``"forward"`` or ``"backward"``;
-    ``elements``: the numbers in the tensor handed to the collective; ``bytes_sent``:
-    exact for an all-to-all (the rows addressed to other ranks), the ring
-    algorithm's ``2·(W−1)/W·elements·bytes`` for an all-reduce.
+    ``op``: ``"all_to_all"``, ``"all_reduce"``, ``"all_gather"`` or ``"reduce_scatter"``; ``phase``:
+    ``"forward"`` or ``"backward"``; ``elements``: the numbers in the tensor handed to the collective;
+    ``bytes_sent``: exact for an all-to-all (the rows addressed to other ranks), the ring algorithm's
+    ``2·(W−1)/W·elements·bytes`` for an all-reduce and ``(W−1)/W·elements·bytes`` (of the full tensor)
+    for an all-gather or a reduce-scatter.
     """
 
     op: str
@@ -91,6 +92,11 @@ class traffic_log:  # noqa: N801 - used like a function: ``with traffic_log() as
 def _note(op: str, phase: str, elements: int, bytes_sent: float) -> None:
     for log in _TRAFFIC:
         log.append(Traffic(op, phase, elements, bytes_sent))
+
+
+def record_traffic(op: str, phase: str, elements: int, bytes_sent: float) -> None:
+    """Add one collective call to every open ``traffic_log`` (for collectives written in other modules)."""
+    _note(op, phase, elements, bytes_sent)
 
 
 def _all_to_all_bytes(rows: torch.Tensor, input_counts: list[int], group: dist.ProcessGroup | None) -> float:
@@ -177,6 +183,11 @@ def copy_to_parallel(x: torch.Tensor, group: dist.ProcessGroup | None = None) ->
 def reduce_from_parallel(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Megatron's *g* operator: the sum of ``x`` over the ranks; in backward, the gradient unchanged."""
     return _ReduceFromParallel.apply(x, group)
+
+
+def below(value: float, bound: float) -> str:
+    """A difference as text that reads the same on every CPU: ``"< 1e-06"`` under ``bound``, else its value."""
+    return f"< {bound:g}" if value < bound else f"{value:.1e} (above {bound:g})"
 
 
 def ring_all_reduce_bytes(n_elements: int, world_size: int, bytes_per_element: int = 4) -> float:

@@ -232,3 +232,142 @@ def test_follow_ups_that_use_a_learners_function_run_only_after_its_check_passed
 
 def test_mixtral_and_deepseek_batches_in_the_follow_up_are_what_the_formula_says():
     assert math.ceil(295.2 * 4) == 1181 and math.ceil(295.2 * 32) == 9447
+
+
+# ----------------------------------------------------------------------------- declared domains
+
+def test_every_exercise_is_listed_in_order_and_declares_a_domain_its_cases_respect():
+    assert ex.EXERCISES == list(EXERCISES.values())
+    for exercise in ex.EXERCISES:
+        assert exercise.domain is not None and exercise.uncovered() == []
+    for c in ex.check_model_flops.cases():
+        n_layers, d, heads, kv, d_ff, n_ctx, training = c.args
+        assert min(n_layers, d, heads, kv, d_ff, n_ctx) >= 1 and d % heads == 0 and heads % kv == 0
+        assert isinstance(training, bool) and all(type(a) is int for a in c.args[:6])
+    for c in ex.check_fewest_chunks.cases():
+        assert min(c.args[:3]) >= 1 and c.args[3] in ex.VARIANTS_SAVED and c.args[4] >= 0
+    for c in ex.check_tensor_parallel.cases():
+        x, w1, b1, w2, b2, parts = c.args
+        assert 1 <= parts <= w1.shape[0] and w2.shape == (x.shape[1], w1.shape[0]) and b2.shape == (x.shape[1],)
+    for exercise in (ex.check_split_sizes, ex.check_moe_intensity):
+        for c in exercise.cases():
+            index, n_experts = c.args[0], c.args[2] if exercise is ex.check_split_sizes else c.args[1]
+            assert index.dtype == torch.int64 and index.shape[0] >= 1 and index.shape[1] <= n_experts
+            assert int(index.min()) >= 0 and int(index.max()) < n_experts
+            assert all(len(set(row)) == len(row) for row in index.tolist()), "distinct experts per row"
+    assert all(c.args[2] % c.args[3] == 0 for c in ex.check_split_sizes.cases())
+    assert {c.args[5] for c in ex.check_moe_intensity.cases()} == {1, 2, 4}
+
+
+def test_the_references_leave_their_inputs_unchanged():
+    for exercise in ex.EXERCISES:
+        for case in exercise.cases():
+            before = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args]
+            exercise.reference(*case.args)
+            for a, b in zip(case.args, before):
+                assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), exercise.title
+
+
+# ----------------------------------------------------------------------------- natural wrong answers (trial, review)
+
+def _hinted(exercise, fn, words):
+    result = exercise.evaluate(fn)
+    assert result.status == FAILED, result.message
+    hint = _hint(result)
+    assert hint is not None and words in hint, result.message
+    return result
+
+
+def _learner_flops(n_layers, d_model, n_heads, n_kv_heads, d_ff, n_ctx, training, *, kv_square=False,
+                   attn="both", ffn=3, train_factor=3, mac=2, layers=True):
+    head = d_model // n_heads
+    kv = d_model if kv_square else n_kv_heads * head
+    context = {"both": 2 * n_ctx * d_model, "qk_only": n_ctx * d_model, "none": 0,
+               "kv_width": 2 * n_ctx * kv}[attn]
+    per_layer = mac * (2 * d_model * d_model + 2 * d_model * kv + context + ffn * d_model * d_ff)
+    total = per_layer * (n_layers if layers else 1)
+    return total * train_factor if training else total
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(kv_square=True), "grouped-query"), (dict(attn="qk_only"), "without the mixing AV"),
+    (dict(attn="none"), "left them out"), (dict(attn="kv_width"), "every query head"),
+    (dict(ffn=2), "three weight matrices"), (dict(train_factor=2), "3× the forward"),
+    (dict(mac=1), "2 FLOPs"), (dict(layers=False), "n_layers")])
+def test_flops_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_model_flops, lambda *a: _learner_flops(*a, **change), words)
+
+
+def test_flops_head_size_with_true_division_passes_within_the_declared_domain():
+    assert ex.check_model_flops.evaluate(
+        lambda L, d, h, kv, f, t, tr: int(_learner_flops(L, d, h, kv, f, t, tr))).status == PASSED
+
+
+def _learner_chunks(n_tokens, d_model, d_ff, variant, budget_bytes, *, h=None, op="le", stop=0, none=0, kept=True,
+                    size="ceil", bytes_per=4):
+    h = {"relu": 1, "gelu": 2, "swiglu": 4}[variant] if h is None else h
+    for n in range(1, n_tokens + 1 - stop):
+        chunk = -(-n_tokens // n) if size == "ceil" else n_tokens // n
+        peak = bytes_per * ((n_tokens * d_model if kept else 0) + chunk * h * d_ff)
+        if (peak <= budget_bytes) if op == "le" else (peak < budget_bytes):
+            return n
+    return n_tokens if none == "all" else 0
+
+
+def test_fewest_chunks_natural_wrong_answers_fail_with_their_hint_or_their_case():
+    for change, words in [(dict(size="floor"), "ceil(n_tokens / n)"), (dict(op="lt"), "<="),
+                          (dict(none="all"), "return 0"), (dict(kept=False), "kept inputs"), (dict(h=2), "variant"),
+                          (dict(bytes_per=1), "in bytes")]:
+        _hinted(ex.check_fewest_chunks, lambda *a, c=change: _learner_chunks(*a, **c), words)
+    stops_early = ex.check_fewest_chunks.evaluate(lambda *a: _learner_chunks(*a, stop=1))
+    assert stops_early.status == FAILED and "one token per chunk" in stops_early.message
+
+
+def _learner_tp(x, w1, b1, w2, b2, n_parts, *, blocks="split", b2_every=False, approximate="none"):
+    units = torch.arange(w1.shape[0])
+    chosen = {"split": torch.tensor_split(units, n_parts), "chunk": torch.chunk(units, n_parts),
+              "strided": [units[r::n_parts] for r in range(n_parts)]}[blocks]
+    parts = [F.gelu(x @ w1[b].T + b1[b], approximate=approximate) @ w2[:, b].T + (b2 if b2_every else 0)
+             for b in chosen]
+    return parts, sum(parts) + (0 if b2_every else b2)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(b2_every=True), "every rank"), (dict(blocks="chunk"), "torch.chunk"),
+    (dict(blocks="strided"), "contiguous block"), (dict(approximate="tanh"), "tanh approximation")])
+def test_tensor_parallel_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_tensor_parallel, lambda *a: _learner_tp(*a, **change), words)
+
+
+def test_tensor_parallel_split_of_the_input_dimension_fails():
+    def split_d(x, w1, b1, w2, b2, n_parts):
+        cols = torch.tensor_split(torch.arange(w1.shape[1]), n_parts)
+        parts = [F.gelu(x[:, c] @ w1[:, c].T + b1 / n_parts) @ w2.T for c in cols]
+        return parts, sum(parts) + b2
+    assert ex.check_tensor_parallel.evaluate(split_d).status == FAILED
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda ei, kept, e, w: torch.bincount((ei // (e // w)).reshape(-1), minlength=w).tolist(), "dropped"),
+    (lambda ei, kept, e, w: torch.bincount(ei[kept] % w, minlength=w).tolist(), "round-robin"),
+    (lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist(), "minlength"),
+    (lambda ei, kept, e, w: [int((((ei // (e // w)) == r) & kept).any(1).sum()) for r in range(w)], "(token, slot)")])
+def test_split_sizes_natural_wrong_answers_fail_with_their_hint(fn, words):
+    _hinted(ex.check_split_sizes, fn, words)
+
+
+def _learner_intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element, *, read="used", k=True,
+                       floor=False, mac=2):
+    n, top = expert_index.shape
+    m = 3 if gated else 2
+    used = {"used": len(set(expert_index.reshape(-1).tolist())), "all": n_experts}[read]
+    flops = mac * n * (top if k else 1) * m * d_model * d_ff
+    n_bytes = used * m * d_model * d_ff * bytes_per_element
+    return float(flops // n_bytes) if floor else flops / n_bytes
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(read="all"), "all n_experts"), (dict(k=False), "k experts"), (dict(floor=True), "not //"),
+    (dict(mac=1), "2 FLOPs")])
+def test_intensity_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_moe_intensity, lambda *a: _learner_intensity(*a, **change), words)
