@@ -120,6 +120,21 @@ def random_like(keep: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return ranks < keep.sum(dim=-1, keepdim=True)
 
 
+def skip_rules(states: Sequence[LayerStates], skip: float, generator: torch.Generator) -> dict[str, list[Rule]]:
+    """Three ways to skip a share ``skip`` of every layer's neurons, as rules for ``skipping``:
+
+    * ``"threshold"``: ``|m_i| > τ``, one ``τ`` per layer calibrated on ``states`` (TEAL, CATS); the count
+      kept varies from token to token;
+    * ``"top-|m|"``: the oracle, each token's ``round((1 − skip)·d_ff)`` largest ``|m_i|``;
+    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random.
+    """
+    taus = [calibrate_threshold(s.m, skip) for s in states]
+    k = round((1 - skip) * states[0].m.shape[-1])
+    return {"threshold": [lambda x, m, t=t: m.abs() > t for t in taus],
+            "top-|m|": [lambda x, m: top_k_mask(m.abs(), k)] * len(states),
+            "random": [lambda x, m, t=t: random_like(m.abs() > t, generator) for t in taus]}
+
+
 @contextmanager
 def skipping(model: nn.Module, rules: Sequence[Rule | None]):
     """Inside the block, FFN ``l`` outputs ``W2 (m ⊙ keep) + b2`` with ``keep = rules[l](x, m)`` (bool, like m).
@@ -310,7 +325,8 @@ def _training_runs(data, valid, seeds, steps, lr_grid, progress) -> dict:
     return {"checkpoints": checkpoints, "steps": steps, "by_activation": out}
 
 
-def relufied(data, seed: int, activation: str = "relu", *, steps: int = RELUFY_STEPS, lr: float = 3e-3):
+def relufied(data, seed: int, activation: str = "relu", *, steps: int = RELUFY_STEPS, lr: float = 3e-3,
+             progress: bool = False):
     """The shipped GELU fact model of ``seed`` with its FFNs switched to ``activation`` and trained ``steps`` more
     full-batch AdamW steps at ``lr`` (``activation="gelu"``: the same extra training without the swap, the
     control). Returns the model (eval mode) and the loss of every step."""
@@ -318,7 +334,8 @@ def relufied(data, seed: int, activation: str = "relu", *, steps: int = RELUFY_S
     from helpers.transformer import train_lm
 
     model = with_activation(load_fact_model(data, seed)[0], activation).train()
-    losses = train_lm(model, data.ids, data.targets, steps=steps, lr=lr, seed=seed, progress=False)
+    losses = train_lm(model, data.ids, data.targets, steps=steps, lr=lr, seed=seed, progress=progress,
+                      desc=f"{activation}, {steps} steps")
     return model.eval(), losses
 
 
