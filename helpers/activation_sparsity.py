@@ -101,23 +101,24 @@ def with_activation(model: nn.Module, activation: str) -> nn.Module:
 # ---------------------------------------------------------------------------------------------- skipping
 def calibrate_threshold(m: torch.Tensor, skip: float) -> float:
     """The ``τ`` below which a share ``skip`` of the entries of ``m`` lie (``|m| ≤ τ``): the ``skip``-quantile
-    of ``|m|`` over the calibration rows, as TEAL and CATS set theirs. ``skip`` in [0, 1)."""
+    of ``|m|`` over the calibration rows, as TEAL and CATS set theirs (``-1`` for ``skip = 0``). ``skip`` in [0, 1)."""
     validate.probability("skip", skip)
-    values = m.detach().abs().flatten().sort().values
+    values = m.detach().abs().flatten()
     count = int(round(skip * values.numel()))
-    return -1.0 if count == 0 else values[count - 1].item()
+    return -1.0 if count == 0 else values.kthvalue(count).values.item()
 
 
 def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Bool ``(N, d_ff)``: the ``k`` largest scores of each row (ties: lower index), the oracle's choice."""
-    order = scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
-    return torch.zeros_like(scores, dtype=torch.bool).scatter(-1, order, True)
+    """Bool ``(N, d_ff)``: the ``k`` largest scores of each row, the oracle's choice (``torch.topk``'s pick among
+    equal scores)."""
+    return torch.zeros_like(scores, dtype=torch.bool).scatter(-1, scores.topk(k, dim=-1).indices, True)
 
 
 def random_like(keep: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Bool like ``keep``: in each row as many neurons as ``keep`` has, chosen at random (the control)."""
-    ranks = torch.rand(keep.shape, generator=generator).argsort(dim=-1).argsort(dim=-1)
-    return ranks < keep.sum(dim=-1, keepdim=True)
+    order = torch.rand(keep.shape, generator=generator).argsort(dim=-1)       # a random permutation per row
+    first = torch.arange(keep.shape[-1]) < keep.sum(dim=-1, keepdim=True)    # its first `count` places
+    return torch.zeros_like(keep).scatter(-1, order, first)
 
 
 def skip_rules(states: Sequence[LayerStates], skip: float, generator: torch.Generator) -> dict[str, list[Rule]]:
