@@ -17,7 +17,7 @@ The course library
 env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
 stats       verdicts over seeds: paired and Welch t against their critical values
-activations ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
+activations ReLU, squared ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
@@ -43,6 +43,7 @@ inference   arithmetic intensity on published hardware, decode vs prefill, an Mo
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
 superposition the toy model of superposition (n sparse features through m < n dimensions)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
+activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished
 """

@@ -7,6 +7,7 @@ shape, element by element.
 name            formula                                          used in
 ==============  ===============================================  ======================================
 ``relu``        max(0, x)                                        original Transformer
+``relu2``       max(0, x)^2  (squared ReLU)                      Primer (So et al. 2021)
 ``gelu``        x * Phi(x), Phi the standard normal CDF          BERT in Hugging Face (``"gelu"``)
 ``gelu_tanh``   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  GPT-2 (Hugging Face ``"gelu_new"``)
 ``silu``        x * sigmoid(x)  (Swish with beta = 1)            SwiGLU's gate
@@ -40,6 +41,11 @@ GELU_TANH_COEFF = 0.044715
 def relu(x: torch.Tensor) -> torch.Tensor:
     """ReLU: ``max(0, x)``. Shape ``(...)`` -> ``(...)``."""
     return torch.relu(x)
+
+
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    """Squared ReLU: ``max(0, x)²`` (Primer, So et al. 2021); exactly 0 wherever ReLU is. Shape ``(...)`` -> ``(...)``."""
+    return torch.relu(x).square()
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -110,6 +116,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "silu": silu,
     "sigmoid": sigmoid,
     "identity": identity,
+    "relu2": relu2,
 }
 
 
