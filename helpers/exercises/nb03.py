@@ -81,7 +81,7 @@ check_memory_coefficients = Exercise(
             Corner("B = T = 1", lambda c: c.args[0].shape[:2] == (1, 1)),
             Corner("d_model = 1", lambda c: c.args[0].shape[2] == 1),
             Corner("d_ff = 1", lambda c: c.args[1].shape[0] == 1),
-            Corner("square W1 (x @ W1 runs too)", lambda c: c.args[1].shape[0] == c.args[1].shape[1]),
+            Corner("square W1 (the untransposed product runs too)", lambda c: c.args[1].shape[0] == c.args[1].shape[1]),
             Corner("fewer neurons than model width", lambda c: c.args[1].shape[0] < c.args[1].shape[1]),
             Corner("more neurons than model width", lambda c: c.args[1].shape[0] > c.args[1].shape[1]),
             Corner("pre-activations above +20 (GELU ≈ identity)", lambda c: bool((_pre_activations(c) > 20).any())),
