@@ -21,6 +21,8 @@ activations ReLU, squared ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by n
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
+neuron_basis the key-value reading of a trained FFN tested against a random basis of its hidden space
+precision   how far two computations agree, printed as a bound that reads the same on every CPU
 costs       FLOPs, saved activations, bytes and operation counts: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
