@@ -18,6 +18,7 @@ env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
 stats       verdicts over seeds: paired and Welch t against their critical values
 activations ReLU, squared ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
+dead_units  dead and silent hidden units: notebook 01's data, SGD, stuck shares, firing rates, stable lr
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
