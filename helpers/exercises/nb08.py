@@ -3,8 +3,11 @@
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
 ``check_gpt_oss_layout(gpt_oss_gate_up)``; it prints one line (not attempted / passed / what is wrong, with
 the likely mistake when one explains every failing case). Three exercises are *debug* exercises: the notebook
-gives a function with one bug of a kind that was reported in widely used code; the checker catches that
-bug, passes the fix, and names the class of bug when a "fix" still fails.
+gives a function with one bug of a kind that was reported in widely used code (``buggy=``, the function as
+given). The checker passes the fix and climbs the engine's debug ladder: the function as given, and any first
+failure, get the symptom only (the case and what differs); once a failure has been shown, a changed function
+that still fails gets the wrong fix it recognises, or the class of bug. No message names the fix: the learner
+finds it.
 
 ================================  ===========================================================  =============
 checker                           your function                                                returns
@@ -139,19 +142,16 @@ check_gpt2_loader = Exercise(
     _attn_from_gpt2,
     _gpt2_cases,
     [
-        ("W_q, W_k and W_v are split out of c_attn correctly but keep Conv1D's input × output layout: each block "
-         "is square (d × d), so no shape check notices. A layout bug: Conv1D stores input × output, nn.Linear "
-         "output × input; transpose c_attn (or each block) before using it as nn.Linear weights.", _gpt2_buggy),
-        ("reshape (or view) to (3d, d) keeps the memory order, so the shapes are right and the weights "
-         "scrambled: only a transpose (.t()) turns Conv1D's input × output into nn.Linear's output × input.",
-         _gpt2_reshaped),
-        ("W_q, W_k, W_v are right now, but W_o lost its transpose: c_proj is a square Conv1D weight too.",
-         _gpt2_out_untransposed),
-        ("no weight is transposed: Conv1D stores input × output, nn.Linear output × input, and every block here "
-         "is square, so only the values show it.", _gpt2_nothing_transposed),
+        ("a reshape (or view) to (3d, d) keeps the memory order: the shapes come out right, but each weight's "
+         "entries land in other places than the layer's.", _gpt2_reshaped),
+        ("W_q, W_k and W_v are right now, but W_o no longer is: c_proj is stored the way c_attn is, and it is "
+         "square too.", _gpt2_out_untransposed),
+        ("none of the four weights is in nn.Linear's layout now: each is returned as Conv1D stores it, and every "
+         "block here is square, so only the values show it.", _gpt2_nothing_transposed),
     ],
-    atol=0, rtol=0, kind="debug",
-    bug_class="a Conv1D (input × output) weight used as an nn.Linear (output × input) one without a transpose",
+    atol=0, rtol=0, kind="debug", buggy=_gpt2_buggy,
+    bug_class="a weight read in the other layout: Conv1D stores input × output, nn.Linear output × input, and a "
+              "square block looks the same either way",
     bug_shows=_gpt2_bug_shows,
 )
 
@@ -165,6 +165,15 @@ def _balance_loss(router_logits, expert_index, attention_mask):
     counts = torch.bincount(chosen.reshape(-1), minlength=n_experts).to(probs.dtype)
     f = counts / chosen.numel()
     return n_experts * (f * probs.mean(0)).sum()
+
+
+def _balance_buggy(router_logits, expert_index, attention_mask):
+    """The notebook's function as given: the attention mask is never read."""
+    probs = torch.softmax(router_logits, dim=-1)
+    n_experts = probs.shape[-1]
+    counts = torch.bincount(expert_index.reshape(-1), minlength=n_experts).float()
+    f = counts / expert_index.numel()
+    return n_experts * (f * probs.mean(dim=0)).sum()
 
 
 def _balance_wrong(kind: str):
@@ -237,23 +246,18 @@ check_padding_balance = Exercise(
     _balance_loss,
     _balance_cases,
     [
-        ("the attention mask is not used, so padding tokens count in both f (the routed shares) and P (the "
-         "mean probabilities). Padding is not text: a balance loss must average over real tokens only.",
-         _balance_wrong("ignored")),
-        ("only the counts f skip the padding; the mean router probability P still averages over padding "
-         "rows too. Mask both, and divide each by the number of real tokens (or slots).",
-         _balance_wrong("counts only")),
-        ("only P skips the padding; the routed shares f still count the slots of padding tokens. Mask both.",
+        ("only the counts f leave the padding out; the mean router probability P still averages over the "
+         "padding rows.", _balance_wrong("counts only")),
+        ("only P leaves the padding out; the routed shares f still count the slots of the padding tokens.",
          _balance_wrong("probs only")),
-        ("the padding rows were zeroed, but f and P are still divided by all N tokens (N·k slots); divide by "
-         "the number of real tokens (their slots) instead, so an even load still gives 1.",
-         _balance_wrong("divided by all")),
-        ("the padding is masked, but f counts tokens, not the N_real·k slots: that is transformers' "
-         "normalisation (k at an even load), while this statement's f divides by N_real·k (1 at an even load).",
+        ("the padding rows were zeroed, but f and P are still divided by all N tokens (N·k slots): an even load "
+         "over the real tokens no longer gives 1.", _balance_wrong("divided by all")),
+        ("the padding is left out, but f is divided by the number of real tokens, not by their N_real·k slots "
+         "(transformers' normalisation): at an even load it gives k, where this statement's f gives 1.",
          _balance_wrong("f per token")),
     ],
-    kind="debug",
-    bug_class="padding counted as data: both f and P must average over the real tokens only",
+    kind="debug", buggy=_balance_buggy,
+    bug_class="padding counted as data: tokens whose attention_mask is 0 still enter the averages",
     bug_shows=_padding_bug_shows,
 )
 
@@ -389,23 +393,20 @@ check_group_limited = Exercise(
     _group_limited,
     _group_cases,
     [
-        ("the experts of the dropped groups are filled with a finite value (0), which beats every biased score "
-         "below it, so they get chosen. A masking bug: a masked entry must lose against every possible score, "
-         "so fill it with -inf (as DeepSeek-V3's own code does).", _group_buggy),
-        ("the dropped groups were masked before the bias was added, so a masked expert scores 0 + bias and "
-         "can still win; mask after adding the bias, with -inf.", _group_mask_before_bias),
-        ("the group limit is gone: the top k is taken over all experts. Keep the groups, but make the masked "
-         "experts lose (fill with -inf).", _group_no_limit),
+        ("the dropped groups were masked before the bias was added, so a masked expert scores 0 + bias, and a "
+         "large enough bias still makes it win.", _group_mask_before_bias),
+        ("the group limit is gone: the top k is taken over all experts, whatever group they are in.",
+         _group_no_limit),
         ("the groups were ranked by the scores without the bias; DeepSeek-V3 ranks groups (and experts) by "
          "scores + bias, the bias only leaves the combine weights alone.", _group_unbiased_groups),
-        ("the right experts, in decreasing order: the statement wants each row's indices sorted in increasing "
-         "order (.sort(dim=-1).values).", _group_descending),
-        ("the right experts, in topk's order (best score first): the statement wants each row's indices sorted "
-         "in increasing order (.sort(dim=-1).values).", _group_topk_order),
+        ("the right experts, in decreasing order; the statement asks for each row's indices in increasing order.",
+         _group_descending),
+        ("the right experts, in topk's order (best score first); the statement asks for each row's indices in "
+         "increasing order.", _group_topk_order),
     ],
-    kind="debug",
-    bug_class="a masked entry that does not always lose: the experts of a dropped group must score below every "
-              "possible biased score (-inf), whatever the bias",
+    kind="debug", buggy=_group_buggy,
+    bug_class="a masked entry that does not always lose: whether an expert of a dropped group can be chosen "
+              "depends on the biases",
     bug_shows=_group_bug_shows,
 )
 
