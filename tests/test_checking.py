@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from helpers.exercises import timelimit
-from helpers.exercises.engine import (DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED,
+from helpers.exercises.engine import (CHANGED_INPUT, CHECKERS_CODE, DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX,
+                                      NOT_ATTEMPTED, PASSED,
                                       TIME_LIMIT_ENV, VERDICT_LOG_ENV, Case, Exercise, Result, compare, parse_line)
 
 
@@ -254,6 +255,135 @@ def test_the_precision_note_never_hides_a_wrong_answer():
     assert "(on with a negative)" in result.message
     assert "float32" not in result.message and "precision" not in result.message, result.message
     assert result.hint == "you returned |x|: negative inputs must give 0"
+
+
+def _scaled_cases():
+    g = torch.Generator().manual_seed(11)
+    return [Case((torch.randn(4, 3, generator=g, dtype=torch.float64),), note="ordinary values"),
+            Case((torch.randn(5, generator=g, dtype=torch.float64) * 1e-30,), note="values near 1e-30"),
+            Case((torch.randn(3, generator=g, dtype=torch.float64) * 1e30,), note="values near 1e30")]
+
+
+EXACT = Exercise("Exercise 3 (times three)", lambda x: 3 * x, _scaled_cases, atol=0, rtol=0)
+
+
+def test_the_precision_note_is_relative():
+    """The trial's M1: on values scaled by 1e-30 every answer was within float32's *absolute* tolerance, so a wrong
+    layout was told it matched only to float32 precision. The note now needs the gap to be within float32's
+    relative precision of the values' size: float32 steps get it, a wrong answer never does."""
+    f32 = EXACT.evaluate(lambda x: (3 * x.float()).double())
+    assert f32.reason == "precision" and f32.message.startswith("your result matches only to float32 precision"), \
+        f32.message
+    for wrong in (lambda x: 2 * x, lambda x: 3 * x + 1e-31, lambda x: torch.where(x.abs() < 1e-20, 2 * x, 3 * x)):
+        result = EXACT.evaluate(wrong)
+        assert result.reason == "wrong" and "precision" not in result.message, result.message
+    # a float32 step that loses a relative 1e-3 is not float32's doing
+    assert EXACT.evaluate(lambda x: (3 * x * (1 + 1e-3)).float().double()).reason == "wrong"
+
+
+def test_the_precision_note_counts_the_other_cases_in_good_grammar():
+    one = EXACT.evaluate(lambda x: (3 * x.float()).double() if x.numel() != 3 else 3 * x)
+    assert "(on ordinary values; 1 other case matches only to float32 precision too)." in one.message, one.message
+    two = EXACT.evaluate(lambda x: (3 * x.float()).double())
+    assert "; 2 other cases match only to float32 precision too)." in two.message, two.message
+    alone = EXACT.evaluate(lambda x: (3 * x.float()).double() if x.numel() == 12 else 3 * x)
+    assert "(on ordinary values). Keep every step in float64" in alone.message, alone.message
+
+
+def test_the_trials_wrong_answers_get_no_precision_note():
+    """08 Ex 1 (gate and up concatenated) and 09 Ex 3 (ȳ one number): float64 answers wrong in their formula."""
+    from helpers.exercises.nb08 import check_gpt_oss_layout
+    from helpers.exercises.nb09 import check_fvu
+
+    for check, wrong in ((check_gpt_oss_layout, lambda w1, w3: torch.cat([w1, w3]).T),
+                         (check_fvu, lambda y, yh: float(((y - yh) ** 2).sum() / ((y - y.mean()) ** 2).sum()))):
+        result = check.evaluate(wrong)
+        assert result.status == FAILED and result.reason == "wrong", result.message
+        assert "precision" not in result.message.split(HINT_PREFIX)[0], result.message
+
+
+def test_a_statement_that_allows_float32_is_never_contradicted():
+    """``precision=torch.float32``: float32 steps on float64 inputs pass at float32's tolerance, and a float32
+    answer that is wrong is not told the exercise wants float64."""
+    allows = Exercise("Exercise 3 (times three)", lambda x: 3 * x, _cases64, precision=torch.float32)
+    assert allows.evaluate(lambda x: 3 * x.float()).status == PASSED
+    assert allows.evaluate(lambda x: (3 * x.float()).double()).status == PASSED
+    wrong = allows.evaluate(lambda x: 2 * x.float())
+    assert wrong.reason == "wrong" and "float64" not in wrong.message, wrong.message
+    tight = Exercise("Exercise 3 (times three)", lambda x: 3 * x, _cases64, atol=1e-12, rtol=1e-12,
+                     precision=torch.float32)
+    near = tight.evaluate(lambda x: 3 * x.float())
+    assert near.reason == "wrong" and "float64" not in near.message, near.message
+    with pytest.raises(ValueError, match="precision"):
+        Exercise("Exercise 3 (x)", lambda x: x, _cases64, precision=torch.int64)
+
+
+def test_the_checkers_own_code_never_passes(tmp_path, monkeypatch, capsys):
+    """G6 of the trial: ``balance_loss = check_balance_loss.reference`` passed with full marks."""
+    import functools
+
+    from helpers.exercises.nb06 import check_split_sizes
+
+    for fn in (_square, functools.partial(_square), EX.reference):
+        result = EX.evaluate(fn)
+        assert result.status == FAILED and result.reason == CHECKERS_CODE, result.message
+        assert result.message.startswith("this is the checker's own code (its reference solution, or a model of a "
+                                         "mistake), not a function of yours"), result.message
+    assert EX.passes(_square) is False and EX.evaluate(square).status == PASSED  # a function of the learner's
+    # a checker whose own evaluate wraps the learner's function (nb06) is covered too
+    assert check_split_sizes.evaluate(check_split_sizes.reference).reason == CHECKERS_CODE
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(VERDICT_LOG_ENV, str(log))
+    EX.check(_square)
+    assert json.loads(log.read_text(encoding="utf-8"))["reason"] == CHECKERS_CODE  # the grader flags it
+    capsys.readouterr()
+
+
+class _Holder:
+    def method(self, x):
+        return x * x
+
+
+def test_inputs_of_every_kind_are_compared():
+    """Modules (weights, mode), lists of tensors and dicts: a change in place is named; a copy is fine."""
+    def cases():
+        torch.manual_seed(0)
+        return [Case((torch.nn.Linear(3, 2), [torch.ones(2), torch.zeros(2)], {"scale": torch.ones(1)}))
+                for _ in range(4)]
+
+    def reference(layer, parts, options):
+        return layer.weight.sum() + parts[0].sum() + options["scale"].sum()
+    ex = Exercise("Exercise 5 (kinds)", reference, cases)
+    assert ex.evaluate(lambda layer, parts, options: reference(layer, parts, options)).status == PASSED
+    for fn, words in [
+            (lambda layer, parts, options: (layer.eval(), reference(layer, parts, options))[1],
+             "changed its input `layer` in place (it was switched to eval mode"),
+            (lambda layer, parts, options: (parts.append(1), reference(layer, parts[:2], options))[1],
+             "changed its input `parts` in place (its length changed from 2 to 3"),
+            (lambda layer, parts, options: (parts[1].add_(1), reference(layer, parts, options))[1],
+             "changed its input `parts` in place (item [1]: 2 of 2 values changed"),
+            (lambda layer, parts, options: (options.pop("scale").sum() + layer.weight.sum() + parts[0].sum()),
+             "changed its input `options` in place (its keys changed: 'scale' removed"),
+            (lambda layer, parts, options: (layer.weight.data.mul_(1), layer.requires_grad_(False),
+                                            reference(layer, parts, options))[2],
+             "changed its input `layer` in place (its parameter 'weight' was frozen")]:
+        result = ex.evaluate(fn)
+        assert result.reason == CHANGED_INPUT and words in result.message, result.message
+
+
+def test_an_answer_both_wrong_and_changing_an_input_is_told_both():
+    def wrong_in_place(x):
+        x.mul_(2)
+        return x
+    result = EX.evaluate(wrong_in_place)
+    assert result.reason == "wrong" and "values differ" in result.message, result.message
+    assert "It also changes its input `x` in place (" in result.message, result.message
+
+    def writes_into_its_input(x):
+        x.mul_(x)
+    nothing = EX.evaluate(writes_into_its_input)
+    assert nothing.status == FAILED and nothing.message.startswith(
+        "your function returns None and changed its input `x` in place"), nothing.message
 
 
 def test_numbers_that_differ_print_enough_digits_to_see_it():

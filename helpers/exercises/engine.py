@@ -6,7 +6,7 @@ case and prints exactly one line, ``<icon> <title>: <message>`` (``helpers.exerc
 it back):
 
 * ``⏳ ... not attempted yet``: ``fn`` raises ``NotImplementedError`` on the first case or returns ``None`` on
-  every case (a blank stub);
+  every case without changing its inputs (a blank stub);
 * ``✅ ... passed (N hidden test cases)``: every case matches the reference, and no input was changed;
 * ``❌ ...``: what is wrong (type, shape, the first wrong value and its index, how many cases fail), an input the
   function changed in place, an incomplete function (``None`` on some inputs only), the time limit, or the
@@ -35,13 +35,12 @@ The rules that decide a failure's message:
 * **A message is one line**, never a traceback.
 
 Guarantees, whatever state the learner's kernel is in: a check never raises because of the learner's code (a
-``KeyboardInterrupt`` still interrupts); it runs with autograd on and float32 as torch's default dtype for the
-course's code, and leaves the kernel's grad mode, default dtype and global random generators (torch, NumPy,
-``random``) as they were; the learner's calls on the hidden cases share a time limit (``helpers.exercises.
-timelimit``), and a debug exercise's extra calls for its clue get a limit of the same size (running out of it only
-means no clue). ``evaluate(fn)`` returns the ``Result`` instead of printing it; ``passes(fn)`` answers only whether
-it passed, silently, for a cell that uses the function. Only ``check`` moves a debug exercise up its ladder
-(``forget`` starts it again).
+``KeyboardInterrupt`` still interrupts) and leaves the kernel's state as it was (``helpers.exercises.sandbox``);
+the learner's calls on the hidden cases share a time limit (``helpers.exercises.timelimit``), and a debug
+exercise's extra calls for its clue get a limit of the same size (running out of it only means no clue).
+``evaluate(fn)`` returns the ``Result`` instead of printing it; ``passes(fn)`` answers only whether it passed,
+silently, for a cell that uses the function. Only ``check`` moves a debug exercise up its ladder (``forget``
+starts it again).
 """
 
 from __future__ import annotations
@@ -54,15 +53,15 @@ import numbers
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from helpers.exercises import timelimit
-from helpers.exercises.compare import DTYPE_TOLERANCES, Difference, compare, describe_value, difference, \
-    dtype_name, one_line
+from helpers.exercises.cases import Case, Corner, Domain
+from helpers.exercises.compare import DTYPE_TOLERANCES, Difference, compare, difference, dtype_name, one_line
 from helpers.exercises.mutation import changed_input
 from helpers.exercises.sandbox import checking_state, course_defaults, guard_evaluate, outermost, record_timeout, \
     submitted
@@ -89,51 +88,6 @@ _UNCHANGED = ("Your function still does what the function as given does on every
               "in it.")
 _OWN_CODE = ("this is the checker's own code (its reference solution, or a model of a mistake), not a function of "
              "yours: write the function in the exercise cell, then run the cell again.")
-
-
-@dataclass
-class Case:
-    """One hidden test input: positional and keyword arguments for the learner's function."""
-
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-    note: str = ""
-
-    def describe(self) -> str:
-        """Short human description of the input, e.g. ``input of shape (3, 5)``."""
-        if self.note:
-            return self.note
-        parts = [describe_value(a) for a in self.args]
-        parts += [f"{k}={describe_value(v)}" for k, v in self.kwargs.items()]
-        return "input " + ", ".join(parts) if parts else "no input"
-
-
-@dataclass(frozen=True)
-class Corner:
-    """One corner of an exercise's declared domain, and a test that a hidden case reaches it.
-
-    ``name`` says it in the statement's words (``"k = F (every feature kept)"``, ``"ties wider than k"``,
-    ``"logits near 100 (an unshifted exp overflows)"``); ``reached(case)`` looks at the case's real arguments
-    (not its note) and says whether it sits in that corner.
-    """
-
-    name: str
-    reached: Callable[[Case], bool]
-
-
-@dataclass(frozen=True)
-class Domain:
-    """What an exercise's statement allows, and the corners its hidden cases must cover.
-
-    ``allows`` is the statement's promise in words: shapes, dtypes, every value range, ties, sizes, the stated
-    arithmetic. ``corners`` are the extremes of that promise (each end of each range, the widest ties, the
-    smallest sizes, ...): ``Exercise.uncovered()`` lists those no hidden case reaches, and a test keeps it
-    empty for every exercise of the course. A statement that allows more than the checker can judge is narrowed,
-    not left wider than its cases.
-    """
-
-    allows: str
-    corners: tuple[Corner, ...]
 
 
 # ---------------------------------------------------------------- the exercise
