@@ -466,7 +466,8 @@ def test_every_status_reads_as_a_sentence_to_the_student():
         TIMED_OUT: (f"timed out in {cell} (the limit: 120 s for one cell)",
                     f"Your notebook was stopped before its end: it timed out in {cell} (the limit: 120 s for one "
                     f"cell)."),
-        KERNEL_DIED: (f"kernel died in {cell}", f"Your notebook was stopped before its end: its kernel died in {cell}."),
+        KERNEL_DIED: (f"kernel died in {cell}",
+                      f"Your notebook was stopped before its end: its kernel died in {cell}."),
         KERNEL_FAILED: ("NoSuchKernel: No such kernel named python2",
                         "Your notebook could not be run: its kernel failed to start (NoSuchKernel: No such kernel "
                         "named python2)."),

@@ -133,7 +133,8 @@ def _after_a_failure(ex):
 def test_debug_is_a_kind_with_its_function_as_given():
     assert KINDS == ("build", "investigate", "debug") and DEBUG.kind == "debug"
     for bad in [dict(buggy=1), dict(buggy=_mean_of_last_buggy, bug_class=""),
-                dict(buggy=_mean_of_last_buggy, bug_class=3), dict(buggy=_mean_of_last_buggy, bug_shows=_off_by_one_shows),
+                dict(buggy=_mean_of_last_buggy, bug_class=3),
+                dict(buggy=_mean_of_last_buggy, bug_shows=_off_by_one_shows),
                 dict(buggy=_mean_of_last_buggy, bug_class="x", bug_shows=3), dict(bug_class="x")]:
         with pytest.raises(ValueError, match="buggy|bug_class|bug_shows"):
             Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, kind="debug", **bad)

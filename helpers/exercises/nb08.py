@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -150,6 +150,17 @@ check_gpt2_loader = Exercise(
          "block here is square, so only the values show it.", _gpt2_nothing_transposed),
     ],
     atol=0, rtol=0, kind="debug", buggy=_gpt2_buggy,
+    domain=Domain(
+        allows="Conv1D weights c_attn_w (d, 3d) and c_proj_w (d, d), any d ≥ 1, float32 or float64 (the same dtype "
+               "for both); the answer is compared exactly (data movement, no arithmetic)",
+        corners=(Corner("d_model = 1 (every block 1 × 1: the bug cannot show)",
+                        lambda c: c.args[1].shape == (1, 1)),
+                 Corner("d_model = 2 (the smallest layer where a layout shows)", lambda c: c.args[1].shape == (2, 2)),
+                 Corner("d_model ≥ 16", lambda c: c.args[1].shape[0] >= 16),
+                 Corner("float32 weights", lambda c: c.args[0].dtype == torch.float32),
+                 Corner("float64 weights", lambda c: c.args[0].dtype == torch.float64),
+                 Corner("c_proj not symmetric (a W_o in the other layout shows)",
+                        lambda c: c.args[1].shape[0] > 1 and not torch.equal(c.args[1], c.args[1].t())))),
     bug_class="a weight read in the other layout: Conv1D stores input × output, nn.Linear output × input, and a "
               "square block looks the same either way",
     bug_shows=_gpt2_bug_shows,
@@ -219,6 +230,12 @@ def _balance_cases() -> list[Case]:
     return cases
 
 
+def _padding_to_one_expert(case: Case) -> bool:
+    """At least 4 padding tokens, and over three quarters of them put the same expert first."""
+    first = case.args[1][case.args[2] == 0][:, 0]
+    return len(first) >= 4 and int(torch.bincount(first).max()) * 4 > 3 * len(first)
+
+
 def _padding_bug_shows(fn, args, value) -> bool:
     """The class shows when the answer moves if the padding tokens are removed from the batch, or if what they
     hold (their logits and experts) is redrawn: a loss over the real tokens does neither."""
@@ -257,6 +274,17 @@ check_padding_balance = Exercise(
          _balance_wrong("f per token")),
     ],
     kind="debug", buggy=_balance_buggy,
+    domain=Domain(
+        allows="float32 router_logits (N, E), int64 expert_index (N, k) with k distinct experts per token, 1 ≤ k ≤ E, "
+               "and an int64 attention_mask (N,) of 1s and 0s with at least one real token (1); any amount of padding",
+        corners=(Corner("no padding (every token real)", lambda c: bool(c.args[2].bool().all())),
+                 Corner("one real token", lambda c: int(c.args[2].sum()) == 1),
+                 Corner("half the batch or more is padding",
+                        lambda c: int((c.args[2] == 0).sum()) * 2 >= len(c.args[2])),
+                 Corner("k = 1", lambda c: c.args[1].shape[1] == 1),
+                 Corner("k = E (every expert chosen: padding cannot move f)",
+                        lambda c: c.args[1].shape[1] == c.args[0].shape[1]),
+                 Corner("most padding tokens choose one expert first (as in real runs)", _padding_to_one_expert))),
     bug_class="padding counted as data: tokens whose attention_mask is 0 still enter the averages",
     bug_shows=_padding_bug_shows,
 )
@@ -368,6 +396,12 @@ def _group_symptom(args, value) -> bool:
     return False
 
 
+def _both_signs(case: Case) -> bool:
+    """Some token's biased scores are positive for one expert and negative for another."""
+    biased = case.args[0] + case.args[1]
+    return bool(((biased > 0).any(-1) & (biased < 0).any(-1)).any())
+
+
 def _group_bug_shows(fn, args, value) -> bool:
     """The class shows when both the symptom and the cause show. The symptom: ``_group_symptom``. The cause: moving
     every bias by the same large amount changes the experts chosen; with the dropped groups filled with -inf such a
@@ -405,6 +439,22 @@ check_group_limited = Exercise(
          "increasing order.", _group_topk_order),
     ],
     kind="debug", buggy=_group_buggy,
+    domain=Domain(
+        allows="float32 sigmoid scores (N, E) in (0, 1), a float32 bias (E,) with values from -100 to 100, n_group "
+               "dividing E with at least 2 experts per group, 1 ≤ topk_group ≤ n_group, 1 ≤ k ≤ the experts of the "
+               "kept groups; int64 indices (N, k) sorted increasing",
+        corners=(Corner("bias near -100 (every biased score below 0)", lambda c: float(c.args[1].min()) <= -99.5),
+                 Corner("bias near 100", lambda c: float(c.args[1].max()) >= 99.5),
+                 Corner("no bias (all zero)", lambda c: not bool(c.args[1].any())),
+                 Corner("biased scores of both signs in one row", _both_signs),
+                 Corner("k = 1", lambda c: c.args[2] == 1),
+                 Corner("k = every expert of the kept groups",
+                        lambda c: c.args[2] == c.args[4] * c.args[0].shape[1] // c.args[3] and c.args[4] < c.args[3]),
+                 Corner("one group (n_group = 1)", lambda c: c.args[3] == 1),
+                 Corner("every group kept (topk_group = n_group > 1)", lambda c: c.args[4] == c.args[3] > 1),
+                 Corner("one group kept of several", lambda c: c.args[4] == 1 < c.args[3]),
+                 Corner("2 experts per group (the fewest allowed)", lambda c: c.args[0].shape[1] // c.args[3] == 2),
+                 Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1))),
     bug_class="a masked entry that does not always lose: whether an expert of a dropped group can be chosen "
               "depends on the biases",
     bug_shows=_group_bug_shows,
