@@ -473,3 +473,16 @@ def test_group_clue_calls_cannot_hang_or_exit_the_notebook(misbehave, monkeypatc
 
     result = _after_a_failure(nb08.check_group_limited).evaluate(fn)
     assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
+
+
+def test_padding_softmax_over_the_tokens_fails_without_a_misleading_lead():
+    """The trial's learner: the padding masked, but the softmax taken over the tokens (dim=0)."""
+    def over_tokens(router_logits, expert_index, attention_mask):
+        keep = attention_mask.bool()
+        probs = torch.softmax(router_logits[keep], dim=0)
+        chosen = expert_index[keep]
+        counts = torch.bincount(chosen.reshape(-1), minlength=probs.shape[-1]).to(probs.dtype)
+        return probs.shape[-1] * (counts / chosen.numel() * probs.mean(0)).sum()
+    for ex in (nb08.check_padding_balance, _after_a_failure(nb08.check_padding_balance)):
+        result = ex.evaluate(over_tokens)
+        assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
