@@ -27,7 +27,8 @@ Two studies are shipped in ``RUNS_PATH``, made by::
 * ``long``: the MoE (α = 0.1) and both dense arms for ``LONG_STEPS`` = 1,000 steps at lr 3e-3, seeds 0-9: long
   enough for every arm to reach the data's loss floor (``helpers.facts.loss_floor``), i.e. trained.
 
-``--seeds``, ``--lrs``, ``--long-steps`` and ``--out`` make a smaller file (the tests make one).
+``--seeds``, ``--lrs``, ``--long-steps`` and ``--out`` make a smaller file (the tests make one); ``--only short``
+(or ``long``) retrains one study and keeps the other from the existing file.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from torch import nn
 
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN
-from helpers.moe import MoE, RoutingLog, moe_aux_loss, moe_layers_stats
+from helpers.moe import MoE, RoutingLog, arrival_rank, expert_capacity, moe_aux_loss, moe_layers_stats
 from helpers.progress import progress as progress_bar
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
@@ -60,6 +61,8 @@ ARMS: dict[str, dict] = {
 LONG_ARMS = ("MoE, α = 0.1", "dense, width 96", "dense, width 768")
 N_EXPERTS, EXPERT_WIDTH, D_MODEL, BATCH = 8, 96, 64, 32
 SHORT_STEPS, LONG_STEPS, LONG_LR = 15, 1000, 3e-3
+#: capacity factors at which a short MoE run's layer-1 routing is replayed (``capacity_summary``)
+CAPACITY_FACTORS: tuple[float, ...] = (1.0, 1.25, 2.0)
 LRS: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2)
 SEEDS: tuple[int, ...] = tuple(range(10))
 #: Where ``python -m helpers.moe_runs --results`` writes the runs and ``load_runs`` reads them.
@@ -116,7 +119,33 @@ class Run:
             out["max_over_mean"] = self.log.max_over_mean().round(decimals=_DIGITS).tolist()
         if self.log is not None:
             out["last_counts"] = self.log.counts[-5:].sum(0).tolist()
+        if self.log is not None and self.steps <= SHORT_STEPS:
+            out["capacity"] = capacity_summary(self.final[1].routing.probs)
         return out
+
+
+def dropped_share(expert_index: torch.Tensor, n_experts: int, factor: float) -> float:
+    """The share of the ``(N, k)`` routing's slots that a capacity ``factor`` drops (GShard's priority)."""
+    n, k = expert_index.shape
+    return float((arrival_rank(expert_index, n_experts) >= expert_capacity(n, n_experts, k, factor)).double().mean())
+
+
+def capacity_summary(probs: torch.Tensor) -> dict:
+    """A trained router's probabilities ``(N, E)`` replayed with capacity: the share of slots dropped at each of
+    ``CAPACITY_FACTORS`` when routing top-1 (``"top1"``) and top-2 (``"top2"``), and the busiest/mean of the top-2
+    routing's first and of its second choices (``"busiest_choice"``)."""
+    e = probs.shape[-1]
+    top2 = probs.topk(2, dim=-1).indices
+    return {"top1": [round(dropped_share(top2[:, :1], e, c), _DIGITS) for c in CAPACITY_FACTORS],
+            "top2": [round(dropped_share(top2, e, c), _DIGITS) for c in CAPACITY_FACTORS],
+            "busiest_choice": [round(float(torch.bincount(top2[:, j], minlength=e).max() / (top2.shape[0] / e)),
+                                     _DIGITS) for j in (0, 1)]}
+
+
+def capacity_values(runs: dict, arm: str, lr: float, key: str, index: int) -> torch.Tensor:
+    """``(seeds,)`` float64 from the short study's ``capacity_summary``: ``key`` "top1" or "top2" with ``index``
+    that of the capacity factor in ``CAPACITY_FACTORS``, or "busiest_choice" with ``index`` 0 or 1."""
+    return torch.tensor([s["capacity"][key][index] for s in summaries(runs, arm, lr)], dtype=torch.float64)
 
 
 def evaluate(model: nn.Module, data: FactDataset) -> tuple[float, float, float, list]:
@@ -230,12 +259,12 @@ def long_table(study: dict, floor: float) -> str:
 
 # ----------------------------------------------------------------------------- the shipped file
 def run_study(*, seeds: Sequence[int] = SEEDS, lrs: Sequence[float] = LRS, long_steps: int = LONG_STEPS,
-              progress: bool = True) -> dict:
+              progress: bool = True, only: str | None = None) -> dict:
     """Both studies as the file stores them: ``{"short": {arm: {lr: {seed: summary}}}, "long": {arm: {seed:
-    summary}}}`` (learning rates and seeds as strings, JSON keys)."""
+    summary}}}`` (learning rates and seeds as strings, JSON keys); ``only``: "short" or "long" trains just that one."""
     data = make_dataset(load_facts())
-    jobs = [("short", arm, lr, SHORT_STEPS, seed) for arm in ARMS for lr in lrs for seed in seeds]
-    jobs += [("long", arm, LONG_LR, long_steps, seed) for arm in LONG_ARMS for seed in seeds]
+    jobs = [] if only == "long" else [("short", arm, lr, SHORT_STEPS, seed) for arm in ARMS for lr in lrs for seed in seeds]
+    jobs += [] if only == "short" else [("long", arm, LONG_LR, long_steps, seed) for arm in LONG_ARMS for seed in seeds]
     out: dict = {"short": {}, "long": {}}
     for study, arm, lr, steps, seed in progress_bar(jobs, desc="runs", disable=not progress):
         checkpoints = [steps * i // 4 for i in (1, 2, 3)] if study == "long" else ()
@@ -309,13 +338,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lrs", type=float, nargs="+", default=list(LRS), help=f"default: {list(LRS)}")
     parser.add_argument("--long-steps", type=int, default=LONG_STEPS, help=f"default: {LONG_STEPS}")
     parser.add_argument("--out", default=str(RUNS_PATH), help=f"default: {RUNS_PATH}")
+    parser.add_argument("--only", choices=("short", "long"),
+                        help="train one study and keep the other from the existing --out file")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                        # as in the notebooks (helpers.env.setup)
     try:
-        study = run_study(seeds=args.seeds, lrs=args.lrs, long_steps=args.long_steps)
+        study = run_study(seeds=args.seeds, lrs=args.lrs, long_steps=args.long_steps, only=args.only)
     finally:
         torch.set_num_threads(threads)
+    if args.only:
+        kept = load_runs(args.out)
+        other = "long" if args.only == "short" else "short"
+        study[other] = kept[other]
+        if args.only == "short":
+            args.long_steps = kept["settings"]["long_steps"]
+        else:
+            args.lrs = kept["settings"]["lrs"]
     print(f"wrote {save_runs(study, args.out, lrs=args.lrs, long_steps=args.long_steps)}")
     return 0
 

@@ -245,15 +245,3 @@ def favourite_expert_shares(first_choice: torch.Tensor, group: torch.Tensor, oth
     favourite = torch.bincount(first_choice[group], minlength=n_experts).argmax()
     return (float((first_choice[group] == favourite).double().mean()),
             float((first_choice[others] == favourite).double().mean()))
-
-
-def dropped_at(expert_indices: Sequence[torch.Tensor], n_experts: int, factor: float) -> torch.Tensor:
-    """``(runs,)`` float64: the share of slots a capacity ``factor`` drops, for each run's routing ``(N, k)``."""
-    return torch.tensor([float(dropped_share_by_factor(i, n_experts, [factor])[0]) for i in expert_indices],
-                        dtype=torch.float64)
-
-
-def busiest_of_choice(expert_indices: Sequence[torch.Tensor], n_experts: int, choice: int) -> torch.Tensor:
-    """``(runs,)`` float64: busiest/mean of the ``choice``-th column (0: first choices) of each run's ``(N, k)``."""
-    return torch.tensor([float(torch.bincount(i[:, choice], minlength=n_experts).max().double()
-                               / (i.shape[0] / n_experts)) for i in expert_indices], dtype=torch.float64)

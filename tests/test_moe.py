@@ -570,8 +570,7 @@ def test_top_k_above_routed_and_noisy_type():
 
 
 def test_routing_plots_analysis_helpers():
-    from helpers.routing_plots import (busiest_first, busiest_of_choice, dropped_at, dropped_share_by_factor,
-                                       favourite_expert_shares, shares_by_type_and_position)
+    from helpers.routing_plots import busiest_first, favourite_expert_shares, shares_by_type_and_position
     counts = torch.tensor([5, 9, 0, 9])
     assert busiest_first(counts).tolist() == [2, 0, 3, 1]                  # ties: the lower id first
     ids = torch.tensor([0, 1, 2, 0, 1, 2])                                  # two rows of three positions
@@ -583,8 +582,3 @@ def test_routing_plots_analysis_helpers():
     first = torch.tensor([3, 3, 1, 3, 2, 3])
     group = torch.tensor([True, True, True, False, False, False])
     assert favourite_expert_shares(first, group, ~group, 4) == (pytest.approx(2 / 3), pytest.approx(2 / 3))
-    routing = [torch.tensor([[0], [0], [0], [1]]), torch.tensor([[0], [1], [2], [3]])]
-    assert dropped_at(routing, 4, 1.0).tolist() == [0.5, 0.0]
-    assert dropped_at(routing, 4, 1.0)[0] == dropped_share_by_factor(routing[0], 4, [1.0])[0]
-    two = [torch.tensor([[0, 1], [0, 2], [0, 3], [1, 2]])]
-    assert busiest_of_choice(two, 4, 0).tolist() == [3.0] and busiest_of_choice(two, 4, 1).tolist() == [2.0]
