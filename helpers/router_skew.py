@@ -192,7 +192,7 @@ def skew_table(result: SkewControls) -> str:
     the real inputs' excess over an even load (busiest/mean − 1) that the control keeps."""
     base = result.per_seed("all positions").mean() - 1
     n_layers = result.loads["all positions"].shape[1]
-    head = f"{'router input':<20}" + "".join(f"{'layer ' + str(l):>17}" for l in range(n_layers)) + f"{'excess kept':>13}"
+    head = f"{'router input':<20}" + "".join(f"{'layer ' + str(l):>19}" for l in range(n_layers)) + f"{'excess kept':>13}"
     lines = [head]
     for c in CONTROLS:
         v = result.loads[c]
