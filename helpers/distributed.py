@@ -185,11 +185,6 @@ def reduce_from_parallel(x: torch.Tensor, group: dist.ProcessGroup | None = None
     return _ReduceFromParallel.apply(x, group)
 
 
-def below(value: float, bound: float) -> str:
-    """A difference as text that reads the same on every CPU: ``"< 1e-06"`` under ``bound``, else its value."""
-    return f"< {bound:g}" if value < bound else f"{value:.1e} (above {bound:g})"
-
-
 def ring_all_reduce_bytes(n_elements: int, world_size: int, bytes_per_element: int = 4) -> float:
     """Bytes each rank sends in a ring all-reduce of ``n_elements`` numbers: ``2·(W−1)/W·n·bytes``.
 

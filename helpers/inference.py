@@ -17,9 +17,10 @@ average, so the intensity of its experts is ``2·B·k / (bytes · touched)``: th
 dense value for one token, ``k/E`` of it once every expert is read. To reach the
 same ridge an MoE needs about ``E/k`` times the batch (``batch_for_intensity``).
 
-Routed *evenly* instead (every expert as busy as the others), ``B`` tokens touch
+Routed in *balance* instead (every expert as busy as the others), ``B`` tokens touch
 ``min(E, k·B)`` experts (``balanced_experts_touched``): more than at random for small
-batches, so a balanced MoE reads more bytes per decode step, not fewer.
+batches, so a balanced MoE reads more bytes per decode step, not fewer. ``sample_routing``
+draws such routings (random, balanced, Zipf-skewed, collapsed) to measure it.
 
 Decoding also reads the *KV cache*: the keys and values attention keeps for every earlier
 token of every sequence, ``2 · n_layers · n_kv_heads · head_dim · bytes`` per token of
@@ -108,6 +109,35 @@ def balanced_experts_touched(n_tokens: int, n_experts: int, top_k: int) -> int:
     validate.positive_int("n_experts", n_experts)
     validate.int_in_range("top_k", top_k, 1, n_experts)
     return min(n_experts, top_k * n_tokens)
+
+
+#: the stylised routers ``sample_routing`` draws from
+ROUTERS = ("random", "balanced", "skewed", "collapsed")
+
+
+def sample_routing(n_tokens: int, n_experts: int, top_k: int, router: str = "random", *,
+                   generator=None):
+    """``(n_tokens, top_k)`` int64 expert indices, ``k`` distinct per token, drawn by a stylised router.
+
+    ``"random"``: ``k`` of ``E`` uniformly at random (``expected_experts_touched``); ``"balanced"``: token ``t``
+    takes experts ``(t·k + j) mod E``, every expert equally busy (``balanced_experts_touched``); ``"skewed"``: ``k``
+    without replacement with weights ``∝ 1/(e+1)`` (Zipf's law, the Gumbel top-k trick); ``"collapsed"``: every
+    token on experts ``0 … k−1``, the fewest bytes and the busiest experts. ``generator``: a ``torch.Generator``.
+    """
+    import torch
+
+    validate.positive_int("n_tokens", n_tokens)
+    validate.positive_int("n_experts", n_experts)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    validate.one_of("router", router, ROUTERS)
+    if router == "balanced":
+        return (torch.arange(n_tokens).unsqueeze(1) * top_k + torch.arange(top_k)) % n_experts
+    if router == "collapsed":
+        return torch.arange(top_k).expand(n_tokens, top_k).clone()
+    scores = torch.rand(n_tokens, n_experts, generator=generator, dtype=torch.float64)
+    if router == "skewed":                       # log-weights plus Gumbel noise: top-k samples without replacement
+        scores = -torch.log(torch.arange(1, n_experts + 1, dtype=torch.float64)) - torch.log(-torch.log(scores))
+    return scores.topk(top_k, dim=-1).indices
 
 
 def moe_intensity(n_tokens: int, n_experts: int, top_k: int, *, bytes_per_element: float = 4) -> float:

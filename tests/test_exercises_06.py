@@ -22,6 +22,7 @@ EXERCISES = {
     "tp": ex.check_tensor_parallel,
     "splits": ex.check_split_sizes,
     "intensity": ex.check_moe_intensity,
+    "decode": ex.check_decode_batch,
 }
 
 #: a wrong answer that is not one of the listed mistakes, for every exercise
@@ -31,7 +32,12 @@ UNLISTED_WRONG = {
     "splits": lambda ei, kept, e, w: [int(kept.sum())] + [0] * (w - 1),
     "tp": lambda *a: (ex.tensor_parallel_reference(*a)[0][::-1], ex.tensor_parallel_reference(*a)[1]),
     "intensity": lambda *a: 1.5 * ex.intensity_reference(*a),
+    "decode": lambda *a: ex.decode_batch_reference(*a) + 1,
 }
+
+
+def test_two_investigate_exercises_and_the_rest_build():
+    assert [e.kind for e in ex.EXERCISES] == ["build", "build", "build", "build", "investigate", "investigate"]
 
 
 @pytest.mark.parametrize("name", EXERCISES)
@@ -221,10 +227,17 @@ def test_intensity_accepts_tensor_arithmetic_in_either_float_dtype(dtype):
 def test_follow_ups_that_use_a_learners_function_run_only_after_its_check_passed():
     nb = json.loads((ROOT / "notebooks" / "06_ffn_at_scale.ipynb").read_text(encoding="utf-8"))
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    for fn, check in [("flops_per_token", "check_model_flops"), ("moe_step_intensity", "check_moe_intensity")]:
+    for fn, check in [("flops_per_token", "check_model_flops"), ("moe_step_intensity", "check_moe_intensity"),
+                      ("fewest_sequences", "check_decode_batch")]:
         users = [c for c in code if re.search(rf"(?<![\w.]){fn}\(", c) and f"def {fn}(" not in c]
         assert users, f"a follow-up uses {fn}"
-        assert all(c.startswith(f"if {check}.evaluate({fn}).passed:") for c in users)
+        for cell in users:                 # a knob may come first; every use sits under the passing check
+            lines = cell.splitlines()
+            guard = [i for i, line in enumerate(lines)
+                     if re.fullmatch(rf"if {check}\.(?:passes\({fn}\)|evaluate\({fn}\)\.passed):", line)]
+            assert len(guard) == 1, cell
+            other = lines[:guard[0]] + [line for line in lines[guard[0]:] if not line.startswith((" ", "if "))]
+            assert not any(re.search(rf"(?<![\w.]){fn}\(", line) for line in other), cell
         outputs = [o for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]) in users
                    for o in c["outputs"]]
         assert all("must pass before" in "".join(o.get("text", "")) for o in outputs)
@@ -371,3 +384,106 @@ def _learner_intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_
     (dict(mac=1), "2 FLOPs")])
 def test_intensity_natural_wrong_answers_fail_with_their_hint(change, words):
     _hinted(ex.check_moe_intensity, lambda *a: _learner_intensity(*a, **change), words)
+
+
+# ----------------------------------------------------------------------------- 6. the decode batch
+
+def _intensity_of_step(batch, target, context, n_weights, s, layers, d, kv):
+    """FLOPs − target·bytes of a decode step of ``batch`` sequences, exactly (>= 0: the step reaches target)."""
+    return batch * (2 * n_weights + 4 * layers * context * d) - target * (s * n_weights + batch * context * kv)
+
+
+def test_decode_reference_is_the_smallest_batch_by_direct_search():
+    gen = torch.Generator().manual_seed(1)
+    draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
+    for _ in range(300):
+        args = (draw(1, 60), draw(0, 40), draw(1, 3000), [1, 2, 4][draw(0, 3)], draw(1, 4), draw(1, 16), draw(1, 400))
+        answer = ex.decode_batch_reference(*args)
+        reaching = [b for b in range(1, 5000) if _intensity_of_step(b, *args) >= 0]
+        if answer == 0:
+            assert _intensity_of_step(10 ** 9, *args) < 0, args          # not even a huge batch
+        else:
+            assert reaching and reaching[0] == answer, args
+
+
+def test_decode_cases_respect_the_declared_bounds_and_hold_the_llama_crossover():
+    for c in ex.check_decode_batch.cases():
+        t, ctx, n, s, layers, d, kv = c.args
+        assert all(type(a) is int for a in c.args)
+        assert 1 <= t <= 1000 and 0 <= ctx <= 131072 and 1 <= n <= 10 ** 12 and s in (1, 2, 4)
+        assert 1 <= layers <= 200 and 1 <= d <= 32768 and 1 <= kv <= 10 ** 7
+        assert t * s * n < 2 ** 53
+    llama = tuple(ex.LLAMA3_8B_DECODE.values())
+    assert ex.decode_batch_reference(295, 393, *llama) > 0 == ex.decode_batch_reference(295, 394, *llama)
+    from helpers.inference import H100_SXM, decode_intensity_limit, dense_param_counts
+    counts = dense_param_counts()
+    assert ex.LLAMA3_8B_DECODE["n_weights"] == counts["total"] - counts["input_embedding"]
+    assert decode_intensity_limit(393) >= H100_SXM.ridge > decode_intensity_limit(394)   # the library agrees
+
+
+def test_decode_float_division_and_bisection_answers_pass():
+    def with_floats(t, ctx, n, s, layers, d, kv):
+        margin = 2.0 * n + 4.0 * layers * ctx * d - 1.0 * t * ctx * kv
+        return 0 if margin <= 0 else int(math.ceil(t * s * n / margin))
+
+    def bisection(t, ctx, n, s, layers, d, kv):
+        intensity = lambda b: b * (2 * n + 4 * layers * ctx * d) / (s * n + b * ctx * kv)   # noqa: E731
+        if ctx and (2 * n + 4 * layers * ctx * d) / (ctx * kv) <= t:
+            return 0
+        lo, hi = 0, 1
+        while intensity(hi) < t:
+            hi *= 2
+        while hi - lo > 1:
+            lo, hi = (lo, (lo + hi) // 2) if intensity((lo + hi) // 2) >= t else ((lo + hi) // 2, hi)
+        return hi
+
+    assert ex.check_decode_batch.evaluate(with_floats).status == PASSED
+    assert ex.check_decode_batch.evaluate(bisection).status == PASSED
+
+
+def _learner_decode(t, ctx, n, s, layers, d, kv, *, cache=True, attention=4, shared=False, none=0, op="ge",
+                    rounding="ceil"):
+    flops_each = 2 * n + attention * layers * ctx * d
+    if shared:
+        return math.ceil(t * (s * n + ctx * kv) / flops_each)
+    if not cache:
+        return math.ceil(t * s / 2)
+    margin = flops_each - t * ctx * kv
+    if margin <= 0:
+        return none
+    need = t * s * n
+    if op == "gt":
+        return need // margin + 1
+    return -(-need // margin) if rounding == "ceil" else need // margin
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(cache=False), "only the weights"), (dict(shared=True), "not shared"), (dict(attention=0), "left them out"),
+    (dict(attention=2), "half of it"), (dict(none=-1), "-1"), (dict(op="gt"), "not one more"),
+    (dict(rounding="floor"), "not the floor")])
+def test_decode_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_decode_batch, lambda *a: _learner_decode(*a, **change), words)
+
+
+def test_decode_a_strict_limit_test_fails_on_the_limit_exactly_at_the_target():
+    def strict_limit(t, ctx, n, s, layers, d, kv):
+        if ctx and (2 * n + 4 * layers * ctx * d) / (ctx * kv) < t:      # < where <= is needed
+            return 0
+        return math.ceil(t * s * n / (2 * n + 4 * layers * ctx * d - t * ctx * kv))
+
+    result = ex.check_decode_batch.evaluate(strict_limit)
+    assert result.status == FAILED and "ZeroDivisionError" in result.message and "exactly at the target" in \
+        result.message
+
+
+def test_decode_a_loop_over_batches_passes_within_the_time_limit():
+    def one_by_one(t, ctx, n, s, layers, d, kv):
+        if ctx and (2 * n + 4 * layers * ctx * d) <= t * ctx * kv:
+            return 0
+        b = 1
+        while b * (2 * n + 4 * layers * ctx * d) < t * (s * n + b * ctx * kv):
+            b += 1
+        return b
+
+    assert max(ex.decode_batch_reference(*c.args) for c in ex.check_decode_batch.cases()) < 250_000
+    assert ex.check_decode_batch.evaluate(one_by_one).status == PASSED

@@ -115,3 +115,24 @@ def test_the_decode_intensity_limit_is_what_large_batches_approach():
     assert round(decode_intensity_limit(8192)) == 18 and decode_intensity_limit(512) < H100_SXM.ridge
     with pytest.raises(ValueError, match="context must be a positive int"):
         decode_intensity_limit(0)
+
+
+def test_sample_routing_draws_distinct_experts_with_each_router_s_load():
+    import torch
+
+    from helpers.inference import ROUTERS, sample_routing
+
+    gen = torch.Generator().manual_seed(0)
+    for router in ROUTERS:
+        routing = sample_routing(50, 8, 2, router, generator=gen)
+        assert routing.shape == (50, 2) and routing.dtype == torch.int64
+        assert all(len(set(row)) == 2 for row in routing.tolist()), router
+        assert 0 <= int(routing.min()) and int(routing.max()) < 8
+    assert torch.bincount(sample_routing(40, 8, 2, "balanced").flatten(), minlength=8).tolist() == [10] * 8
+    assert torch.unique(sample_routing(40, 8, 2, "collapsed")).tolist() == [0, 1]
+    skewed = torch.bincount(sample_routing(8000, 8, 2, "skewed", generator=gen).flatten(), minlength=8)
+    assert bool((skewed[:-1] > skewed[1:]).all()), skewed                # popularity falls with the index (Zipf)
+    touched = [torch.unique(sample_routing(3, 8, 2, generator=gen)).numel() for _ in range(4000)]
+    assert abs(sum(touched) / len(touched) - expected_experts_touched(3, 8, 2)) < 0.05
+    with pytest.raises(ValueError, match="router"):
+        sample_routing(4, 8, 2, "uniform")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.distributed import ParallelError, below, launch, pid_alive, ring_all_reduce_bytes
+from helpers.distributed import ParallelError, launch, pid_alive, ring_all_reduce_bytes
 from helpers.expert_parallel import expert_parallel_job, max_differences, single_process_pass
 from helpers.ffn import FFN
 from helpers.moe import MoE
@@ -48,10 +48,6 @@ def test_shard_takes_rows_of_w1_and_columns_of_w2():
     assert torch.equal(shard.w1, ffn.w1.weight[6:]) and torch.equal(shard.b1, ffn.w1.bias[6:])
     assert torch.equal(shard.w3, ffn.w3.weight[6:]) and torch.equal(shard.b3, ffn.w3.bias[6:])
     assert torch.equal(shard.w2, ffn.w2.weight[:, 6:]) and torch.equal(shard.b2, ffn.w2.bias)
-
-
-def test_below_prints_a_bound_that_reads_the_same_on_every_cpu():
-    assert below(3.2e-8, 1e-6) == below(0.0, 1e-6) == "< 1e-06" and below(1e-12, 1e-12) == "1.0e-12 (above 1e-12)"
 
 
 def test_bytes_formulas():

@@ -1,5 +1,6 @@
 """Checkers for notebook 06 (the FFN at scale): a model's FLOPs per token, the fewest checkpointed chunks
-that fit a memory budget, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of an MoE step.
+that fit a memory budget, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of an MoE step,
+the decode batch that reaches a target intensity despite the KV cache.
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it with your function,
 e.g. ``check_model_flops(flops_per_token)``; it prints one line. Each declares the domain its statement allows
@@ -355,7 +356,7 @@ check_tensor_parallel = Exercise(
         ("the statement asks for the exact GELU, x·Φ(x) (F.gelu's default); you used its tanh approximation.",
          lambda *a: _tp(*a, gelu="tanh")),
     ],
-    atol=1e-10, rtol=1e-10, kind="investigate", domain=TP_DOMAIN,
+    atol=1e-10, rtol=1e-10, domain=TP_DOMAIN,
 )
 
 # ----------------------------------------------------------------------------- 4. all-to-all split sizes
@@ -586,5 +587,129 @@ check_moe_intensity = Exercise(
     atol=0, rtol=1e-6, kind="investigate", domain=INTENSITY_DOMAIN,
 )
 
+# ----------------------------------------------------------------------------- 6. the decode batch that reaches a target
+
+
+def _sequences(target, context, n_weights, bytes_per_weight, n_layers, d_model, kv_bytes_per_token, *,
+               cache="own", attention=4, round_up=True, strict=False, none=0):
+    flops_each = 2 * n_weights + attention * n_layers * context * d_model     # FLOPs one sequence brings
+    need = target * bytes_per_weight * n_weights                              # B·margin must reach this
+    if cache == "shared":                           # one cache read for the whole batch: a fixed cost, like weights
+        return -(-target * (bytes_per_weight * n_weights + context * kv_bytes_per_token) // flops_each)
+    margin = flops_each - target * context * kv_bytes_per_token    # what each sequence adds over target·its bytes
+    if margin <= 0:
+        return none
+    return need // margin + 1 if strict else -(-need // margin) if round_up else need // margin
+
+
+def decode_batch_reference(target: int, context: int, n_weights: int, bytes_per_weight: int, n_layers: int,
+                           d_model: int, kv_bytes_per_token: int) -> int:
+    """The fewest sequences ``B`` whose decode step does at least ``target`` FLOPs per byte read; 0 if no ``B`` does.
+
+    A step of ``B`` sequences, each with ``context`` tokens in its KV cache, does
+    ``B·(2·n_weights + 4·n_layers·context·d_model)`` FLOPs (the weights, then attention's scores and mixing) and
+    reads ``bytes_per_weight·n_weights + B·context·kv_bytes_per_token`` bytes (the weights once, every sequence's
+    own cache). Solving ``FLOPs >= target·bytes`` for ``B``: ``B·m >= target·bytes_per_weight·n_weights`` with the
+    margin ``m = 2·n_weights + 4·n_layers·context·d_model − target·context·kv_bytes_per_token``; ``m <= 0`` means
+    no batch (the intensity tends to ``target`` or less). Python ints in, a Python int out.
+    """
+    return _sequences(target, context, n_weights, bytes_per_weight, n_layers, d_model, kv_bytes_per_token)
+
+
+#: Llama-3-8B in bf16 (helpers.inference.dense_param_counts): the 7,504,924,672 weights a decode step reads and
+#: multiplies (all but the input embedding), 32 layers of width 4096, 128 KiB of KV cache per token of context
+LLAMA3_8B_DECODE = dict(n_weights=7_504_924_672, bytes_per_weight=2, n_layers=32, d_model=4096,
+                        kv_bytes_per_token=131_072)
+
+
+def _decode_cases() -> list[Case]:
+    llama = tuple(LLAMA3_8B_DECODE.values())
+    cases = [Case((295, 128) + llama, note="Llama-3-8B in bf16 at 128 tokens of context, target 295 (H100's ridge)"),
+             Case((295, 1024) + llama, note="Llama-3-8B at 1,024 tokens of context"),
+             Case((295, 393) + llama, note="Llama-3-8B at 393 tokens: the last context some batch brings to 295"),
+             Case((295, 394) + llama, note="Llama-3-8B at 394 tokens"),
+             Case((295, 0) + llama, note="an empty cache (context 0)"),
+             Case((8, 10, 1000, 2, 1, 4, 27), note="a limit exactly at the target: 2·1000 + 4·1·10·4 = 8·10·27"),
+             Case((5, 1, 1000, 2, 1, 4, 403), note="a limit just above the target (a margin of 1 FLOP)"),
+             Case((1, 1000, 10 ** 9, 1, 10, 1024, 1000), note="a target of 1 FLOP per byte, 1-byte weights"),
+             Case((1000, 1000, 10 ** 12, 4, 126, 16384, 516_096),
+                  note="10^12 4-byte weights, 126 layers, d=16384, a target of 1000"),
+             Case((590, 131072, 405 * 10 ** 9, 1, 126, 16384, 1), note="131,072 tokens of context, 1 byte of cache "
+                                                                           "per token"),
+             Case((295, 256, 69_503_975_424, 2, 80, 8192, 327_680), note="a Llama-3-70B-like model at 256 tokens"),
+             Case((295, 16, 124_439_808, 4, 12, 768, 73_728), note="a GPT-2-small-like model in float32, 16 tokens"),
+             Case((590, 700) + llama[:4] + (65_536,), note="Llama-3-8B with a 1-byte cache, target 590")]
+    gen = torch.Generator().manual_seed(612)
+    for _ in range(3):
+        draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
+        layers, width = draw(2, 64), 128 * draw(2, 64)
+        cases.append(Case((draw(50, 700), draw(1, 600), draw(10 ** 8, 10 ** 11), [1, 2, 4][draw(0, 3)], layers,
+                           width, 2 * layers * 128 * draw(1, 9) * 2)))
+    return cases
+
+
+def _decode_margin(case: Case) -> int:
+    t, ctx, n, s, layers, d, kv = case.args
+    return 2 * n + 4 * layers * ctx * d - t * ctx * kv
+
+
+DECODE_DOMAIN = Domain(
+    allows="Python ints: 1 <= target <= 1000, 0 <= context <= 131072, 1 <= n_weights <= 10**12, bytes_per_weight in "
+           "{1, 2, 4}, 1 <= n_layers <= 200, 1 <= d_model <= 32768, 1 <= kv_bytes_per_token <= 10**7; a step of B "
+           "sequences does B·(2·n_weights + 4·n_layers·context·d_model) FLOPs and reads bytes_per_weight·n_weights "
+           "+ B·context·kv_bytes_per_token bytes; the smallest B >= 1 with FLOPs >= target·bytes, or 0; a Python "
+           "int out (the bounds keep target·bytes_per_weight·n_weights below 2**53, so float division is exact "
+           "enough)",
+    corners=(
+        Corner("an empty cache (context = 0)", lambda c: c.args[1] == 0),
+        Corner("no batch reaches the target (answer 0)", lambda c: decode_batch_reference(*c.args) == 0),
+        Corner("the limit exactly at the target (a margin of 0)", lambda c: _decode_margin(c) == 0),
+        Corner("a margin of 1 (the limit just above the target)", lambda c: _decode_margin(c) == 1),
+        Corner("the answer reaches the target exactly (B·margin = target·bytes_per_weight·n_weights, B > 1)",
+               lambda c: _decode_margin(c) > 0 and decode_batch_reference(*c.args) > 1 and
+               c.args[0] * c.args[3] * c.args[2] % _decode_margin(c) == 0),
+        Corner("one sequence is enough (answer 1)", lambda c: decode_batch_reference(*c.args) == 1),
+        Corner("the context where the answer turns 0 and its neighbour", lambda c: c.args[1] in (393, 394)),
+        Corner("bytes_per_weight = 1", lambda c: c.args[3] == 1),
+        Corner("bytes_per_weight = 2", lambda c: c.args[3] == 2),
+        Corner("bytes_per_weight = 4", lambda c: c.args[3] == 4),
+        Corner("target = 1", lambda c: c.args[0] == 1),
+        Corner("target = 1000 with n_weights = 10**12 (the largest products)",
+               lambda c: c.args[0] == 1000 and c.args[2] == 10 ** 12),
+        Corner("context = 131072", lambda c: c.args[1] == 131072),
+        Corner("kv_bytes_per_token = 1", lambda c: c.args[6] == 1),
+    ))
+
+
+check_decode_batch = Exercise(
+    "Exercise 6 (the decode batch that reaches the ridge)",
+    decode_batch_reference,
+    _decode_cases,
+    mistakes=[
+        ("every sequence reads its own KV cache and does attention over its context; you counted only the weights "
+         "(that gives target·bytes_per_weight/2 whatever the context).",
+         lambda t, ctx, n, s, layers, d, kv: -(-t * s // 2)),
+        ("the cache is not shared by the batch: each sequence reads its own, B·context·kv_bytes_per_token bytes "
+         "(a cache read once per step would let a large enough batch reach any target).",
+         lambda *a: _sequences(*a, cache="shared")),
+        ("each sequence also does 4·n_layers·context·d_model FLOPs of attention (scores and mixing over its whole "
+         "context); you left them out.",
+         lambda *a: _sequences(*a, attention=0)),
+        ("the statement counts attention's scores and mixing over the whole context, 4·n_layers·context·d_model "
+         "FLOPs per sequence; you counted half of it.",
+         lambda *a: _sequences(*a, attention=2)),
+        ("when no batch reaches the target, the answer is 0 (you returned -1).",
+         lambda *a: _sequences(*a, none=-1)),
+        ("a step that reaches the target exactly counts (FLOPs >= target·bytes): at an exact fit the answer is "
+         "target·bytes_per_weight·n_weights / margin, not one more.",
+         lambda *a: _sequences(*a, strict=True)),
+        ("round the batch up: the smallest B with B·margin >= target·bytes_per_weight·n_weights is the ceiling of "
+         "their ratio, not the floor.",
+         lambda *a: _sequences(*a, round_up=False)),
+    ],
+    atol=0, rtol=0, kind="investigate", domain=DECODE_DOMAIN,
+)
+
 #: every exercise of notebook 06, in the notebook's order
-EXERCISES = [check_model_flops, check_fewest_chunks, check_tensor_parallel, check_split_sizes, check_moe_intensity]
+EXERCISES = [check_model_flops, check_fewest_chunks, check_tensor_parallel, check_split_sizes, check_moe_intensity,
+             check_decode_batch]
