@@ -172,7 +172,7 @@ def test_other_correct_answers_pass(ex, fn):
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_references_pass_and_blank_stubs_are_not_attempted(ex):
-    assert ex.evaluate(ex.reference).status == PASSED
+    assert ex.evaluate(lambda *a, **k: ex.reference(*a, **k)).status == PASSED
 
     def stub(*args):
         raise NotImplementedError
