@@ -12,7 +12,8 @@ non-linear target) with the course's ``FFN(16, 256)`` trained by full-batch SGD 
 * ``stuck_fraction``: the share of units whose slope ``|φ'(h)|`` is below ``1e-3`` on every example (for ReLU
   exactly the dead ones); ``dead_units`` and ``negative_everywhere`` count ``h ≤ 0`` / ``h < 0`` everywhere;
 * ``last_layer_lr_limit``: the learning rate above which SGD on the last layer alone diverges at the current
-  weights, ``2 / λ_max`` of that layer's curvature (the whole network's limit is no higher);
+  weights, ``2 / λ_max`` of that layer's curvature (the whole network's limit is no higher); ``centred=True``
+  removes each unit's mean first, a control for how much of ``λ_max`` the shared positive mean makes;
 * ``shove_below_zero_``: lowers each unit's bias until it is ``≤ -margin`` on every example (the "same shove"
   control);
 * ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit.
