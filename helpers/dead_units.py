@@ -12,7 +12,8 @@ non-linear target) with the course's ``FFN(16, 256)`` trained by full-batch SGD 
 * ``stuck_fraction``: the share of units whose slope ``|φ'(h)|`` is below ``1e-3`` on every example (for ReLU
   exactly the dead ones); ``dead_units`` and ``negative_everywhere`` count ``h ≤ 0`` / ``h < 0`` everywhere;
 * ``last_layer_lr_limit``: the learning rate above which SGD on the last layer alone diverges at the current
-  weights, ``2 / λ_max`` of that layer's curvature (the whole network's limit is no higher);
+  weights, ``2 / λ_max`` of that layer's curvature (the whole network's limit is no higher); ``centred=True``
+  removes each unit's mean first, a control for how much of ``λ_max`` the shared positive mean makes;
 * ``shove_below_zero_``: lowers each unit's bias until it is ``≤ -margin`` on every example (the "same shove"
   control);
 * ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit.
@@ -55,16 +56,20 @@ def _check_data(model: FFN, x: torch.Tensor, y: torch.Tensor | None = None) -> N
             raise ValueError(f"y must have the shape of x, {tuple(x.shape)}, got {tuple(y.shape)}")
 
 
-def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -> list[float]:
+def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int, warmup: int = 0) -> list[float]:
     """Train ``model`` in place: ``steps`` full-batch SGD steps at ``lr`` (``torch.optim.SGD``, no momentum) on
-    ``F.mse_loss(model(x), y)``; ``x, y`` are ``(N, d_model)``. Returns the loss before each step."""
+    ``F.mse_loss(model(x), y)``; ``x, y`` are ``(N, d_model)``. With ``warmup = W > 0``, ``W`` steps whose learning
+    rate rises linearly to ``lr`` (``lr · k / W`` at step ``k = 1 … W``) come first. Returns the loss before each
+    step (``W + steps`` values)."""
     _check_data(model, x, y)
     validate.positive_float("lr", lr)
     validate.non_negative_int("steps", steps)
+    validate.non_negative_int("warmup", warmup)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
     with torch.enable_grad():
-        for _ in range(steps):
+        for k in range(warmup + steps):
+            opt.param_groups[0]["lr"] = lr * min(1.0, (k + 1) / warmup) if warmup else lr
             loss = F.mse_loss(model(x), y)
             opt.zero_grad()
             loss.backward()
@@ -74,10 +79,15 @@ def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -> 
 
 
 def pre_activations(model: FFN, x: torch.Tensor) -> torch.Tensor:
-    """``h = W1 x + b1`` for every example: ``(N, d_model) -> (N, d_ff)``, without autograd."""
+    """``h = W1 x + b1`` for every example: ``(N, d_model) -> (N, d_ff)``, without autograd. Raises ``ValueError``
+    when an entry is NaN or infinite (a diverged network): every count below would silently call it "alive"."""
     _check_data(model, x)
     with torch.no_grad():
-        return model.w1(x)
+        h = model.w1(x)
+    if not torch.isfinite(h).all():
+        raise ValueError("the model's pre-activations on x are not all finite (NaN or inf): its weights diverged, "
+                         "so no unit can be called dead, stuck or alive; train it at a smaller learning rate")
+    return h
 
 
 def dead_units(model: FFN, x: torch.Tensor) -> torch.Tensor:
@@ -106,7 +116,7 @@ def firing_rates(model: FFN, x: torch.Tensor) -> torch.Tensor:
     return (pre_activations(model, x) > 0).double().mean(dim=0)
 
 
-def last_layer_lr_limit(model: FFN, x: torch.Tensor) -> float:
+def last_layer_lr_limit(model: FFN, x: torch.Tensor, centred: bool = False) -> float:
     r"""The largest stable SGD learning rate for the last layer alone at the current weights.
 
     With the hidden outputs ``M = φ(W1 x + b1)`` fixed, ``F.mse_loss(M W2ᵀ + b2, y)`` (mean over ``N`` examples and
@@ -114,10 +124,17 @@ def last_layer_lr_limit(model: FFN, x: torch.Tensor) -> float:
     ``M₁ = [M, 1]`` (the bias acts like a unit that is always 1). Gradient descent on a quadratic converges only
     for ``lr < 2 / λ_max``; the full network's curvature has a largest eigenvalue at least as large (a principal
     block of a symmetric matrix cannot have a larger one), so its limit is no higher. Computed in float64.
+
+    ``centred=True`` is a control: it subtracts each unit's mean over the examples from ``M`` first (the bias
+    column is kept), which shows how much of ``λ_max`` comes from the hidden outputs' shared positive mean.
     """
     _check_data(model, x)
+    if not isinstance(centred, bool):
+        raise TypeError(f"centred must be True or False, got {centred!r}")
     with torch.no_grad():
         m = model.hidden(x).double()
+    if centred:
+        m = m - m.mean(dim=0)
     m1 = torch.cat([m, torch.ones(len(m), 1, dtype=torch.float64)], dim=1)
     lam = 2.0 / (x.shape[0] * model.d_model) * torch.linalg.eigvalsh(m1.T @ m1).max()
     return (2.0 / lam).item()

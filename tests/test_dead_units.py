@@ -163,3 +163,45 @@ def test_firing_rates_and_dead_units_for_a_healthy_and_a_burst_network():
     assert dead_units(burst, x).double().mean() > 0.25
     never_on = (firing_rates(burst, x) == 0).double().mean().item()
     assert math.isclose(never_on, dead_units(burst, x).double().mean().item())
+
+
+def test_sgd_warmup_rises_linearly_then_holds_lr():
+    x, y = experiment_data(n=32)
+    a, b = _model(), _model()
+    losses = sgd(a, x, y, 0.3, 2, warmup=3)
+    assert len(losses) == 5
+    opt = torch.optim.SGD(b.parameters(), lr=1.0)
+    for lr in [0.1, 0.2, 0.3, 0.3, 0.3]:
+        opt.param_groups[0]["lr"] = lr
+        opt.zero_grad()
+        F.mse_loss(b(x), y).backward()
+        opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q)
+    with pytest.raises(ValueError, match="warmup"):
+        sgd(_model(), x, y, 0.1, 1, warmup=-1)
+
+
+def test_a_diverged_network_is_refused_not_counted_as_alive():
+    x, _ = experiment_data(n=32)
+    model = _model()
+    with torch.no_grad():
+        model.w1.weight[3, 0] = float("nan")
+    for count in (lambda: stuck_fraction(model, "silu", x), lambda: negative_everywhere(model, x),
+                  lambda: dead_units(model, x), lambda: firing_rates(model, x)):
+        with pytest.raises(ValueError, match="not all finite"):
+            count()
+
+
+def test_centring_the_hidden_outputs_lifts_relus_last_layer_limit():
+    x, _ = experiment_data()
+    model = _model()
+    plain, centred = last_layer_lr_limit(model, x), last_layer_lr_limit(model, x, centred=True)
+    with torch.no_grad():
+        m = model.hidden(x).double()
+    m1 = torch.cat([m - m.mean(0), torch.ones(len(m), 1, dtype=torch.float64)], 1)
+    expected = 2 / (2 / (256 * 16) * torch.linalg.eigvalsh(m1.T @ m1).max().item())
+    assert centred == pytest.approx(expected, rel=1e-9)
+    assert centred > 5 * plain
+    with pytest.raises(TypeError, match="centred"):
+        last_layer_lr_limit(model, x, centred=1)

@@ -485,3 +485,30 @@ def test_tanh_written_with_exp_is_named_only_where_it_overflows():
     for sign in (1, -1):
         result = check_gelu_tanh_derivative.evaluate(lambda x: by_exp(x, sign))
         assert result.status == FAILED and "overflows" in result.message
+
+
+def _dead_after_trained_with(lr, steps, x, y, seed, activation="relu", lr_used=None):
+    """Trains section 5's FFN with a chosen activation or learning rate, then counts units <= 0 everywhere."""
+    torch.manual_seed(seed)
+    model = FFN(16, 256, activation=activation)
+    opt = torch.optim.SGD(model.parameters(), lr=lr if lr_used is None else lr_used)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        return (model.w1(x) <= 0).all(dim=0).double().mean().item()
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda lr, steps, x, y, seed: _dead_after_trained_with(lr, steps, x, y, seed, activation="gelu"),  # FFN's default
+    lambda lr, steps, x, y, seed: _dead_after_trained_with(lr, steps, x, y, seed, activation="silu"),
+    lambda lr, steps, x, y, seed: _dead_after_trained_with(lr, steps, x, y, seed, lr_used=0.1),        # lr ignored
+    lambda lr, steps, x, y, seed: _dead_after_trained_with(lr, 0, x, y, seed),                        # untrained
+], ids=["gelu", "silu", "lr ignored", "untrained"])
+def test_dead_after_no_death_hint_names_every_cause_it_can_have(wrong):
+    """Answers that trained the wrong activation, ignored lr, or did not train all give 0 dead on every case: the
+    hint names all three causes instead of telling a learner who did train to train (review 01-round1, E1)."""
+    result = check_dead_after.evaluate(wrong)
+    assert result.status == FAILED
+    assert "activation=\"relu\"" in result.message and "`lr`" in result.message

@@ -605,7 +605,8 @@ check_dead_after = Exercise(
          lambda lr, steps, x, y, seed: int((_trained_pre(lr, steps, x, y, seed) <= 0).all(dim=0).sum())),
         ("a unit is dead when it is ≤ 0 on EVERY example (.all over the examples), not on some of them.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed) <= 0).any(dim=0).double().mean().item()),
-        ("you measured the untrained model: train it for `steps` SGD steps first, then count.",
+        ("no unit died in any case, as in an untrained model: check that you build the FFN with "
+         "activation=\"relu\" and run `steps` SGD steps at the given `lr` before you count.",
          lambda lr, steps, x, y, seed: _dead_after(lr, 0, x, y, seed)),
     ],
     atol=1e-6, rtol=0.0, kind="investigate", domain=_DEAD_AFTER_DOMAIN,
