@@ -486,3 +486,46 @@ def test_padding_softmax_over_the_tokens_fails_without_a_misleading_lead():
     for ex in (nb08.check_padding_balance, _after_a_failure(nb08.check_padding_balance)):
         result = ex.evaluate(over_tokens)
         assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
+
+
+# ------------------------------------------------------------------ natural wrong answers of exercises 1, 5 and 6
+def test_layout_natural_wrong_answers_fail_with_their_hints():
+    for index, wrong in enumerate(["concatenated", "swapped", "not transposed", "reshape"]):
+        _expect_hint(nb08.check_gpt_oss_layout, nb08._layout_wrong(wrong), index)
+
+
+def test_topk_mass_natural_wrong_answers_fail():
+    def unshifted_exp(logits, k):          # exp without the max shift: overflows on large logits
+        e = logits.exp()
+        return float((e / e.sum(-1, keepdim=True)).topk(k, -1).values.sum(-1).mean())
+
+    def summed_over_tokens(logits, k):
+        return float(torch.softmax(logits.double(), -1).topk(k, -1).values.sum())
+
+    def smallest_k(logits, k):
+        return float(torch.softmax(logits.double(), -1).topk(k, -1, largest=False).values.sum(-1).mean())
+
+    for wrong in (unshifted_exp, summed_over_tokens, smallest_k):
+        assert nb08.check_topk_mass.evaluate(wrong).status == FAILED, wrong.__name__
+    for index, (_, wrong) in enumerate(nb08.check_topk_mass.mistakes):
+        if index in (0, 1):
+            _expect_hint(nb08.check_topk_mass, wrong, index)
+
+
+def test_score_on_input_natural_wrong_answers_fail():
+    def ffn(w1, w3, w2, z):
+        return torch.nn.functional.silu(z @ w1.T) * (z @ w3.T) @ w2.T
+
+    def mean_of_token_ratios(w1, w3, w2, x, s):
+        return float((ffn(w1, w3, w2, s * x).norm(dim=-1) / (s * ffn(w1, w3, w2, x)).norm(dim=-1)).mean())
+
+    def gate_and_up_swapped(w1, w3, w2, x, s):
+        return float(ffn(w3, w1, w2, s * x).norm() / (s * ffn(w3, w1, w2, x)).norm())
+
+    def score_on_the_gate_only(w1, w3, w2, x, s):
+        y = torch.nn.functional.silu(s * x @ w1.T) * (x @ w3.T) @ w2.T
+        return float(y.norm() / (s * ffn(w1, w3, w2, x)).norm())
+
+    for wrong in (mean_of_token_ratios, gate_and_up_swapped, score_on_the_gate_only):
+        assert nb08.check_score_on_input.evaluate(wrong).status == FAILED, wrong.__name__
+    _expect_hint(nb08.check_score_on_input, nb08.check_score_on_input.mistakes[0][1], 0)

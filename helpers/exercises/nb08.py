@@ -85,6 +85,18 @@ check_gpt_oss_layout = Exercise(
          "numbers land in the wrong places. Transpose W1 and W3 first (.t() or .T).", _layout_wrong("reshape")),
     ],
     atol=0, rtol=0,
+    domain=Domain(
+        allows="W1 and W3 of one shape (d_ff, d_model), any d_ff, d_model ≥ 1, float32 or float64 (the same for both), "
+               "any finite values; compared exactly (data movement, no arithmetic)",
+        corners=(Corner("d_ff = d_model = 1 (every layout agrees)", lambda c: c.args[0].shape == (1, 1)),
+                 Corner("d_ff = 1 < d_model", lambda c: c.args[0].shape[0] == 1 < c.args[0].shape[1]),
+                 Corner("d_model = 1 < d_ff", lambda c: c.args[0].shape[1] == 1 < c.args[0].shape[0]),
+                 Corner("square (d_ff = d_model > 1: a missing transpose keeps the shape)",
+                        lambda c: c.args[0].shape[0] == c.args[0].shape[1] > 1),
+                 Corner("float32", lambda c: c.args[0].dtype == torch.float32),
+                 Corner("float64", lambda c: c.args[0].dtype == torch.float64),
+                 Corner("huge values (|w| ~ 1e30)", lambda c: float(c.args[0].abs().max()) > 1e29),
+                 Corner("tiny values (|w| ~ 1e-30)", lambda c: 0 < float(c.args[0].abs().max()) < 1e-29))),
 )
 
 
@@ -471,7 +483,7 @@ def _mass_cases() -> list[Case]:
     g = _generator(805)
     cases = []
     for n, e, k, scale in [(20, 16, 2, 0.0), (30, 8, 2, 1.0), (1, 6, 3, 4.0), (25, 128, 8, 0.02),
-                           (10, 5, 5, 2.0), (15, 10, 1, 20.0)]:
+                           (10, 5, 5, 2.0), (15, 10, 1, 20.0), (12, 7, 3, 1000.0), (8, 1, 1, 1.0)]:
         logits = torch.randn(n, e, generator=g) * scale
         cases.append(Case((logits, k), note=f"logits ({n}, {e}) of scale {scale:g}, k={k}"))
     return cases
@@ -493,7 +505,19 @@ check_topk_mass = Exercise(
         ("that is the top-k mass of the first token only; average the sum of the k largest probabilities over "
          "all tokens.", lambda logits, k: float(torch.softmax(logits.double()[0], -1).topk(k).values.sum())),
     ],
-    kind="investigate",
+    kind="investigate", precision=torch.float32,
+    domain=Domain(
+        allows="float32 logits (N, E), N, E ≥ 1, any finite values (large enough to overflow an unshifted exp), "
+               "ties allowed, an int k with 1 ≤ k ≤ E; float32 or float64 arithmetic",
+        corners=(Corner("k = 1", lambda c: c.args[1] == 1),
+                 Corner("k = E (the mass is 1)", lambda c: c.args[1] == c.args[0].shape[1]),
+                 Corner("E = 1", lambda c: c.args[0].shape[1] == 1),
+                 Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1),
+                 Corner("a router at zero (every logit tied)", lambda c: not bool(c.args[0].any())),
+                 Corner("logits that overflow an unshifted exp (|logit| > 710)",
+                        lambda c: float(c.args[0].abs().max()) > 710),
+                 Corner("small logits (|logit| < 0.1: near k/E)",
+                        lambda c: 0 < float(c.args[0].abs().max()) < 0.1))),
 )
 
 
@@ -511,7 +535,7 @@ def _score_cases() -> list[Case]:
     g = _generator(806)
     cases = []
     for d, f, n, s in [(8, 16, 20, 0.5), (8, 16, 20, 1.0), (4, 8, 1, 0.1), (16, 32, 10, 0.9), (6, 12, 5, 0.01),
-                       (8, 8, 7, 0.3)]:
+                       (8, 8, 7, 0.3), (8, 4, 6, 1e-4), (1, 1, 3, 0.7)]:
         w1, w3 = torch.randn(f, d, generator=g) / d ** 0.5, torch.randn(f, d, generator=g) / d ** 0.5
         w2 = torch.randn(d, f, generator=g) / f ** 0.5
         x = torch.randn(n, d, generator=g)
@@ -534,6 +558,14 @@ check_score_on_input = Exercise(
                                         / _swiglu(*(t.double() for t in (w1, w3, w2, x))).norm())),
     ],
     rtol=1e-5, atol=1e-7, kind="investigate",
+    domain=Domain(
+        allows="float32 SwiGLU weights W1, W3 (d_ff, d_model), W2 (d_model, d_ff) and tokens x (N, d_model), not all "
+               "zero, any d_model, d_ff, N ≥ 1, a score 0 < s ≤ 1; float32 or float64 arithmetic (relative 1e-5)",
+        corners=(Corner("s = 1 (the ratio is 1)", lambda c: c.args[4] == 1.0),
+                 Corner("s near 0 (s ≤ 1e-4: FFN(s·x) is of order s²)", lambda c: c.args[4] <= 1e-4),
+                 Corner("one token (N = 1)", lambda c: c.args[3].shape[0] == 1),
+                 Corner("d_model = d_ff = 1", lambda c: c.args[0].shape == (1, 1)),
+                 Corner("d_ff < d_model", lambda c: c.args[0].shape[0] < c.args[0].shape[1]))),
 )
 
 
