@@ -478,8 +478,8 @@ check_split_sizes = _SplitSizesExercise(
         ("rank r owns the E/R experts r·E/R … (r+1)·E/R − 1, so an expert's owner is expert // (n_experts // "
          "world_size), not expert // world_size (the two agree only when E/R = R).",
          lambda ei, kept, e, w: torch.bincount(ei[kept] // w, minlength=w).tolist()),
-        ("rank r owns the E/R experts r·E/R … (r+1)·E/R − 1, so an expert's owner is expert // (n_experts // "
-         "world_size), not expert // world_size (the two agree only when E/R = R).",
+        ("an expert's owner is expert // (n_experts // world_size): expert // world_size groups the experts in "
+         "blocks of world_size, not the E/R experts each rank owns (the two agree only when E/R = R).",
          lambda ei, kept, e, w: [int(((ei // w == r) & kept).sum()) for r in range(w)]),
         ("a rank that receives nothing still needs its 0: count with torch.bincount(..., minlength=world_size).",
          lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist()),
