@@ -172,6 +172,13 @@ def test_tensor_parallel_partials_match_the_library():
 
 # ----------------------------------------------------------------------------- 4. split sizes
 
+def test_split_sizes_example_catches_expert_floor_divided_by_world_size():
+    example = ex.check_split_sizes.cases()[0]
+    ei, kept, e, w = example.args
+    assert e // w != w and ex.split_sizes_reference(*example.args) == [3, 2]
+    assert torch.bincount(ei[kept] // w, minlength=w).tolist() != [3, 2]
+
+
 def test_split_sizes_accepts_a_tensor_or_a_tuple():
     def as_tensor(ei, kept, e, w):
         return torch.bincount(ei[kept] // (e // w), minlength=w)
@@ -364,7 +371,9 @@ def test_tensor_parallel_split_of_the_input_dimension_fails():
     (lambda ei, kept, e, w: torch.bincount((ei // (e // w)).reshape(-1), minlength=w).tolist(), "dropped"),
     (lambda ei, kept, e, w: torch.bincount(ei[kept] % w, minlength=w).tolist(), "round-robin"),
     (lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist(), "minlength"),
-    (lambda ei, kept, e, w: [int((((ei // (e // w)) == r) & kept).any(1).sum()) for r in range(w)], "(token, slot)")])
+    (lambda ei, kept, e, w: [int((((ei // (e // w)) == r) & kept).any(1).sum()) for r in range(w)], "(token, slot)"),
+    (lambda ei, kept, e, w: torch.bincount(ei[kept] // w, minlength=w).tolist(), "expert // (n_experts"),
+    (lambda ei, kept, e, w: [int(((ei // w == r) & kept).sum()) for r in range(w)], "expert // (n_experts")])
 def test_split_sizes_natural_wrong_answers_fail_with_their_hint(fn, words):
     _hinted(ex.check_split_sizes, fn, words)
 

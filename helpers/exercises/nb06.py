@@ -403,8 +403,8 @@ def _routing_case(gen: torch.Generator, n_tokens: int, n_experts: int, top_k: in
 
 def _split_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(609)
-    example = Case((torch.tensor([[0, 3], [1, 0], [2, 3]]), torch.tensor([[True, True], [True, False], [True, True]]),
-                    4, 2), note="the example in the prompt")
+    example = Case((torch.tensor([[0, 5], [1, 7], [6, 3]]), torch.tensor([[True, True], [True, False], [True, True]]),
+                    8, 2), note="the example in the prompt")
     configs = [(40, 8, 2, 2, 0.2), (33, 6, 3, 3, 0.3), (64, 8, 1, 4, 0.1), (25, 4, 2, 2, 0.0), (50, 12, 2, 3, 0.25)]
     edges = [
         Case((torch.tensor([[1, 0], [0, 1], [1, 2]]), torch.ones(3, 2, dtype=torch.bool), 8, 4),
@@ -475,6 +475,12 @@ check_split_sizes = _SplitSizesExercise(
          lambda ei, kept, e, w: torch.bincount(ei[kept], minlength=e).tolist()),
         ("every slot of a token is sent, not only its first choice (column 0 of expert_index).",
          lambda ei, kept, e, w: split_sizes(ei[:, :1], kept[:, :1], e, w)),
+        ("rank r owns the E/R experts r·E/R … (r+1)·E/R − 1, so an expert's owner is expert // (n_experts // "
+         "world_size), not expert // world_size (the two agree only when E/R = R).",
+         lambda ei, kept, e, w: torch.bincount(ei[kept] // w, minlength=w).tolist()),
+        ("an expert's owner is expert // (n_experts // world_size): expert // world_size groups the experts in "
+         "blocks of world_size, not the E/R experts each rank owns (the two agree only when E/R = R).",
+         lambda ei, kept, e, w: [int(((ei // w == r) & kept).sum()) for r in range(w)]),
         ("a rank that receives nothing still needs its 0: count with torch.bincount(..., minlength=world_size).",
          lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist()),
     ],
