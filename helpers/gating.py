@@ -413,6 +413,18 @@ def race_family(result: VariantComparison, suffix: str = "") -> dict[str, Paired
     return family
 
 
+def race_comparisons(race: VariantComparison, n_seeds: int | None = None) -> dict[str, PairedDifference]:
+    """The family notebook 04 reads: ``race_family`` of the race at a shared rate (``race.at_shared_lr``, names
+    ending ", lr <rate>") and of the race at tuned rates (", tuned"), on their first ``n_seeds`` seeds (all: None)."""
+    if race.at_shared_lr is None:
+        raise ValueError("race has no race at a shared learning rate (at_shared_lr); make it with make_race")
+    seeds = race.seeds if n_seeds is None else race.seeds[:validate.int_in_range("n_seeds", n_seeds, 2,
+                                                                                  len(race.seeds))]
+    shared = race.at_shared_lr.select(seeds)
+    return {**race_family(shared, suffix=f", lr {shared.lr(race.variants[0]):g}"),
+            **race_family(race.select(seeds), suffix=", tuned")}
+
+
 def sweep_table(sweep: LrSweep) -> str:
     """The sweep as printable lines: per variant the run-mean loss at each rate (mean over the tuning seeds),
     its best rate marked with ``*``."""
