@@ -18,6 +18,7 @@ env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
 stats       verdicts over seeds: paired and Welch t against their critical values
 activations ReLU, squared ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
+dead_units  dead and silent hidden units: notebook 01's data, SGD, stuck shares, firing rates, stable lr
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
@@ -35,7 +36,9 @@ gating      gated variants compared: gate gradients, saved activations, matched-
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
             experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
 sparsity    notebook 07's fact lookup: dense vs MoE vs dense of equal total parameters, seed by seed (runs shipped)
-routing_plots routing histograms and heat maps
+routing_plots routing histograms and heat maps, and the analyses behind notebook 05's figures
+router_skew why a fresh router is uneven on real text: the inputs' geometry and its controls
+moe_runs    notebook 05's training runs: an MoE LM beside dense baselines, over seeds and learning rates (shipped)
 chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)

@@ -16,8 +16,9 @@ unread, the bytes that bound decoding (notebook 06):
 B tokens decoded together read the **union** of their active sets, which grows with B: ``expected_union``.
 
 ``python -m helpers.activation_sparsity --make-results`` writes ``helpers/data/activation_sparsity_runs.json``,
-the multi-seed runs notebook 10 reads (fact models trained with each activation, checkpointed; ReLUfication of
-the shipped GELU fact models; predictors of every rank); ``--seeds 0 1 --quick`` makes a small file for tests.
+the multi-seed runs notebook 10 reads: fact models trained with each activation, checkpointed (5 seeds); and on
+the ten shipped GELU fact models, the threshold sweep, ReLUfication with its unions, and predictors of every
+rank. ``--only PART ...`` reruns some parts and keeps the others; ``--seeds 0 --quick`` makes a small file for tests.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from torch import nn
 
 from helpers import validate
 from helpers.dictionary import answer_scores, ffn_io, replaced_ffn
+from helpers.facts import prompt_words
 from helpers.ffn import FFN
 from helpers.progress import progress as progress_bar
 
@@ -109,8 +111,8 @@ def calibrate_threshold(m: torch.Tensor, skip: float) -> float:
 
 
 def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Bool ``(N, d_ff)``: the ``k`` largest scores of each row, the oracle's choice (``torch.topk``'s pick among
-    equal scores)."""
+    """Bool ``(N, d_ff)``: the ``k`` largest scores of each row, the same count for every token (``torch.topk``'s
+    pick among equal scores; ``k = 0`` keeps nothing)."""
     return torch.zeros_like(scores, dtype=torch.bool).scatter(-1, scores.topk(k, dim=-1).indices, True)
 
 
@@ -119,21 +121,6 @@ def random_like(keep: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     order = torch.rand(keep.shape, generator=generator).argsort(dim=-1)       # a random permutation per row
     first = torch.arange(keep.shape[-1]) < keep.sum(dim=-1, keepdim=True)    # its first `count` places
     return torch.zeros_like(keep).scatter(-1, order, first)
-
-
-def skip_rules(states: Sequence[LayerStates], skip: float, generator: torch.Generator) -> dict[str, list[Rule]]:
-    """Three ways to skip a share ``skip`` of every layer's neurons, as rules for ``skipping``:
-
-    * ``"threshold"``: ``|m_i| > τ``, one ``τ`` per layer calibrated on ``states`` (TEAL, CATS); the count
-      kept varies from token to token;
-    * ``"top-|m|"``: the oracle, each token's ``round((1 − skip)·d_ff)`` largest ``|m_i|``;
-    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random.
-    """
-    taus = [calibrate_threshold(s.m, skip) for s in states]
-    k = round((1 - skip) * states[0].m.shape[-1])
-    return {"threshold": [lambda x, m, t=t: m.abs() > t for t in taus],
-            "top-|m|": [lambda x, m: top_k_mask(m.abs(), k)] * len(states),
-            "random": [lambda x, m, t=t: random_like(m.abs() > t, generator) for t in taus]}
 
 
 @contextmanager
@@ -160,6 +147,60 @@ def answer_quality(model: nn.Module, data, rows: torch.Tensor | None = None) -> 
     """``(accuracy, loss)`` on the answers of ``data``'s facts (``rows``: a subset), as in notebooks 03 and 09."""
     rows = torch.arange(len(data)) if rows is None else rows
     return answer_scores(model, data.ids[rows], data.answer_pos[rows], data.answer_id[rows])
+
+
+def scored_kept(model: nn.Module, data, rules: Sequence[Rule]) -> tuple[float, list[torch.Tensor]]:
+    """Answer loss with FFN ``l`` skipping by ``rules[l]``, and per layer the number of neurons kept at each
+    fact's scored position (the one that predicts its answer): a list of ``(N,)`` long tensors."""
+    rows, kept = torch.arange(len(data)), {}
+
+    def recording(layer, rule):
+        def rule_and_count(x, m):
+            keep = rule(x, m)                                             # (N, T, d_ff)
+            kept[layer] = keep[rows, data.answer_pos].sum(-1)
+            return keep
+        return rule_and_count
+
+    with skipping(model, [recording(layer, rule) for layer, rule in enumerate(rules)]):
+        loss = answer_quality(model, data)[1]
+    return loss, [kept[layer] for layer in range(len(rules))]
+
+
+#: the rules of ``threshold_sweep``, as the notebook names them
+SKIP_RULES = {"threshold": "threshold", "top_k": "top-k", "matched": "top-k, matched", "random": "random"}
+
+
+def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequence[float], seed: int = 0) -> dict:
+    """For each share ``s``, the answer loss when both FFNs skip by each rule, and the neurons kept per scored token:
+
+    * ``"threshold"``: ``|m_i| > τ``, one ``τ`` per layer skipping ``s`` of all ``valid`` entries (TEAL, CATS);
+      the count kept varies from token to token;
+    * ``"top_k"``: each token's ``round((1 − s)·d_ff)`` largest ``|m_i|``, the same count for every token;
+    * ``"matched"``: each token's largest ``|m_i|``, as many as the threshold keeps on average at the scored
+      positions of that layer (a fixed count, matched where the loss is measured);
+    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random.
+
+    Returns ``{"dense": loss, "by_share": {"0.7": {"loss": {rule: loss}, "kept": {rule: [mean per layer]},
+    "fewest": [threshold's fewest kept per layer]}, ...}}``; ``seed`` seeds the random control of each share.
+    """
+    states = layer_states(model, data.ids, valid)
+    d_ff, out = states[0].m.shape[-1], {}
+    for share in shares:
+        gen = torch.Generator().manual_seed(seed)
+        taus = [calibrate_threshold(s.m, share) for s in states]
+        k = round((1 - share) * d_ff)
+        rules = {"threshold": [lambda x, m, t=t: m.abs() > t for t in taus],
+                 "top_k": [lambda x, m: top_k_mask(m.abs(), k)] * len(states),
+                 "random": [lambda x, m, t=t: random_like(m.abs() > t, gen) for t in taus]}
+        scored = {"threshold": scored_kept(model, data, rules["threshold"])}
+        matched = [round(c.double().mean().item()) for c in scored["threshold"][1]]
+        rules["matched"] = [lambda x, m, n=n: top_k_mask(m.abs(), n) for n in matched]
+        for rule in ("top_k", "matched", "random"):
+            scored[rule] = scored_kept(model, data, rules[rule])
+        out[f"{share:g}"] = {"loss": {rule: scored[rule][0] for rule in SKIP_RULES},
+                             "kept": {rule: [c.double().mean().item() for c in scored[rule][1]] for rule in SKIP_RULES},
+                             "fewest": [int(c.min()) for c in scored["threshold"][1]]}
+    return {"dense": answer_quality(model, data)[1], "by_share": out}
 
 
 # ---------------------------------------------------------------------------------------------- predicting
@@ -193,14 +234,15 @@ def train_predictor(x: torch.Tensor, active: torch.Tensor, rank: int, *, steps: 
                     seed: int = 0) -> ActivePredictor:
     """Fit an ``ActivePredictor`` of ``rank`` to ``active (N, d_ff)`` (bool) from ``x (N, d_model)``.
 
-    Full-batch AdamW (weight decay 0.01) on Deja Vu's weighted binary cross-entropy: with ``w`` the share of
-    active entries plus 0.005, an active entry weighs ``1 − w`` and a silent one ``w``, so rare firing is not
-    ignored. Deterministic for a seed on one machine.
+    Full-batch AdamW (weight decay 0.01) on the weighted binary cross-entropy of Deja Vu's
+    ``sparse_predictor/trainer_mlp.py``: with ``w`` the share of active entries plus 0.005, an active entry weighs
+    1 and a silent one ``w`` (their ``y·(1 − w) + w``), so the rarer active entries are not drowned out.
+    Deterministic for a seed on one machine.
     """
     validate.positive_int("steps", steps)
     target = active.float()
     w = target.mean() + 0.005
-    weight = target * (1 - w) + (1 - target) * w
+    weight = target * (1 - w) + w
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         predictor = ActivePredictor(x.shape[-1], active.shape[-1], rank)
@@ -230,6 +272,23 @@ def batch_union(active: torch.Tensor, batch_size: int, n_batches: int = 200, see
     return active[rows].any(dim=1).double().mean().item()
 
 
+def sentence_union(active: torch.Tensor, valid: torch.Tensor, *, draws: int = 20, seed: int = 0) -> tuple[float, float]:
+    """The union over one sentence's consecutive tokens, against as many tokens drawn at random.
+
+    ``active (P, d_ff)`` bool holds the rows of ``valid (N, T)``'s positions in order (as ``layer_states`` gives
+    them). Returns the mean over sentences of the share of neurons fired by at least one of the sentence's tokens,
+    and the same for as many positions drawn at random (with replacement) from all ``P``, averaged over ``draws``.
+    """
+    validate.positive_int("draws", draws)
+    full = torch.zeros(*valid.shape, active.shape[-1], dtype=torch.bool)
+    full[valid] = active
+    own = full.any(dim=1).double().mean().item()
+    first = torch.arange(valid.shape[1]) < valid.sum(dim=1, keepdim=True)          # (N, T): a sentence's count
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, active.shape[0], (draws, *valid.shape), generator=gen)
+    return own, (active[rows] & first[..., None]).any(dim=2).double().mean().item()
+
+
 def expected_union(rates: torch.Tensor, batch_size: int) -> float:
     """Expected share of neurons active for at least one of ``batch_size`` independent tokens, neuron i firing
     with probability ``rates[i]``: the mean of ``1 − (1 − p_i)^B``. Equal rates ``p`` give notebook 07's
@@ -257,11 +316,21 @@ def ffn_weights_read(d_model: int, d_ff: int, read_share: float, *, how: str, ga
     return predictor_weights + read_share * n * per_matrix
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """``rows`` under ``header`` as aligned text columns: the first left-aligned, the others right-aligned."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                     .rstrip() for row in cells)
+
+
 # ---------------------------------------------------------------------------------------------- the results file
 CHECKPOINTS = (0, 1, 2, 5, 10, 20, 40, 80, 150)
 LR_GRID = (5e-3, 1e-2, 2e-2)
 RELUFY_STEPS, RELUFY_LR_GRID = 30, (1e-3, 3e-3, 1e-2)
 RANKS = (1, 2, 4, 8, 16, 32)
+SWEEP_SHARES = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+PARTS = ("training", "thresholds", "relufication", "predictor")
 
 
 def fact_model_with(data, activation: str, seed: int) -> nn.Module:
@@ -287,6 +356,13 @@ def country_split(data, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     fit = {countries[i] for i in order[: len(countries) // 2]}
     rows = [i for i, f in enumerate(data.facts) if f.subject in fit]
     return torch.tensor(rows), torch.tensor([i for i in range(len(data)) if i not in set(rows)])
+
+
+def country_positions(data) -> torch.Tensor:
+    """Bool ``(N, T)``: each fact's positions from its country on. The positions before it hold a template prefix
+    (``<bos> the capital of``) whose inputs are the same for every country of the causal model."""
+    start = torch.tensor([prompt_words(f).index(f.subject) for f in data.facts])
+    return torch.arange(data.ids.shape[1]) >= start[:, None]
 
 
 def rows_mask(valid: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -355,20 +431,44 @@ def _relufication_runs(data, valid, seeds, steps, progress) -> dict:
     runs = []
     for seed in progress_bar(seeds, desc="ReLUfication", disable=not progress):
         shipped = load_fact_model(data, seed)[0]
+        relu_model, losses = relufied(data, seed, "relu", steps=steps, lr=lrs["relu"])
+        tuned = arm(relu_model, losses)
+        tuned["sentence_union"] = [sentence_union(s.m > 0, valid) for s in layer_states(relu_model, data.ids, valid)]
         runs.append({"seed": seed, "gelu": arm(shipped), "relu_swapped": arm(with_activation(shipped, "relu")),
-                     "relu_tuned": arm(*relufied(data, seed, "relu", steps=steps, lr=lrs["relu"])),
-                     "gelu_tuned": arm(*relufied(data, seed, "gelu", steps=steps, lr=lrs["gelu"]))})
-    return {"steps": steps, "lr": lrs, "lr_sweep": {a: {f"{lr:g}": v for lr, v in s.items()} for a, s in sweep.items()},
-            "runs": runs}
+                     "relu_tuned": tuned, "gelu_tuned": arm(*relufied(data, seed, "gelu", steps=steps, lr=lrs["gelu"]))})
+    return {"seeds": list(seeds), "steps": steps, "lr": lrs,
+            "lr_sweep": {a: {f"{lr:g}": v for lr, v in s.items()} for a, s in sweep.items()}, "runs": runs}
+
+
+def _threshold_runs(data, valid, seeds, shares, progress) -> dict:
+    from helpers.fact_model import load_fact_model
+
+    runs = [{"seed": seed, **threshold_sweep(load_fact_model(data, seed)[0], data, valid, shares, seed=seed)}
+            for seed in progress_bar(seeds, desc="thresholds", disable=not progress)]
+    return {"seeds": list(seeds), "shares": list(shares), "runs": runs}
+
+
+def _predictor_runs(data, valid, seeds, relu_lr, quick, progress) -> dict:
+    ranks, steps = ((1, 8), 20) if quick else (RANKS, 300)
+    runs = []
+    for seed in progress_bar(seeds, desc="predictors", disable=not progress):
+        model, _ = relufied(data, seed, steps=5 if quick else RELUFY_STEPS, lr=relu_lr)
+        by_rank = {str(r): predictor_scores(model, data, valid, r, steps=steps) for r in ranks}
+        runs.append({"seed": seed, "by_rank": by_rank,
+                     "rank8_3x_steps": predictor_scores(model, data, valid, 8, steps=3 * steps)})
+    return {"seeds": list(seeds), "ranks": list(ranks), "steps": steps, "runs": runs}
 
 
 def predictor_scores(model, data, valid, rank: int, *, steps: int = 300, seed: int = 0) -> dict:
     """Fit one ``ActivePredictor`` per layer of a ReLU ``model`` on the facts of half the countries and score it
-    on the other half: recall and predicted share per layer, and the answers with only predicted neurons computed,
-    against the same number of random neurons per token (the control)."""
+    on the other half: recall, predicted and active share per layer at the held-out facts' positions from the
+    country on (``"recall_template"``: at their template prefixes, inputs the predictor was fitted on), and the
+    answers with only predicted neurons computed, against the same number of random neurons per token."""
     fit_rows, test_rows = country_split(data)
     fit = layer_states(model, data.ids, rows_mask(valid, fit_rows))
-    test = layer_states(model, data.ids, rows_mask(valid, test_rows))
+    held = rows_mask(valid, test_rows)
+    test = layer_states(model, data.ids, held & country_positions(data))
+    template = layer_states(model, data.ids, held & ~country_positions(data))
     predictors = [train_predictor(s.x, s.m > 0, rank, steps=steps, seed=seed) for s in fit]
     gen = torch.Generator().manual_seed(seed)
     with skipping(model, [lambda x, m, p=p: p.predict(x) for p in predictors]):
@@ -376,37 +476,46 @@ def predictor_scores(model, data, valid, rank: int, *, steps: int = 300, seed: i
     with skipping(model, [lambda x, m, p=p: random_like(p.predict(x), gen) for p in predictors]):
         random_acc, random_loss = answer_quality(model, data, test_rows)
     return {"recall": [recall(p.predict(s.x), s.m > 0) for p, s in zip(predictors, test)],
+            "recall_template": [recall(p.predict(s.x), s.m > 0) for p, s in zip(predictors, template)],
             "predicted_share": [p.predict(s.x).double().mean().item() for p, s in zip(predictors, test)],
             "active_share": [(s.m > 0).double().mean().item() for s in test],
             "answer_accuracy": acc, "answer_loss": loss, "random_accuracy": random_acc, "random_loss": random_loss}
 
 
-def make_results(seeds: Sequence[int] = range(5), *, quick: bool = False, path: str | Path = RESULTS_PATH,
-                 progress: bool = True) -> dict:
-    """Run every multi-seed experiment of notebook 10 and write them to ``path`` (JSON). ``quick``: a few
-    steps and ranks only (tests)."""
+def make_results(seeds: Sequence[int] | None = None, *, parts: Sequence[str] = PARTS, quick: bool = False,
+                 path: str | Path = RESULTS_PATH, progress: bool = True) -> dict:
+    """Run the multi-seed experiments of notebook 10 named in ``parts`` and write them to ``path`` (JSON),
+    keeping the other parts of the file already there. ``seeds``: default 0-4 for ``"training"``, the ten shipped
+    fact models 0-9 for the others. ``quick``: a few steps, shares and ranks only (tests)."""
     from helpers.facts import load_facts, make_dataset
     from helpers.memory import prefix_mask
 
+    for part in parts:
+        validate.one_of("parts", part, PARTS)
     torch.set_num_threads(1)
-    seeds = list(seeds)
+    path = Path(path)
     data = make_dataset(load_facts())
     valid = prefix_mask(data.ids, data.vocab.pad_id)
-    steps, lr_grid, ranks = (10, LR_GRID[:1], (1, 8)) if quick else (150, LR_GRID, RANKS)
-    results = {"made_with": f"torch {torch.__version__}, {platform.machine()}, "
-                            f"CPU capability {torch.backends.cpu.get_cpu_capability()}",
-               "seeds": seeds, "positions": "every position of the 608 fact sentences that has a next token",
-               "training": _training_runs(data, valid, seeds, steps, lr_grid, progress),
-               "relufication": _relufication_runs(data, valid, seeds, 5 if quick else RELUFY_STEPS, progress)}
-    lr = results["relufication"]["lr"]["relu"]
-    runs = []
-    for seed in progress_bar(seeds, desc="predictors", disable=not progress):
-        model, _ = relufied(data, seed, steps=5 if quick else RELUFY_STEPS, lr=lr)
-        by_rank = {str(r): predictor_scores(model, data, valid, r, steps=20 if quick else 300) for r in ranks}
-        longer = predictor_scores(model, data, valid, 8, steps=60 if quick else 900)
-        runs.append({"seed": seed, "by_rank": by_rank, "rank8_3x_steps": longer})
-    results["predictor"] = {"ranks": list(ranks), "steps": 20 if quick else 300, "runs": runs}
-    path = Path(path)
+    results = load_results(path) if path.is_file() else {}
+    if "seeds" in results:                                   # files made before the parts had their own seeds
+        results.setdefault("training", {})["seeds"] = results.pop("seeds")
+    results.update(made_with=f"torch {torch.__version__}, {platform.machine()}, "
+                             f"CPU capability {torch.backends.cpu.get_cpu_capability()}",
+                   positions="every position of the 608 fact sentences that has a next token")
+    chosen = {part: list(seeds if seeds is not None else range(5 if part == "training" else 10)) for part in parts}
+    if "training" in parts:
+        results["training"] = _training_runs(data, valid, chosen["training"], 10 if quick else 150,
+                                             LR_GRID[:1] if quick else LR_GRID, progress)
+        results["training"]["seeds"] = chosen["training"]
+    if "thresholds" in parts:
+        results["thresholds"] = _threshold_runs(data, valid, chosen["thresholds"],
+                                                (0.5, 0.9) if quick else SWEEP_SHARES, progress)
+    if "relufication" in parts:
+        results["relufication"] = _relufication_runs(data, valid, chosen["relufication"],
+                                                     5 if quick else RELUFY_STEPS, progress)
+    if "predictor" in parts:
+        relu_lr = results.get("relufication", {}).get("lr", {}).get("relu", 3e-3)
+        results["predictor"] = _predictor_runs(data, valid, chosen["predictor"], relu_lr, quick, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     return results
@@ -422,14 +531,17 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    """``python -m helpers.activation_sparsity --make-results [--seeds 0 1 2 3 4] [--quick] [--out PATH]``."""
+    """``python -m helpers.activation_sparsity --make-results [--only PART ...] [--seeds ...] [--quick] [--out PATH]``."""
     parser = argparse.ArgumentParser(description="Write notebook 10's multi-seed results.")
     parser.add_argument("--make-results", action="store_true", required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(5)))
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="the parts to (re)run; the others are kept from the file")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="default: 0-4 for training, 0-9 (the shipped fact models) for the other parts")
     parser.add_argument("--quick", action="store_true", help="a few steps only: a small file for tests")
     parser.add_argument("--out", default=str(RESULTS_PATH))
     args = parser.parse_args(argv)
-    return make_results(args.seeds, quick=args.quick, path=args.out)
+    return make_results(args.seeds, parts=args.only, quick=args.quick, path=args.out)
 
 
 if __name__ == "__main__":

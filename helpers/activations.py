@@ -18,6 +18,8 @@ name            formula                                          used in
 ``swish(x, beta)`` is the one-parameter family x * sigmoid(beta x): beta = 0
 gives x / 2, beta = 1 gives SiLU, and beta -> infinity approaches ReLU.
 
+``slope(fn, x)`` is an activation's derivative at every element of ``x``, by autograd.
+
 ``format_step(values, dtype)`` is the spacing of a low-precision float format at given values,
 computed from the format's definition in float64 (no rounding kernel, so the same on every CPU).
 """
@@ -80,6 +82,19 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     """
     validate.non_negative_float("beta", beta)
     return x * torch.sigmoid(beta * x)
+
+
+def slope(fn: Activation, x: torch.Tensor) -> torch.Tensor:
+    """``φ'(x)`` by autograd, element by element: ``fn`` an activation, ``x`` a float tensor ``(...)`` -> ``(...)``.
+
+    ``x`` is not changed and needs no ``requires_grad``; works with autograd or inference mode switched
+    on around the call.
+    """
+    validate.float_tensor("x", x, min_dims=0)
+    with torch.inference_mode(False), torch.enable_grad():     # whatever the caller's autograd state
+        x = x.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(fn(x).sum(), x)
+    return grad
 
 
 #: bits of precision (the implicit leading 1 included) and smallest normal exponent of each float format

@@ -9,8 +9,9 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
   ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination);
 * ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
   position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
-  neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences, random),
-  with ``same_group_donors``, ``removed_activity`` and ``knockout_drops``;
+  neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
+  size of the vector it removes, random), with ``same_group_donors``, ``removed_activity``, ``removed_write``
+  and ``knockout_drops``;
 * ``patched_ffn_output`` and ``patching_effect``: activation patching, i.e. one layer's FFN output at one
   position replaced by what it was on another prompt, which locates where a prediction is read.
 
@@ -202,8 +203,47 @@ def removed_activity(activity: torch.Tensor, removed: torch.Tensor) -> torch.Ten
     return (activity.clamp_min(0) * removed).sum(dim=1)
 
 
+def removed_write(activity: torch.Tensor, removed: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` the size of the vector a knock-out takes out of the stream: ``‖Σ_i removed[n, i] · activity[n, i] ·
+    v_i‖``, with ``values`` ``(d_ff, d_model)`` (row i is value i, ``W2.T``); ``activity``, ``removed``:
+    ``(N, d_ff)``. Two sets that silence the same activity can remove writes of different sizes."""
+    validate.float_tensor("values", values, min_dims=2)
+    return ((activity * removed).double() @ values.double()).norm(dim=1)
+
+
+def _size_matched(activity: torch.Tensor, values: torch.Tensor, target: torch.Tensor, first: int = 64) -> torch.Tensor:
+    """The own neurons in order of activity, the last in part, until ``‖Σ share_i m_i v_i‖`` reaches ``target``.
+
+    Only the ``first`` most active neurons are summed (enough for almost every row); rows that need more are
+    done again with all of them.
+    """
+    N, d_ff = activity.shape
+    K = min(first, d_ff)
+    ranked, order = activity.clamp_min(0).sort(dim=1, descending=True)                # (N, d_ff)
+    parts = ranked[:, :K, None] * values[order[:, :K]]                                  # (N, K, d_model): m_i v_i
+    after = parts.cumsum(dim=1)                                                         # removed up to neuron j
+    reached = (after.norm(dim=-1) >= target[:, None]) & (ranked[:, :K] > 0)
+    j = reached.double().argmax(dim=1)
+    rows = torch.arange(N)
+    b = parts[rows, j]
+    a = after[rows, j] - b                                                              # removed before neuron j
+    ab, bb, aa = (a * b).sum(-1), (b * b).sum(-1), (a * a).sum(-1)
+    # ‖a + s b‖ = target: the root in [0, 1] of bb s² + 2 ab s + aa − target² = 0 (aa < target² ≤ ‖a + b‖²)
+    root = (-ab + (ab ** 2 - bb * (aa - target ** 2)).clamp_min(0).sqrt()) / bb.clamp_min(1e-300)
+    share = (torch.arange(K)[None, :] < j[:, None]).double()                           # whole before neuron j
+    share[rows, j] = root.clamp(0, 1)
+    share = torch.where(reached.any(dim=1, keepdim=True), share, 1.0) * (ranked[:, :K] > 0)   # never: all firing
+    share = torch.cat([share, torch.zeros(N, d_ff - K, dtype=share.dtype)], dim=1)
+    result = torch.zeros_like(share).scatter_(1, order, share)
+    more = ~reached.any(dim=1) & (ranked[:, K - 1] > 0) if K < d_ff else torch.zeros(N, dtype=torch.bool)
+    if more.any():                                                                       # firing neurons beyond K
+        result[more] = _size_matched(activity[more], values, target[more], first=d_ff)
+    return result
+
+
 def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
-                  generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+                  generator: torch.Generator | None = None, values: torch.Tensor | None = None,
+                  rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The neuron sets a knock-out is judged against, one row per fact: ``{name: (N, d_ff) float}``, the share
     of each neuron's coefficient removed (1: off, 0: kept), for ``knock_out``.
 
@@ -212,19 +252,28 @@ def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
         donor: ``(N,)`` long, for each fact another fact whose top neurons serve as the control
             (e.g. another subject, same relation; ``same_group_donors``).
         n_off: how many neurons the "own", "other" and "random" sets switch off.
+        values: optional ``(d_ff, d_model)``, the layer's values (``W2.T``); adds the "size-matched" set.
+        rows: optional ``(R,)`` long, the facts to return sets for (default: all N); the sets are the same
+            as ``knockout_sets(...)[name][rows]`` (the random draw included), computed only where needed.
     Returns:
         ``"own"``: the fact's ``n_off`` most active neurons; ``"other"``: the donor's ``n_off`` most active;
         ``"matched"``: the fact's own neurons in order of activity, the last one removed only in part, so that
         the activity removed (``removed_activity``, at this fact) equals what the "other" set removes, exactly;
-        ``"random"``: ``n_off`` random neurons.
+        ``"random"``: ``n_off`` random neurons; with ``values``, ``"size-matched"``: the own neurons in the same
+        order, the last in part, until the vector removed (``removed_write``) is exactly as long as the one the
+        "other" set removes (where no prefix of the own ranking reaches it, every firing own neuron).
         The own set removes the most activity by construction, so "own" against "other" alone cannot
-        separate fact-specific storage from activity; "matched" against "other" can.
+        separate fact-specific storage from activity; "matched" against "other" can, and "size-matched"
+        against "other" also removes the explanation that the own neurons simply write larger vectors.
     """
     validate.float_tensor("activity", activity, min_dims=2)
     N, d_ff = activity.shape
     validate.int_in_range("n_off", n_off, 1, d_ff)
     if not isinstance(donor, torch.Tensor) or donor.shape != (N,):
         raise ValueError(f"donor must be a long tensor of shape ({N},), one other fact per fact")
+    if values is not None and (not isinstance(values, torch.Tensor) or values.dim() != 2 or values.shape[0] != d_ff):
+        raise ValueError(f"values must be a (d_ff={d_ff}, d_model) tensor, row i value i (W2.T), got "
+                         f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}")
 
     def top(scores: torch.Tensor) -> torch.Tensor:
         return torch.zeros(N, d_ff).scatter_(1, scores.topk(n_off, dim=1).indices, 1.0)
@@ -237,7 +286,12 @@ def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
     share = torch.where(ranked > 0, share, torch.zeros_like(share))
     matched = torch.zeros(N, d_ff, dtype=torch.float64).scatter_(1, order, share).float()
     noise = torch.rand(N, d_ff, generator=generator)
-    return {"own": own, "other": other, "matched": matched, "random": top(noise)}
+    rows = torch.arange(N) if rows is None else rows
+    sets = {"own": own[rows], "other": other[rows], "matched": matched[rows], "random": top(noise)[rows]}
+    if values is not None:
+        size = removed_write(activity[rows], sets["other"], values)                   # (R,) what "other" removes
+        sets["size-matched"] = _size_matched(activity[rows].double(), values.double(), size).float()
+    return sets
 
 
 def same_group_donors(groups: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

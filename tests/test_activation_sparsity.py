@@ -4,11 +4,12 @@ import json
 import pytest
 import torch
 
-from helpers.activation_sparsity import (RESULTS_PATH, TRAINED_ACTIVATIONS, ActivePredictor, batch_union,
-                                         calibrate_threshold, country_split, dead_share, expected_union,
-                                         fact_model_with, ffn_weights_read, layer_states, load_results,
-                                         make_results, random_like, recall, silent_share, skipping, top_k_mask,
-                                         train_predictor, with_activation)
+from helpers.activation_sparsity import (RESULTS_PATH, SKIP_RULES, TRAINED_ACTIVATIONS, ActivePredictor,
+                                         batch_union, calibrate_threshold, country_positions, country_split,
+                                         dead_share, expected_union, fact_model_with, ffn_weights_read,
+                                         layer_states, load_results, make_results, random_like, recall,
+                                         sentence_union, silent_share, skipping, table, threshold_sweep,
+                                         top_k_mask, train_predictor, with_activation)
 from helpers.activations import get_activation
 from helpers.fact_model import untrained_fact_model
 from helpers.facts import load_facts, make_dataset
@@ -44,6 +45,7 @@ def test_calibrated_threshold_skips_the_share_asked():
 def test_top_k_and_random_masks():
     scores = torch.tensor([[1.0, 3.0, 3.0, 0.5], [0.0, -1.0, 2.0, 2.0]])
     assert top_k_mask(scores, 2).tolist() == [[False, True, True, False], [False, False, True, True]]
+    assert not top_k_mask(scores, 0).any()
     keep = torch.rand(30, 40, generator=torch.Generator().manual_seed(1)) < 0.3
     rand = random_like(keep, torch.Generator().manual_seed(2))
     assert torch.equal(rand.sum(-1), keep.sum(-1)) and not torch.equal(rand, keep)
@@ -120,20 +122,61 @@ def test_country_split_halves_the_countries(data):
     assert {data.facts[i].subject for i in fit}.isdisjoint({data.facts[i].subject for i in test})
 
 
-def test_make_results_small_run(tmp_path):
+def test_threshold_sweep_counts_what_each_rule_keeps(data):
+    model = untrained_fact_model(data, 0)
+    valid = prefix_mask(data.ids, data.vocab.pad_id)
+    sweep = threshold_sweep(model, data, valid, (0.0, 0.75))
+    nothing, most = sweep["by_share"]["0"], sweep["by_share"]["0.75"]
+    assert set(most["loss"]) == set(most["kept"]) == set(SKIP_RULES)
+    assert nothing["kept"]["threshold"] == [192.0, 192.0] and nothing["loss"]["threshold"] == pytest.approx(sweep["dense"])
+    assert most["kept"]["top_k"] == [48.0, 48.0]
+    assert [round(k) for k in most["kept"]["threshold"]] == [round(k) for k in most["kept"]["matched"]]
+    assert most["loss"]["random"] > most["loss"]["threshold"]
+
+
+def test_country_positions_start_at_the_subject(data):
+    starts = country_positions(data).int().argmax(dim=1)
+    for n in (0, 1, 2, 3):
+        assert data.vocab.tokens[data.ids[n, starts[n]]] == data.facts[n].subject
+
+
+def test_sentence_union_against_random_tokens():
+    valid = torch.tensor([[True, True, False], [True, True, True]])
+    same = torch.tensor([[True, False, False, False]] * 5)                 # every token fires neuron 0 only
+    assert sentence_union(same, valid) == (0.25, 0.25)
+    distinct = torch.eye(5, 4, dtype=torch.bool)                         # each token its own neuron (the last none)
+    own, rand = sentence_union(distinct, valid, draws=200)
+    assert own == pytest.approx((2 / 4 + 2 / 4) / 2) and rand < own
+
+
+def test_table_aligns_columns():
+    assert table(["", "a", "bb"], [["x", 1, 2.5], ["long", 10, ""]]).splitlines() == [
+        "       a   bb", "x      1  2.5", "long  10"]
+
+
+def test_make_results_small_run_and_one_part_again(tmp_path):
     path = tmp_path / "runs.json"
     results = make_results([0], quick=True, path=path, progress=False)
     assert json.loads(path.read_text()) == json.loads(json.dumps(results))
     relu = results["training"]["by_activation"]["relu"]["runs"][0]
     assert len(relu["silent"]) == len(results["training"]["checkpoints"]) and len(relu["silent"][0]) == 2
+    tuned = results["relufication"]["runs"][0]["relu_tuned"]
     assert set(results["relufication"]["runs"][0]) == {"seed", "gelu", "relu_swapped", "relu_tuned", "gelu_tuned"}
+    assert len(tuned["sentence_union"]) == 2
     assert set(results["predictor"]["runs"][0]["by_rank"]) == {"1", "8"}
+    assert set(results["thresholds"]["runs"][0]["by_share"]) == {"0.5", "0.9"}
+    again = make_results([1], parts=["thresholds"], quick=True, path=path, progress=False)
+    assert again["thresholds"]["seeds"] == [1] and again["training"] == results["training"]
+    with pytest.raises(ValueError, match="parts"):
+        make_results([0], parts=["nothing"], quick=True, path=path, progress=False)
 
 
 def test_shipped_results_file():
     results = load_results()
-    assert results["seeds"] == [0, 1, 2, 3, 4]
+    assert results["training"]["seeds"] == [0, 1, 2, 3, 4]
     assert set(results["training"]["by_activation"]) == set(TRAINED_ACTIVATIONS)
     assert [len(a["runs"]) for a in results["training"]["by_activation"].values()] == [5] * 5
+    for part in ("thresholds", "relufication", "predictor"):
+        assert results[part]["seeds"] == list(range(10)) and len(results[part]["runs"]) == 10
     with pytest.raises(FileNotFoundError, match="--make-results"):
         load_results(RESULTS_PATH.parent / "missing.json")

@@ -230,7 +230,7 @@ def test_spill_in_float32_gets_a_dtype_note():
         return K.float() @ u / (u @ k.float())
 
     result = ex.check_edit_spill.evaluate(in_float32)
-    assert result.status == FAILED and "this exercise works in float64" in result.message
+    assert result.status == FAILED and "float64" in result.message
 
 
 def test_a_spill_with_c_instead_of_its_inverse_is_named():
@@ -339,6 +339,13 @@ def _profile_over_all_rows(c, valid, relation, R):
     return (peaks.T @ F.one_hot(relation, R).to(peaks.dtype)) / (len(relation) / R)
 
 
+def _spill_unit_k_star(C, k, K):
+    """A "tidy" answer that normalises k* first: α of a fixed key scales as 1/|k*|, so it is wrong."""
+    unit = k / k.norm()
+    u = torch.linalg.solve(C, unit)
+    return K @ u / (u @ unit)
+
+
 def _match_dim0(a, b):
     za, zb = (a - a.mean(0)) / a.std(0), (b - b.mean(0)) / b.std(0)
     best, index = (za.T @ zb / (a.shape[0] - 1)).max(dim=0)
@@ -351,12 +358,15 @@ NATURAL_WRONG = [
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T + b1, approximate="tanh"), "tanh approximation"),
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1 + b1), "columns of W1 as keys"),
     ("coefficients", lambda x, W1, b1: torch.relu(x @ W1.T + b1), "you used ReLU"),
+    ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T) + b1, None),               # b1 added after GELU
     ("triggers", ex._triggers_zero_mask, "with 0"),
     ("triggers", ex._triggers_many_per_example, "one example appears several times"),
     ("triggers", _triggers_position_before_masking, None),
+    ("triggers", ex._triggers_off_by_one, "off by one"),
     ("values", lambda f, i, ln, head, biases=True: ex._value_to_vocab(f, i, ln, head, True) if biases else
      head(ex._ln_no_beta(f.w2.weight[:, i].detach(), ln)).detach(), "you kept lm_head's bias"),
     ("values", _values_geva_raw, None),
+    ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i]), "you took row i of w2.weight"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True)), "unbiased variance"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False)), "leaves out ε"),
     ("agreement", _agreement_at_the_peak, "off by one"),
@@ -364,11 +374,14 @@ NATURAL_WRONG = [
     ("agreement", ex._agreement_with(lambda c, valid: ex._trigger_max(c, valid, fill=0.0)), "with 0"),
     ("spill", lambda C, k, K: K @ (C @ k) / (k @ C @ k), "C where C⁻¹ belongs"),
     ("spill", lambda C, k, K: K @ torch.linalg.solve(C, k), "α(k*) must be 1"),
+    ("spill", lambda C, k, K: K @ torch.linalg.solve(C, k) / (k @ k), "not k*ᵀk*"),
+    ("spill", _spill_unit_k_star, None),
     ("profile", _profile_over_all_rows, "N / n_relations"),
     ("profile", ex._profile_from_peaks(ex._mean_over_positions), "averaged over the positions"),
     ("match", ex._match_from(lambda a, b: ex._corr_mixed_divisors(a, b, 1, 0)), "mixed two divisors"),
     ("match", ex._match_from(ex._corr, absolute=True), "ranked by |r|"),
     ("match", _match_dim0, "the wrong way round"),
+    ("match", ex._match_from(ex._cosine), "did not subtract each column's mean"),
 ]
 
 

@@ -1,14 +1,18 @@
 """Notebook 10's checkers: what is specific to them (the shared contract is in test_exercise_contract.py).
 
 Natural wrong answers, each breaking one sentence of its statement, must fail (with their hint where one explains
-them); other correct forms (a loop, a float32 share cast to float64, a mask instead of a gather) must pass.
+them); other correct forms (a loop, a float32 share, a mask instead of a gather) must pass.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 
+from helpers.activation_sparsity import calibrate_threshold
+
 from helpers.exercises.engine import FAILED, PASSED
-from helpers.exercises.nb10 import (EXERCISES, check_expected_union, check_recall, check_silent_share,
-                                    check_skip_swiglu)
+from helpers.exercises.nb10 import (EXERCISES, check_expected_union, check_recall, check_skip_swiglu,
+                                    check_threshold_for_share)
 
 
 def test_four_exercises_build_and_investigate():
@@ -16,32 +20,81 @@ def test_four_exercises_build_and_investigate():
 
 
 # ---------------------------------------------------------------- exercise 1
-def test_silent_share_other_correct_forms_pass():
-    def loop(m, tau):
-        return torch.tensor([sum(abs(v) <= tau for v in row.tolist()) / row.numel() for row in m],
-                            dtype=torch.float64)
-
-    def via_count(m, tau):
-        return (m.abs() <= tau).sum(dim=-1).double() / m.shape[-1]
-
-    for fn in (loop, via_count):
-        assert check_silent_share.evaluate(fn).status == PASSED
+def _ceil_rank(m, s):
+    magnitudes = m.abs().flatten()
+    return magnitudes.kthvalue(math.ceil(s * magnitudes.numel())).values, magnitudes
 
 
-def test_silent_share_wrong_answers_fail():
-    def float32_share(m, tau):                        # right values, float32: only a precision note
-        return (m.abs() <= tau).float().mean(dim=-1)
+def test_threshold_other_correct_forms_pass():
+    def sort_and_float32_share(m, s):                  # a tensor tau, a float32 share: both fine
+        tau, magnitudes = _ceil_rank(m, s)
+        return tau, (magnitudes <= tau).sum() / magnitudes.numel()
 
-    def relu_zero_test(m, tau):                       # counts m <= 0 as silent whatever tau
-        return ((m <= 0) | (m.abs() <= tau)).double().mean(dim=-1)
+    def counting_loop(m, s):                           # the definition itself: the smallest |m| skipping >= s
+        values = sorted(m.abs().flatten().tolist())
+        for v in values:
+            share = sum(x <= v for x in values) / len(values)
+            if share >= s:
+                return v, share
 
-    assert check_silent_share.evaluate(float32_share).status == FAILED
-    assert check_silent_share.evaluate(relu_zero_test).status == FAILED
+    for fn in (sort_and_float32_share, counting_loop):
+        assert check_threshold_for_share.evaluate(fn).status == PASSED
 
 
-def test_strict_threshold_gets_its_hint():
-    result = check_silent_share.evaluate(lambda m, tau: (m.abs() < tau).double().mean(dim=-1))
-    assert result.status == FAILED and "not <" in result.hint
+def test_threshold_wrong_answers_fail_with_their_hints():
+    def rounded(m, s):                                 # k = round(s·n), as helpers' calibrate_threshold does
+        magnitudes = m.abs().flatten()
+        tau = magnitudes.kthvalue(round(s * magnitudes.numel())).values.item()
+        return tau, (magnitudes <= tau).double().mean().item()
+
+    def floored(m, s):
+        magnitudes = m.abs().flatten()
+        tau = magnitudes.kthvalue(max(int(s * magnitudes.numel()), 1)).values.item()
+        return tau, (magnitudes <= tau).double().mean().item()
+
+    def asked_share(m, s):                             # returns s, not what ties make of it
+        return _ceil_rank(m, s)[0].item(), s
+
+    def strict_share(m, s):
+        tau, magnitudes = _ceil_rank(m, s)
+        return tau.item(), (magnitudes < tau).double().mean().item()
+
+    def copied_helper(m, s):
+        tau = calibrate_threshold(m, s)
+        return tau, (m.abs() <= tau).double().mean().item()
+
+    for fn, words in [(rounded, "round up"), (floored, "round up"), (asked_share, "tied with τ"),
+                      (strict_share, "equal to τ"), (copied_helper, "calibrate_threshold")]:
+        result = check_threshold_for_share.evaluate(fn)
+        assert result.status == FAILED and words in result.hint, fn.__name__
+
+
+def test_threshold_answers_without_a_named_mistake_fail():
+    def quantile_higher(m, s):                         # interpolates over n - 1 gaps: a larger tau than needed
+        magnitudes = m.abs().flatten()
+        tau = torch.quantile(magnitudes, s, interpolation="higher").item()
+        return tau, (magnitudes <= tau).double().mean().item()
+
+    def quantile_linear(m, s):                         # not one of the |m| values
+        magnitudes = m.abs().flatten()
+        tau = torch.quantile(magnitudes, s).item()
+        return tau, (magnitudes <= tau).double().mean().item()
+
+    def signed(m, s):
+        values = m.flatten()
+        tau = values.kthvalue(math.ceil(s * values.numel())).values.item()
+        return tau, (values.abs() <= tau).double().mean().item()
+
+    for fn in (quantile_higher, quantile_linear, signed):
+        assert check_threshold_for_share.evaluate(fn).status == FAILED, fn.__name__
+
+
+def test_threshold_cases_keep_distinct_magnitudes_apart():
+    for case in check_threshold_for_share.cases():
+        magnitudes = case.args[0].abs().flatten().unique()
+        if magnitudes.numel() > 1:
+            gaps = (magnitudes[1:] - magnitudes[:-1]) / magnitudes[1:]
+            assert float(gaps.min()) > 1e-5, case.note
 
 
 # ---------------------------------------------------------------- exercise 2

@@ -3,8 +3,9 @@ the knock-out control sets, and activation patching, checked against what the mo
 import pytest
 import torch
 
-from helpers.interventions import (answer_and_rival_shifts, direct_logit_shifts, final_residual, knock_out,
-                                   knockout_drops, knockout_sets, patched_ffn_output, patching_effect, removed_activity,
+from helpers.interventions import (_size_matched, answer_and_rival_shifts, direct_logit_shifts, final_residual,
+                                   knock_out, knockout_drops, knockout_sets, patched_ffn_output, patching_effect,
+                                   removed_activity, removed_write,
                                    same_group_donors, sub_updates)
 from helpers.memory import answer_probability, collect
 from helpers.transformer import GPTConfig, TinyGPT
@@ -162,6 +163,59 @@ def test_knockout_sets_match_nothing_when_the_other_set_is_silent_at_this_fact()
     sets = knockout_sets(activity, torch.tensor([1, 0]), 2)
     assert removed_activity(activity, sets["other"]).tolist() == [0.0, 0.0]
     assert sets["matched"].sum().item() == 0.0
+
+
+def test_removed_write_is_the_length_of_the_vector_a_knock_out_takes_out():
+    activity = torch.tensor([[2.0, -0.1, 1.0], [0.5, 3.0, 0.0]])
+    values = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]])                     # row i: value i
+    removed = torch.tensor([[1.0, 1.0, 0.5], [0.0, 1.0, 1.0]])
+    expected = torch.stack([(2.0 * values[0] - 0.1 * values[1] + 0.5 * values[2]).norm(), (3.0 * values[1]).norm()])
+    assert torch.allclose(removed_write(activity, removed, values).float(), expected)
+
+
+def test_size_matched_takes_out_a_write_as_long_as_the_other_set_does():
+    """By hand: values are orthogonal, so the own prefix 3 e0, then 2 e1 in part, reaches the other set's length."""
+    activity = torch.tensor([[3.0, 2.0, 1.0, 0.5], [0.0, 0.5, 2.0, 3.0]])
+    values = torch.eye(4)
+    sets = knockout_sets(activity, torch.tensor([1, 0]), 2, values=values)
+    # row 0: "other" is row 1's top two (neurons 3, 2): it removes 1 e2 + 0.5 e3, length √1.25 < 3: part of neuron 0
+    assert sets["size-matched"][0].nonzero().flatten().tolist() == [0]
+    assert sets["size-matched"][0, 0].item() == pytest.approx(1.25 ** 0.5 / 3)
+    # row 1: "other" (neurons 0, 1) removes 0.5 e1, length 0.5: a sixth of its top neuron (3.0)
+    assert sets["size-matched"][1, 3].item() == pytest.approx(0.5 / 3)
+    assert torch.allclose(removed_write(activity, sets["size-matched"], values),
+                          removed_write(activity, sets["other"], values))
+
+
+def test_size_matched_on_random_memories_a_prefix_of_the_own_ranking_and_the_other_sets_unchanged():
+    g = torch.Generator().manual_seed(4)
+    activity = torch.nn.functional.gelu(torch.randn(60, 30, generator=g) * 2)
+    values, donor = torch.randn(30, 6, generator=g), torch.randperm(60, generator=g)
+    plain = knockout_sets(activity, donor, 8, generator=torch.Generator().manual_seed(1))
+    sets = knockout_sets(activity, donor, 8, generator=torch.Generator().manual_seed(1), values=values)
+    assert all(torch.equal(plain[name], sets[name]) for name in plain) and set(sets) == set(plain) | {"size-matched"}
+    size = sets["size-matched"]
+    gap = removed_write(activity, size, values) - removed_write(activity, sets["other"], values)
+    exact = gap.abs() < 1e-4
+    assert exact.float().mean() > 0.8                                     # matched exactly where a prefix reaches it
+    assert (size[~exact] == (activity[~exact] > 0).float()).all()          # elsewhere every firing own neuron is off
+    assert ((size > 0) & (size < 1)).sum(1).le(1).all()                    # at most one neuron in part
+    ranked = size.gather(1, activity.argsort(dim=1, descending=True))
+    assert (ranked[:, :-1] >= ranked[:, 1:]).all()                         # a prefix of the own ranking
+    # a short first pass (redone in full where it does not reach) gives the same shares
+    target = removed_write(activity, sets["other"], values)
+    assert torch.allclose(_size_matched(activity.double(), values.double(), target, first=3).float(), size)
+
+
+def test_knockout_sets_for_chosen_rows_are_the_rows_of_the_full_sets():
+    g = torch.Generator().manual_seed(5)
+    activity = torch.nn.functional.gelu(torch.randn(20, 12, generator=g) * 2)
+    values, donor, rows = torch.randn(12, 4, generator=g), torch.randperm(20, generator=g), torch.tensor([3, 0, 17])
+    full = knockout_sets(activity, donor, 4, generator=torch.Generator().manual_seed(2), values=values)
+    some = knockout_sets(activity, donor, 4, generator=torch.Generator().manual_seed(2), values=values, rows=rows)
+    assert all(torch.equal(full[name][rows], some[name]) for name in full)
+    with pytest.raises(ValueError, match=r"values must be a \(d_ff=12, d_model\) tensor"):
+        knockout_sets(activity, donor, 4, values=values.T)
 
 
 def test_knock_out_removes_a_share_of_each_coefficient():

@@ -76,7 +76,7 @@ check_memory_coefficients = Exercise(
     _coefficient_cases,
     domain=Domain(
         allows="x (B, T, d_model), W1 (d_ff, d_model), b1 (d_ff,), all float32, every size from 1, any finite values; "
-               "the answer (B, T, d_ff) float32, the exact GELU",
+               "the answer (B, T, d_ff), the exact GELU, checked to float32 precision (its dtype is not checked)",
         corners=(
             Corner("B = T = 1", lambda c: c.args[0].shape[:2] == (1, 1)),
             Corner("d_model = 1", lambda c: c.args[0].shape[2] == 1),
@@ -520,7 +520,7 @@ def _spill_cases() -> list[Case]:
                                    (4, 6, 0.5, 3.0, "tiny k*"), (4, 6, 0.5, 3.0, "large k*")]:
         C = torch.eye(d, dtype=torch.float64) if (low, high) == (1.0, 1.0) else spd(gen, d, low, high)
         k_star = torch.randn(d, generator=gen, dtype=torch.float64) + 0.5
-        k_star = k_star * {"tiny k*": 1e-6, "large k*": 1e4}.get(scale, 1.0)     # α does not depend on |k*|
+        k_star = k_star * {"tiny k*": 1e-6, "large k*": 1e4}.get(scale, 1.0)     # α of a fixed key scales as 1/|k*|
         keys = torch.randn(M, d, generator=gen, dtype=torch.float64)
         u = torch.linalg.solve(C, k_star)
         if M >= 3 and d > 1:

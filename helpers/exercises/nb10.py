@@ -1,10 +1,10 @@
 """Checkers for the exercises of notebook 10 (activation sparsity: silent neurons, skipping, predicting, batches).
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
-``check_silent_share(silent_share)``; it prints one line (not attempted / passed / what is wrong, with the likely
+``check_threshold_for_share(threshold_for_share)``; it prints one line (not attempted / passed / what is wrong, with the likely
 mistake when one explains every failing case). The hidden cases are seeded and cover the corners each statement
-declares (``Domain``): a threshold of 0 and entries exactly at, just above and just below it; rows where every
-neuron or no neuron is silent; gates on SiLU's negative side; nothing kept and everything kept; a batch of one and
+declares (``Domain``): a share whose count s·n lies just above, just below or exactly on a whole number; ties
+across the threshold (ReLU's exact zeros); gates on SiLU's negative side; nothing kept and everything kept; a batch of one and
 a single neuron; firing rates of 0 and 1; tokens with no active neuron; large and tiny magnitudes.
 
 Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): ``W1`` and ``W3`` are ``(d_ff, d_model)``
@@ -13,7 +13,7 @@ Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): ``W1`` and `
 ==========================  =========  =================================================  ======================
 checker                     kind       your function                                      returns
 ==========================  =========  =================================================  ======================
-``check_silent_share``      build      ``silent_share(m, tau)``                           ``(N,)`` float64
+``check_threshold_for_share`` build    ``threshold_for_share(m, s)``                      ``(tau, skipped)``
 ``check_skip_swiglu``       build      ``skip_swiglu(x, W1, W3, W2, tau)``                ``(y, weights_read)``
 ``check_expected_union``    invest.    ``expected_union(rates, batch)``                   float
 ``check_recall``            invest.    ``recall(predicted, active)``                      float
@@ -34,94 +34,123 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _up(value: float) -> float:
-    """The next float32 above ``value``."""
-    return torch.nextafter(torch.tensor(value), torch.tensor(math.inf)).item()
+# ---------------------------------------------------------------- exercise 1: a threshold that skips a share s
+def _threshold_for_share(m: torch.Tensor, s: float):
+    magnitudes = m.abs().flatten()
+    tau = magnitudes.kthvalue(math.ceil(s * magnitudes.numel())).values.item()
+    return tau, (magnitudes <= tau).double().mean().item()
 
 
-def _down(value: float) -> float:
-    """The next float32 below ``value`` (towards 0 for a positive value)."""
-    return torch.nextafter(torch.tensor(value), torch.tensor(0.0)).item()
+def _count(case: Case) -> float:
+    """``s · N · d_ff`` of a case, the share asked for in entries."""
+    return case.args[1] * case.args[0].numel()
 
 
-# ---------------------------------------------------------------- exercise 1: the silent share of each token
-def _silent_share(m: torch.Tensor, tau: float) -> torch.Tensor:
-    return (m.abs() <= tau).double().mean(dim=-1)
+def _fraction(case: Case) -> float:
+    return _count(case) - math.floor(_count(case))
 
 
-def _silent_cases() -> list[Case]:
+def _tied_at_tau(case: Case) -> bool:
+    """Do entries tie with the k-th smallest |m| on both sides of k (so the share skipped exceeds s)?"""
+    magnitudes = case.args[0].abs().flatten().sort().values
+    k = math.ceil(_count(case))
+    return k < magnitudes.numel() and bool(magnitudes[k] == magnitudes[k - 1]) and k > 1 \
+        and bool(magnitudes[k - 2] == magnitudes[k - 1])
+
+
+def _threshold_cases() -> list[Case]:
     g = _generator(1001)
-    gelu_like = F.gelu(2 * torch.randn(6, 16, generator=g))                  # GELU outputs: a negative side
-    relu_like = torch.relu(torch.randn(5, 12, generator=g))
-    relu_like[0, :3] = -0.0                                                  # signed zeros count as zeros
-    at = torch.tensor([[0.25, -0.25, _up(0.25), -_up(0.25), _down(0.25), -_down(0.25), 1.0, 0.0]])
-    silent_rows = torch.tensor([[0.01, -0.02, 0.0, 0.03], [0.5, -0.7, 0.9, 1.5], [0.1, 0.6, -0.01, -0.6]])
+    relu_like = torch.relu(torch.randn(6, 20, generator=g) - 0.3)             # 55 % exact zeros here
+    relu_like[0, :4] = -0.0                                                  # signed zeros are zeros too
+    tied = torch.randn(4, 10, generator=g)
+    tied[:, :5] = 0.25 * torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])           # 20 entries of |m| = 0.25
+    tied[:, 5:] = tied[:, 5:].sign() * (0.5 + tied[:, 5:].abs())             # the rest above 0.5
     return [
-        Case((gelu_like, 0.125), note="GELU outputs m (6, 16), tau=0.125"),
-        Case((relu_like, 0.0), note="ReLU outputs with exact zeros (some -0.0), m (5, 12), tau=0"),
-        Case((at, 0.25), note="entries exactly at ±tau and one float32 step either side, tau=0.25"),
-        Case((silent_rows, 0.25), note="a row where every neuron is silent and one where none is, tau=0.25"),
-        Case((torch.randn(1, 9, generator=g), 0.5), note="a batch of one: m (1, 9), tau=0.5"),
-        Case((torch.randn(7, 1, generator=g), 0.5), note="one neuron: m (7, 1), tau=0.5"),
-        Case((1e4 * torch.randn(3, 6, generator=g), 2048.0), note="large magnitudes (about 1e4), tau=2048"),
-        Case((1e-6 * torch.randn(3, 6, generator=g), 2.0 ** -20), note="tiny magnitudes (about 1e-6), tau=2^-20"),
-        Case((torch.randn(4, 10, generator=g), 0.0), note="no exact zeros, tau=0: nothing silent"),
+        Case((F.gelu(2 * torch.randn(6, 16, generator=g)), 0.7), note="GELU outputs m (6, 16), s=0.7 (s·n = 67.2)"),
+        Case((torch.randn(5, 20, generator=g), 0.698), note="m (5, 20), s=0.698 (s·n = 69.8)"),
+        Case((torch.randn(4, 16, generator=g), 0.5), note="m (4, 16), s=0.5 (s·n = 32 exactly)"),
+        Case((relu_like, 0.5), note="ReLU outputs, 55 % exact zeros (some -0.0), s=0.5"),
+        Case((tied, 0.32), note="20 of 40 entries at |m| = 0.25, s=0.32"),
+        Case((torch.randn(3, 7, generator=g), 1.0), note="s=1: every entry skipped"),
+        Case((torch.randn(5, 20, generator=g), 0.004), note="s=0.004 (s·n = 0.4): the smallest |m| alone"),
+        Case((torch.randn(1, 9, generator=g), 0.5), note="one token: m (1, 9), s=0.5"),
+        Case((torch.randn(7, 1, generator=g), 0.3), note="one neuron: m (7, 1), s=0.3"),
+        Case((torch.tensor([[-1.5]]), 0.5), note="one entry: m (1, 1) = -1.5, s=0.5"),
+        Case((1e4 * torch.randn(3, 10, generator=g), 0.41), note="large magnitudes (about 1e4), s=0.41"),
+        Case((1e-6 * torch.randn(4, 8, generator=g), 0.5625), note="tiny magnitudes (about 1e-6), s=0.5625"),
     ]
 
 
-def _silent_wrong(kind: str):
-    def wrong(m, tau):
+def _threshold_wrong(kind: str):
+    def wrong(m, s):
+        magnitudes = m.flatten() if kind == "no abs" else m.abs().flatten()
+        n = magnitudes.numel()
+        k = {"round": round(s * n), "round, -1 for none": round(s * n), "floor": int(s * n),
+             "floor, at least 1": max(int(s * n), 1), "floor + 1": int(s * n) + 1}.get(kind, math.ceil(s * n))
+        if kind == "per row":
+            tau = m.abs().kthvalue(math.ceil(s * m.shape[-1]), dim=-1).values
+            return tau, (m.abs() <= tau[:, None]).double().mean(dim=-1)
+        if kind == "round, -1 for none":                            # helpers' calibrate_threshold, copied
+            if s >= 1:
+                raise ValueError("skip must be a probability in [0, 1)")
+            if k == 0:
+                return -1.0, 0.0
+        tau = magnitudes.kthvalue(k).values.item()
+        if kind == "asked share":
+            return tau, s
         if kind == "strict":
-            return (m.abs() < tau).double().mean(dim=-1)
-        if kind == "no abs":
-            return (m <= tau).double().mean(dim=-1)
-        if kind == "active":
-            return (m.abs() > tau).double().mean(dim=-1)
-        if kind == "zeros only":
-            return (m == 0).double().mean(dim=-1)
-        if kind == "per neuron":
-            return (m.abs() <= tau).double().mean(dim=0)
-        if kind == "one number":
-            return (m.abs() <= tau).double().mean()
-        raise AssertionError(kind)
+            return tau, (magnitudes < tau).double().mean().item()
+        return tau, (magnitudes <= tau).double().mean().item()
     return wrong
 
 
-check_silent_share = Exercise(
-    "Exercise 1 (the silent share of each token)",
-    _silent_share,
-    _silent_cases,
+check_threshold_for_share = Exercise(
+    "Exercise 1 (a threshold that skips a share s)",
+    _threshold_for_share,
+    _threshold_cases,
     [
-        ("an entry exactly equal to tau is silent: |m| <= tau, not < (with tau = 0 a strict test finds no zeros "
-         "at all).", _silent_wrong("strict")),
-        ("take the magnitude first: a large negative coefficient (GELU's, SiLU's negative side) is not silent, "
-         "so test m.abs() <= tau, not m <= tau.", _silent_wrong("no abs")),
-        ("that is the active share; return the share of silent neurons, |m| <= tau.", _silent_wrong("active")),
-        ("you counted exact zeros only; with tau > 0 every |m| <= tau counts as silent.", _silent_wrong("zeros only")),
-        ("average over the d_ff neurons of each row (dim=-1): one share per token, shape (N,).",
-         _silent_wrong("per neuron")),
-        ("return one share per token (a tensor of shape (N,)), not one number for the whole batch.",
-         _silent_wrong("one number")),
+        ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉ (rounding to the nearest skips less "
+         "than s when s·n has a fraction below ½).", _threshold_wrong("round")),
+        ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉ (rounding to the nearest skips less "
+         "than s when s·n has a fraction below ½; helpers' calibrate_threshold aims at about s, not at least s).",
+         _threshold_wrong("round, -1 for none")),
+        ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉, not down (int() drops the "
+         "fraction).", _threshold_wrong("floor")),
+        ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉, not down (int() drops the "
+         "fraction, and max(int(s·n), 1) only mends s·n < 1).", _threshold_wrong("floor, at least 1")),
+        ("when s·n is a whole number, exactly s·n entries already make the share s: k = ⌈s·n⌉, not "
+         "int(s·n) + 1.", _threshold_wrong("floor + 1")),
+        ("rank the magnitudes |m_i|: a large negative coefficient is not silent.", _threshold_wrong("no abs")),
+        ("return the share τ really skips, the entries with |m_i| <= τ over all entries: entries tied with τ "
+         "are skipped too, so it can be more than s.", _threshold_wrong("asked share")),
+        ("the share skipped counts |m_i| <= τ: the entries equal to τ are skipped too.", _threshold_wrong("strict")),
+        ("one τ for the whole layer, the ⌈s·n⌉-th smallest of all N·d_ff magnitudes, not one per token.",
+         _threshold_wrong("per row")),
     ],
-    atol=1e-12, rtol=1e-12, kind="build",
+    atol=1e-12, rtol=1e-6, kind="build",
     domain=Domain(
-        allows="m: float32 (N, d_ff), N >= 1, d_ff >= 1, any finite values of either sign (signed zeros included); "
-               "tau: a Python float >= 0 that float32 represents exactly; the answer: float64 (N,), the share of "
-               "|m_i| <= tau in each row",
+        allows="m: float32 (N, d_ff), N >= 1, d_ff >= 1, any finite values of either sign (signed zeros and ties "
+               "included), distinct magnitudes at least 1e-5 apart relatively; s: a Python float, 0 < s <= 1, and "
+               "s·N·d_ff a whole number only where that product is exact in binary (s = 0.5, 1), else at least "
+               "0.01 from one; the answer: (tau, skipped), tau the ⌈s·N·d_ff⌉-th smallest |m_i| (a float), skipped "
+               "the share of entries with |m_i| <= tau (a float)",
         corners=(
-            Corner("tau = 0 with exact zeros (and -0.0)",
-                   lambda c: c.args[1] == 0 and bool((c.args[0] == 0).any())),
-            Corner("tau = 0 without any zero", lambda c: c.args[1] == 0 and not bool((c.args[0] == 0).any())),
-            Corner("an entry exactly at +tau and at -tau (tau > 0)",
-                   lambda c: c.args[1] > 0 and bool((c.args[0] == c.args[1]).any() and (c.args[0] == -c.args[1]).any())),
-            Corner("entries one float32 step above and below tau",
-                   lambda c: c.args[1] > 0 and bool((c.args[0].abs() == _up(c.args[1])).any()
-                                                    and (c.args[0].abs() == _down(c.args[1])).any())),
-            Corner("a row where every neuron is silent", lambda c: bool((c.args[0].abs() <= c.args[1]).all(-1).any())),
-            Corner("a row where no neuron is silent", lambda c: bool((c.args[0].abs() > c.args[1]).all(-1).any())),
-            Corner("negative entries beyond -tau", lambda c: bool((c.args[0] < -c.args[1]).any())),
-            Corner("a batch of one (N = 1)", lambda c: c.args[0].shape[0] == 1),
+            Corner("s·n just above a whole number (round up, not to the nearest)",
+                   lambda c: 0 < _fraction(c) < 0.5 and _count(c) > 1),
+            Corner("s·n just below a whole number (round up, not down)", lambda c: _fraction(c) > 0.5),
+            Corner("s·n a whole number, s < 1", lambda c: _fraction(c) == 0 and c.args[1] < 1 and _count(c) > 1),
+            Corner("k = 1 (s·n <= 1, the smallest |m|)", lambda c: _count(c) <= 1 and c.args[0].numel() > 1),
+            Corner("s = 1 (the largest |m|)", lambda c: c.args[1] == 1),
+            Corner("exact zeros (and -0.0) tied across tau = 0",
+                   lambda c: _tied_at_tau(c) and bool((c.args[0] == 0).any())
+                   and float(c.args[0].abs().flatten().kthvalue(math.ceil(_count(c))).values) == 0),
+            Corner("a non-zero |m| tied across tau (+tau and -tau)",
+                   lambda c: _tied_at_tau(c) and float(c.args[0].abs().flatten().kthvalue(math.ceil(_count(c)))
+                                                       .values) > 0),
+            Corner("negative entries", lambda c: bool((c.args[0] < 0).any())),
+            Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1),
             Corner("one neuron (d_ff = 1)", lambda c: c.args[0].shape[-1] == 1),
+            Corner("one entry (N = d_ff = 1)", lambda c: c.args[0].numel() == 1),
             Corner("large magnitudes (>= 1e3)", lambda c: float(c.args[0].abs().max()) >= 1e3),
             Corner("tiny magnitudes (<= 1e-5)", lambda c: float(c.args[0].abs().max()) <= 1e-5),
         )),
@@ -400,4 +429,4 @@ check_recall = Exercise(
 )
 
 
-EXERCISES = [check_silent_share, check_skip_swiglu, check_expected_union, check_recall]
+EXERCISES = [check_threshold_for_share, check_skip_swiglu, check_expected_union, check_recall]
