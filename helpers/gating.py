@@ -19,7 +19,7 @@ changed (same data, same full batch every step, same optimiser, same seed → sa
 initialisation), the answer-token loss recorded along the way. Each variant trains at *its own* learning rate,
 the best of a sweep (``RACE_LRS``) on seeds the race does not use (``TUNING_SEEDS``): a comparison of trained
 things made where each is trained. The control runs every variant at one shared rate (``RACE_SHARED_LR``). The
-sweep and both races (1,200 runs, about 16 min of CPU on one core: too long for a notebook) are stored in
+sweep and both races (840 runs, about 12 min of CPU on one core: too long for a notebook) are stored in
 ``RACE_RESULTS_PATH`` and read back with ``load_race``::
 
     python -m helpers.gating --race-results    # sweep on seeds 100-104, then seeds 0-29 tuned and at 0.005
