@@ -6,7 +6,8 @@ matrix products). Measurements use PyTorch's own instruments:
 ``torch.utils.flop_counter.FlopCounterMode`` for FLOPs,
 ``torch.autograd.graph.saved_tensors_hooks`` for what autograd keeps for the
 backward pass, and ``torch.utils.benchmark.Timer`` for time. ``saved_per_token`` is the formula for
-what one FFN keeps for backward; ``torch_threads`` runs a block on a given number of threads.
+what one FFN keeps for backward and ``saved_activation_names`` names each tensor kept; ``torch_threads`` runs a
+block on a given number of threads.
 ``moe_layer_cost`` and ``moe_model_params`` count an MoE layer's and an MoE model's parameters and FLOPs
 (re-exported by ``helpers.moe``). ``count_ops`` counts the ATen operations a call dispatches and ``layer_cost``
 what one forward of an FFN or MoE layer costs by instruments that do not move: FLOPs, weight bytes held and read,
@@ -94,6 +95,64 @@ def measure_saved_tensors(fn: Callable[[], torch.Tensor], exclude: nn.Module | N
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return SavedTensors(total_bytes=sum(seen.values()), shapes=shapes)
+
+
+def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
+    """Name every activation autograd keeps for the backward pass of ``ffn(x)``.
+
+    Names: ``x`` (the input), ``a`` (``W1 x``), ``b`` (``W3 x``, gated only), ``φ(a)``,
+    and ``h`` for the tensor entering ``W2`` when it is a new one (the product
+    ``φ(a)·b`` of a gated FFN). A tensor saved by two operations is listed once;
+    the weights are left out. For Bilinear, ``φ(a)`` is ``a`` itself.
+
+    Args:
+        ffn: a ``helpers.ffn.FFN``. x: ``(..., d_model)`` input (give it ``requires_grad``
+            to see what flows back to earlier layers).
+    """
+    if not isinstance(ffn, FFN):
+        raise TypeError(f"ffn must be a helpers.ffn.FFN, got {type(ffn).__name__}")
+    validate.float_tensor("x", x, last_dim=ffn.d_model)
+    params = {p.untyped_storage().data_ptr() for p in ffn.parameters()}
+    caught: dict[str, torch.Tensor] = {}
+    saved: list[torch.Tensor] = []
+
+    def keep_output(name: str):
+        def hook(module, inputs, output):
+            caught[name] = output
+        return hook
+
+    def keep_input(module, inputs):
+        caught["h"] = inputs[0]
+
+    handles = [ffn.w1.register_forward_hook(keep_output("a")), ffn.w2.register_forward_pre_hook(keep_input)]
+    if ffn.w3 is not None:
+        handles.append(ffn.w3.register_forward_hook(keep_output("b")))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            ffn(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    ptr = {name: t.untyped_storage().data_ptr() for name, t in caught.items()}
+    ptr["x"] = x.untyped_storage().data_ptr()
+    names, seen = [], set()
+    for t in saved:
+        p = t.untyped_storage().data_ptr()
+        if p in params or p in seen:
+            continue
+        seen.add(p)
+        if p == ptr["x"]:
+            names.append("x")
+        elif p == ptr["a"]:
+            names.append("a = φ(a)" if ffn.activation_name == "identity" else "a")
+        elif p == ptr.get("b"):
+            names.append("b")
+        elif p == ptr["h"]:
+            names.append("h = φ(a)·b" if ffn.gated else "φ(a)")
+        else:
+            names.append("φ(a)")
+    order = ["x", "a", "a = φ(a)", "φ(a)", "b", "h = φ(a)·b"]
+    return sorted(names, key=order.index)
 
 
 def median_seconds(fn: Callable[[], object], min_run_time: float = 0.2) -> float:

@@ -51,6 +51,12 @@ VARIANTS: dict[str, tuple[str, bool]] = {
     "swiglu": ("silu", True),
 }
 
+#: variant name -> how the text writes it (Shazeer's names: ReGLU, GEGLU, SwiGLU, ...).
+VARIANT_NAMES: dict[str, str] = {
+    "relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swish": "Swish", "glu": "GLU",
+    "bilinear": "Bilinear", "reglu": "ReGLU", "geglu": "GEGLU", "swiglu": "SwiGLU",
+}
+
 
 def matched_gated_width(d_model: int, expansion: int = 4, multiple_of: int | None = None) -> int:
     """Hidden width of a gated FFN with the parameters of a dense ``expansion·d_model`` FFN.

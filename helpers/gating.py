@@ -1,29 +1,32 @@
-r"""Gated FFNs: the gate's gradient, what they save for backward, and a matched-parameter comparison.
+r"""Gated FFNs: the gate's gradient, a fused gate, Shazeer's table as a family of tests, and a matched race.
 
-A gated unit multiplies two projections of the same input,
-``h = φ(a) · b`` with ``a = W1 x`` (the gate, through φ) and ``b = W3 x``
-(the content, linear). Its derivatives couple the two branches::
+A gated unit multiplies two projections of the same input, ``h = φ(a) · b`` with ``a = W1 x`` (the gate,
+through φ) and ``b = W3 x`` (the content, linear). Its derivatives couple the two branches::
 
     ∂h/∂b = φ(a)           the content branch learns only as much as the gate is open
     ∂h/∂a = φ'(a) · b      the gate learns only as much as there is content to pass
 
-``compare_variants`` trains the course's ``TinyGPT`` once per (variant, seed)
-with nothing else changed (same data, same full batch every step, same
-optimiser, same seed → same attention and embedding initialisation) and
-records the answer-token loss along the way, for a comparison in the spirit
-of Shazeer (2020), Table 1 (``SHAZEER_2020_65K`` with its run-to-run standard
-deviations ``SHAZEER_2020_65K_SD``, and ``SHAZEER_2020_524K``).
-``pairwise_gaps`` puts every gap between two of the paper's variants next to its noise (a t statistic
-beside the 5 % critical value of ``helpers.stats.t_critical``).
-``saved_activation_names`` says which tensors autograd keeps for one FFN.
+``gate_gradients`` computes both by autograd. ``FusedGate`` is ``φ(a) · b`` as one operation that keeps only
+``a`` and ``b`` for the backward pass and recomputes ``φ(a)`` there (what fused kernels such as Liger Kernel's
+``LigerSiLUMulFunction`` do); ``fused_gate_forward`` runs a course ``FFN`` with it.
 
-Notebook 04's race (8 variants × 30 seeds, about 4 min of CPU on one core: too long for a notebook) is
-stored in ``RACE_RESULTS_PATH`` and read back with ``load_race``. The file is made by::
+``shazeer_family`` turns Shazeer (2020), Table 1 (``SHAZEER_2020_65K``: the mean of four runs per variant at
+65,536 steps, with their standard deviations ``SHAZEER_2020_65K_SD``) into the 28 pairwise Welch comparisons
+``helpers.stats.holm`` judges together.
 
-    python -m helpers.gating --race-results          # RACE_SETTINGS, seeds 0-29, all 8 variants
+**The race** (notebook 04): the course's ``TinyGPT`` trained once per (variant, seed) with nothing else
+changed (same data, same full batch every step, same optimiser, same seed → same attention and embedding
+initialisation), the answer-token loss recorded along the way. Each variant trains at *its own* learning rate,
+the best of a sweep (``RACE_LRS``) on seeds the race does not use (``TUNING_SEEDS``): a comparison of trained
+things made where each is trained. The control runs every variant at one shared rate (``RACE_SHARED_LR``). The
+sweep and both races (840 runs, about 12 min of CPU on one core: too long for a notebook) are stored in
+``RACE_RESULTS_PATH`` and read back with ``load_race``::
 
-(``--seeds``, ``--variants``, ``--steps`` and ``--out`` make a smaller run; the tests make one).
-The same seed on another CPU kernel (``ATEN_CPU_CAPABILITY``) gives curves within about 0.02 nats.
+    python -m helpers.gating --race-results    # sweep on seeds 100-104, then seeds 0-29 tuned and at 0.005
+
+(``--seeds``, ``--tuning-seeds``, ``--lrs``, ``--shared-lr``, ``--variants``, ``--steps`` and ``--out`` make a
+smaller run; the tests make one). The same seed on another CPU kernel (``ATEN_CPU_CAPABILITY``) gives curves a few hundredths of
+a nat apart.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import argparse
 import json
 import math
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,30 +45,30 @@ from torch import nn
 
 from helpers import validate
 from helpers.activations import ACTIVATIONS, get_activation
+from helpers.costs import saved_activation_names, torch_threads  # noqa: F401  (saved_activation_names: old home)
 from helpers.facts import FactDataset, load_facts, make_dataset
-from helpers.ffn import FFN, VARIANTS
-from helpers.transformer import GPTConfig, TinyGPT, train_lm
+from helpers.ffn import FFN, VARIANT_NAMES, VARIANTS
 from helpers.progress import progress as progress_bar
-from helpers.costs import torch_threads
-from helpers.stats import t_critical
+from helpers.stats import PairedDifference, Welch, paired_difference
+from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
-#: Shazeer (2020), Table 1: held-out log-perplexity on C4 (T5 base, d_model 768,
-#: d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps: the mean
-#: of four runs per variant (facts sheet of COURSE_DESIGN.md).
+#: Shazeer (2020), Table 1: held-out log-perplexity of T5's span-corruption objective on C4 (T5 base, d_model
+#: 768, d_ff 3072 dense / 2048 gated, no biases) after 65,536 training steps: the mean of four runs per variant.
 SHAZEER_2020_65K: dict[str, float] = {
     "relu": 1.997, "gelu": 1.983, "swish": 1.994, "glu": 1.982,
     "bilinear": 1.960, "geglu": 1.942, "swiglu": 1.944, "reglu": 1.953,
 }
-#: The standard deviation between those four runs (the numbers in parentheses in Table 1).
+#: The spread between those four runs (the numbers in parentheses in Table 1), read as standard deviations.
 SHAZEER_2020_65K_SD: dict[str, float] = {
     "relu": 0.005, "gelu": 0.005, "swish": 0.003, "glu": 0.006,
     "bilinear": 0.005, "geglu": 0.004, "swiglu": 0.010, "reglu": 0.003,
 }
-#: The same table after 524,288 steps: no standard deviation is given for this column.
+#: The same table after 524,288 steps: one run per variant, no spread given.
 SHAZEER_2020_524K: dict[str, float] = {
     "relu": 1.677, "gelu": 1.679, "swish": 1.683, "glu": 1.663,
     "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645,
 }
+
 
 def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
                    activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,13 +99,75 @@ def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
     return grad_a, grad_b
 
 
+# ---------------------------------------------------------------- a fused gate: keep a and b, recompute φ(a)
+class FusedGate(torch.autograd.Function):
+    """``h = φ(a) · b`` as one operation: saves ``a`` and ``b`` only, recomputes ``φ(a)`` and ``φ'(a)`` in backward.
+
+    ``FusedGate.apply(a, b, activation)``; ``a``, ``b``: ``(..., d_ff)``; ``activation``: a name from
+    ``helpers.activations.ACTIVATIONS``. The unfused ``φ(a) * b`` keeps ``φ(a)`` too (and ``a`` when φ's
+    derivative needs its input): fusing trades that memory for recomputing φ, O(d_ff) FLOPs per token.
+    """
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, activation: str) -> torch.Tensor:
+        ctx.activation = activation
+        ctx.save_for_backward(a, b)
+        return get_activation(activation)(a) * b
+
+    @staticmethod
+    def backward(ctx, grad_h: torch.Tensor):
+        a, b = ctx.saved_tensors
+        grad_a, grad_b = gate_gradients(a, b, grad_h, ctx.activation)
+        return grad_a, grad_b, None
+
+
+def fused_gate_forward(ffn: FFN, x: torch.Tensor) -> torch.Tensor:
+    """``ffn(x)`` for a gated ``FFN``, with its gate and product computed by ``FusedGate``: ``(..., d) -> (..., d)``."""
+    if not isinstance(ffn, FFN) or not ffn.gated:
+        raise ValueError("ffn must be a gated helpers.ffn.FFN (e.g. FFN.from_variant('swiglu', d))")
+    validate.float_tensor("x", x, last_dim=ffn.d_model)
+    return ffn.contract(FusedGate.apply(ffn.w1(x), ffn.w3(x), ffn.activation_name))
+
+
+# ---------------------------------------------------------------- Shazeer's table as a family of Welch tests
+def welch_from_summary(mean_a: float, sd_a: float, mean_b: float, sd_b: float, n_runs: int) -> Welch:
+    """Welch's comparison ``a - b`` of two groups of ``n_runs`` runs each, given only their means and sds."""
+    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or n_runs < 2:
+        raise ValueError(f"n_runs must be an int of at least 2, got {n_runs!r}")
+    for name, sd in (("sd_a", sd_a), ("sd_b", sd_b)):
+        if not (isinstance(sd, (int, float)) and sd > 0):
+            raise ValueError(f"{name} must be a positive number, got {sd!r}")
+    va, vb = sd_a ** 2 / n_runs, sd_b ** 2 / n_runs
+    df = (va + vb) ** 2 / ((va * va + vb * vb) / (n_runs - 1))
+    return Welch(mean_a - mean_b, math.sqrt(va + vb), df, n_runs, n_runs)
+
+
+def shazeer_family(means: Mapping[str, float] = SHAZEER_2020_65K, sds: Mapping[str, float] = SHAZEER_2020_65K_SD,
+                   n_runs: int = 4) -> dict[tuple[str, str], Welch]:
+    """Every pair of variants as a Welch comparison ``lower − higher`` (by mean), keyed ``(lower, higher)``.
+
+    ``means`` are means of ``n_runs`` runs and ``sds`` the spread between them (Shazeer's 65k column: four
+    runs). Judge the whole family with ``helpers.stats.holm``: every pair, not a chain of neighbours (two
+    neighbours can each be unresolved while the ends of the chain are far apart), and with the count of pairs.
+    """
+    keys = list(means)
+    if len(keys) < 2:
+        raise ValueError(f"means must have at least two entries, got {len(keys)}")
+    missing = [k for k in keys if k not in sds]
+    if missing:
+        raise ValueError(f"sds lacks {missing}")
+    order = sorted(keys, key=lambda k: means[k])
+    return {(a, b): welch_from_summary(means[a], sds[a], means[b], sds[b], n_runs)
+            for i, a in enumerate(order) for b in order[i + 1:]}
+
+
+# ---------------------------------------------------------------- training runs, variant against variant
 @torch.no_grad()
 def answer_loss(model: nn.Module, data: FactDataset) -> float:
     """Mean cross-entropy (nats) of the answer token over every fact in ``data``.
 
-    The prompt words are a template the model learns in a few steps; the answer
-    (e.g. the capital) is the part that has to be *stored*. Leaves ``model`` in
-    eval mode.
+    The prompt words are a template the model learns in a few steps; the answer (e.g. the capital) is the part
+    that has to be *stored*. Leaves ``model`` in eval mode.
     """
     if not isinstance(data, FactDataset):
         raise TypeError(f"data must be a FactDataset, got {type(data).__name__}")
@@ -115,20 +180,45 @@ def answer_loss(model: nn.Module, data: FactDataset) -> float:
 
 
 @dataclass
+class LrSweep:
+    """A learning-rate sweep: every variant at every learning rate, on a few seeds.
+
+    Attributes:
+        variants, lrs, seeds: what was trained. run_mean: variant -> ``(n_lrs, n_seeds)`` answer loss averaged
+        over each run. final: variant -> ``(n_lrs, n_seeds)`` answer loss after the last step.
+    """
+
+    variants: list[str]
+    lrs: list[float]
+    seeds: list[int]
+    run_mean: dict[str, torch.Tensor] = field(default_factory=dict)
+    final: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def mean(self, variant: str) -> torch.Tensor:
+        """``(n_lrs,)`` the run-mean loss at each learning rate, averaged over the seeds."""
+        return self.run_mean[validate.one_of("variant", variant, self.variants)].mean(dim=1)
+
+    def best_lr(self, variant: str) -> float:
+        """The learning rate with the lowest mean run-mean loss."""
+        return self.lrs[int(self.mean(variant).argmin())]
+
+
+@dataclass
 class VariantComparison:
-    """Results of ``compare_variants``.
+    """Results of ``compare_variants`` (and of the stored race).
 
     Attributes:
         variants, seeds: what was trained (every variant with every seed).
-        Use ``final`` (the loss after the last step) or ``run_mean`` (the loss averaged
-        over the run) per variant, and ``paired_difference`` to compare two variants seed by seed.
         eval_steps: the optimisation steps at which the answer loss was measured (0 = at initialisation).
         curves: variant -> ``(n_seeds, n_evals)`` answer loss at ``eval_steps``.
-        ffn_params: variant -> parameters of one FFN block.
-        model_params: variant -> parameters of the whole model.
-        d_ff: variant -> hidden width.
-        settings: how the runs were made (``compare_variants``' keyword arguments, the relation trained
-            on, the torch version); empty when not recorded.
+        ffn_params, model_params, d_ff: variant -> parameters of one FFN block, of the whole model, hidden width.
+        settings: how the runs were made (``compare_variants``' keyword arguments, ``lr`` per variant, the
+            relation trained on, the machine); empty when not recorded.
+        lr_sweep: the sweep that chose each variant's learning rate (``None`` when the lr was given).
+        at_shared_lr: the same race with one learning rate for every variant (``None`` when not run): the
+            control that shows what an untuned rate does to the verdicts.
+    Use ``final`` or ``run_mean`` per variant, and ``helpers.stats.paired_difference`` to compare two variants
+    seed by seed.
     """
 
     variants: list[str]
@@ -139,6 +229,8 @@ class VariantComparison:
     model_params: dict[str, int] = field(default_factory=dict)
     d_ff: dict[str, int] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
+    lr_sweep: LrSweep | None = None
+    at_shared_lr: VariantComparison | None = None
 
     def select(self, seeds: Sequence[int]) -> "VariantComparison":
         """The same comparison restricted to ``seeds`` (in that order), e.g. the first three of ten."""
@@ -152,7 +244,13 @@ class VariantComparison:
         index = torch.tensor(rows)
         return VariantComparison(list(self.variants), list(seeds), list(self.eval_steps),
                                  {v: c[index] for v, c in self.curves.items()}, dict(self.ffn_params),
-                                 dict(self.model_params), dict(self.d_ff), dict(self.settings))
+                                 dict(self.model_params), dict(self.d_ff), dict(self.settings), self.lr_sweep,
+                                 None if self.at_shared_lr is None else self.at_shared_lr.select(seeds))
+
+    def lr(self, variant: str) -> float:
+        """The learning rate ``variant`` trained at."""
+        lr = self.settings["lr"]
+        return lr[validate.one_of("variant", variant, self.variants)] if isinstance(lr, Mapping) else lr
 
     def final(self, variant: str) -> torch.Tensor:
         """``(n_seeds,)`` answer loss after the last step."""
@@ -165,18 +263,19 @@ class VariantComparison:
 
 def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence[int] = (0, 1, 2), *,
                      d_model: int = 24, n_layers: int = 1, n_heads: int = 2, bias: bool = False,
-                     steps: int = 100, lr: float = 1e-2, eval_every: int = 5,
+                     steps: int = 100, lr: float | Mapping[str, float] = 1e-2, eval_every: int = 5,
                      num_threads: int | None = 1, progress: bool = True) -> VariantComparison:
     """Train one ``TinyGPT`` per (variant, seed) on ``data`` and record the answer loss.
 
-    Everything but the FFN variant is held fixed: full-batch AdamW on the same
-    rows every step, ``steps`` steps at ``lr``; the model is built right after
-    ``torch.manual_seed(seed)``. Dense variants get ``d_ff = 4·d_model``, gated
-    ones the parameter-matched ``int(2·4·d_model/3)``.
+    Everything but the FFN variant (and, if ``lr`` maps variants to rates, its learning rate) is held fixed:
+    full-batch AdamW on the same rows every step, ``steps`` steps; the model is built right after
+    ``torch.manual_seed(seed)``. Dense variants get ``d_ff = 4·d_model``, gated ones the parameter-matched
+    ``int(2·4·d_model/3)``.
 
     Args:
         data: the training facts (also the evaluation set: see ``answer_loss``).
         variants: names from ``helpers.ffn.VARIANTS``. seeds: one run per seed and variant.
+        lr: one learning rate for every variant, or a mapping variant -> learning rate.
         eval_every: measure the answer loss every this many steps (and at step 0).
         num_threads: torch threads while training (``None``: unchanged). These matrices
             are tiny, so one thread is as fast as two and gives the same numbers on any machine.
@@ -194,9 +293,16 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
         validate.non_negative_int("seeds entry", s)
     validate.positive_int("steps", steps)
     validate.int_in_range("eval_every", eval_every, 1, steps)
+    if isinstance(lr, Mapping):
+        missing = [v for v in variants if v not in lr]
+        if missing:
+            raise ValueError(f"lr gives no learning rate for {missing}")
+        lrs = {v: validate.positive_float(f"lr[{v!r}]", lr[v]) for v in variants}
+    else:
+        lrs = dict.fromkeys(variants, validate.positive_float("lr", lr))
     result = VariantComparison(list(variants), list(seeds), [0] + list(range(eval_every, steps + 1, eval_every)))
-    result.settings = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, bias=bias, steps=steps, lr=lr,
-                           eval_every=eval_every)
+    result.settings = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, bias=bias, steps=steps,
+                           lr=dict(lrs) if isinstance(lr, Mapping) else lr, eval_every=eval_every)
     runs = [(v, s) for v in variants for s in seeds]
     with torch_threads(num_threads):
         for variant, seed in progress_bar(runs, desc="variant × seed runs", disable=not progress):
@@ -211,23 +317,28 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
                     curve.append(answer_loss(m, data))
                     m.train()
 
-            train_lm(model, data.ids, data.targets, steps=steps, lr=lr, seed=seed, progress=False,
+            train_lm(model, data.ids, data.targets, steps=steps, lr=lrs[variant], seed=seed, progress=False,
                      on_step=on_step)
             result.curves.setdefault(variant, []).append(curve)
             ffn = model.blocks[0].ffn
             result.ffn_params[variant] = ffn.param_count()
             result.model_params[variant] = sum(p.numel() for p in model.parameters())
             result.d_ff[variant] = ffn.d_ff
-    result.curves = {v: torch.tensor(c) for v, c in result.curves.items()}
+    result.curves = {v: torch.tensor(c, dtype=torch.float64) for v, c in result.curves.items()}
     return result
 
 
 # ---------------------------------------------------------------- notebook 04's race, stored
 #: The race of notebook 04: the capital facts, a one-block model, 100 full-batch AdamW steps.
 RACE_RELATION = "capital"
-RACE_SETTINGS: dict = dict(d_model=24, n_layers=1, n_heads=2, bias=False, steps=100, lr=5e-3, eval_every=5)
+RACE_SETTINGS: dict = dict(d_model=24, n_layers=1, n_heads=2, bias=False, steps=100, eval_every=5)
 RACE_VARIANTS: tuple[str, ...] = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")
 RACE_SEEDS: tuple[int, ...] = tuple(range(30))
+#: The learning rates swept for each variant (steps of about √2), and the seeds the sweep uses (not the race's).
+RACE_LRS: tuple[float, ...] = (0.005, 0.007, 0.01, 0.014, 0.02, 0.028, 0.04, 0.056, 0.08)
+TUNING_SEEDS: tuple[int, ...] = tuple(range(100, 105))
+#: The control: every variant at one learning rate, the smallest of the sweep (the race's old setting).
+RACE_SHARED_LR = 0.005
 #: Where ``python -m helpers.gating --race-results`` writes the race and ``load_race`` reads it.
 RACE_RESULTS_PATH = Path(__file__).parent / "data" / "gating_race.json"
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (~1e-2)
@@ -239,32 +350,124 @@ def race_data(relation: str = RACE_RELATION) -> FactDataset:
 
 
 def run_race(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RACE_SEEDS, *,
-             relation: str = RACE_RELATION, progress: bool = True, **overrides) -> VariantComparison:
-    """``compare_variants`` on ``race_data(relation)`` with ``RACE_SETTINGS`` (``overrides`` replace some)."""
+             lr: float | Mapping[str, float], relation: str = RACE_RELATION, progress: bool = True,
+             **overrides) -> VariantComparison:
+    """``compare_variants`` on ``race_data(relation)`` with ``RACE_SETTINGS`` (``overrides`` replace some) at ``lr``
+    (one rate, or variant -> rate: the stored race's are ``load_race().lr(variant)``)."""
     unknown = set(overrides) - set(RACE_SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(RACE_SETTINGS)}")
-    result = compare_variants(race_data(relation), variants, seeds, progress=progress,
+    result = compare_variants(race_data(relation), variants, seeds, lr=lr, progress=progress,
                               **{**RACE_SETTINGS, **overrides})
     result.settings["relation"] = relation
     return result
 
 
+def sweep_lr(variants: Sequence[str] = RACE_VARIANTS, lrs: Sequence[float] = RACE_LRS,
+             seeds: Sequence[int] = TUNING_SEEDS, *, progress: bool = True, **overrides) -> LrSweep:
+    """Run the race's settings at every learning rate of ``lrs`` on ``seeds`` (the tuning seeds)."""
+    if isinstance(lrs, (str, int, float)) or len(lrs) == 0:
+        raise ValueError(f"lrs must be a non-empty list of learning rates, got {lrs!r}")
+    sweep = LrSweep(list(variants), [validate.positive_float("lrs entry", x) for x in lrs], list(seeds))
+    runs = [run_race(variants, seeds, lr=x, progress=False, **overrides) for x in progress_bar(
+        sweep.lrs, desc="learning rates", disable=not progress)]
+    for v in variants:
+        sweep.run_mean[v] = torch.stack([r.run_mean(v) for r in runs])
+        sweep.final[v] = torch.stack([r.final(v) for r in runs])
+    return sweep
+
+
+def make_race(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RACE_SEEDS, *,
+              lrs: Sequence[float] = RACE_LRS, tuning_seeds: Sequence[int] = TUNING_SEEDS,
+              shared_lr: float | None = RACE_SHARED_LR, progress: bool = True, **overrides) -> VariantComparison:
+    """The race: ``sweep_lr`` on ``tuning_seeds``, then every variant on ``seeds`` at its best learning rate,
+    and (unless ``shared_lr`` is ``None``) every variant on the same seeds at ``shared_lr`` (``at_shared_lr``)."""
+    overlap = sorted(set(seeds) & set(tuning_seeds))
+    if overlap:
+        raise ValueError(f"the tuning seeds must not be race seeds; both contain {overlap}")
+    sweep = sweep_lr(variants, lrs, tuning_seeds, progress=progress, **overrides)
+    race = run_race(variants, seeds, lr={v: sweep.best_lr(v) for v in variants}, progress=progress, **overrides)
+    race.lr_sweep = sweep
+    if shared_lr is not None:
+        race.at_shared_lr = run_race(variants, seeds, lr=shared_lr, progress=progress, **overrides)
+    return race
+
+
+# ---------------------------------------------------------------- reading the race
+#: The race's two groups: the dense FFNs, and the gated ones without a sigmoid (Shazeer's better group).
+DENSE: tuple[str, ...] = ("relu", "gelu", "swish")
+GATED_NO_SIGMOID: tuple[str, ...] = ("bilinear", "reglu", "geglu", "swiglu")
+GROUP = "gated no σ − dense"
+
+
+def race_family(result: VariantComparison, suffix: str = "") -> dict[str, PairedDifference]:
+    """The race's comparisons on the loss averaged over each run, paired by seed: every other variant minus ReLU,
+    and the mean of the gated variants without a sigmoid minus the mean of the dense ones (``GROUP``).
+    ``suffix`` is appended to every name (to tell two races apart in one family)."""
+    metric = result.run_mean
+    family = {f"{VARIANT_NAMES[v]} − ReLU{suffix}": paired_difference(metric(v), metric("relu"))
+              for v in result.variants if v != "relu"}
+    if set(DENSE + GATED_NO_SIGMOID) <= set(result.variants):
+        family[GROUP + suffix] = paired_difference(torch.stack([metric(v) for v in GATED_NO_SIGMOID]).mean(dim=0),
+                                                   torch.stack([metric(v) for v in DENSE]).mean(dim=0))
+    return family
+
+
+def race_comparisons(race: VariantComparison, n_seeds: int | None = None) -> dict[str, PairedDifference]:
+    """The family notebook 04 reads: ``race_family`` of the race at a shared rate (``race.at_shared_lr``, names
+    ending ", lr <rate>") and of the race at tuned rates (", tuned"), on their first ``n_seeds`` seeds (all: None)."""
+    if race.at_shared_lr is None:
+        raise ValueError("race has no race at a shared learning rate (at_shared_lr); make it with make_race")
+    seeds = race.seeds if n_seeds is None else race.seeds[:validate.int_in_range("n_seeds", n_seeds, 2,
+                                                                                  len(race.seeds))]
+    shared = race.at_shared_lr.select(seeds)
+    return {**race_family(shared, suffix=f", lr {shared.lr(race.variants[0]):g}"),
+            **race_family(race.select(seeds), suffix=", tuned")}
+
+
+def sweep_table(sweep: LrSweep) -> str:
+    """The sweep as printable lines: per variant the run-mean loss at each rate (mean over the tuning seeds),
+    its best rate marked with ``*``."""
+    head = f"{'lr':<9}" + "".join(f"{lr:>7g}" for lr in sweep.lrs)
+    lines = [head]
+    for v in sweep.variants:
+        best = sweep.lrs.index(sweep.best_lr(v))
+        lines.append(f"{VARIANT_NAMES[v]:<9}" + "".join(f"{x:>6.2f}{'*' if i == best else ' '}"
+                                                       for i, x in enumerate(sweep.mean(v).tolist())))
+    return "\n".join(lines)
+
+
+def stalled(result: VariantComparison, threshold: float = 1.0) -> dict[str, int]:
+    """Per variant, how many runs end above ``threshold`` nats (a run that has not memorised the facts by its
+    last step: still descending at a small rate, or stuck after a spike at a large one)."""
+    return {v: int((result.final(v) > threshold).sum()) for v in result.variants}
+
+
+def _rounded(rows: torch.Tensor) -> list:
+    return [[round(float(x), _DIGITS) for x in row] for row in rows.tolist()]
+
+
 def save_race(result: VariantComparison, path: str | Path) -> Path:
-    """Write ``result`` as JSON (losses rounded to 1e-5 nats), with the settings and the machine it ran on."""
+    """Write ``result`` (and its sweep) as JSON (losses rounded to 1e-5 nats), with the machine it ran on."""
     if not isinstance(result, VariantComparison):
         raise TypeError(f"result must be a VariantComparison, got {type(result).__name__}")
     path = Path(path)
+    sweep = result.lr_sweep
     record = {
         "made_by": "python -m helpers.gating --race-results",
-        "settings": result.settings,
+        "settings": {k: v for k, v in result.settings.items() if k != "environment"},
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                        "threads": 1},
+                        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": 1},
         "variants": result.variants, "seeds": result.seeds, "eval_steps": result.eval_steps,
         "d_ff": result.d_ff, "ffn_params": result.ffn_params, "model_params": result.model_params,
-        "answer_loss": {v: [[round(float(x), _DIGITS) for x in row] for row in result.curves[v].tolist()]
-                        for v in result.variants},
+        "answer_loss": {v: _rounded(result.curves[v]) for v in result.variants},
+        "at_shared_lr": None if result.at_shared_lr is None else {
+            "lr": result.at_shared_lr.settings["lr"],
+            "answer_loss": {v: _rounded(result.at_shared_lr.curves[v]) for v in result.variants}},
+        "lr_sweep": None if sweep is None else {
+            "lrs": sweep.lrs, "seeds": sweep.seeds,
+            "run_mean": {v: _rounded(sweep.run_mean[v]) for v in sweep.variants},
+            "final": {v: _rounded(sweep.final[v]) for v in sweep.variants}},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -278,17 +481,34 @@ def load_race(path: str | Path | None = None) -> VariantComparison:
         raise FileNotFoundError(f"no race results at {path}; make them with python -m helpers.gating --race-results")
     record = json.loads(path.read_text(encoding="utf-8"))
     curves = {v: torch.tensor(record["answer_loss"][v], dtype=torch.float64) for v in record["variants"]}
+    sweep = record.get("lr_sweep")
+    if sweep is not None:
+        sweep = LrSweep(list(sweep["run_mean"]), sweep["lrs"], sweep["seeds"],
+                        {v: torch.tensor(r, dtype=torch.float64) for v, r in sweep["run_mean"].items()},
+                        {v: torch.tensor(r, dtype=torch.float64) for v, r in sweep["final"].items()})
+    settings = {**record["settings"], "environment": record["environment"]}
+    shared = record.get("at_shared_lr")
+    if shared is not None:
+        shared = VariantComparison(record["variants"], record["seeds"], record["eval_steps"],
+                                   {v: torch.tensor(c, dtype=torch.float64) for v, c in shared["answer_loss"].items()},
+                                   record["ffn_params"], record["model_params"], record["d_ff"],
+                                   {**settings, "lr": shared["lr"]})
     return VariantComparison(record["variants"], record["seeds"], record["eval_steps"], curves,
-                             record["ffn_params"], record["model_params"], record["d_ff"],
-                             {**record["settings"], "environment": record["environment"]})
+                             record["ffn_params"], record["model_params"], record["d_ff"], settings, sweep, shared)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m helpers.gating --race-results``: run notebook 04's race and store it."""
+    """``python -m helpers.gating --race-results``: sweep each variant's learning rate, run the race, store both."""
     parser = argparse.ArgumentParser(prog="python -m helpers.gating", description=main.__doc__)
     parser.add_argument("--race-results", action="store_true", required=True,
-                        help="train every (variant, seed) of the race and write the answer-loss curves")
+                        help="sweep, then train every (variant, seed) of the race, and write the answer-loss curves")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(RACE_SEEDS), help="default: 0 to 29")
+    parser.add_argument("--tuning-seeds", type=int, nargs="+", default=list(TUNING_SEEDS),
+                        help="seeds of the learning-rate sweep (default: 100 to 104)")
+    parser.add_argument("--shared-lr", type=float, default=RACE_SHARED_LR,
+                        help=f"the control: every variant at this rate (default {RACE_SHARED_LR})")
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(RACE_LRS),
+                        help=f"learning rates swept (default: {' '.join(map(str, RACE_LRS))})")
     parser.add_argument("--variants", nargs="+", default=list(RACE_VARIANTS), choices=sorted(VARIANTS),
                         help="default: the 8 variants of the notebook")
     parser.add_argument("--steps", type=int, default=RACE_SETTINGS["steps"],
@@ -298,126 +518,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {"steps": args.steps}
     if args.steps < RACE_SETTINGS["eval_every"]:
         overrides["eval_every"] = args.steps
-    result = run_race(args.variants, args.seeds, **overrides)
-    print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds to {save_race(result, args.out)}")
+    result = make_race(args.variants, args.seeds, lrs=args.lrs, tuning_seeds=args.tuning_seeds,
+                       shared_lr=args.shared_lr, **overrides)
+    print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds (lr swept over {len(args.lrs)} rates on "
+          f"{len(args.tuning_seeds)} seeds) to {save_race(result, args.out)}")
     return 0
-
-
-
-@dataclass
-class Gap:
-    """One pair of variants, ordered by their mean (``better`` has the lower loss).
-
-    ``se`` is the standard error of the difference of two means of ``n_runs`` runs each,
-    ``sqrt(sd_better² + sd_worse²) / sqrt(n_runs)``; ``t = gap / se``; ``df = 2·(n_runs - 1)``.
-    """
-
-    better: str
-    worse: str
-    gap: float          # worse mean - better mean (>= 0)
-    se: float           # standard error of that difference
-    df: int             # degrees of freedom of the two-sample t statistic
-
-    @property
-    def t(self) -> float:
-        """The gap in standard errors of the difference."""
-        return self.gap / self.se
-
-    def critical(self) -> float:
-        """``t_{0.975, df}``, the two-sided 5 % threshold."""
-        return t_critical(self.df)
-
-    def resolved(self, threshold: float | None = None) -> bool:
-        """The gap exceeds ``threshold`` standard errors (default: the 5 % critical t for ``df``)."""
-        return self.t > (self.critical() if threshold is None else threshold)
-
-
-def pairwise_gaps(means: dict[str, float], sds: dict[str, float], n_runs: int = 4) -> list[Gap]:
-    """Every pair of keys, each gap measured in standard errors of the difference.
-
-    ``means`` are means of ``n_runs`` runs and ``sds`` the standard deviations between those runs
-    (Shazeer's Table 1: four runs at 65,536 steps). The noise on a difference of two such means is
-    ``sqrt(sd_a² + sd_b²) / sqrt(n_runs)``; a gap whose ``t`` stays below the 5 % critical value
-    (2.447 for 4 + 4 runs) is not a ranking. Returns the ``n·(n-1)/2`` pairs, keys taken in order of
-    their means (ties keep the order of ``means``), the better one first.
-
-    Judge *all* pairs, not a chain of neighbours: two neighbours can each be unresolved while the ends
-    of the chain are far apart. With many pairs, about one in twenty unrelated ones passes the 5 % test
-    by chance (1.4 of 28 for eight variants): say how many were made.
-    """
-    keys = list(means)
-    if len(keys) < 2:
-        raise ValueError(f"means must have at least two entries, got {len(keys)}")
-    if not isinstance(n_runs, int) or isinstance(n_runs, bool) or not n_runs >= 2:
-        raise ValueError(f"n_runs must be an int of at least 2, got {n_runs!r}")
-    missing = [k for k in keys if k not in sds]
-    if missing:
-        raise ValueError(f"sds lacks {missing}")
-    for k in keys:
-        if not sds[k] > 0:
-            raise ValueError(f"sds[{k!r}] must be positive, got {sds[k]!r}")
-    order = sorted(keys, key=lambda k: means[k])
-    return [Gap(a, b, means[b] - means[a], math.sqrt(sds[a] ** 2 + sds[b] ** 2) / math.sqrt(n_runs),
-                2 * (n_runs - 1))
-            for i, a in enumerate(order) for b in order[i + 1:]]
-
-
-def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
-    """Name every activation autograd keeps for the backward pass of ``ffn(x)``.
-
-    Names: ``x`` (the input), ``a`` (``W1 x``), ``b`` (``W3 x``, gated only), ``φ(a)``,
-    and ``h`` for the tensor entering ``W2`` when it is a new one (the product
-    ``φ(a)·b`` of a gated FFN). A tensor saved by two operations is listed once;
-    the weights are left out. For Bilinear, ``φ(a)`` is ``a`` itself.
-
-    Args:
-        ffn: a ``helpers.ffn.FFN``. x: ``(..., d_model)`` input (give it ``requires_grad``
-            to see what flows back to earlier layers).
-    """
-    if not isinstance(ffn, FFN):
-        raise TypeError(f"ffn must be a helpers.ffn.FFN, got {type(ffn).__name__}")
-    validate.float_tensor("x", x, last_dim=ffn.d_model)
-    params = {p.untyped_storage().data_ptr() for p in ffn.parameters()}
-    caught: dict[str, torch.Tensor] = {}
-    saved: list[torch.Tensor] = []
-
-    def keep_output(name: str):
-        def hook(module, inputs, output):
-            caught[name] = output
-        return hook
-
-    def keep_input(module, inputs):
-        caught["h"] = inputs[0]
-
-    handles = [ffn.w1.register_forward_hook(keep_output("a")), ffn.w2.register_forward_pre_hook(keep_input)]
-    if ffn.w3 is not None:
-        handles.append(ffn.w3.register_forward_hook(keep_output("b")))
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-            ffn(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-    ptr = {name: t.untyped_storage().data_ptr() for name, t in caught.items()}
-    ptr["x"] = x.untyped_storage().data_ptr()
-    names, seen = [], set()
-    for t in saved:
-        p = t.untyped_storage().data_ptr()
-        if p in params or p in seen:
-            continue
-        seen.add(p)
-        if p == ptr["x"]:
-            names.append("x")
-        elif p == ptr["a"]:
-            names.append("a = φ(a)" if ffn.activation_name == "identity" else "a")
-        elif p == ptr.get("b"):
-            names.append("b")
-        elif p == ptr["h"]:
-            names.append("h = φ(a)·b" if ffn.gated else "φ(a)")
-        else:
-            names.append("φ(a)")
-    order = ["x", "a", "a = φ(a)", "φ(a)", "b", "h = φ(a)·b"]
-    return sorted(names, key=order.index)
 
 
 if __name__ == "__main__":

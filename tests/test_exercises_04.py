@@ -10,15 +10,15 @@ import torch.nn.functional as F
 from helpers.costs import measure_saved_tensors
 from helpers.exercises.engine import FAILED, PASSED
 from helpers.exercises.nb04 import (_NAMES as NAMES, _TRAINABLE_D_FF_TENSORS, ALL_VARIANTS, EXERCISES,
-                                    FROZEN_D_FF_TENSORS, GATED, check_fused_ffn, check_frozen_saved,
-                                    check_gate_gradients, check_llama_width)
+                                    FROZEN_D_FF_TENSORS, GATED, attempted, check_fused_ffn, check_fused_saved,
+                                    check_frozen_saved, check_gate_gradients, check_llama_width)
 from helpers.ffn import FFN, VARIANTS
-from helpers.gating import gate_gradients
+from helpers.gating import fused_gate_forward, gate_gradients
 
 
 def test_every_exercise_is_marked_and_both_kinds_are_there():
-    assert [ex.kind for ex in EXERCISES] == ["build", "build", "build", "investigate"]
-    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 5)]
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "build", "investigate", "investigate"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 6)]
 
 
 # ---- exercise 1: LLaMA's width rule
@@ -305,3 +305,103 @@ def test_frozen_partial_mistakes_are_named(variants, change):
 def test_frozen_trainable_count_names_section_3():
     result = check_frozen_saved.evaluate(lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f)
     assert "(section 3)" in result.message
+
+
+# ---- natural wrong answers, each breaking one sentence of its statement (issue 32): each fails, named
+def _llama(d, m, k=None):
+    w = int(8 * d / 3)
+    if k is not None:
+        w = int(k * w)
+    return m * math.ceil(w / m)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda d, m, k=None: m * math.ceil((int(k * 8 * d / 3) if k else int(8 * d / 3)) / m), "untruncated 8·d/3"),
+    (lambda d, m, k=None: m * round((int(k * int(8 * d / 3)) if k else int(8 * d / 3)) / m), "*nearest* multiple"),
+    (lambda d, m, k=None: m * math.ceil((round(k * int(8 * d / 3)) if k else int(8 * d / 3)) / m), "nearest integer"),
+    (lambda d, m, k=None: m * math.ceil(8 * d / 3 * (k or 1) / m), "without truncating"),
+    (lambda d, m, k=None: _llama(d, m), "ffn_dim_multiplier was ignored"),
+    (lambda d, m, k=None: (int(k * int(8 * d / 3)) if k else int(8 * d / 3)), "multiple_of was ignored"),
+    (lambda d, m, k=None: m * ((int(k * int(8 * d / 3)) if k else int(8 * d / 3)) // m), "*down*"),
+])
+def test_llama_width_natural_wrong_answers_are_named(wrong, hint):
+    result = check_llama_width.evaluate(wrong)
+    assert result.status == FAILED and "Likely mistake" in result.message and hint in result.message, result.message
+
+
+def test_llama_width_math_ceil_passes():
+    assert check_llama_width.evaluate(_llama).status == PASSED
+
+
+def test_gate_gradients_sigmoid_slope_for_silu_is_named():
+    def sigmoid_slope(a, b, gh, variant):
+        if variant != "swiglu":
+            return _by_formula(a, b, gh, variant)
+        s = torch.sigmoid(a)
+        return gh * s * (1 - s) * b, gh * a * s
+
+    result = check_gate_gradients.evaluate(sigmoid_slope)
+    assert result.status == FAILED and "sigmoid's own derivative" in result.message
+
+
+def test_gate_gradients_relu_slope_one_at_zero_is_named():
+    def ge(a, b, gh, variant):
+        if variant != "reglu":
+            return _by_formula(a, b, gh, variant)
+        return gh * (a >= 0).to(a.dtype) * b, gh * a.clamp(min=0)
+
+    result = check_gate_gradients.evaluate(ge)
+    assert result.status == FAILED and "a > 0, not a >= 0" in result.message
+
+
+def test_fused_ffn_chunk_on_the_wrong_dimension_fails_with_the_error():
+    phis = {"glu": torch.sigmoid, "bilinear": lambda t: t, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+
+    def chunk_dim0(x, w13, b13, w2, b2, variant):
+        w1, w3 = w13.chunk(2, dim=1)
+        return F.linear(phis[variant](F.linear(x, w1)) * F.linear(x, w3), w2, b2)
+
+    result = check_fused_ffn.evaluate(chunk_dim0)
+    assert result.status == FAILED and "raised" in result.message
+
+
+def test_fused_ffn_d_model_one_is_a_case():
+    assert any(c.args[0].shape[-1] == 1 for c in check_fused_ffn.cases())
+
+
+# ---- exercise 5: what a fused gate keeps
+def _fused_by_measuring(variant, d_model, d_ff):
+    ffn = FFN.from_variant(variant, d_model, d_ff, bias=False)
+    x = torch.randn(2, d_model, requires_grad=True)
+    return int(measure_saved_tensors(lambda: fused_gate_forward(ffn, x), exclude=ffn).per_token(2))
+
+
+def test_fused_saved_reference_is_what_pytorch_keeps():
+    """A learner who measures FusedGate instead of predicting gets the checker's answer on every hidden case."""
+    assert check_fused_saved.evaluate(_fused_by_measuring).status == PASSED
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f, "unfused count of section 3"),
+    (lambda v, d, f: d + 2 * f, "W2's input h"),
+    (lambda v, d, f: 3 * f, "x (d per token) is still kept"),
+    (lambda v, d, f: d + (_TRAINABLE_D_FF_TENSORS[v] - 1) * f, "does not drop a tensor for GLU"),
+    (lambda v, d, f: d + 4 * f, "recomputed from a"),
+])
+def test_fused_saved_natural_wrong_answers_are_named(wrong, hint):
+    result = check_fused_saved.evaluate(wrong)
+    assert result.status == FAILED and hint in result.message, result.message
+
+
+def test_fused_saved_unlisted_error_fails_without_a_hint():
+    result = check_fused_saved.evaluate(lambda v, d, f: 2 * d + 3 * f)
+    assert result.status == FAILED and "Likely mistake" not in result.message
+
+
+def test_attempted_tells_a_stub_from_an_answer():
+    def stub(*args):
+        raise NotImplementedError
+
+    assert not attempted(check_fused_saved, stub)
+    assert attempted(check_fused_saved, lambda v, d, f: 0)
+    assert attempted(check_frozen_saved, lambda v, d, f: 0)

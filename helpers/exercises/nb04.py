@@ -2,17 +2,16 @@
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_llama_width(llama_ffn_width)``, and it prints one line (not attempted /
-passed / what is wrong, with the likely mistake). The hidden cases are built from
-seeded generators and cover the extremes each task statement allows (every variant,
-biases present and absent, a single token and a 0-dim or 1-D input, d_ff = 1, exact zeros
-where a derivative has a kink, |a| up to 30, d_model = 1, a multiple larger than the width,
-a width that already is a multiple), so a function that only handles the notebook's example
+passed / what is wrong, with the likely mistake). Each exercise declares the domain its
+statement allows (``Domain``), and its seeded hidden cases reach every corner of it (every
+variant, biases present and absent, a 0-dim or 1-D input, d_model = 1 and d_ff = 1, exact zeros
+where a derivative has a kink, a = ±30, the multiplier's ends 0.5 and 2, a multiple larger than the
+width, a width that already is a multiple), so a function that only handles the notebook's example
 will not pass.
 
-Dtypes, as each statement says: exercises 1 and 4 take and return Python ints (a float
+Dtypes, as each statement says: exercises 1, 4 and 5 take and return Python ints (a float
 that is a whole number is accepted); exercises 2 and 3 take float64 tensors and want
-float64 answers, compared to about 1e-9 (the float64 tolerances of ``DTYPE_TOLERANCES``; a float32
-answer, even a float64 one rounded to float32, gets a dtype note, not a pass).
+float64 answers, compared to about 1e-9 (a float32 answer gets a dtype note, not a pass).
 
 =========================  ======  ===========================================================  ================
 checker                    kind    your function                                                returns
@@ -21,13 +20,16 @@ checker                    kind    your function                                
 ``check_gate_gradients``   build   ``gated_unit_gradients(a, b, grad_h, variant)``               ``(grad_a, grad_b)``
 ``check_fused_ffn``        build   ``fused_gated_ffn(x, w13, b13, w2, b2, variant)``             ``(..., d_model)``
 ``check_frozen_saved``     invest. ``saved_when_frozen(variant, d_model, d_ff)``                 int
+``check_fused_saved``      invest. ``saved_with_fused_gate(variant, d_model, d_ff)``             int
 =========================  ======  ===========================================================  ================
 
 Weights follow ``nn.Linear``'s layout: ``W1``, ``W3`` are ``(d_ff, d_model)``, ``W2`` is
 ``(d_model, d_ff)``; a batch of row vectors ``X`` maps to ``X W1ᵀ``. The fused matrix of
 exercise 3 stacks the rows of ``W1`` (gate) on top of the rows of ``W3`` (content):
 ``(2·d_ff, d_model)``. No reference here uses autograd, so a kernel with autograd
-switched off (``torch.set_grad_enabled(False)``) judges the same.
+switched off (``torch.set_grad_enabled(False)``) judges the same; no reference changes its inputs.
+``attempted(exercise, fn)`` says whether the learner has written ``fn`` (for a measurement cell that
+should wait for a prediction).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from fractions import Fraction
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import NOT_ATTEMPTED, Case, Corner, Domain, Exercise
 
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
 ALL_VARIANTS = ("relu", "gelu", "swish") + GATED
@@ -67,12 +69,55 @@ def _llama_width(d_model: int, multiple_of: int, ffn_dim_multiplier: float | Non
 
 def _ambiguous(d_model: int, multiplier: float | None) -> bool:
     """True when multiplier·width is a whole number that float arithmetic may land just below
-    (1.2 * 170 = 203.99999999999997): a case whose answer depends on how the product is written."""
+    (1.2 * 170 = 203.99999999999997): a case whose answer depends on how the product is written. Also
+    true when the ways of writing the slip "multiplier × 8d/3, untruncated" truncate to different ints,
+    so that slip is named whichever way a learner writes it."""
     if multiplier is None:
         return False
     width = int(2 * 4 * d_model / 3)
     exact = Fraction(str(multiplier)) * width
-    return exact.denominator == 1 and multiplier * width != exact
+    k, d = multiplier, d_model
+    slips = {int(k * 8 * d / 3), int(k * (8 * d / 3)), int(8 * d * k / 3), int(k * (2 * 4 * d / 3)),
+             int(k * 2 * 4 * d / 3), int(Fraction(str(k)) * Fraction(8 * d, 3))}
+    return (exact.denominator == 1 and multiplier * width != exact) or len(slips) > 1
+
+
+def _width_args(case: Case) -> tuple[int, int, float | None]:
+    d, m, *rest = case.args
+    return d, m, rest[0] if rest else None
+
+
+def _width_before_rounding(case: Case) -> int:
+    d, _, k = _width_args(case)
+    width = int(2 * 4 * d / 3)
+    return width if k is None else int(k * width)
+
+
+LLAMA_WIDTH_DOMAIN = Domain(
+    allows="d_model and multiple_of: Python ints >= 1 (d_model up to 9000, multiple_of up to 4096); "
+           "ffn_dim_multiplier: None or a Python float in [0.5, 2], the product computed in floating point; "
+           "returns a Python int",
+    corners=(
+        Corner("d_model = 1 (the smallest width, 2)", lambda c: _width_args(c)[0] == 1),
+        Corner("multiple_of = 1 (nothing to round)", lambda c: _width_args(c)[1] == 1),
+        Corner("multiple_of larger than the width", lambda c: _width_args(c)[1] > _width_before_rounding(c)),
+        Corner("a width that already is a multiple (it stays)",
+               lambda c: _width_args(c)[1] > 1 and _width_before_rounding(c) % _width_args(c)[1] == 0),
+        Corner("ffn_dim_multiplier = None", lambda c: _width_args(c)[2] is None),
+        Corner("ffn_dim_multiplier = 0.5 (the smallest)", lambda c: _width_args(c)[2] == 0.5),
+        Corner("ffn_dim_multiplier = 2.0 (the largest)", lambda c: _width_args(c)[2] == 2.0),
+        Corner("3 divides d_model (8d/3 whole)", lambda c: _width_args(c)[0] % 3 == 0),
+        Corner("multiplier × width not whole (truncate, do not round)",
+               lambda c: _width_args(c)[2] is not None
+               and round(_width_args(c)[2] * int(8 * _width_args(c)[0] / 3)) != _width_before_rounding(c)),
+        Corner("multiplying before the first truncation changes the answer",
+               lambda c: _width_args(c)[2] is not None
+               and _llama_width(*_width_args(c)) != _width_mistake("multiplier before truncation")(*_width_args(c))),
+        Corner("rounding to the nearest multiple would round down",
+               lambda c: _llama_width(*_width_args(c)) != _width_mistake("round to nearest multiple")(*_width_args(c))),
+        Corner("a released size (d_model 8192, multiple_of 4096)", lambda c: _width_args(c)[:2] == (8192, 4096)),
+    ),
+)
 
 
 def _llama_width_cases() -> list[Case]:
@@ -81,10 +126,11 @@ def _llama_width_cases() -> list[Case]:
     # (26·1.3 = 33.8: truncate, do not round; 6 with 1.3: 16·1.3 = 20.8, where scaling 4d first happens to give
     # the right answer), d = 1 (the smallest width, 2) with multiples 1, 2 and 4 (a multiple above the width),
     # d = 1 with the smallest multiplier 0.5 (width 1), 2 with multiple 64, 48 with multiple 64 and 3 with 2.0
-    # (already a multiple after the multiplier), 7 with 0.8 (the multiplier shrinks the width).
+    # (already a multiple after the multiplier), 7 with 0.8 (the multiplier shrinks the width), 8 with 0.8 (scaling
+    # 4d first is right by luck, scaling the untruncated 8d/3 is not: it tells those two slips apart).
     fixed = [(4096, 256, None), (4096, 1024, 1.3), (8192, 4096, 1.3), (2048, 256, 1.5), (768, 256, None),
              (2, 1, None), (10, 1, 1.3), (6, 1, 1.3), (1, 2, None), (1, 1, None), (1, 4, None), (1, 1, 0.5),
-             (2, 64, None), (100, 8, 1.5), (48, 64, 1.5), (3, 8, 2.0), (7, 4, 0.8)]
+             (2, 64, None), (100, 8, 1.5), (48, 64, 1.5), (3, 8, 2.0), (7, 4, 0.8), (8, 1, 0.8)]
     g = _generator(401)
     multipliers = [None, None, 0.8, 1.0, 1.2, 1.3, 1.5, 2.0]
     multiples = [1, 2, 8, 32, 64, 128, 256, 1024]
@@ -123,6 +169,12 @@ def _width_mistake(order: str):
         if order == "always one more multiple":
             width = int(k * width) if k is not None else width
             return m * (width // m + 1)
+        if order == "multiplier before truncation":
+            width = int(k * (2 * 4 * d / 3)) if k is not None else width
+            return _round_up(width, m)
+        if order == "round to nearest multiple":
+            width = int(k * width) if k is not None else width
+            return m * round(width / m)
         raise AssertionError(order)
     return wrong
 
@@ -150,8 +202,14 @@ check_llama_width = Exercise(
         ("a width that already is a multiple of multiple_of must stay as it is (768 -> 2048 with multiple 256); "
          "(width // multiple_of + 1) · multiple_of adds a whole multiple there. Round up with "
          "multiple_of · ceil(width / multiple_of).", _width_mistake("always one more multiple")),
+        ("you multiplied the untruncated 8·d/3 by ffn_dim_multiplier; the rule truncates twice: "
+         "int(2·4·d/3) first, then int(multiplier × that width) (d_model = 10, 1.3: int(26 × 1.3) = 33, "
+         "not int(26.67 × 1.3) = 34).", _width_mistake("multiplier before truncation")),
+        ("you rounded to the *nearest* multiple; LLaMA rounds up, so the width never drops below the scaled "
+         "2/3 width (multiple_of · ceil(width / multiple_of)).", _width_mistake("round to nearest multiple")),
     ],
     kind="build",
+    domain=LLAMA_WIDTH_DOMAIN,
 )
 
 
@@ -179,6 +237,25 @@ def _gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
                     variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     phi, slope = _phi_and_slope(a, variant)
     return grad_h * slope * b, grad_h * phi
+
+
+GATE_GRADIENTS_DOMAIN = Domain(
+    allows="variant: one of 'glu', 'bilinear', 'reglu', 'geglu', 'swiglu'; a, b, grad_h: float64 tensors of one "
+           "shape (0-d to 3-d); a in [-30, 30] with exact zeros; b and grad_h of either sign, exact zeros included; "
+           "returns two float64 tensors of that shape",
+    corners=tuple(Corner(f"variant {v!r} with a exactly 0" + (" (ReLU's kink)" if v == "reglu" else ""),
+                         lambda c, v=v: c.args[3] == v and bool((c.args[0] == 0).any())) for v in GATED) + (
+        Corner("a = -30 (the lower end)", lambda c: bool((c.args[0] == -30).any())),
+        Corner("a = 30 (the upper end)", lambda c: bool((c.args[0] == 30).any())),
+        Corner("|a| tiny but not 0 (1e-8)", lambda c: bool(((c.args[0].abs() > 0) & (c.args[0].abs() < 1e-6)).any())),
+        Corner("b exactly 0", lambda c: bool((c.args[1] == 0).any())),
+        Corner("grad_h exactly 0", lambda c: bool((c.args[2] == 0).any())),
+        Corner("negative b and grad_h", lambda c: bool((c.args[1] < 0).any() and (c.args[2] < 0).any())),
+        Corner("0-dim tensors", lambda c: c.args[0].dim() == 0),
+        Corner("a 1-element 1-D tensor", lambda c: c.args[0].dim() == 1 and c.args[0].numel() == 1),
+        Corner("3-D tensors", lambda c: c.args[0].dim() == 3),
+    ),
+)
 
 
 def _gate_gradient_cases() -> list[Case]:
@@ -230,6 +307,9 @@ def _gate_mistake(kind: str):
             return gh * torch.sigmoid(a) * b, gh * phi
         if kind == "gelu slope" and variant == "geglu":
             return gh * 0.5 * (1 + torch.erf(a / math.sqrt(2.0))) * b, gh * phi
+        if kind == "sigmoid slope for silu" and variant == "swiglu":
+            s = torch.sigmoid(a)
+            return gh * s * (1 - s) * b, gh * phi
         if kind == "sigmoid slope" and variant == "glu":
             return gh * torch.sigmoid(a) * b, gh * phi
         if kind == "relu at zero" and variant == "reglu":
@@ -269,8 +349,11 @@ check_gate_gradients = Exercise(
          _gate_mistake("no upstream")),
         ("grad_a lost the content factor b: ∂h/∂a = φ'(a)·b (the gate learns only when there is content).",
          _gate_mistake("no content")),
+        ("SwiGLU: SiLU'(a) is σ(a)·(1 + a·(1 − σ(a))); σ(a)·(1 − σ(a)) is the sigmoid's own derivative, "
+         "without the product rule for a·σ(a).", _gate_mistake("sigmoid slope for silu")),
     ],
     kind="build",
+    domain=GATE_GRADIENTS_DOMAIN,
 )
 
 
@@ -284,14 +367,41 @@ def _fused_gated_ffn(x: torch.Tensor, w13: torch.Tensor, b13: torch.Tensor | Non
     return F.linear(phi * F.linear(x, w13[d_ff:], b3), w2, b2)
 
 
+def _fused_sizes(case: Case) -> tuple[int, int]:
+    """(d_model, d_ff) of a case."""
+    return case.args[0].shape[-1], case.args[1].shape[0] // 2
+
+
+FUSED_FFN_DOMAIN = Domain(
+    allows="x: float64 (..., d_model), a 1-D token or any batch shape; w13: float64 (2·d_ff, d_model), W1's rows "
+           "then W3's; b13: float64 (2·d_ff,) or None; w2: float64 (d_model, d_ff); b2: float64 (d_model,) or None; "
+           "d_model, d_ff >= 1; variant one of the five gated names; returns float64 (..., d_model)",
+    corners=tuple(Corner(f"variant {v!r}", lambda c, v=v: c.args[5] == v) for v in GATED) + (
+        Corner("b13 and b2 given", lambda c: c.args[2] is not None and c.args[4] is not None),
+        Corner("b13 given, b2 None", lambda c: c.args[2] is not None and c.args[4] is None),
+        Corner("b13 None, b2 given", lambda c: c.args[2] is None and c.args[4] is not None),
+        Corner("b13 and b2 None", lambda c: c.args[2] is None and c.args[4] is None),
+        Corner("x one token as a 1-D vector", lambda c: c.args[0].dim() == 1),
+        Corner("a batch of one token (1, d_model)", lambda c: c.args[0].dim() == 2 and c.args[0].shape[0] == 1),
+        Corner("x 3-D", lambda c: c.args[0].dim() == 3),
+        Corner("d_ff = 1", lambda c: _fused_sizes(c)[1] == 1),
+        Corner("d_model = 1", lambda c: _fused_sizes(c)[0] == 1),
+        Corner("d_ff = d_model", lambda c: _fused_sizes(c)[0] == _fused_sizes(c)[1]),
+        Corner("d_ff < d_model", lambda c: _fused_sizes(c)[1] < _fused_sizes(c)[0]),
+        Corner("d_ff > d_model", lambda c: _fused_sizes(c)[1] > _fused_sizes(c)[0]),
+    ),
+)
+
+
 def _fused_cases() -> list[Case]:
     g = _generator(403)
     # (variant, x shape, d_ff, bias on w13, bias on w2): every variant, every bias combination,
-    # one token as a 1-D vector, a batch of one, 3-D batches, and d_ff equal to d_model.
+    # one token as a 1-D vector, a batch of one, 3-D batches, d_model = 1, and d_ff below, equal to and above d_model.
     plan = [("swiglu", (4, 6), 5, True, True), ("geglu", (2, 3, 6), 6, False, True),
             ("glu", (6,), 7, True, False), ("bilinear", (1, 5), 4, False, False),
             ("reglu", (3, 4), 8, True, True), ("swiglu", (2, 2, 3), 3, False, False),
-            ("geglu", (5, 4), 6, True, True), ("swiglu", (3, 4), 1, True, True), ("reglu", (1, 1, 5), 2, False, True)]
+            ("geglu", (5, 4), 6, True, True), ("swiglu", (3, 4), 1, True, True), ("reglu", (1, 1, 5), 2, False, True),
+            ("glu", (3, 1), 2, False, True), ("bilinear", (2, 4), 4, True, True)]
     cases = []
     for variant, shape, d_ff, has_b13, has_b2 in plan:
         d = shape[-1]
@@ -349,6 +459,7 @@ check_fused_ffn = Exercise(
          _fused_mistake("phi on both")),
     ],
     kind="build",
+    domain=FUSED_FFN_DOMAIN,
 )
 
 
@@ -373,6 +484,20 @@ def _saved_when_frozen(variant: str, d_model: int, d_ff: int) -> int:
     return FROZEN_D_FF_TENSORS[variant] * d_ff
 
 
+FROZEN_DOMAIN = Domain(
+    allows="variant: one of the eight names of section 3; d_model, d_ff: Python ints >= 1 (up to 4096 and 11008); "
+           "returns a Python int",
+    corners=tuple(Corner(f"variant {v!r}", lambda c, v=v: c.args[0] == v) for v in ALL_VARIANTS) + (
+        Corner("d_model = 1", lambda c: c.args[1] == 1),
+        Corner("d_ff = 1", lambda c: c.args[2] == 1),
+        Corner("d_ff < d_model", lambda c: c.args[2] < c.args[1]),
+        Corner("d_ff = d_model", lambda c: c.args[2] == c.args[1]),
+        Corner("d_ff > d_model", lambda c: c.args[2] > c.args[1]),
+        Corner("LLaMA-7B's sizes (4096, 11008)", lambda c: c.args[1:] == (4096, 11008)),
+    ),
+)
+
+
 def _frozen_cases() -> list[Case]:
     g = _generator(404)
     cases = []
@@ -382,8 +507,9 @@ def _frozen_cases() -> list[Case]:
         while f == d:
             f = _randint(g, 8, 900)
         cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
-    # the smallest sizes, a wide layer, and d_ff below d_model
-    for variant, d, f in [("swiglu", 1, 3), ("relu", 2, 1), ("reglu", 4096, 11008), ("gelu", 768, 64)]:
+    # the smallest sizes, a wide layer, d_ff below and equal to d_model
+    for variant, d, f in [("swiglu", 1, 3), ("relu", 2, 1), ("reglu", 4096, 11008), ("gelu", 768, 64),
+                          ("glu", 1, 1), ("geglu", 40, 40)]:
         cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
     return cases
 
@@ -429,7 +555,76 @@ check_frozen_saved = Exercise(
         "(GEGLU, SwiGLU: 3 tensors; dense GELU, Swish: a only).",
         -1, ("gelu", "swish", "geglu", "swiglu"), [("gelu", "swish"), ("geglu", "swiglu")]),
     kind="investigate",
+    domain=FROZEN_DOMAIN,
 )
 
 
-EXERCISES = [check_llama_width, check_gate_gradients, check_fused_ffn, check_frozen_saved]
+# ---------------------------------------------------------------- exercise 5: what a fused gate keeps
+#: Tensors of width d_ff an unfused gated FFN keeps (section 3) and what a fused gate keeps: x, then a and b
+#: (saved by the fused op, which recomputes φ(a) in backward), then W2's input h (for W2's weight gradient).
+_FUSED_D_FF_TENSORS = 3
+
+
+def _saved_with_fused_gate(variant: str, d_model: int, d_ff: int) -> int:
+    return d_model + _FUSED_D_FF_TENSORS * d_ff
+
+
+FUSED_SAVED_DOMAIN = Domain(
+    allows="variant: one of 'glu', 'bilinear', 'reglu', 'geglu', 'swiglu'; d_model, d_ff: Python ints >= 1 (up to "
+           "4096 and 11008); trainable weights, an input that needs a gradient; returns a Python int",
+    corners=tuple(Corner(f"variant {v!r}", lambda c, v=v: c.args[0] == v) for v in GATED) + (
+        Corner("d_model = 1", lambda c: c.args[1] == 1),
+        Corner("d_ff = 1", lambda c: c.args[2] == 1),
+        Corner("d_ff < d_model", lambda c: c.args[2] < c.args[1]),
+        Corner("d_ff = d_model", lambda c: c.args[2] == c.args[1]),
+        Corner("d_ff > d_model", lambda c: c.args[2] > c.args[1]),
+        Corner("LLaMA-7B's sizes (4096, 11008)", lambda c: c.args[1:] == (4096, 11008)),
+    ),
+)
+
+
+def _fused_saved_cases() -> list[Case]:
+    g = _generator(405)
+    cases = []
+    for variant in GATED:
+        d = _randint(g, 4, 300)
+        f = _randint(g, 8, 900)
+        while f == d:
+            f = _randint(g, 8, 900)
+        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
+    for variant, d, f in [("swiglu", 1, 3), ("reglu", 2, 1), ("geglu", 4096, 11008), ("glu", 768, 64),
+                          ("bilinear", 1, 1), ("swiglu", 40, 40)]:
+        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
+    return cases
+
+
+_UNFUSED_GATED = {v: _TRAINABLE_D_FF_TENSORS[v] for v in GATED}
+
+check_fused_saved = Exercise(
+    "Exercise 5 (what a fused gate keeps)",
+    _saved_with_fused_gate,
+    _fused_saved_cases,
+    [
+        ("that is the unfused count of section 3. The fused operation keeps a and b and recomputes φ(a) in the "
+         "backward pass, so GEGLU and SwiGLU no longer keep φ(a) next to a.",
+         lambda v, d, f: d + _UNFUSED_GATED[v] * f),
+        ("W2's input h = φ(a)·b is still kept: W2's weight gradient needs it, and the fused operation only "
+         "replaces what happens *before* W2.", lambda v, d, f: d + 2 * f),
+        ("x (d per token) is still kept: W1's and W3's weight gradients need it.", lambda v, d, f: 3 * f),
+        ("fusing does not drop a tensor for GLU, Bilinear and ReGLU: their unfused product already kept two d_ff "
+         "tensors (φ(a), or a itself, and b); the fused one keeps a in place of φ(a).",
+         lambda v, d, f: d + (_UNFUSED_GATED[v] - 1) * f),
+        ("the fused operation keeps a and b only; φ(a) is recomputed from a in the backward pass, not stored.",
+         lambda v, d, f: d + 4 * f),
+    ],
+    kind="investigate",
+    domain=FUSED_SAVED_DOMAIN,
+)
+
+
+def attempted(exercise: Exercise, fn) -> bool:
+    """Has the learner written ``fn`` yet (its checker does not call it "not attempted")? Prints nothing."""
+    return exercise.evaluate(fn).status != NOT_ATTEMPTED
+
+
+EXERCISES = [check_llama_width, check_gate_gradients, check_fused_ffn, check_frozen_saved, check_fused_saved]
