@@ -18,8 +18,8 @@ the likely mistake when one explains the answer). Each declares the domain its s
   a mean difference of exactly 0, differences 30 to 100 times smaller than the values.
 
 Dtypes, as each statement says: exercises 1 and 2 take float64 inputs and accept a float32 or float64
-answer (compared to 1e-6, relative and absolute; their references are rounded to float32, so no note
-about precision can contradict the statement); exercise 3 wants an exact Python int; exercise 4 wants
+answer (compared to 1e-6, relative and absolute; ``precision=torch.float32``, so no note about precision
+can ask for float64); exercise 3 wants an exact Python int; exercise 4 wants
 Python floats computed in float64 (compared to 1e-6 relative: float32 arithmetic misses it where the
 differences are small next to the values, and is told so). Exercise 2's hints credit the rule to Wang et
 al. (2024), whose loss-free balancing DeepSeek-V3 adopts.
@@ -73,8 +73,8 @@ def _v3_gates(logits: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _v3_gates_answer(logits: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
-    """The reference, rounded to float32: the statement accepts a float32 or float64 answer."""
-    return _v3_gates(logits, bias, k).float()
+    """The reference (float64); the exercise's ``precision=torch.float32`` accepts a float32 answer."""
+    return _v3_gates(logits, bias, k)
 
 
 def _v3_cases() -> list[Case]:
@@ -210,7 +210,7 @@ check_v3_gates = Exercise(
          "σ(logit) of the one chosen expert (as Llama 4's top-1 router does) and normalise only when k ≥ 2.",
          _v3_wrong("normalise at k=1")),
     ],
-    atol=ATOL, rtol=RTOL, domain=V3_DOMAIN,
+    atol=ATOL, rtol=RTOL, precision=torch.float32, domain=V3_DOMAIN,
 )
 
 
@@ -223,8 +223,8 @@ def _bias_step(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Te
 
 
 def _bias_step_answer(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Tensor:
-    """The reference, rounded to float32: the statement accepts a float32 or float64 answer."""
-    return _bias_step(bias, load, gamma).float()
+    """The reference (float64); the exercise's ``precision=torch.float32`` accepts a float32 answer."""
+    return _bias_step(bias, load, gamma)
 
 
 def _bias_cases() -> list[Case]:
@@ -322,7 +322,7 @@ check_bias_step = Exercise(
         ("the loads were compared with their median; Wang et al. (2024) compare each expert's load with the mean "
          "load.", _bias_wrong("median")),
     ],
-    atol=ATOL, rtol=RTOL, domain=BIAS_DOMAIN,
+    atol=ATOL, rtol=RTOL, precision=torch.float32, domain=BIAS_DOMAIN,
 )
 
 
