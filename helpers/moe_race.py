@@ -73,6 +73,10 @@ TRAINABLE_ARMS: tuple[str, ...] = ("no FFN (control)", "dense, width 11", "MoE",
 LATE = 10         # the late load: busiest over mean load, averaged over a run's last LATE steps
 #: Where ``python -m helpers.moe_race --results`` writes the race and ``load_race`` reads it.
 RACE_PATH = Path(__file__).parent / "data" / "moe_race.json"
+#: The same race's seeds trained again at the same rates on the portable kernel (ATEN_CPU_CAPABILITY=default)::
+#:     ATEN_CPU_CAPABILITY=default python -m helpers.moe_race --results --rates-from helpers/data/moe_race.json \
+#:         --out helpers/data/moe_race_default_kernel.json
+KERNEL_RERUN_PATH = Path(__file__).parent / "data" / "moe_race_default_kernel.json"
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes
 
 
@@ -209,21 +213,28 @@ class Race:
 
 def run_race(arms: Sequence[str] = tuple(ARMS), seeds: Sequence[int] = SEEDS, *,
              sweep_seeds: Sequence[int] = SWEEP_SEEDS, lrs: Sequence[float] = LRS,
-             trainable_arms: Sequence[str] = TRAINABLE_ARMS, progress: bool = True, **overrides) -> Race:
+             trainable_arms: Sequence[str] = TRAINABLE_ARMS, progress: bool = True, rates_from: Race | None = None,
+             **overrides) -> Race:
     """For each step budget: the sweep on ``sweep_seeds``, then ``train_arm`` at each arm's chosen rate over
-    ``seeds`` (the first budget keeps the loads of every step); ``overrides`` replace some of ``SETTINGS``."""
+    ``seeds`` (the first budget keeps the loads of every step); ``overrides`` replace some of ``SETTINGS``.
+    ``rates_from``: keep that race's sweeps (and trainable sweep) instead of sweeping, and train the seeds at
+    the rates they chose (to run the same race again on another CPU kernel)."""
     unknown = set(overrides) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
     s = {**SETTINGS, **overrides}
     data, d, budgets = lookup_data(), s["d_model"], sorted(int(b) for b in s["budgets"])
+    if rates_from is not None and not set(budgets) <= set(rates_from.sweeps):
+        raise ValueError(f"rates_from has sweeps for budgets {sorted(rates_from.sweeps)}, not for all of {budgets}")
     sweeps, runs = {}, {}
     for steps in budgets:
-        sweeps[steps] = sweep(arms, data, lrs=lrs, seeds=sweep_seeds, d_model=d, steps=steps, frozen=s["frozen"],
-                              progress=progress)
+        sweeps[steps] = rates_from.sweeps[steps] if rates_from is not None else sweep(
+            arms, data, lrs=lrs, seeds=sweep_seeds, d_model=d, steps=steps, frozen=s["frozen"], progress=progress)
         runs[steps] = {arm: train_arm(arm, ARMS[arm], data, seeds=seeds, d_model=d, steps=steps,
                                       lr=sweeps[steps].best_lr(arm), frozen=s["frozen"], keep_loads=steps == budgets[0])
                        for arm in progress_bar(arms, desc=f"seeds, {steps} steps", disable=not progress)}
+    if rates_from is not None:
+        return Race(sweeps, runs, rates_from.trainable)
     trainable = None if not trainable_arms else sweep(trainable_arms, data, lrs=lrs, seeds=sweep_seeds, d_model=d,
                                                        steps=budgets[0], frozen=False, progress=progress)
     return Race(sweeps, runs, trainable)
@@ -309,10 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         metavar="ARM", help="arms swept again with trainable embeddings (none: skip)")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(SETTINGS["budgets"]),
                         help="step budgets, each with its own sweep (default: 100 300)")
+    parser.add_argument("--rates-from", metavar="PATH",
+                        help="train at the rates chosen in this race file, keeping its sweeps (no sweep is run)")
     parser.add_argument("--out", default=str(RACE_PATH), help=f"default: {RACE_PATH}")
     args = parser.parse_args(argv)
     race = run_race(args.arms, args.seeds, sweep_seeds=args.sweep_seeds, lrs=args.lrs,
-                    trainable_arms=args.trainable_arms, budgets=tuple(args.budgets))
+                    trainable_arms=args.trainable_arms, budgets=tuple(args.budgets),
+                    rates_from=None if args.rates_from is None else load_race(args.rates_from))
     print(f"wrote {len(args.arms)} arms × {len(args.seeds)} seeds × {len(args.budgets)} budgets to "
           f"{save_race(race, args.out)}")
     return 0
@@ -334,6 +348,25 @@ def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[
     return {f"{steps:>3} steps, load: {a} − {b}": paired_difference(race.runs[steps][a].late_load,
                                                                       race.runs[steps][b].late_load)
             for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
+
+
+def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The same family judged twice: on ``race`` and on ``other`` (the same seeds at the same rates, trained on
+    another CPU kernel), mean difference and Holm's verdict side by side; then how many single runs of the arms
+    compared ended more than 0.01 nats apart."""
+    mine, theirs = holm(loss_family(race, pairs)), holm(loss_family(other, pairs))
+    width = max(len(v.name) for v in mine) + 2
+    kernels = [r.environment.get("cpu_capability", "?") for r in (race, other)]
+    head = f"{'':<{width}}" + "".join(f"{k + ' kernel: mean, verdict':>30}" for k in kernels)
+    rows = [f"{a.name:<{width}}" + "".join(f"{v.comparison.mean:>+16.3f}  {v.verdict:>12}" for v in (a, b))
+            for a, b in zip(mine, theirs)]
+    arms = sorted({arm for pair in pairs for arm in pair})
+    gaps = torch.cat([(race.runs[s][arm].final() - other.runs[s][arm].final()).abs()
+                      for s in race.budgets for arm in arms])
+    same = sum(a.verdict == b.verdict for a, b in zip(mine, theirs))
+    tail = (f"same verdict in {same} of {len(mine)}; single runs more than 0.01 nats apart: "
+            f"{int((gaps > 0.01).sum())} of {gaps.numel()}")
+    return [head] + rows + [tail]
 
 
 def seed_count_lines(race: Race, pairs: Sequence[tuple[str, str]], counts: Sequence[int]) -> list[str]:
