@@ -35,7 +35,9 @@ editing     ROME-style rank-one edits of an FFN's value matrix
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
             experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
-sparsity    notebook 07's fact lookup: dense vs MoE vs dense of equal total parameters, seed by seed (runs shipped)
+moe_configs today's MoE configurations as published; DeepSeekMoE's fine-grained and shared experts counted
+fact_lookup a fact lookup whose only varied part is its FFN (embeddings frozen: the FFN must hold the facts)
+moe_race    notebook 07's race: dense vs MoE per step, each arm at its tuned learning rate (race shipped)
 routing_plots routing histograms and heat maps, and the analyses behind notebook 05's figures
 router_skew why a fresh router is uneven on real text: the inputs' geometry and its controls
 moe_runs    notebook 05's training runs: an MoE LM beside dense baselines, over seeds and learning rates (shipped)

@@ -2,25 +2,27 @@
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
 ``check_v3_gates(v3_gates)``; it prints one line (not attempted / passed / what is wrong, with
-the likely mistake when one explains the answer). The hidden cases are fixed and cover the
-extremes each statement allows:
+the likely mistake when one explains the answer). Each declares the domain its statement allows
+(``Domain``) and its fixed hidden cases reach every corner of it:
 
-* gates: k = 1 and k = E, a batch of one, a bias that flips the choice and one that does not,
-  a choice decided by a margin of 1e-4, logits from −8 to 8 in one row and below 0.01 in another,
-  all negative logits, equal scores inside the chosen set (no tie at the edge of a top k);
-* bias step: one expert, all loads equal, experts exactly at the mean, a mean that is not a whole
-  number (a floor-divided mean moves an expert it should not), experts at floor(mean) just below a
-  mean of 8.125 (they move up), empty experts, loads from 0 to hundreds, biases of size 50 and 1e-9,
-  γ from 1e-3 to 0.5;
-* combinations: k = E, one routed choice left (s = m·k − 1), no shared experts, m = 1, and
-  DeepSeek-V3's 256 experts (an exact integer of 15 digits);
-* Welch's t: two runs per group, 2 against 8 runs, a group with no spread, values from 0.1 to 300,
-  differences of 1e-9.
+* gates: logits in [−8, 8] with both ends reached, biases in [−1, 1] with both ends reached, k = 1 and
+  k = E, one expert (E = 1), a batch of one, a zero bias, a bias that changes the choice, a choice decided
+  by a margin of 1e-4, logits below 0.01, every logit negative, equal scores inside the chosen set (never
+  at the edge of a top k, also in float32);
+* bias step: one expert and 64, loads from 0 to 1,000 (both ends), every load 0, all loads equal, an
+  expert exactly at the mean, a mean that is not whole with experts at its floor (below it) and at its
+  ceiling (above it), γ = 0.001 and 0.5, biases near ±100 and below 1e-8;
+* combinations: top_k = 1 and top_k = n_experts, n_experts = 1 and 256, m = 1 and 16, n_shared = 0 and
+  m·top_k − 1, a count above 2**53 (a float cannot hold it);
+* paired t: 2 and 50 seeds, values near ±1,000 and near 1e-6, differences of one sign and of both signs,
+  a mean difference of exactly 0, differences 30 to 100 times smaller than the values.
 
-Tolerances: the float answers are compared to 1e-6 (relative and absolute), so the same logic in
-float32 or float64 passes (also with every float64 input converted to float32), and every listed
-mistake is off by far more. Exercise 2's hints credit the rule to Wang et al. (2024), whose
-loss-free balancing DeepSeek-V3 adopts.
+Dtypes, as each statement says: exercises 1 and 2 take float64 inputs and accept a float32 or float64
+answer (compared to 1e-6, relative and absolute; ``precision=torch.float32``, so no note about precision
+can ask for float64); exercise 3 wants an exact Python int; exercise 4 wants
+Python floats computed in float64 (compared to 1e-6 relative: float32 arithmetic misses it where the
+differences are small next to the values, and is told so). Exercise 2's hints credit the rule to Wang et
+al. (2024), whose loss-free balancing DeepSeek-V3 adopts.
 
 Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): the router is ``(E, d_model)``
 and a batch of row vectors ``X`` ``(N, d_model)`` gives logits ``X W_rᵀ`` ``(N, E)``.
@@ -31,7 +33,7 @@ checker                         your function                                   
 ``check_v3_gates``              ``v3_gates(logits, bias, k)``                             ``(N, E)`` gates
 ``check_bias_step``             ``bias_step(bias, load, gamma)``                          ``(E,)`` new bias
 ``check_expert_combinations``   ``my_expert_combinations(n_experts, top_k, m, n_shared)``   int
-``check_welch_t``               ``welch_t(a, b)``                                         ``(t, df)`` floats
+``check_paired_t``              ``paired_t(a, b)``                                        ``(t, df)`` floats
 ==============================  ========================================================  ======================
 """
 
@@ -41,15 +43,19 @@ import math
 
 import torch
 
-from helpers.exercises.engine import Case, Exercise
-from helpers.stats import welch
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.stats import paired_difference, welch
 
-#: float answers: the same logic in float32 or float64 passes; every listed mistake is off by far more
+#: exercises 1 and 2: the same logic in float32 or float64 passes; every listed mistake is off by far more
 ATOL, RTOL = 1e-6, 1e-6
 
 
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _f64(rows) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float64)
 
 
 # ---------------------------------------------------------------- exercise 1: DeepSeek-V3's gates
@@ -66,8 +72,9 @@ def _v3_gates(logits: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
     return _dense_gates(index, weight, logits.shape[-1])
 
 
-def _f64(rows) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.float64)
+def _v3_gates_answer(logits: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
+    """The reference (float64); the exercise's ``precision=torch.float32`` accepts a float32 answer."""
+    return _v3_gates(logits, bias, k)
 
 
 def _v3_cases() -> list[Case]:
@@ -77,9 +84,9 @@ def _v3_cases() -> list[Case]:
     def add(logits, bias, k, note):
         cases.append(Case((logits, bias, k), note=f"{note}, logits {tuple(logits.shape)}, k={k}"))
 
-    # a bias that flips the choice (top-2), and the same row without bias
-    logits = torch.randn(6, 4, generator=g, dtype=torch.float64)
-    add(logits, _f64([-0.9, 0.0, 0.0, 0.9]), 2, "bias ±0.9 on experts 0 and 3")
+    # a bias that flips the choice (top-2), biases at both ends of [−1, 1]
+    add(torch.randn(6, 4, generator=g, dtype=torch.float64), _f64([-1.0, 0.0, 0.0, 1.0]), 2,
+        "bias −1 and +1 on experts 0 and 3")
     add(torch.randn(5, 8, generator=g, dtype=torch.float64) * 2.0, torch.zeros(8, dtype=torch.float64), 1,
         "zero bias")
     # k = 1 with a bias that changes the choice
@@ -87,7 +94,7 @@ def _v3_cases() -> list[Case]:
         "bias that moves top-1 choices")
     # a batch of one, k = E, two equal scores inside the chosen set
     add(_f64([[0.3, 0.3, -1.0, 2.0, 0.0]]), _f64([0.1, 0.1, 0.0, -0.2, 0.05]), 5, "one token, k = E")
-    # saturated logits: σ(l + b) and σ(l) + b rank differently; every logit negative in another
+    # logits at both ends of [−8, 8]: σ(l + b) and σ(l) + b rank differently; every logit negative in another
     add(_f64([[6.0, 5.0, -6.0, 0.0], [5.5, 6.0, 0.2, -0.2], [-8.0, 8.0, 3.0, -3.0]]),
         _f64([0.0, 0.0, 0.3, 0.45]), 2, "saturated logits from -8 to 8, bias 0.3/0.45")
     add(-torch.rand(4, 3, generator=g, dtype=torch.float64) * 3.0 - 0.5, _f64([0.05, 0.0, -0.05]), 2,
@@ -99,10 +106,55 @@ def _v3_cases() -> list[Case]:
     # tiny logits (|logit| < 0.01), 1e-3 apart in each row, and a bias of 1e-5 steps: the top 4 by ≥ 1e-4
     tiny = torch.stack([torch.randperm(16, generator=g) for _ in range(6)]).double()
     add(1e-3 * (tiny - 7.5), 1e-5 * torch.arange(16, dtype=torch.float64), 4, "logits below 0.01")
-    add(torch.randn(9, 16, generator=g, dtype=torch.float64) * 3.0, 0.3 * torch.randn(16, generator=g,
-                                                                                        dtype=torch.float64),
-        16, "k = E = 16")
+    add((torch.randn(9, 16, generator=g, dtype=torch.float64) * 2.5).clamp(-7.5, 7.5),
+        (0.3 * torch.randn(16, generator=g, dtype=torch.float64)).clamp(-0.9, 0.9), 16, "k = E = 16")
+    add(_f64([[-2.5], [0.0], [7.0]]), _f64([0.4]), 1, "a single expert (E = 1)")
     return cases
+
+
+def _chosen(case: Case, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """A case's scores sorted (best first) and the unbiased choice, to read its corners."""
+    logits, bias, k = case.args
+    score = torch.sigmoid(logits.to(dtype)) + bias.to(dtype)
+    return score.sort(-1, descending=True).values, torch.topk(torch.sigmoid(logits), k).indices.sort(-1).values
+
+
+def _flips(case: Case) -> bool:
+    logits, bias, k = case.args
+    biased = torch.topk(torch.sigmoid(logits) + bias, k).indices.sort(-1).values
+    return bool((biased != _chosen(case)[1]).any())
+
+
+def _edge_margin(case: Case) -> float:
+    logits, _, k = case.args
+    score = _chosen(case)[0]
+    return float((score[:, k - 1] - score[:, k]).min()) if k < logits.shape[1] else math.inf
+
+
+def _tie_inside(case: Case) -> bool:
+    score, k = _chosen(case)[0], case.args[2]
+    return bool(((score[:, : k - 1] - score[:, 1:k]).abs() < 1e-12).any()) if k >= 2 else False
+
+
+V3_DOMAIN = Domain(
+    "logits: float64 (N, E), N ≥ 1, E ≥ 1, every entry in [−8, 8]; bias: float64 (E,), entries in [−1, 1]; "
+    "k: int, 1 ≤ k ≤ E; no tie at the edge of a token's top k (ties inside the chosen set allowed); "
+    "answer: float32 or float64 (N, E), compared to 1e-6",
+    (Corner("k = 1 (the weight stays σ(logit))", lambda c: c.args[2] == 1),
+     Corner("k = E > 1 (every expert chosen)", lambda c: c.args[2] == c.args[0].shape[1] > 1),
+     Corner("E = 1 (one expert)", lambda c: c.args[0].shape[1] == 1),
+     Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+     Corner("a logit at 8", lambda c: float(c.args[0].max()) == 8.0),
+     Corner("a logit at −8", lambda c: float(c.args[0].min()) == -8.0),
+     Corner("every logit negative", lambda c: bool((c.args[0] < 0).all())),
+     Corner("logits below 0.01 in size", lambda c: float(c.args[0].abs().max()) < 0.01),
+     Corner("a bias at +1", lambda c: float(c.args[1].max()) == 1.0),
+     Corner("a bias at −1", lambda c: float(c.args[1].min()) == -1.0),
+     Corner("a zero bias", lambda c: bool((c.args[1] == 0).all())),
+     Corner("a bias that changes the choice", _flips),
+     Corner("a choice decided by a margin below 2e-4", lambda c: _edge_margin(c) < 2e-4),
+     Corner("equal scores inside the chosen set", _tie_inside)),
+)
 
 
 def _v3_wrong(kind: str):
@@ -126,7 +178,9 @@ def _v3_wrong(kind: str):
         else:
             source = affinity
         weight = source.gather(1, index)
-        if kind != "no normalise" and (k >= 2 or kind == "normalise at k=1"):
+        if kind == "normalised over all":
+            weight = weight / affinity.sum(-1, keepdim=True)
+        elif kind != "no normalise" and (k >= 2 or kind == "normalise at k=1"):
             weight = weight / weight.sum(-1, keepdim=True)
         return _dense_gates(index, weight, logits.shape[-1])
     return wrong
@@ -134,7 +188,7 @@ def _v3_wrong(kind: str):
 
 check_v3_gates = Exercise(
     "Exercise 1 (DeepSeek-V3 gates)",
-    _v3_gates,
+    _v3_gates_answer,
     _v3_cases,
     [
         ("the bias went into the combine weights too; it only decides which experts are chosen. Take the "
@@ -149,12 +203,14 @@ check_v3_gates = Exercise(
         ("the bias was not used for the choice: pick the top k of σ(logits) + bias.", _v3_wrong("no bias")),
         ("the weights are not normalised: with k ≥ 2 divide the chosen affinities by their sum.",
          _v3_wrong("no normalise")),
+        ("the weights were divided by the sum of all E affinities; divide by the sum over the k chosen experts "
+         "(and not at all when k = 1).", _v3_wrong("normalised over all")),
         ("DeepSeek-V3 scores with a sigmoid per expert, not a softmax over experts.", _v3_wrong("softmax")),
         ("with k = 1 the weight was normalised to 1, which would give the router no gradient; keep the affinity "
          "σ(logit) of the one chosen expert (as Llama 4's top-1 router does) and normalise only when k ≥ 2.",
          _v3_wrong("normalise at k=1")),
     ],
-    atol=ATOL, rtol=RTOL,
+    atol=ATOL, rtol=RTOL, precision=torch.float32, domain=V3_DOMAIN,
 )
 
 
@@ -166,26 +222,63 @@ def _bias_step(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Te
     return bias + gamma * torch.sign(load.mean() - load).to(bias.dtype)
 
 
+def _bias_step_answer(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The reference (float64); the exercise's ``precision=torch.float32`` accepts a float32 answer."""
+    return _bias_step(bias, load, gamma)
+
+
 def _bias_cases() -> list[Case]:
     g = _generator(702)
     rows = [
-        ([10, 2, 4, 4], 0.1, "mixed loads, mean 5"),
-        ([1, 5, 3, 3, 2, 4], 0.01, "two experts exactly at the mean 3"),
-        ([7, 7, 7, 7, 7], 0.05, "all loads equal"),
-        ([12], 0.2, "a single expert"),
-        ([0, 0, 12], 0.5, "two empty experts"),
-        ([3, 4], 0.02, "mean 3.5, not a whole number"),
-        ([5, 6, 6, 6], 0.003, "mean 5.75: the experts at 6 are just above it"),
-        ([0, 1, 500, 250, 249, 0, 2, 298], 0.001, "loads from 0 to 500, mean 162.5"),
-        ([8, 9, 8, 7, 9, 8, 8, 8], 0.04, "mean 8.125: five experts at 8 = floor(mean) are just below it"),
+        ([10, 2, 4, 4], 0.1, 0.2, "mixed loads, mean 5"),
+        ([1, 5, 3, 3, 2, 4], 0.01, 0.2, "two experts exactly at the mean 3"),
+        ([7, 7, 7, 7, 7], 0.05, 0.2, "all loads equal"),
+        ([12], 0.2, 0.2, "a single expert"),
+        ([0, 0, 12], 0.5, 0.2, "two empty experts"),
+        ([3, 4], 0.02, 0.2, "mean 3.5, not a whole number"),
+        ([5, 6, 6, 6], 0.003, 1e-9, "mean 5.75: the experts at 6 are just above it"),
+        ([0, 1, 1000, 250, 249, 0, 2, 298], 0.001, 40.0, "loads from 0 to 1,000, mean 225"),
+        ([8, 9, 8, 7, 9, 8, 8, 8], 0.04, 0.2, "mean 8.125: five experts at 8 = floor(mean) are just below it"),
+        ([0, 0, 0, 0], 0.25, 0.2, "every load 0: nothing moves"),
     ]
     cases = []
-    for i, (load, gamma, note) in enumerate(rows):
-        e = len(load)
-        scale = 50.0 if i == 7 else 1e-9 if i == 6 else 0.2
-        bias = scale * torch.randn(e, generator=g, dtype=torch.float64)
+    for load, gamma, scale, note in rows:
+        bias = scale * torch.randn(len(load), generator=g, dtype=torch.float64)
         cases.append(Case((bias, torch.tensor(load), gamma), note=f"{note}: load {load}, gamma={gamma}"))
+    # 64 experts with loads from 0 to 1,000, biases up to ±99.9
+    load = torch.randint(0, 1001, (64,), generator=g)
+    bias = (torch.rand(64, generator=g, dtype=torch.float64) * 2 - 1) * 99.9
+    bias[:2] = _f64([99.9, -99.9])
+    cases.append(Case((bias, load, 0.001), note=f"64 experts, loads up to {int(load.max())}, biases near ±100"))
     return cases
+
+
+def _mean(load: torch.Tensor) -> float:
+    return float(load.double().mean())
+
+
+BIAS_DOMAIN = Domain(
+    "bias: float64 (E,), 1 ≤ E ≤ 64, entries in [−100, 100]; load: int64 (E,), each count in 0..1000; "
+    "gamma: Python float in [0.001, 0.5]; answer: float32 or float64 (E,), compared to 1e-6",
+    (Corner("one expert (E = 1)", lambda c: c.args[1].numel() == 1),
+     Corner("64 experts", lambda c: c.args[1].numel() == 64),
+     Corner("an empty expert (load 0)", lambda c: bool((c.args[1] == 0).any()) and bool((c.args[1] > 0).any())),
+     Corner("a load of 1,000", lambda c: int(c.args[1].max()) == 1000),
+     Corner("every load 0", lambda c: bool((c.args[1] == 0).all())),
+     Corner("all loads equal and non-zero", lambda c: c.args[1].numel() > 1 and bool((c.args[1] == c.args[1][0]).all())
+            and int(c.args[1][0]) > 0),
+     Corner("an expert exactly at a mean others are not at", lambda c: bool((c.args[1].double() == _mean(c.args[1])).any())
+            and not bool((c.args[1] == c.args[1][0]).all())),
+     Corner("experts at the floor of a mean that is not whole",
+            lambda c: _mean(c.args[1]) % 1 > 0 and int((c.args[1] == math.floor(_mean(c.args[1]))).sum()) >= 2),
+     Corner("experts at the ceiling of a mean that is not whole",
+            lambda c: _mean(c.args[1]) % 1 > 0 and int((c.args[1] == math.ceil(_mean(c.args[1]))).sum()) >= 2),
+     Corner("gamma = 0.001", lambda c: c.args[2] == 0.001),
+     Corner("gamma = 0.5", lambda c: c.args[2] == 0.5),
+     Corner("a bias near +100", lambda c: float(c.args[0].max()) > 99),
+     Corner("a bias near −100", lambda c: float(c.args[0].min()) < -99),
+     Corner("biases below 1e-8 in size", lambda c: float(c.args[0].abs().max()) < 1e-8)),
+)
 
 
 def _bias_wrong(kind: str):
@@ -193,6 +286,8 @@ def _bias_wrong(kind: str):
         lf = load.double()
         mean = torch.div(load.sum(), load.numel(), rounding_mode="floor").double() if kind == "floor mean" \
             else lf.mean()
+        if kind == "median":
+            mean = lf.median()
         if kind == "proportional":
             step = mean - lf
         elif kind == "at mean up":
@@ -209,7 +304,7 @@ def _bias_wrong(kind: str):
 
 check_bias_step = Exercise(
     "Exercise 2 (one bias update)",
-    _bias_step,
+    _bias_step_answer,
     _bias_cases,
     [
         ("the sign is reversed: an over-loaded expert (load above the mean) must become *less* attractive, so "
@@ -224,8 +319,10 @@ check_bias_step = Exercise(
         ("the mean load was rounded down (integer division, or `.mean()` of an integer sum divided with //); "
          "take the mean in floating point: with loads [3, 4] the mean is 3.5 and both experts move.",
          _bias_wrong("floor mean")),
+        ("the loads were compared with their median; Wang et al. (2024) compare each expert's load with the mean "
+         "load.", _bias_wrong("median")),
     ],
-    atol=ATOL, rtol=RTOL,
+    atol=ATOL, rtol=RTOL, precision=torch.float32, domain=BIAS_DOMAIN,
 )
 
 
@@ -236,9 +333,23 @@ def _combinations(n_experts: int, top_k: int, m: int, n_shared: int) -> int:
 
 def _comb_cases() -> list[Case]:
     rows = [(16, 2, 1, 0), (16, 2, 4, 0), (16, 2, 4, 1), (8, 1, 1, 0), (8, 2, 2, 3), (64, 6, 1, 2), (4, 4, 2, 0),
-            (8, 1, 4, 3), (1, 1, 4, 3), (32, 1, 8, 0), (32, 8, 8, 2)]
+            (8, 1, 4, 3), (1, 1, 4, 3), (32, 1, 8, 0), (32, 8, 8, 2), (256, 8, 1, 0), (16, 2, 16, 0),
+            (256, 256, 1, 5)]
     return [Case(r, note=f"n_experts={r[0]}, top_k={r[1]}, m={r[2]}, n_shared={r[3]}") for r in rows]
 
+
+COMB_DOMAIN = Domain(
+    "Python ints: 1 ≤ top_k ≤ n_experts ≤ 256, 1 ≤ m ≤ 16, 0 ≤ n_shared < m · top_k; answer: an exact Python int",
+    (Corner("top_k = 1", lambda c: c.args[1] == 1),
+     Corner("top_k = n_experts > 1 (one set when nothing is shared)", lambda c: c.args[1] == c.args[0] > 1),
+     Corner("n_experts = 1", lambda c: c.args[0] == 1),
+     Corner("n_experts = 256", lambda c: c.args[0] == 256),
+     Corner("m = 1", lambda c: c.args[2] == 1),
+     Corner("m = 16", lambda c: c.args[2] == 16),
+     Corner("n_shared = 0", lambda c: c.args[3] == 0),
+     Corner("n_shared = m · top_k − 1 (one routed choice left)", lambda c: c.args[3] == c.args[2] * c.args[1] - 1),
+     Corner("a count above 2**53 (a float cannot hold it)", lambda c: _combinations(*c.args) > 2 ** 53)),
+)
 
 check_expert_combinations = Exercise(
     "Exercise 3 (how many expert combinations)",
@@ -260,84 +371,101 @@ check_expert_combinations = Exercise(
          lambda n, k, m, s: math.factorial(m * n - s) / (math.factorial(m * k - s)
                                                          * math.factorial(m * n - m * k))),
     ],
-    kind="investigate",
+    kind="investigate", domain=COMB_DOMAIN,
 )
 
 
-# ---------------------------------------------------------------- exercise 4: Welch's t
-def _welch_t(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    w = welch(a, b)
-    return w.t, w.df
+# ---------------------------------------------------------------- exercise 4: the paired t
+def _paired_t(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    d = paired_difference(a, b)
+    return d.t, float(d.df)
 
 
-def _welch_cases() -> list[Case]:
+def _paired_cases() -> list[Case]:
     g = _generator(704)
     cases = []
 
     def add(a, b, note):
-        a = torch.as_tensor(a, dtype=torch.float64)
-        b = torch.as_tensor(b, dtype=torch.float64)
-        cases.append(Case((a, b), note=f"{note} ({a.numel()} vs {b.numel()} runs)"))
+        a, b = _f64(a) if isinstance(a, list) else a, _f64(b) if isinstance(b, list) else b
+        cases.append(Case((a, b), note=f"{note} ({a.numel()} seeds)"))
 
-    add([0.21, 0.25], [0.14, 0.11], "two runs each")
-    add(0.2 + 0.02 * torch.randn(6, generator=g, dtype=torch.float64),
-        0.15 + 0.04 * torch.randn(6, generator=g, dtype=torch.float64), "six runs each")
-    add(0.3 + 0.01 * torch.randn(2, generator=g, dtype=torch.float64),
-        0.25 + 0.08 * torch.randn(8, generator=g, dtype=torch.float64), "unequal sizes and spreads")
-    add([0.125, 0.125, 0.125], [0.2, 0.3, 0.25, 0.4], "a group with no spread")
-    add([0.1, 300.0, 42.0], [5.0, 7.5, 250.0, 0.2, 11.0], "values from 0.1 to 300")
-    add(1e-9 * torch.randn(4, generator=g, dtype=torch.float64),
-        1e-9 * (1.0 + torch.randn(3, generator=g, dtype=torch.float64)), "differences of 1e-9")
+    def noise(n, scale):
+        return scale * torch.randn(n, generator=g, dtype=torch.float64)
+
+    add([0.21, 0.25], [0.14, 0.11], "two seeds")
+    base = 0.2 + noise(6, 0.05)
+    add(base + 0.03 + noise(6, 0.01), base, "six seeds, every difference of one sign")
+    base = 0.5 + noise(20, 0.1)
+    add(base + noise(20, 0.05), base, "twenty seeds, differences of both signs")
+    add([1.5, 0.5, 3.0, -1.0], [0.5, 1.5, 1.0, 1.0], "a mean difference of exactly 0")
+    base = 1000.0 - noise(8, 1.0).abs()
+    add(base - 15.0 + noise(8, 4.0).clamp(-9.0, 9.0), base, "values near 1,000, differences about 70 times smaller")
+    add(-base, -base + 15.0 + noise(8, 4.0).clamp(-9.0, 9.0), "values near −1,000")
+    base = 1e-6 * (1.0 + noise(5, 0.1))
+    add(base + 1e-7 * (1.0 + noise(5, 1.0)), base, "values near 1e-6")
+    base = 3.0 + noise(50, 1.0)
+    add(base + 0.01 + noise(50, 0.05), base, "fifty seeds")
     return cases
 
 
-def _welch_wrong(kind: str):
-    def wrong(a, b):
-        a, b = a.double(), b.double()
-        na, nb = a.numel(), b.numel()
-        if kind == "population variance":
-            va, vb = float(a.var(correction=0)), float(b.var(correction=0))
-        else:
-            va, vb = float(a.var()), float(b.var())
-        if kind == "sd not se":
-            se2_a, se2_b = va, vb
-        else:
-            se2_a, se2_b = va / na, vb / nb
-        if kind == "pooled":
-            pooled = ((na - 1) * va + (nb - 1) * vb) / (na + nb - 2)
-            se2_a, se2_b = pooled / na, pooled / nb
-        se = math.sqrt(se2_a + se2_b)
-        diff = float(a.mean() - b.mean())
-        t = (-diff if kind == "reversed" else diff) / se
-        if kind in ("pooled", "pooled df"):
-            df = float(na + nb - 2)
-        elif kind == "df with n":
-            df = (se2_a + se2_b) ** 2 / (se2_a ** 2 / na + se2_b ** 2 / nb)
-        else:
-            df = (se2_a + se2_b) ** 2 / (se2_a ** 2 / (na - 1) + se2_b ** 2 / (nb - 1))
-        return t, df
-    return wrong
+def _diffs(case: Case) -> torch.Tensor:
+    return case.args[0] - case.args[1]
 
 
-check_welch_t = Exercise(
-    "Exercise 4 (Welch's t)",
-    _welch_t,
-    _welch_cases,
-    [
-        ("the sign is reversed: t is (mean(a) − mean(b)) / se, negative when a is lower.", _welch_wrong("reversed")),
-        ("use the sample variance (divide by n − 1, torch's default `var()`): with a few runs the difference "
-         "matters.", _welch_wrong("population variance")),
-        ("that divides by the spread of single runs; the uncertainty of a *mean* of n runs is sd/√n, so "
-         "se = √(s_a²/n_a + s_b²/n_b).", _welch_wrong("sd not se")),
-        ("the degrees of freedom are Student's n_a + n_b − 2; Welch's are "
-         "se⁴ / ((s_a²/n_a)²/(n_a − 1) + (s_b²/n_b)²/(n_b − 1)), smaller when the groups differ in size or "
-         "spread.", _welch_wrong("pooled df")),
-        ("that is Student's t with a pooled variance; Welch's t keeps each group's own variance: "
-         "se = √(s_a²/n_a + s_b²/n_b), with Welch's degrees of freedom.", _welch_wrong("pooled")),
-        ("in the degrees of freedom each term is divided by n − 1, not n.", _welch_wrong("df with n")),
-    ],
-    atol=ATOL, rtol=RTOL, kind="investigate",
+PAIRED_DOMAIN = Domain(
+    "a, b: float64 (n,), the same n with 2 ≤ n ≤ 50 (entry i of both from seed i), every value in "
+    "[−1000, 1000], the differences a − b not all equal, and never below 1 % of the values in size on average; "
+    "answer: (t, df) as Python floats computed in float64, compared to 1e-6 relative",
+    (Corner("two seeds", lambda c: c.args[0].numel() == 2),
+     Corner("fifty seeds", lambda c: c.args[0].numel() == 50),
+     Corner("values near 1,000", lambda c: float(c.args[0].max()) > 990),
+     Corner("values near −1,000", lambda c: float(c.args[0].min()) < -990),
+     Corner("values near 1e-6", lambda c: float(torch.cat(c.args).abs().max()) < 1e-5),
+     Corner("every difference of one sign", lambda c: bool((_diffs(c) > 0).all() or (_diffs(c) < 0).all())),
+     Corner("differences of both signs", lambda c: bool((_diffs(c) > 0).any() and (_diffs(c) < 0).any())),
+     Corner("a mean difference of exactly 0", lambda c: float(_diffs(c).mean()) == 0.0),
+     Corner("differences 30 to 100 times smaller than the values",
+            lambda c: float(_diffs(c).abs().mean()) < 0.03 * float(c.args[0].abs().mean()))),
 )
 
 
-EXERCISES = [check_v3_gates, check_bias_step, check_expert_combinations, check_welch_t]
+def _paired_wrong(kind: str):
+    def wrong(a, b):
+        a, b = a.double(), b.double()
+        n, d = a.numel(), a - b
+        if kind == "welch":
+            w = welch(a, b)
+            return w.t, w.df
+        if kind == "student":
+            pooled = (a.var() + b.var()) / 2
+            return float(d.mean() / (pooled * 2 / n).sqrt()), float(2 * n - 2)
+        sd = d.std(correction=0) if kind == "population sd" else d.std()
+        se = sd if kind == "sd not se" else sd / math.sqrt(n)
+        t = float(d.mean() / se)
+        return (-t if kind == "reversed" else t), float(n if kind == "df n" else n - 1)
+    return wrong
+
+
+check_paired_t = Exercise(
+    "Exercise 4 (the paired t)",
+    _paired_t,
+    _paired_cases,
+    [
+        ("the sign is reversed: t is mean(a − b) / se, negative when a is lower.", _paired_wrong("reversed")),
+        ("that is Welch's t for unpaired runs: it ignores that entry i of a and of b share seed i. Pair them: "
+         "d = a − b seed by seed, t = mean(d) / (sd(d)/√n) on n − 1 degrees of freedom.", _paired_wrong("welch")),
+        ("that is Student's unpaired t (pooled variance, n_a + n_b − 2 degrees of freedom); the runs are paired: "
+         "take the differences a − b seed by seed, t = mean(d) / (sd(d)/√n), df = n − 1.",
+         _paired_wrong("student")),
+        ("use the sample standard deviation of the differences (divide by n − 1, torch's default `std()`).",
+         _paired_wrong("population sd")),
+        ("that divides by the spread of single differences; the uncertainty of their *mean* is sd(d)/√n.",
+         _paired_wrong("sd not se")),
+        ("the degrees of freedom of a paired t are n − 1 (one mean estimated from n differences), not n.",
+         _paired_wrong("df n")),
+    ],
+    atol=0.0, rtol=1e-6, kind="investigate", domain=PAIRED_DOMAIN,
+)
+
+
+EXERCISES = [check_v3_gates, check_bias_step, check_expert_combinations, check_paired_t]

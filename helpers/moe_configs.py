@@ -1,0 +1,113 @@
+"""Today's MoE layers as their makers publish them, and DeepSeekMoE's two knobs (notebook 07, sections 1-2).
+
+``PUBLISHED`` holds each model's published configuration (sources in notebook 07): total and active parameters
+of the whole model (embeddings included), routed experts per MoE layer, shared experts every token uses, the
+number k of routed experts per token, how the router weighs them and how the load is balanced.
+``published_table`` prints it with two derived columns, the active share and the sets of routed experts a token
+can be sent to, C(E, k). ``expert_combinations`` counts those sets for DeepSeekMoE's fine-grained (m) and
+shared (s) experts, and ``configuration_figure`` draws both knobs for one layer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from helpers import validate
+from helpers.costs import moe_layer_cost
+
+
+@dataclass(frozen=True)
+class Published:
+    """One model's MoE as published: parameters in billions (whole model), routed experts E per MoE layer,
+    shared experts, routed experts per token k, the router's weights, the balancing."""
+
+    name: str
+    total_b: float
+    active_b: float
+    routed: int
+    shared: int
+    k: int
+    weights: str
+    balancing: str
+
+
+PUBLISHED: tuple[Published, ...] = (
+    Published("Mixtral 8x7B", 46.7, 12.9, 8, 0, 2, "softmax over the top 2", "not described in the paper"),
+    Published("DeepSeek-V3", 671, 37, 256, 1, 8, "sigmoid, normalised over the 8",
+              "selection bias ±γ + sequence-wise loss"),
+    Published("Qwen3-235B-A22B", 235, 22, 128, 0, 8, "softmax, top 8 renormalised",
+              "balance loss over the global batch"),
+    Published("Llama 4 Scout", 109, 17, 16, 1, 1, "sigmoid of the top-1 logit", "not described"),
+    Published("Llama 4 Maverick", 400, 17, 128, 1, 1, "sigmoid of the top-1 logit", "not described"),
+    Published("gpt-oss-120b", 116.8, 5.1, 128, 0, 4, "softmax over the top 4", "not described"),
+    Published("gpt-oss-20b", 20.9, 3.6, 32, 0, 4, "softmax over the top 4", "not described"),
+)
+
+
+def published_table(models: Sequence[Published] = PUBLISHED) -> list[str]:
+    """``PUBLISHED`` as printable lines: sizes, the active share, experts, C(E, k), the router and the balancing."""
+    lines = [f"{'model':<18}{'total':>8}{'active':>8}{'share':>7}{'routed E':>10}{'shared':>8}{'k':>3}"
+             f"{'C(E, k)':>10}  {'router weights':<32}balancing"]
+    for m in models:
+        sets = math.comb(m.routed, m.k)
+        lines.append(f"{m.name:<18}{m.total_b:>7g}B{m.active_b:>7g}B{m.active_b / m.total_b:>7.0%}{m.routed:>10}"
+                     f"{m.shared:>8}{m.k:>3}{sets if sets < 10**5 else f'{sets:.1e}':>10}  {m.weights:<32}"
+                     f"{m.balancing}")
+    return lines
+
+
+def expert_combinations(n_experts: int, top_k: int, granularity: int = 1, n_shared: int = 0) -> int:
+    """Sets of routed experts one token can use: ``C(m·N − s, m·k − s)`` (DeepSeekMoE's count)."""
+    m = validate.positive_int("granularity", granularity)
+    n, k = validate.positive_int("n_experts", n_experts), validate.int_in_range("top_k", top_k, 1, n_experts)
+    s = validate.non_negative_int("n_shared", n_shared)
+    if s >= m * k:
+        raise ValueError(f"n_shared={s} must leave at least one routed choice (at most m·k − 1 = {m * k - 1})")
+    return math.comb(m * n - s, m * k - s)
+
+
+def configuration_figure(d_model: int, n_experts: int, top_k: int, d_ff: int, granularity: int, n_shared: int,
+                         granularities: Sequence[int] = (1, 2, 4, 8, 16)):
+    """DeepSeekMoE's knobs on one layer: sets of routed experts per token against the granularity m (left), and
+    parameters and FLOPs per token at the chosen ``(m, s)`` relative to the plain layer (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.1, 1]})
+    shown = sorted({*granularities, granularity})
+    for s, style in ((0, "-"), (n_shared, "--")) if n_shared else ((0, "-"),):
+        ms = [m for m in shown if s < m * top_k and d_ff % m == 0]
+        left.plot(ms, [expert_combinations(n_experts, top_k, m, s) for m in ms], style, marker="o",
+                  color="#0072B2" if s == 0 else "#D55E00", label=f"s = {s} shared")
+    chosen_sets = expert_combinations(n_experts, top_k, granularity, n_shared)
+    left.plot([granularity], [chosen_sets], "o", ms=13, mfc="none", mec="black",
+              label=f"m = {granularity}, s = {n_shared}: {chosen_sets:,} sets" if chosen_sets < 10**7
+              else f"m = {granularity}, s = {n_shared}: {chosen_sets:.1e} sets")
+    left.set_xscale("log", base=2)
+    left.set_yscale("log")
+    left.set_xticks(shown, [str(m) for m in shown])
+    left.set_xlabel("granularity m (each expert cut into m)")
+    left.set_ylabel("sets of routed experts per token")
+    left.set_title(f"N = {n_experts} experts of width {d_ff}, top-{top_k}: choices grow with m")
+    left.legend(frameon=False, fontsize=9)
+    base = moe_layer_cost(d_model, n_experts, top_k, d_ff)
+    chosen = moe_layer_cost(d_model, n_experts, top_k, d_ff, granularity=granularity, n_shared=n_shared)
+    rows = [("total parameters", base.total_params, chosen.total_params),
+            ("active parameters", base.active_params, chosen.active_params),
+            ("FLOPs per token", base.flops_per_token, chosen.flops_per_token)]
+    ys = list(range(len(rows)))[::-1]
+    ratios = [b / a for _, a, b in rows]
+    right.barh(ys, ratios, color="#009E73", height=0.55)
+    right.axvline(1.0, color="grey", ls="--", lw=1)
+    for y, (label, a, b), r in zip(ys, rows, ratios):
+        right.text(0.03, y, f"{a:,} → {b:,}  ({r:.3f}×)", va="center", ha="left", color="white", fontsize=9.5)
+    right.set_yticks(ys, [label for label, _, _ in rows])
+    right.set_xlim(0, max(1.25, 1.1 * max(ratios)))
+    right.set_xlabel("relative to the plain layer (m = 1, s = 0)")
+    right.set_title(f"m = {granularity}, s = {n_shared}: only the router grows")
+    right.grid(axis="y", visible=False)
+    fig.tight_layout()
+    return fig
+
+

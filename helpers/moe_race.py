@@ -1,0 +1,466 @@
+"""Notebook 07's race: what sparse experts buy per training step, each arm at its own tuned learning rate.
+
+The model is ``helpers.fact_lookup``'s: the course's 608 facts, each reduced to ``(subject, relation)``, one FFN,
+the embeddings frozen at their random start so that the FFN has to hold the facts (with trainable embeddings
+the model without an FFN fits every fact: the race's ``trainable`` sweep shows it). A seed fixes the lookup
+(drawn first, the same for every arm) and then the FFN: runs of two arms with the same seed start from the same
+lookup around different FFNs, so arms are compared seed by seed (paired).
+
+Each arm (``ARMS``) gets its own learning rate for each step budget (``SETTINGS["budgets"]``: 100 steps, the
+per-step race, and 3× as many): a small sweep (``LRS``, a doubling grid, on three seeds of its own,
+``SWEEP_SEEDS``) picks the rate with the lowest mean answer loss at the end of the budget; then every seed of
+``SEEDS`` trains at that rate (AdamW, constant rate), scored after four fifths of the run and at its end. The
+race takes about half an hour of CPU, so notebook 07 reads it from ``RACE_PATH`` (``load_race``); the file is
+made by::
+
+    python -m helpers.moe_race --results          # every arm, budget, sweep and seed of the settings
+
+(``--arms``, ``--seeds``, ``--sweep-seeds``, ``--lrs``, ``--budgets`` and ``--out`` make a smaller run; the tests
+make one). The notebook trains one seed live and checks it against the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from helpers.fact_lookup import LookupData, build_lookup, ffn_params, lookup_data, train_lookup
+from helpers.progress import progress as progress_bar
+from helpers.stats import PairedDifference, holm, paired_difference
+
+
+# ----------------------------------------------------------------------------- the race's arms and settings
+_MOE = {"ffn": "moe", "n_experts": 8, "top_k": 1, "d_ff": 8, "balance_coef": 0.1, "z_coef": 0.0}
+#: Section 4 (the first eight) and section 5 (section 4's MoE trained four more ways).
+ARMS: dict[str, dict] = {
+    "no FFN (control)": {"ffn": "none"},
+    "dense, width 11": {"ffn": "dense", "d_ff": 11},
+    "MoE": _MOE,
+    "dense, width 19": {"ffn": "dense", "d_ff": 19},
+    "MoE, top-2": {**_MOE, "top_k": 2},
+    "fine-grained": {**_MOE, "granularity": 4},
+    "DeepSeekMoE": {**_MOE, "granularity": 4, "n_shared": 1},
+    "dense, width 64": {"ffn": "dense", "d_ff": 64},
+    "no balancing": {**_MOE, "balance_coef": 0.0},
+    "Switch loss, sigmoid": {**_MOE, "score": "sigmoid"},
+    "bias, softmax": {**_MOE, "balance_coef": 0.0, "bias_update": 0.01},
+    "bias, sigmoid": {**_MOE, "balance_coef": 0.0, "score": "sigmoid", "bias_update": 0.01},
+}
+#: Section 4's comparisons (value − baseline): each MoE against the dense FFN of its FLOPs per fact (router
+#: included), granularity at equal FLOPs, a shared expert, and all the parameters active; section 5's (the
+#: same pairs judged on the load and on the loss).
+RACE_PAIRS: tuple[tuple[str, str], ...] = (
+    ("dense, width 11", "no FFN (control)"), ("MoE", "dense, width 11"), ("MoE, top-2", "dense, width 19"),
+    ("fine-grained", "dense, width 19"), ("DeepSeekMoE", "dense, width 19"), ("fine-grained", "MoE, top-2"),
+    ("DeepSeekMoE", "fine-grained"), ("MoE", "dense, width 64"))
+BALANCE_PAIRS: tuple[tuple[str, str], ...] = (
+    ("no balancing", "MoE"), ("bias, softmax", "MoE"), ("bias, sigmoid", "Switch loss, sigmoid"),
+    ("Switch loss, sigmoid", "MoE"), ("bias, sigmoid", "bias, softmax"))
+#: Two step budgets, each arm tuned for each: 100 steps (the per-step race) and 3× as many.
+SETTINGS: dict = dict(d_model=8, budgets=(100, 300), frozen=True)
+LRS: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+SWEEP_SEEDS: tuple[int, ...] = (100, 101, 102)
+SEEDS: tuple[int, ...] = tuple(range(20))
+#: the arms swept once more with trainable embeddings (first budget): the reason the race freezes them
+TRAINABLE_ARMS: tuple[str, ...] = ("no FFN (control)", "dense, width 11", "MoE", "dense, width 64")
+LATE = 10         # the late load: busiest over mean load, averaged over a run's last LATE steps
+#: Where ``python -m helpers.moe_race --results`` writes the race and ``load_race`` reads it.
+RACE_PATH = Path(__file__).parent / "data" / "moe_race.json"
+#: The same race's seeds trained again at the same rates on the portable kernel (ATEN_CPU_CAPABILITY=default)::
+#:     ATEN_CPU_CAPABILITY=default python -m helpers.moe_race --results --rates-from helpers/data/moe_race.json \
+#:         --out helpers/data/moe_race_default_kernel.json
+KERNEL_RERUN_PATH = Path(__file__).parent / "data" / "moe_race_default_kernel.json"
+_DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes
+
+
+# ----------------------------------------------------------------------------- an arm over seeds, a sweep
+@dataclass
+class SeedRuns:
+    """One arm trained for ``steps`` steps at one learning rate over several seeds.
+
+    Attributes:
+        name, spec (``make_ffn``'s), lr, seeds, steps. eval_steps: the steps scored, the start of the last
+            fifth of the run and its end.
+        loss, accuracy: ``(len(eval_steps), seeds)`` float64: answer loss (nats) and share right over every fact
+            (eval mode) after each of ``eval_steps``.
+        curve: ``(3, steps)`` float64: the training answer loss per step, mean, lowest and highest over seeds.
+        params_total, params_active: the FFN's parameters in total and used per fact (``ffn_params``).
+        late_load: ``(seeds,)`` float64, an MoE's busiest expert's load over the mean load, averaged over the last
+            ``LATE`` steps (``None`` for a dense arm).
+        max_over_mean: ``(steps, seeds)`` float64, that ratio at every step, and first_loads ``(steps, E)`` long,
+            the first seed's routed slots per expert (kept when asked for; ``None`` otherwise).
+        settings: ``d_model``, ``frozen``.
+    """
+
+    name: str
+    spec: dict
+    lr: float
+    seeds: list[int]
+    steps: int
+    eval_steps: list[int]
+    loss: torch.Tensor
+    accuracy: torch.Tensor
+    curve: torch.Tensor
+    params_total: int
+    params_active: int
+    late_load: torch.Tensor | None = None
+    max_over_mean: torch.Tensor | None = None
+    first_loads: torch.Tensor | None = None
+    settings: dict = field(default_factory=dict)
+
+    def _row(self, step: int | None) -> int:
+        step = self.steps if step is None else step
+        if step not in self.eval_steps:
+            raise ValueError(f"step must be one of the scored steps {self.eval_steps}, got {step!r}")
+        return self.eval_steps.index(step)
+
+    def final(self, step: int | None = None) -> torch.Tensor:
+        """``(seeds,)`` float64: the answer loss after ``step`` steps (default: at the end of the run)."""
+        return self.loss[self._row(step)]
+
+    def right(self, step: int | None = None) -> torch.Tensor:
+        """``(seeds,)`` float64: the share of facts answered right after ``step`` steps (default: at the end)."""
+        return self.accuracy[self._row(step)]
+
+
+def train_arm(name: str, spec: dict, data: LookupData, *, seeds: Sequence[int], d_model: int, steps: int,
+              lr: float, frozen: bool = True, keep_loads: bool = False) -> SeedRuns:
+    """``build_lookup`` and ``train_lookup`` once per seed, one seed after another, scored after 4/5 of the
+    steps and at the end (``keep_loads``: keep an MoE's load at every step too)."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must list at least one seed")
+    eval_steps = sorted({max(1, round(0.8 * steps)), steps})
+    curves, loads, loss, right = [], [], [], []
+    for seed in seeds:
+        model = build_lookup(data, spec, d_model, seed, frozen=frozen)
+        curve, load, evals = train_lookup(model, data, steps=steps, lr=lr, eval_at=eval_steps)
+        curves.append(curve), loads.append(load)
+        loss.append([evals[s][0] for s in eval_steps]), right.append([evals[s][1] for s in eval_steps])
+    total, active = ffn_params(model.ffn)
+    curves = torch.stack(curves)
+    late = mom = first = None
+    if loads[0] is not None:
+        c = torch.stack(loads, 1)                                              # (steps, seeds, E)
+        ratio = c.max(-1).values.double() / c.double().mean(-1)
+        late = ratio[-LATE:].mean(0)
+        if keep_loads:
+            mom, first = ratio, c[:, 0]
+    return SeedRuns(name, dict(spec), float(lr), seeds, steps, eval_steps, torch.tensor(loss, dtype=torch.float64).T,
+                    torch.tensor(right, dtype=torch.float64).T,
+                    torch.stack([curves.mean(0), curves.min(0).values, curves.max(0).values]), total, active, late,
+                    mom, first, {"d_model": d_model, "frozen": frozen})
+
+
+@dataclass
+class Sweep:
+    """Each arm's answer loss after ``steps`` steps at each learning rate: ``loss[arm]`` ``(len(lrs), seeds)``."""
+
+    lrs: list[float]
+    seeds: list[int]
+    steps: int
+    frozen: bool
+    loss: dict[str, torch.Tensor]
+
+    def best_lr(self, arm: str) -> float:
+        """The rate with the lowest mean loss over the sweep's seeds."""
+        return self.lrs[int(self.loss[arm].mean(1).argmin())]
+
+    def lines(self, arms: Sequence[str] | None = None) -> list[str]:
+        """The sweep as a table: mean loss per rate, the chosen one starred."""
+        arms = list(self.loss) if arms is None else list(arms)
+        width = max(len(a) for a in arms) + 2
+        head = f"{'arm':<{width}}" + "".join(f"{lr:>9g}" for lr in self.lrs)
+        rows = []
+        for arm in arms:
+            means, best = self.loss[arm].mean(1), self.best_lr(arm)
+            rows.append(f"{arm:<{width}}" + "".join(f"{float(m):>8.3f}{'*' if lr == best else ' '}"
+                                                    for lr, m in zip(self.lrs, means)))
+        return [head] + rows
+
+
+def sweep(arms: Sequence[str], data: LookupData, *, lrs: Sequence[float] = LRS, seeds: Sequence[int] = SWEEP_SEEDS,
+          d_model: int, steps: int, frozen: bool = True, progress: bool = True) -> Sweep:
+    """Train every arm at every rate of ``lrs`` over ``seeds`` and keep the answer loss after ``steps`` steps."""
+    desc = f"sweep, {steps} steps{'' if frozen else ', trainable embeddings'}"
+    loss = {arm: torch.stack([train_arm(arm, ARMS[arm], data, seeds=seeds, d_model=d_model, steps=steps, lr=lr,
+                                        frozen=frozen).final() for lr in lrs])
+            for arm in progress_bar(arms, desc=desc, disable=not progress)}
+    return Sweep([float(lr) for lr in lrs], [int(s) for s in seeds], steps, frozen, loss)
+
+
+@dataclass
+class Race:
+    """Notebook 07's race, per step budget: the sweep that chose each arm's rate (``sweeps[steps]``) and every
+    arm's seeds at that rate (``runs[steps][arm]``); and the first budget's sweep with trainable embeddings."""
+
+    sweeps: dict[int, Sweep]
+    runs: dict[int, dict[str, SeedRuns]]
+    trainable: Sweep | None = None
+    environment: dict = field(default_factory=dict)
+
+    @property
+    def budgets(self) -> list[int]:
+        return sorted(self.runs)
+
+
+def run_race(arms: Sequence[str] = tuple(ARMS), seeds: Sequence[int] = SEEDS, *,
+             sweep_seeds: Sequence[int] = SWEEP_SEEDS, lrs: Sequence[float] = LRS,
+             trainable_arms: Sequence[str] = TRAINABLE_ARMS, progress: bool = True, rates_from: Race | None = None,
+             **overrides) -> Race:
+    """For each step budget: the sweep on ``sweep_seeds``, then ``train_arm`` at each arm's chosen rate over
+    ``seeds`` (the first budget keeps the loads of every step); ``overrides`` replace some of ``SETTINGS``.
+    ``rates_from``: keep that race's sweeps (and trainable sweep) instead of sweeping, and train the seeds at
+    the rates they chose (to run the same race again on another CPU kernel)."""
+    unknown = set(overrides) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
+    s = {**SETTINGS, **overrides}
+    data, d, budgets = lookup_data(), s["d_model"], sorted(int(b) for b in s["budgets"])
+    if rates_from is not None and not set(budgets) <= set(rates_from.sweeps):
+        raise ValueError(f"rates_from has sweeps for budgets {sorted(rates_from.sweeps)}, not for all of {budgets}")
+    sweeps, runs = {}, {}
+    for steps in budgets:
+        sweeps[steps] = rates_from.sweeps[steps] if rates_from is not None else sweep(
+            arms, data, lrs=lrs, seeds=sweep_seeds, d_model=d, steps=steps, frozen=s["frozen"], progress=progress)
+        runs[steps] = {arm: train_arm(arm, ARMS[arm], data, seeds=seeds, d_model=d, steps=steps,
+                                      lr=sweeps[steps].best_lr(arm), frozen=s["frozen"], keep_loads=steps == budgets[0])
+                       for arm in progress_bar(arms, desc=f"seeds, {steps} steps", disable=not progress)}
+    if rates_from is not None:
+        return Race(sweeps, runs, rates_from.trainable)
+    trainable = None if not trainable_arms else sweep(trainable_arms, data, lrs=lrs, seeds=sweep_seeds, d_model=d,
+                                                       steps=budgets[0], frozen=False, progress=progress)
+    return Race(sweeps, runs, trainable)
+
+
+# ----------------------------------------------------------------------------- the shipped file
+def _rounded(t: torch.Tensor | None) -> list | None:
+    if t is None:
+        return None
+    return t.round(decimals=_DIGITS).tolist() if t.is_floating_point() else t.tolist()
+
+
+def _sweep_record(s: Sweep | None) -> dict | None:
+    return None if s is None else {"lrs": s.lrs, "seeds": s.seeds, "steps": s.steps, "frozen": s.frozen,
+                                   "loss": {a: _rounded(v) for a, v in s.loss.items()}}
+
+
+def _as_sweep(s: dict | None) -> Sweep | None:
+    return None if s is None else Sweep(s["lrs"], s["seeds"], s["steps"], s["frozen"],
+                                        {a: torch.tensor(v, dtype=torch.float64) for a, v in s["loss"].items()})
+
+
+_TENSORS = {"loss": torch.float64, "accuracy": torch.float64, "curve": torch.float64, "late_load": torch.float64,
+            "max_over_mean": torch.float64, "first_loads": torch.long}
+
+
+def save_race(race: Race, path: str | Path) -> Path:
+    """Write ``race`` as JSON (losses rounded to 1e-5 nats), with its settings and the machine it ran on."""
+    record = {
+        "made_by": "python -m helpers.moe_race --results",
+        "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()},
+        "sweeps": {str(b): _sweep_record(s) for b, s in race.sweeps.items()},
+        "trainable": _sweep_record(race.trainable),
+        "runs": {str(b): {name: {"spec": r.spec, "lr": r.lr, "seeds": r.seeds, "steps": r.steps,
+                                 "eval_steps": r.eval_steps, "params_total": r.params_total,
+                                 "params_active": r.params_active, "settings": r.settings,
+                                 **{key: _rounded(getattr(r, key)) for key in _TENSORS}}
+                          for name, r in runs.items()}
+                 for b, runs in race.runs.items()},
+    }
+    text = json.dumps(record, indent=1)
+    # one line per innermost list of numbers (a curve, a step's loads), not one line per number
+    text = re.sub(r"\[\s+([-+.\deE]+(?:,\s+[-+.\deE]+)*)\s+\]", lambda m: "[" + re.sub(r",\s+", ",", m[1]) + "]", text)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def load_race(path: str | Path | None = None) -> Race:
+    """Read a race written by ``save_race`` (default: notebook 07's, ``RACE_PATH``)."""
+    path = RACE_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no race at {path}; make it with python -m helpers.moe_race --results")
+    record = json.loads(path.read_text(encoding="utf-8"))
+
+    def runs(items: dict) -> dict[str, SeedRuns]:
+        return {name: SeedRuns(name, r["spec"], r["lr"], r["seeds"], r["steps"], r["eval_steps"],
+                               params_total=r["params_total"], params_active=r["params_active"],
+                               settings=r["settings"],
+                               **{key: None if r[key] is None else torch.tensor(r[key], dtype=dtype)
+                                  for key, dtype in _TENSORS.items()})
+                for name, r in items.items()}
+
+    return Race({int(b): _as_sweep(s) for b, s in record["sweeps"].items()},
+                {int(b): runs(items) for b, items in record["runs"].items()}, _as_sweep(record["trainable"]),
+                record["environment"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.moe_race --results``: per step budget, sweep each arm's learning rate and train its
+    seeds at the chosen rate; store the race."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.moe_race", description=main.__doc__)
+    parser.add_argument("--results", action="store_true", required=True,
+                        help="run the sweeps and every (arm, seed) of notebook 07 and write the race")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), metavar="ARM",
+                        help=f"default: the notebook's {len(ARMS)} arms")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="default: 0 to 19")
+    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=list(SWEEP_SEEDS), help="default: 100 101 102")
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(LRS), help=f"default: {' '.join(map(str, LRS))}")
+    parser.add_argument("--trainable-arms", nargs="*", default=list(TRAINABLE_ARMS), choices=list(ARMS),
+                        metavar="ARM", help="arms swept again with trainable embeddings (none: skip)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(SETTINGS["budgets"]),
+                        help="step budgets, each with its own sweep (default: 100 300)")
+    parser.add_argument("--rates-from", metavar="PATH",
+                        help="train at the rates chosen in this race file, keeping its sweeps (no sweep is run)")
+    parser.add_argument("--out", default=str(RACE_PATH), help=f"default: {RACE_PATH}")
+    args = parser.parse_args(argv)
+    race = run_race(args.arms, args.seeds, sweep_seeds=args.sweep_seeds, lrs=args.lrs,
+                    trainable_arms=args.trainable_arms, budgets=tuple(args.budgets),
+                    rates_from=None if args.rates_from is None else load_race(args.rates_from))
+    print(f"wrote {len(args.arms)} arms × {len(args.seeds)} seeds × {len(args.budgets)} budgets to "
+          f"{save_race(race, args.out)}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- reading the race
+def loss_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[int] | None = None,
+                n_seeds: int | None = None) -> dict[str, PairedDifference]:
+    """``a − b`` seed by seed on the answer loss at the end of each budget's runs, for ``helpers.stats.holm``
+    (every budget by default; the first ``n_seeds`` seeds only, when given)."""
+    return {f"{steps:>3} steps: {a} − {b}": paired_difference(race.runs[steps][a].final()[:n_seeds],
+                                                                race.runs[steps][b].final()[:n_seeds])
+            for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
+
+
+def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[int] | None = None
+                ) -> dict[str, PairedDifference]:
+    """``a − b`` seed by seed on the late load (busiest over mean load over each run's last ``LATE`` steps)."""
+    return {f"{steps:>3} steps, load: {a} − {b}": paired_difference(race.runs[steps][a].late_load,
+                                                                      race.runs[steps][b].late_load)
+            for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
+
+
+def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The same family judged twice: on ``race`` and on ``other`` (the same seeds at the same rates, trained on
+    another CPU kernel), mean difference and Holm's verdict side by side; then how many single runs of the arms
+    compared ended more than 0.01 nats apart."""
+    mine, theirs = holm(loss_family(race, pairs)), holm(loss_family(other, pairs))
+    width = max(len(v.name) for v in mine) + 2
+    kernels = [r.environment.get("cpu_capability", "?") for r in (race, other)]
+    head = f"{'':<{width}}" + "".join(f"{k + ' kernel: mean, verdict':>30}" for k in kernels)
+    rows = [f"{a.name:<{width}}" + "".join(f"{v.comparison.mean:>+16.3f}  {v.verdict:>12}" for v in (a, b))
+            for a, b in zip(mine, theirs)]
+    arms = sorted({arm for pair in pairs for arm in pair})
+    gaps = torch.cat([(race.runs[s][arm].final() - other.runs[s][arm].final()).abs()
+                      for s in race.budgets for arm in arms])
+    same = sum(a.verdict == b.verdict for a, b in zip(mine, theirs))
+    tail = (f"same verdict in {same} of {len(mine)}; single runs more than 0.01 nats apart: "
+            f"{int((gaps > 0.01).sum())} of {gaps.numel()}")
+    return [head] + rows + [tail]
+
+
+def seed_count_lines(race: Race, pairs: Sequence[tuple[str, str]], counts: Sequence[int]) -> list[str]:
+    """The same family judged with each arm's first ``counts[i]`` seeds: t and Holm's verdict side by side."""
+    verdicts = {n: holm(loss_family(race, pairs, n_seeds=n)) for n in counts}
+    width = max(len(v.name) for v in verdicts[counts[0]]) + 2
+    head = f"{'':<{width}}" + "".join(f"{f'first {n} seeds: t, verdict':>30}" for n in counts)
+    rows = [f"{v.name:<{width}}" + "".join(f"{verdicts[n][i].comparison.t:>+16.2f}  {verdicts[n][i].verdict:>12}"
+                                           for n in counts) for i, v in enumerate(verdicts[counts[0]])]
+    tail = f"{'resolved under Holm':<{width}}" + "".join(f"{sum(v.resolved for v in verdicts[n]):>16}{'':>14}"
+                                                        for n in counts)
+    return [head] + rows + [tail]
+
+
+def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
+    """Per arm and budget: its rate, the mean answer loss after 4/5 of the run and at its end, the share of the
+    loss that last fifth removed, and the facts answered right at the end."""
+    width = max(len(a) for a in arms) + 2
+    head, rows = f"{'':<{width}}", [f"{arm:<{width}}" for arm in arms]
+    for steps in race.budgets:
+        first = race.runs[steps][arms[0]].eval_steps[0]
+        head += f"  |{'lr':>6}{'loss @' + str(first):>11}{'@' + str(steps):>7}{'last fifth':>11}{'right':>7}"
+        for i, arm in enumerate(arms):
+            r = race.runs[steps][arm]
+            before, end = float(r.final(r.eval_steps[0]).mean()), float(r.final().mean())
+            rows[i] += (f"  |{r.lr:>6g}{before:>11.3f}{end:>7.3f}{(end - before) / before:>+11.0%}"
+                        f"{float(r.right().mean()):>7.0%}")
+    return [head] + rows
+
+
+# ----------------------------------------------------------------------------- figures
+def race_figure(race: Race, arms: Sequence[str], colors: Sequence[str], styles: Sequence[str]):
+    """Left: the first budget's training answer loss per step (mean over seeds, band from the lowest to the
+    highest seed). Right: every seed's answer loss at the end of its run, for each budget."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.15, 1]})
+    first, budgets = race.budgets[0], race.budgets
+    for i, (arm, color, style) in enumerate(zip(arms, colors, styles)):
+        r = race.runs[first][arm]
+        steps = torch.arange(1, r.curve.shape[1] + 1).numpy()
+        left.plot(steps, r.curve[0].numpy(), color=color, ls=style, lw=1.7, label=f"{arm} (lr {r.lr:g})",
+                  zorder=3 + len(arms) - i)
+        left.fill_between(steps, r.curve[1].numpy(), r.curve[2].numpy(), color=color, alpha=0.15)
+        for j, budget in enumerate(budgets):
+            y = race.runs[budget][arm].final().numpy()
+            x = i + (j - (len(budgets) - 1) / 2) * 0.36 + torch.linspace(-0.07, 0.07, len(y)).numpy()
+            right.scatter(x, y, s=10, color=color, alpha=0.5 if j == 0 else 0.9, marker="s" if j == 0 else "o", lw=0)
+    left.set(yscale="log", xlabel="training step", ylabel="answer loss on the facts (nats, log scale)",
+             title=f"{first} steps at each arm's rate: mean, band lowest to highest seed")
+    left.legend(frameon=False, fontsize=8, loc="lower left")
+    right.set_yscale("log")
+    right.set_xticks(range(len(arms)), arms, fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
+    right.set(ylabel="answer loss at the end (nats, log scale)",
+              title=" and ".join(f"{b} steps ({m})" for b, m in zip(budgets, ("squares", "dots"))) + ", every seed")
+    right.grid(axis="x", visible=False)
+    fig.tight_layout()
+    return fig
+
+
+def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str]):
+    """Routing over training, one column per run: the first seed's share of the tokens per expert and step
+    (experts numbered as in the code), above the busiest expert's load over the mean load (mean over seeds,
+    band from the lowest to the highest seed)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(2, len(runs), figsize=(3.1 * len(runs), 6.0), squeeze=False, sharey="row",
+                             gridspec_kw={"height_ratios": [1.1, 1]}, layout="constrained")
+    shares = [r.first_loads.double() / r.first_loads.sum(-1, keepdim=True).double() for r in runs]
+    vmax = max(float(s.max()) for s in shares)
+    top = max(float(r.max_over_mean.max()) for r in runs)
+    for col, (r, share, color) in enumerate(zip(runs, shares, colors)):
+        ax = axes[0, col]
+        im = ax.imshow(share.T.numpy(), aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=vmax,
+                       interpolation="nearest", extent=(0.5, share.shape[0] + 0.5, -0.5, share.shape[1] - 0.5))
+        ax.grid(False)
+        ax.set_title(f"{r.name}\n(seed {r.seeds[0]}, lr {r.lr:g})", fontsize=10)
+        ax.set(xlabel="training step", yticks=range(share.shape[1]))
+        mom, ax = r.max_over_mean, axes[1, col]
+        steps = torch.arange(1, mom.shape[0] + 1).numpy()
+        ax.plot(steps, mom.mean(1).numpy(), color=color, lw=1.6)
+        ax.fill_between(steps, mom.min(1).values.numpy(), mom.max(1).values.numpy(), color=color, alpha=0.2)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set(ylim=(0.9, top * 1.05), xlabel="training step")
+    axes[1, 0].legend([Line2D([], [], color="grey", lw=1.6), Patch(color="grey", alpha=0.2)],
+                      [f"mean of {runs[0].max_over_mean.shape[1]} seeds", "lowest to highest seed"],
+                      frameon=False, fontsize=8)
+    axes[0, 0].set_ylabel("expert index")
+    axes[1, 0].set_ylabel("busiest expert's load / mean load\n(1 = even)")
+    fig.colorbar(im, ax=axes[0, :].tolist(), shrink=0.9, label="share of the step's tokens")
+    return fig
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
