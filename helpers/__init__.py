@@ -17,10 +17,13 @@ The course library
 env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
 stats       verdicts over seeds: paired and Welch t against their critical values
-activations ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
+activations ReLU, squared ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
+dead_units  dead and silent hidden units: notebook 01's data, SGD, stuck shares, firing rates, stable lr
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
 residual    a deep stack of FFNs: residuals, LayerNorm placement, per-layer statistics
 width       what a wider hidden layer buys: memorising random facts
+neuron_basis the key-value reading of a trained FFN tested against a random basis of its hidden space
+precision   how far two computations agree, printed as a bound that reads the same on every CPU
 costs       FLOPs, saved activations, bytes and operation counts: formulas and measurements
 transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
@@ -33,16 +36,20 @@ gating      gated variants compared: gate gradients, saved activations, matched-
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
             experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
 sparsity    notebook 07's fact lookup: dense vs MoE vs dense of equal total parameters, seed by seed (runs shipped)
-routing_plots routing histograms and heat maps
+routing_plots routing histograms and heat maps, and the analyses behind notebook 05's figures
+router_skew why a fresh router is uneven on real text: the inputs' geometry and its controls
+moe_runs    notebook 05's training runs: an MoE LM beside dense baselines, over seeds and learning rates (shipped)
 chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)
 tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over processes
+fully_sharded the FFN's weights sharded over processes (ZeRO-3/FSDP): all-gather, reduce-scatter
 inference   arithmetic intensity on published hardware, decode vs prefill, an MoE's bytes per step, Mixtral's count
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
 superposition the toy model of superposition (n sparse features through m < n dimensions)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 dictionary_study notebook 09's dictionaries on all ten fact models: the superposition test and its controls (shipped)
+activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished
 """

@@ -7,6 +7,7 @@ shape, element by element.
 name            formula                                          used in
 ==============  ===============================================  ======================================
 ``relu``        max(0, x)                                        original Transformer
+``relu2``       max(0, x)^2  (squared ReLU)                      Primer (So et al. 2021)
 ``gelu``        x * Phi(x), Phi the standard normal CDF          BERT in Hugging Face (``"gelu"``)
 ``gelu_tanh``   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  GPT-2 (Hugging Face ``"gelu_new"``)
 ``silu``        x * sigmoid(x)  (Swish with beta = 1)            SwiGLU's gate
@@ -16,6 +17,8 @@ name            formula                                          used in
 
 ``swish(x, beta)`` is the one-parameter family x * sigmoid(beta x): beta = 0
 gives x / 2, beta = 1 gives SiLU, and beta -> infinity approaches ReLU.
+
+``slope(fn, x)`` is an activation's derivative at every element of ``x``, by autograd.
 
 ``format_step(values, dtype)`` is the spacing of a low-precision float format at given values,
 computed from the format's definition in float64 (no rounding kernel, so the same on every CPU).
@@ -40,6 +43,11 @@ GELU_TANH_COEFF = 0.044715
 def relu(x: torch.Tensor) -> torch.Tensor:
     """ReLU: ``max(0, x)``. Shape ``(...)`` -> ``(...)``."""
     return torch.relu(x)
+
+
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    """Squared ReLU: ``max(0, x)²`` (Primer, So et al. 2021); exactly 0 wherever ReLU is. Shape ``(...)`` -> ``(...)``."""
+    return torch.relu(x).square()
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -76,6 +84,19 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     return x * torch.sigmoid(beta * x)
 
 
+def slope(fn: Activation, x: torch.Tensor) -> torch.Tensor:
+    """``φ'(x)`` by autograd, element by element: ``fn`` an activation, ``x`` a float tensor ``(...)`` -> ``(...)``.
+
+    ``x`` is not changed and needs no ``requires_grad``; works with autograd or inference mode switched
+    on around the call.
+    """
+    validate.float_tensor("x", x, min_dims=0)
+    with torch.inference_mode(False), torch.enable_grad():     # whatever the caller's autograd state
+        x = x.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(fn(x).sum(), x)
+    return grad
+
+
 #: bits of precision (the implicit leading 1 included) and smallest normal exponent of each float format
 FORMATS: dict[torch.dtype, tuple[int, int]] = {
     torch.bfloat16: (8, -126),
@@ -110,6 +131,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "silu": silu,
     "sigmoid": sigmoid,
     "identity": identity,
+    "relu2": relu2,
 }
 
 

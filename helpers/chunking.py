@@ -153,10 +153,10 @@ def peak_saved_bytes(n_tokens: int, d_model: int, d_ff: int, variant: str, n_chu
                      checkpoint: bool = True, bytes_per_element: int = 4) -> int:
     """Formula for ``activation_memory(...).peak_bytes`` of one FFN on ``n_tokens`` tokens.
 
-    Without checkpointing: ``T·(d + k·d_ff)`` elements whatever ``n_chunks``.
+    Without checkpointing: ``T·(d + h·d_ff)`` elements whatever ``n_chunks``.
     With it: the kept inputs ``T·d`` plus the largest chunk's hidden tensors
-    ``ceil(T/n)·k·d_ff``, where ``d + k·d_ff = helpers.costs.saved_per_token(variant, d, d_ff)``
-    (k = 1 for ReLU, 2 for GELU, 4 for SwiGLU).
+    ``ceil(T/n)·h·d_ff``, where ``d + h·d_ff = helpers.costs.saved_per_token(variant, d, d_ff)``
+    (h = 1 for ReLU, 2 for GELU, 4 for SwiGLU: the notebook's symbol for saved hidden tensors).
     """
     validate.positive_int("n_tokens", n_tokens)
     per_token = saved_per_token(variant, d_model, d_ff)

@@ -19,6 +19,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -272,11 +273,27 @@ class LayerCost:
     rows: float
 
 
+@runtime_checkable
+class RoutedLayer(Protocol):
+    """What ``layer_cost`` reads of a mixture-of-experts layer: ``helpers.moe.MoE`` has all of it.
+
+    Described here, not imported: the MoE is a later idea built on this module (``helpers.moe`` imports
+    ``helpers.costs``), and the course's modules never import upward.
+    """
+
+    router: nn.Module
+    experts: nn.ModuleList
+    shared: nn.Module | None
+
+    def route(self, x: torch.Tensor) -> Any: ...
+
+
 @torch.no_grad()
 def layer_cost(layer: nn.Module, x: torch.Tensor) -> LayerCost:
-    """``LayerCost`` of ``layer`` (a bias-free gated ``FFN`` or a token-choice ``MoE``) on ``x`` ``(N, d_model)``."""
-    from helpers.moe import MoE              # helpers.moe imports this module
+    """``LayerCost`` of ``layer`` (a bias-free gated ``FFN`` or a token-choice ``MoE``) on ``x`` ``(N, d_model)``.
 
+    An MoE is recognised by what it has (``RoutedLayer``: ``route``, ``router``, ``experts``, ``shared``).
+    """
     validate.float_tensor("x", x, min_dims=2)
     layer = layer.eval()
     size = x.element_size()
@@ -286,7 +303,7 @@ def layer_cost(layer: nn.Module, x: torch.Tensor) -> LayerCost:
     if isinstance(layer, FFN):
         matrices = 3 if layer.gated else 2
         return LayerCost(flops, weight_bytes, weight_bytes, matrices, 0, float(n))
-    if not isinstance(layer, MoE):
+    if not isinstance(layer, RoutedLayer):
         raise TypeError(f"layer must be an FFN or an MoE, got {type(layer).__name__}")
     routing = layer.route(x)
     used = routing.tokens_per_expert() > 0

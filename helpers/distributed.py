@@ -61,10 +61,11 @@ BACKENDS = ("gloo", "nccl")
 class Traffic:
     """One collective call seen by ``traffic_log``: what this rank sent to *other* ranks.
 
-    ``op``: ``"all_to_all"`` or ``"all_reduce"``; ``phase``: ``"forward"`` or ``"backward"``;
-    ``elements``: the numbers in the tensor handed to the collective; ``bytes_sent``:
-    exact for an all-to-all (the rows addressed to other ranks), the ring
-    algorithm's ``2·(W−1)/W·elements·bytes`` for an all-reduce.
+    ``op``: ``"all_to_all"``, ``"all_reduce"``, ``"all_gather"`` or ``"reduce_scatter"``; ``phase``:
+    ``"forward"`` or ``"backward"``; ``elements``: the numbers in the tensor handed to the collective;
+    ``bytes_sent``: exact for an all-to-all (the rows addressed to other ranks), the ring algorithm's
+    ``2·(W−1)/W·elements·bytes`` for an all-reduce and ``(W−1)/W·elements·bytes`` (of the full tensor)
+    for an all-gather or a reduce-scatter.
     """
 
     op: str
@@ -91,6 +92,11 @@ class traffic_log:  # noqa: N801 - used like a function: ``with traffic_log() as
 def _note(op: str, phase: str, elements: int, bytes_sent: float) -> None:
     for log in _TRAFFIC:
         log.append(Traffic(op, phase, elements, bytes_sent))
+
+
+def record_traffic(op: str, phase: str, elements: int, bytes_sent: float) -> None:
+    """Add one collective call to every open ``traffic_log`` (for collectives written in other modules)."""
+    _note(op, phase, elements, bytes_sent)
 
 
 def _all_to_all_bytes(rows: torch.Tensor, input_counts: list[int], group: dist.ProcessGroup | None) -> float:

@@ -23,8 +23,11 @@ Steps, each a function here:
    exactly the original one with ``α(k_t) δ`` added to the FFN output at every position
    ``t``: the optimisation sees the real edit, not an approximation.
 3. ``rank_one_update``: the closed form (batched over many edits).
-4. ``edited``: a context manager that applies ``Ŵ`` temporarily; ``edit_outcomes``
-   measures efficacy, specificity and what happened to chosen other facts.
+4. ``edited``: a context manager that applies ``Ŵ`` temporarily; ``edit_effects`` (and the older
+   ``edit_outcomes``) measure efficacy, specificity and what happened to chosen other facts.
+
+``mean_keys`` averages a key over several prompts (ROME averages the subject's key over prefixes), and
+``rome_edits`` runs steps 2-3 for E edits at once.
 """
 
 from __future__ import annotations
@@ -89,6 +92,21 @@ def edit_scales(C: torch.Tensor, k_star: torch.Tensor, keys: torch.Tensor) -> to
     return (keys * u.reshape(shape)).sum(-1) / denominator.reshape(shape[:-1])
 
 
+def mean_keys(keys: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One key per edit, averaged over several prompts, as ROME averages the subject's key over contexts.
+
+    ``keys``: ``(N, T, d_ff)`` one layer's coefficients; ``rows``: bool ``(E, N)``, the prompts of each edit
+    (e.g. every prompt about its subject); ``positions``: ``(N,)`` where each prompt's key is read (e.g. the
+    subject). Returns ``(E, d_ff)``.
+    """
+    if not isinstance(rows, torch.Tensor) or rows.dtype != torch.bool or rows.dim() != 2 or \
+            rows.shape[1] != keys.shape[0] or not rows.any(dim=1).all():
+        raise ValueError(f"rows must be a bool mask (E, N={keys.shape[0]}) with at least one row per edit")
+    at = keys[torch.arange(keys.shape[0]), positions]                                # (N, d_ff)
+    weights = rows.to(at.dtype)
+    return weights @ at / weights.sum(dim=1, keepdim=True)
+
+
 @dataclass
 class EditPrompts:
     """The prompts that steer the choice of ``δ``, for E edits at once.
@@ -110,7 +128,7 @@ class EditPrompts:
 
 def edit_prompts(ids: torch.Tensor, answer_pos: torch.Tensor, keys: torch.Tensor, C: torch.Tensor,
                  k_star: torch.Tensor, edit_rows: torch.Tensor, new_ids: torch.Tensor,
-                 keep_rows: list[torch.Tensor] | None = None, keep_ids: torch.Tensor | None = None,
+                 keep_rows: list[torch.Tensor] | torch.Tensor | None = None, keep_ids: torch.Tensor | None = None,
                  keep_weight: float = 1.0) -> EditPrompts:
     """Assemble the ``EditPrompts`` for E edits of a data set of facts.
 
@@ -120,9 +138,14 @@ def edit_prompts(ids: torch.Tensor, answer_pos: torch.Tensor, keys: torch.Tensor
         C: ``(d_ff, d_ff)`` key second moment. k_star: ``(E, d_ff)`` the key of each edit.
         edit_rows: ``(E,)`` the row whose answer changes; new_ids: ``(E,)`` its new answer.
         keep_rows: optional, per edit, rows whose answer must stay ``keep_ids[row]`` (``keep_ids``: ``(N,)``),
-            each weighted by ``keep_weight`` in the loss.
+            each weighted by ``keep_weight`` in the loss: a list of E index tensors, or a bool mask ``(E, N)``.
     """
     E = edit_rows.shape[0]
+    if isinstance(keep_rows, torch.Tensor) and keep_rows.dtype == torch.bool:
+        if keep_rows.shape != (E, ids.shape[0]):
+            raise ValueError(f"a keep_rows mask must have shape (E, N) = {(E, ids.shape[0])}, got "
+                             f"{tuple(keep_rows.shape)}")
+        keep_rows = [torch.nonzero(row)[:, 0] for row in keep_rows]
     if k_star.shape[0] != E or new_ids.shape[0] != E:
         raise ValueError(f"k_star, edit_rows and new_ids must describe the same number of edits, got "
                          f"{k_star.shape[0]}, {E}, {new_ids.shape[0]}")
@@ -188,6 +211,64 @@ def optimise_deltas(model: nn.Module, layer: int, prompts: EditPrompts, n_edits:
             p.requires_grad_(True)
         model.train(was_training)
     return delta.detach()
+
+
+def rome_edits(model: nn.Module, layer: int, keys: torch.Tensor, C: torch.Tensor, k_stars: torch.Tensor,
+               ids: torch.Tensor, answer_pos: torch.Tensor, edit_rows: torch.Tensor, new_ids: torch.Tensor, *,
+               keep_rows: list[torch.Tensor] | torch.Tensor | None = None, keep_ids: torch.Tensor | None = None,
+               keep_weight: float = 1.0, steps: int = 40, lr: float = 0.5, l2: float = 3e-3) -> torch.Tensor:
+    """E rank-one edits of ``layer``'s ``W2``, each made alone: ``(E, d_model, d_ff)``, one ``Ŵ`` per edit.
+
+    The steps of the module docstring: ``keys`` ``(N, T, d_ff)`` are the layer's coefficients on ``ids``, ``C``
+    their second moment (``key_second_moment``), ``k_stars`` ``(E, d_ff)`` the edited keys; ``δ`` comes from
+    ``optimise_deltas`` (with the keep term when ``keep_rows`` is given, see ``edit_prompts``), then
+    ``Ŵ = rank_one_update(W, C, k*, W k* + δ)``.
+    """
+    prompts = edit_prompts(ids, answer_pos, keys, C, k_stars, edit_rows, new_ids, keep_rows=keep_rows,
+                           keep_ids=keep_ids, keep_weight=keep_weight)
+    deltas = optimise_deltas(model, layer, prompts, n_edits=k_stars.shape[0], steps=steps, lr=lr, l2=l2)
+    W = find_ffns(model).layer(layer).value_matrix.detach()
+    return rank_one_update(W, C, k_stars, k_stars @ W.T + deltas)
+
+
+@dataclass
+class EditEffects:
+    """What E edits, each applied alone, did to the predictions on chosen rows.
+
+    Attributes:
+        success: ``(E,)`` bool, the edited fact now gets its new answer.
+        unchanged: ``(E, R)`` bool, row ``rows[r]``'s prediction is the same as before the edit.
+        rows: ``(R,)`` the rows that were evaluated.
+    """
+
+    success: torch.Tensor
+    unchanged: torch.Tensor
+    rows: torch.Tensor
+
+    def kept(self, among: torch.Tensor) -> torch.Tensor:
+        """``(E,)`` per edit, the share of unchanged predictions among the rows ``among`` marks: a bool mask
+        ``(E, N)`` over the whole data set (e.g. every other subject's facts), restricted to ``rows``."""
+        chosen = among[:, self.rows].float()
+        return (self.unchanged.float() * chosen).sum(1) / chosen.sum(1)
+
+
+def edit_effects(model: nn.Module, layer: int, W_hats: torch.Tensor, ids: torch.Tensor, answer_pos: torch.Tensor,
+                 edit_rows: torch.Tensor, new_ids: torch.Tensor,
+                 rows: torch.Tensor | None = None) -> EditEffects:
+    """Apply each ``W_hats[e]`` (``(E, d_model, d_ff)``) alone and compare the predictions on ``rows`` of ``ids``
+    (default: every row; an empty tensor checks only the edited facts) with the unedited model's;
+    ``edit_rows[e]`` should get ``new_ids[e]``."""
+    rows = torch.arange(ids.shape[0]) if rows is None else rows
+    checked = rows.numel() > 0
+    before = predictions(model, ids[rows], answer_pos[rows]) if checked else None
+    success, unchanged = [], []
+    for e in range(W_hats.shape[0]):
+        with edited(model, layer, W_hats[e]):
+            target = predictions(model, ids[edit_rows[e:e + 1]], answer_pos[edit_rows[e:e + 1]])
+            after = predictions(model, ids[rows], answer_pos[rows]) if checked else None
+        success.append(bool(target[0] == new_ids[e]))
+        unchanged.append(after == before if checked else torch.zeros(0, dtype=torch.bool))
+    return EditEffects(torch.tensor(success), torch.stack(unchanged), rows)
 
 
 @contextmanager

@@ -107,7 +107,11 @@ def install_missing(quiet: bool = True) -> list[str]:
     missing += [spec for spec in outdated_packages() if spec not in missing]
     if missing:
         cmd = [sys.executable, "-m", "pip", "install", *(["--quiet"] if quiet else []), *missing]
-        subprocess.run(cmd, check=True)
+        done = subprocess.run(cmd)
+        if done.returncode != 0:
+            raise RuntimeError(f"Could not install {', '.join(missing)} with pip (exit status {done.returncode}; "
+                               f"pip's message is above). Check that this runtime is online, then run the setup "
+                               f"cell again.")
     return missing
 
 
@@ -186,7 +190,11 @@ from pathlib import Path
 
 REPO_URL = os.environ.get("FFN_COURSE_REPO", "https://github.com/ffn-course/ffn-course.git")
 if "google.colab" in sys.modules and not Path("ffn-course/helpers").is_dir():
-    subprocess.run(["git", "clone", "--quiet", "--depth", "1", REPO_URL, "ffn-course"], check=True)
+    fetch = subprocess.run(["git", "clone", "--quiet", "--depth", "1", REPO_URL, "ffn-course"],
+                           capture_output=True, text=True)
+    if fetch.returncode != 0:
+        raise RuntimeError(f"Could not fetch the course from {REPO_URL} ({' '.join(fetch.stderr.split())}). Check "
+                           "that this runtime is online and the address is right, then run this cell again.")
 ROOT = next((p for p in [Path.cwd(), *Path.cwd().parents, Path.cwd() / "ffn-course"]
              if (p / "helpers" / "__init__.py").is_file()), None)
 if ROOT is None:

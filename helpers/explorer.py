@@ -133,13 +133,19 @@ class NeuronExplorer:
         value_ax.set(xlabel=f"logit of its value ({read})", title="What it writes: most promoted / suppressed")
 
         rows, before, after = self.knock_out_effect(layer, neuron)
-        ys = torch.arange(len(rows))
-        ko_ax.barh(ys - 0.2, before.tolist(), 0.4, color="0.7", label="intact")
-        ko_ax.barh(ys + 0.2, after.tolist(), 0.4, color="#CC79A7", label="this neuron off")
+        change = (after - before).tolist()
+        ys = list(range(len(rows)))
+        limit = max(0.05, 1.25 * max(abs(c) for c in change))           # a change of 0.01 stays visible as small
+        ko_ax.barh(ys, change, color=["#CC79A7" if c < 0 else "#009E73" for c in change])
+        for y, (c, b) in enumerate(zip(change, before.tolist())):
+            right = c < 0.2 * limit                                        # on the side the bar leaves free
+            ko_ax.text(0.97 * limit if right else -0.97 * limit, y, f"{b:.2f} → {b + c:.2f}", va="center",
+                       ha="right" if right else "left", fontsize=9)
         labels = [self.row_labels[r] if len(self.row_labels[r]) <= 26 else self.row_labels[r][:25] + "…"
                   for r in rows.tolist()]
-        ko_ax.set_yticks(ys.tolist(), labels, fontsize=8)
+        ko_ax.set_yticks(ys, labels, fontsize=9)
         ko_ax.invert_yaxis()
-        ko_ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-        ko_ax.set(xlim=(0, 1.02), title=f"Only it off: its top {len(rows)} facts, P(answer)")
+        ko_ax.axvline(0, color="0.4", lw=0.8)
+        ko_ax.set(xlim=(-limit, limit), xlabel="change in P(answer)",
+                  title=f"Only it off: its top {len(rows)} facts")
         return fig

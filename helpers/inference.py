@@ -17,6 +17,16 @@ average, so the intensity of its experts is ``2·B·k / (bytes · touched)``: th
 dense value for one token, ``k/E`` of it once every expert is read. To reach the
 same ridge an MoE needs about ``E/k`` times the batch (``batch_for_intensity``).
 
+Routed in *balance* instead (every expert as busy as the others), ``B`` tokens touch
+``min(E, k·B)`` experts (``balanced_experts_touched``): more than at random for small
+batches, so a balanced MoE reads more bytes per decode step, not fewer. ``sample_routing``
+draws such routings (random, balanced, Zipf-skewed, collapsed) to measure it.
+
+Decoding also reads the *KV cache*: the keys and values attention keeps for every earlier
+token of every sequence, ``2 · n_layers · n_kv_heads · head_dim · bytes`` per token of
+context (``kv_cache_bytes_per_token``). Unlike the weights it is not shared by the batch,
+so it caps a decode step's intensity whatever ``B`` (``decode_step``, ``LLAMA3_8B_CONFIG``).
+
 The same ratio, read against a link's bandwidth instead of memory's, says whether
 communication can hide behind computation (``link_ridge``).
 
@@ -26,6 +36,7 @@ formulas do not.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,6 +97,47 @@ def expected_experts_touched(n_tokens: int, n_experts: int, top_k: int) -> float
     validate.positive_int("n_experts", n_experts)
     validate.int_in_range("top_k", top_k, 1, n_experts)
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** n_tokens)
+
+
+def balanced_experts_touched(n_tokens: int, n_experts: int, top_k: int) -> int:
+    """Distinct experts ``B`` tokens use when routing is perfectly balanced: ``min(E, k·B)``.
+
+    Each token takes ``k`` distinct experts, and an even load spreads the ``k·B`` slots over as many
+    experts as there are: the most a batch can touch (every token on the same ``k`` experts is the least).
+    """
+    validate.positive_int("n_tokens", n_tokens)
+    validate.positive_int("n_experts", n_experts)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    return min(n_experts, top_k * n_tokens)
+
+
+#: the stylised routers ``sample_routing`` draws from
+ROUTERS = ("random", "balanced", "skewed", "collapsed")
+
+
+def sample_routing(n_tokens: int, n_experts: int, top_k: int, router: str = "random", *,
+                   generator=None):
+    """``(n_tokens, top_k)`` int64 expert indices, ``k`` distinct per token, drawn by a stylised router.
+
+    ``"random"``: ``k`` of ``E`` uniformly at random (``expected_experts_touched``); ``"balanced"``: token ``t``
+    takes experts ``(t·k + j) mod E``, every expert equally busy (``balanced_experts_touched``); ``"skewed"``: ``k``
+    without replacement with weights ``∝ 1/(e+1)`` (Zipf's law, the Gumbel top-k trick); ``"collapsed"``: every
+    token on experts ``0 … k−1``, the fewest bytes and the busiest experts. ``generator``: a ``torch.Generator``.
+    """
+    import torch
+
+    validate.positive_int("n_tokens", n_tokens)
+    validate.positive_int("n_experts", n_experts)
+    validate.int_in_range("top_k", top_k, 1, n_experts)
+    validate.one_of("router", router, ROUTERS)
+    if router == "balanced":
+        return (torch.arange(n_tokens).unsqueeze(1) * top_k + torch.arange(top_k)) % n_experts
+    if router == "collapsed":
+        return torch.arange(top_k).expand(n_tokens, top_k).clone()
+    scores = torch.rand(n_tokens, n_experts, generator=generator, dtype=torch.float64)
+    if router == "skewed":                       # log-weights plus Gumbel noise: top-k samples without replacement
+        scores = -torch.log(torch.arange(1, n_experts + 1, dtype=torch.float64)) - torch.log(-torch.log(scores))
+    return scores.topk(top_k, dim=-1).indices
 
 
 def moe_intensity(n_tokens: int, n_experts: int, top_k: int, *, bytes_per_element: float = 4) -> float:
@@ -164,15 +216,122 @@ MIXTRAL_TOTAL_PARAMS = _MIXTRAL["total"]
 MIXTRAL_ACTIVE_PARAMS = _MIXTRAL["active"]
 
 
-def mixtral_params_read(n_tokens: int) -> float:
-    """Weights a Mixtral 8×7B decode step with ``n_tokens`` tokens reads (uniform routing; KV cache not counted).
+ROUTINGS = ("random", "balanced")
+
+
+def mixtral_params_read(n_tokens: int, routing: str = "random") -> float:
+    """Weights a Mixtral 8×7B decode step with ``n_tokens`` tokens reads (KV cache not counted).
 
     Every shared matrix once, but of the input-embedding table only one row per token;
-    plus every expert slot some token uses (``expected_experts_touched``). About 12.75 B
-    for one token, tending to the 46.6 B of all weights apart from the unread embedding rows.
+    plus every expert slot some token uses: ``expected_experts_touched`` for ``routing="random"``
+    (each token's two experts drawn uniformly at random), ``balanced_experts_touched`` for
+    ``"balanced"`` (an even load). About 12.75 B for one token, tending to the 46.6 B of all
+    weights apart from the unread embedding rows.
     """
     validate.positive_int("n_tokens", n_tokens)
+    validate.one_of("routing", routing, ROUTINGS)
     c = MIXTRAL_CONFIG
     rows = min(n_tokens, c["vocab_size"]) * c["d_model"]
     shared = _MIXTRAL["shared"] - _MIXTRAL["input_embedding"] + rows
-    return shared + expected_experts_touched(n_tokens, c["n_experts"], c["top_k"]) * _MIXTRAL["expert_slot"]
+    touched = (expected_experts_touched if routing == "random" else balanced_experts_touched)(
+        n_tokens, c["n_experts"], c["top_k"])
+    return shared + touched * _MIXTRAL["expert_slot"]
+
+
+# ----------------------------------------------------------------------------- decoding a dense model: weights + KV cache
+
+#: Llama-3-8B's published configuration (Hugging Face ``meta-llama/Meta-Llama-3-8B`` config.json): 32 layers, width
+#: 4096, 32 query heads and 8 key/value heads of 128 (grouped-query attention), SwiGLU FFN of d_ff 14336, a
+#: 128,256-token vocabulary, untied input and output embeddings, context 8192. 8.03 B parameters.
+LLAMA3_8B_CONFIG = dict(n_layers=32, d_model=4096, d_ff=14336, n_heads=32, n_kv_heads=8, head_dim=128,
+                        vocab_size=128256, n_ctx=8192)
+
+
+def dense_param_counts(config: dict[str, int] | None = None) -> dict[str, int]:
+    """Parameters of a Llama-style dense decoder (default ``LLAMA3_8B_CONFIG``), by part.
+
+    ``attention`` (Q and output ``d × n_heads·head_dim``, K and V ``d × n_kv_heads·head_dim``, every layer),
+    ``ffn`` (three ``d × d_ff`` matrices per layer), ``norms`` (two RMSNorms per layer and a final one),
+    ``input_embedding`` and ``output_embedding`` (``vocab × d`` each, untied) and ``total``.
+    """
+    c = dict(LLAMA3_8B_CONFIG if config is None else config)
+    d, layers = c["d_model"], c["n_layers"]
+    parts = dict(attention=layers * 2 * d * c["head_dim"] * (c["n_heads"] + c["n_kv_heads"]),
+                 ffn=layers * 3 * d * c["d_ff"], norms=layers * 2 * d + d,
+                 input_embedding=c["vocab_size"] * d, output_embedding=c["vocab_size"] * d)
+    return {**parts, "total": sum(parts.values())}
+
+
+def kv_cache_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int, *, bytes_per_number: float = 2) -> float:
+    """Bytes of KV cache one token of context holds: a key and a value of ``n_kv_heads·head_dim`` numbers per layer.
+
+    ``2 · n_layers · n_kv_heads · head_dim · bytes``: Llama-3-8B in bf16, 2·32·8·128·2 = 131,072 bytes (128 KiB).
+    """
+    for name, value in dict(n_layers=n_layers, n_kv_heads=n_kv_heads, head_dim=head_dim).items():
+        validate.positive_int(name, value)
+    validate.positive_float("bytes_per_number", bytes_per_number)
+    return 2 * n_layers * n_kv_heads * head_dim * bytes_per_number
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode step of ``batch`` sequences, each with ``context`` tokens in its KV cache (bytes and FLOPs).
+
+    ``weight_bytes``: every weight read once (of the input embedding only the batch's rows); ``ffn_bytes``: the
+    FFNs' share of them; ``kv_bytes``: every sequence's whole cache; ``flops``: matrix products with the weights
+    (2 per weight and token) plus attention's scores and mixing over the context (``4·context·n_heads·head_dim``
+    per layer and token).
+    """
+
+    batch: int
+    context: int
+    weight_bytes: float
+    ffn_bytes: float
+    kv_bytes: float
+    flops: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte read by the whole step."""
+        return self.flops / self.total_bytes
+
+    def seconds(self, hardware: Hardware) -> float:
+        """The roofline's lower bound on the step's time: the longer of reading its bytes and doing its FLOPs."""
+        return max(self.total_bytes / hardware.memory_bandwidth, self.flops / hardware.flops)
+
+
+def decode_step(batch: int, context: int, config: dict[str, int] | None = None, *,
+                bytes_per_number: float = 2) -> DecodeStep:
+    """Bytes and FLOPs of one decode step of a Llama-style dense model (default ``LLAMA3_8B_CONFIG``).
+
+    ``batch`` sequences each add one token and attend over ``context`` cached tokens. The weights are read once
+    and shared by the batch; each sequence's KV cache is its own, so the cache's bytes grow with ``batch·context``
+    like the attention FLOPs: past a few hundred tokens of context no batch reaches the weights' ridge.
+    """
+    validate.positive_int("batch", batch)
+    validate.non_negative_int("context", context)
+    c = dict(LLAMA3_8B_CONFIG if config is None else config)
+    counts = dense_param_counts(c)
+    weights_read = counts["total"] - counts["input_embedding"] + min(batch, c["vocab_size"]) * c["d_model"]
+    multiplied = counts["total"] - counts["input_embedding"] - counts["norms"]   # a lookup is not a product
+    attention = 4 * context * c["n_heads"] * c["head_dim"] * c["n_layers"]
+    kv = batch * context * kv_cache_bytes_per_token(c["n_layers"], c["n_kv_heads"], c["head_dim"],
+                                                     bytes_per_number=bytes_per_number)
+    return DecodeStep(batch, context, weights_read * bytes_per_number, counts["ffn"] * bytes_per_number, kv,
+                      batch * (2 * multiplied + attention))
+
+
+def decode_intensity_limit(context: int, config: dict[str, int] | None = None, *, bytes_per_number: float = 2) -> float:
+    """The intensity ``decode_step`` tends to as the batch grows: one token's FLOPs over its own cache's bytes.
+
+    ``(2·N + 4·n_layers·context·n_heads·head_dim) / (context · kv_cache_bytes_per_token)``, ``N`` the weights a
+    token multiplies with; infinite for an empty context (then the weights' ``2B/bytes`` grows without bound).
+    """
+    validate.positive_int("context", context)
+    c = dict(LLAMA3_8B_CONFIG if config is None else config)
+    one = decode_step(1, context, c, bytes_per_number=bytes_per_number)
+    return one.flops / one.kv_bytes

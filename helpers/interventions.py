@@ -4,11 +4,14 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
 *does* in a forward pass:
 
 * ``sub_updates``: the FFN output at one position split into its terms ``m_i v_i`` (Geva et al. 2022),
-  and ``direct_logit_shifts``: what each term does to the next-token logits when it enters the final
-  LayerNorm directly (exact for the last block, with the norm's scale held at its actual value);
-* ``knock_out``: chosen memory coefficients set to 0, at every position or at one position per row, and
-  ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active neurons,
-  another fact's, the fact's own matched to the activity the other set removes, random);
+  ``direct_logit_shifts``: what each term does to the next-token logits when it enters the final LayerNorm
+  directly (exact for the last block, with the norm's scale held at its actual value), and
+  ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination);
+* ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
+  position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
+  neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
+  size of the vector it removes, random), with ``same_group_donors``, ``removed_activity``, ``removed_write``
+  and ``knockout_drops``;
 * ``patched_ffn_output`` and ``patching_effect``: activation patching, i.e. one layer's FFN output at one
   position replaced by what it was on another prompt, which locates where a prediction is read.
 
@@ -109,6 +112,34 @@ def direct_logit_shifts(model: nn.Module, vectors: torch.Tensor, residual: torch
     return (centred * norm.weight / sigma) @ unembed.weight.T
 
 
+@torch.no_grad()
+def answer_and_rival_shifts(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: torch.Tensor,
+                            answer_id: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``layer``'s ``Σ_i m_i v_i`` (``b2`` left out) does, by its direct path, to each row's answer and to
+    its rivals (the other answers of rows in the same group, e.g. the other capitals), at ``answer_pos``.
+
+    Returns two ``(N,)`` tensors of ``direct_logit_shifts`` measured against the average word of the
+    vocabulary: the answer's shift, and the rivals' mean shift. Positive: promoted above the average word;
+    negative: pushed below it. Exact for the last block; for an earlier one only its direct path.
+    """
+    ffn = find_ffns(model).layer(layer)
+    rows = torch.arange(ids.shape[0])
+    trace = collect(model, ids)
+    written = trace.outputs[layer][rows, answer_pos]
+    if ffn.value_bias is not None:
+        written = written - ffn.value_bias.detach()
+    shifts = direct_logit_shifts(model, written, final_residual(model, ids)[rows, answer_pos])       # (N, vocab)
+    shifts = shifts - shifts.mean(dim=1, keepdim=True)
+    answer = shifts[rows, answer_id]
+    rivals = torch.empty(ids.shape[0])
+    for g in groups.unique().tolist():
+        mine = torch.nonzero(groups == g)[:, 0]
+        candidates = answer_id[mine].unique()                                       # the group's answers
+        is_own = candidates[None, :] == answer_id[mine, None]                       # (n, C)
+        rivals[mine] = (shifts[mine][:, candidates] * ~is_own).sum(1) / (~is_own).sum(1).clamp_min(1)
+    return answer, rivals
+
+
 # ---------------------------------------------------------------------------------------------
 # Knock-outs
 # ---------------------------------------------------------------------------------------------
@@ -119,32 +150,37 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
               positions: torch.Tensor | None = None) -> Iterator[None]:
     """Inside the ``with`` block, chosen neurons of ``layer`` have memory coefficient 0 (they write nothing).
 
-    ``neurons``: an index or a list/1-D tensor of indices (silenced in every row), or a bool tensor
-    ``(N, d_ff)`` choosing different neurons for each of the N rows of the next forward pass.
-    ``positions``: ``None`` silences them at every position; a long tensor ``(N,)`` only at position
-    ``positions[n]`` of row ``n`` (a knock-out where one fact is read, e.g. at its subject).
+    ``neurons``: an index or a list/1-D tensor of indices (silenced in every row); a bool tensor ``(N, d_ff)``
+    choosing different neurons for each of the N rows of the next forward pass; or a float tensor
+    ``(N, d_ff)`` in ``[0, 1]``, the *share* of each coefficient removed (``m ← (1 − share)·m``; 1 silences the
+    neuron, 0 leaves it, 0.3 removes 30 % of it), as ``knockout_sets`` returns.
+    ``positions``: ``None`` acts at every position; a long tensor ``(N,)`` only at position ``positions[n]`` of
+    row ``n`` (a knock-out where one fact is read, e.g. at its subject).
     Nest two blocks to silence neurons in two layers.
     """
     ffn = find_ffns(model).layer(layer)
-    if isinstance(neurons, torch.Tensor) and neurons.dtype == torch.bool:
+    if isinstance(neurons, torch.Tensor) and (neurons.dtype == torch.bool or neurons.is_floating_point()):
         if neurons.dim() != 2 or neurons.shape[1] != ffn.d_ff:
-            raise ValueError(f"a bool neurons mask must have shape (N, d_ff={ffn.d_ff}), got {tuple(neurons.shape)}")
-        off = neurons
+            kind = "bool" if neurons.dtype == torch.bool else "float"
+            raise ValueError(f"a {kind} neurons mask must have shape (N, d_ff={ffn.d_ff}), got {tuple(neurons.shape)}")
+        if neurons.is_floating_point() and not ((neurons >= 0) & (neurons <= 1)).all():
+            raise ValueError("a float neurons mask holds the share of each coefficient removed, in [0, 1]")
+        removed = neurons.float()
     else:
-        off = torch.zeros(1, ffn.d_ff, dtype=torch.bool)
-        off[0, _check_neurons(neurons, ffn.d_ff)] = True
+        removed = torch.zeros(1, ffn.d_ff)
+        removed[0, _check_neurons(neurons, ffn.d_ff)] = 1.0
     if positions is not None:
         if not isinstance(positions, torch.Tensor) or positions.dtype != torch.long or positions.dim() != 1:
             raise TypeError("positions must be a (N,) torch.long tensor, one position per row")
-        if off.shape[0] not in (1, positions.shape[0]):
-            raise ValueError(f"the neurons mask has {off.shape[0]} rows but positions has {positions.shape[0]}")
+        if removed.shape[0] not in (1, positions.shape[0]):
+            raise ValueError(f"the neurons mask has {removed.shape[0]} rows but positions has {positions.shape[0]}")
 
     def pre_hook(module, inputs):
         m = inputs[0]
-        rows = positions.shape[0] if positions is not None else off.shape[0]
+        rows = positions.shape[0] if positions is not None else removed.shape[0]
         if m.dim() != 3 or (rows > 1 and m.shape[0] != rows):
             raise ValueError(f"knock_out was set up for {rows} rows, but the batch has shape {tuple(m.shape)}")
-        keep = (~off).to(m.dtype).to(m.device).unsqueeze(1).expand(m.shape[0], m.shape[1], -1)    # (N, T, d_ff)
+        keep = (1 - removed).to(m.dtype).to(m.device).unsqueeze(1).expand(m.shape[0], m.shape[1], -1)  # (N, T, d_ff)
         if positions is not None:
             at = torch.zeros(m.shape[:2], dtype=torch.bool, device=m.device)
             at[torch.arange(m.shape[0], device=m.device), positions.to(m.device)] = True
@@ -158,40 +194,131 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
         handle.remove()
 
 
+def removed_activity(activity: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` the activity a knock-out silences: ``Σ_i removed[n, i] · max(activity[n, i], 0)``.
+
+    Only firing counts: a coefficient at GELU's small negative dip (≥ −0.17) is a silent neuron, and silencing
+    it removes no firing. ``activity``, ``removed``: ``(N, d_ff)`` (``removed`` as ``knockout_sets`` returns).
+    """
+    return (activity.clamp_min(0) * removed).sum(dim=1)
+
+
+def removed_write(activity: torch.Tensor, removed: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` the size of the vector a knock-out takes out of the stream: ``‖Σ_i removed[n, i] · activity[n, i] ·
+    v_i‖``, with ``values`` ``(d_ff, d_model)`` (row i is value i, ``W2.T``); ``activity``, ``removed``:
+    ``(N, d_ff)``. Two sets that silence the same activity can remove writes of different sizes."""
+    validate.float_tensor("values", values, min_dims=2)
+    return ((activity * removed).double() @ values.double()).norm(dim=1)
+
+
+def _size_matched(activity: torch.Tensor, values: torch.Tensor, target: torch.Tensor, first: int = 64) -> torch.Tensor:
+    """The own neurons in order of activity, the last in part, until ``‖Σ share_i m_i v_i‖`` reaches ``target``.
+
+    Only the ``first`` most active neurons are summed (enough for almost every row); rows that need more are
+    done again with all of them.
+    """
+    N, d_ff = activity.shape
+    K = min(first, d_ff)
+    ranked, order = activity.clamp_min(0).sort(dim=1, descending=True)                # (N, d_ff)
+    parts = ranked[:, :K, None] * values[order[:, :K]]                                  # (N, K, d_model): m_i v_i
+    after = parts.cumsum(dim=1)                                                         # removed up to neuron j
+    reached = (after.norm(dim=-1) >= target[:, None]) & (ranked[:, :K] > 0)
+    j = reached.double().argmax(dim=1)
+    rows = torch.arange(N)
+    b = parts[rows, j]
+    a = after[rows, j] - b                                                              # removed before neuron j
+    ab, bb, aa = (a * b).sum(-1), (b * b).sum(-1), (a * a).sum(-1)
+    # ‖a + s b‖ = target: the root in [0, 1] of bb s² + 2 ab s + aa − target² = 0 (aa < target² ≤ ‖a + b‖²)
+    root = (-ab + (ab ** 2 - bb * (aa - target ** 2)).clamp_min(0).sqrt()) / bb.clamp_min(1e-300)
+    share = (torch.arange(K)[None, :] < j[:, None]).double()                           # whole before neuron j
+    share[rows, j] = root.clamp(0, 1)
+    share = torch.where(reached.any(dim=1, keepdim=True), share, 1.0) * (ranked[:, :K] > 0)   # never: all firing
+    share = torch.cat([share, torch.zeros(N, d_ff - K, dtype=share.dtype)], dim=1)
+    result = torch.zeros_like(share).scatter_(1, order, share)
+    more = ~reached.any(dim=1) & (ranked[:, K - 1] > 0) if K < d_ff else torch.zeros(N, dtype=torch.bool)
+    if more.any():                                                                       # firing neurons beyond K
+        result[more] = _size_matched(activity[more], values, target[more], first=d_ff)
+    return result
+
+
 def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
-                  generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-    """The neuron sets a knock-out is judged against, one row per fact: ``{name: (N, d_ff) bool}``.
+                  generator: torch.Generator | None = None, values: torch.Tensor | None = None,
+                  rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The neuron sets a knock-out is judged against, one row per fact: ``{name: (N, d_ff) float}``, the share
+    of each neuron's coefficient removed (1: off, 0: kept), for ``knock_out``.
 
     Args:
         activity: ``(N, d_ff)`` each fact's memory coefficients where it is read (one position per fact).
         donor: ``(N,)`` long, for each fact another fact whose top neurons serve as the control
-            (e.g. another subject, same relation).
+            (e.g. another subject, same relation; ``same_group_donors``).
         n_off: how many neurons the "own", "other" and "random" sets switch off.
+        values: optional ``(d_ff, d_model)``, the layer's values (``W2.T``); adds the "size-matched" set.
+        rows: optional ``(R,)`` long, the facts to return sets for (default: all N); the sets are the same
+            as ``knockout_sets(...)[name][rows]`` (the random draw included), computed only where needed.
     Returns:
         ``"own"``: the fact's ``n_off`` most active neurons; ``"other"``: the donor's ``n_off`` most active;
-        ``"matched"``: the fact's own most active neurons, as few as it takes to remove at least the activity
-        ``Σ m`` (at this fact) that the "other" set removes; ``"random"``: ``n_off`` random neurons.
+        ``"matched"``: the fact's own neurons in order of activity, the last one removed only in part, so that
+        the activity removed (``removed_activity``, at this fact) equals what the "other" set removes, exactly;
+        ``"random"``: ``n_off`` random neurons; with ``values``, ``"size-matched"``: the own neurons in the same
+        order, the last in part, until the vector removed (``removed_write``) is exactly as long as the one the
+        "other" set removes (where no prefix of the own ranking reaches it, every firing own neuron).
         The own set removes the most activity by construction, so "own" against "other" alone cannot
-        separate fact-specific storage from activity; "matched" against "other" can.
+        separate fact-specific storage from activity; "matched" against "other" can, and "size-matched"
+        against "other" also removes the explanation that the own neurons simply write larger vectors.
     """
     validate.float_tensor("activity", activity, min_dims=2)
     N, d_ff = activity.shape
     validate.int_in_range("n_off", n_off, 1, d_ff)
     if not isinstance(donor, torch.Tensor) or donor.shape != (N,):
         raise ValueError(f"donor must be a long tensor of shape ({N},), one other fact per fact")
+    if values is not None and (not isinstance(values, torch.Tensor) or values.dim() != 2 or values.shape[0] != d_ff):
+        raise ValueError(f"values must be a (d_ff={d_ff}, d_model) tensor, row i value i (W2.T), got "
+                         f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}")
 
     def top(scores: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(N, d_ff, dtype=torch.bool).scatter_(1, scores.topk(n_off, dim=1).indices, True)
+        return torch.zeros(N, d_ff).scatter_(1, scores.topk(n_off, dim=1).indices, 1.0)
 
     own, other = top(activity), top(activity[donor])
-    removed = (activity * other).sum(dim=1, keepdim=True)                          # (N, 1): Σm the other set removes
-    ranked, order = activity.sort(dim=1, descending=True)
-    reached = ranked.cumsum(dim=1) >= removed                                       # (N, d_ff)
-    n_matched = torch.where(reached.any(dim=1), reached.float().argmax(dim=1) + 1, torch.full((N,), d_ff))
-    keep_first = torch.arange(d_ff)[None, :] < n_matched[:, None]
-    matched = torch.zeros(N, d_ff, dtype=torch.bool).scatter_(1, order, keep_first)
+    target = removed_activity(activity.double(), other.double())                    # (N,) what "other" removes
+    ranked, order = activity.double().clamp_min(0).sort(dim=1, descending=True)     # own neurons, most active first
+    before = ranked.cumsum(dim=1) - ranked                                            # removed by the neurons ahead
+    share = ((target[:, None] - before) / ranked.clamp_min(1e-300)).clamp(0, 1)      # (N, d_ff): 1, 1, ..., part, 0
+    share = torch.where(ranked > 0, share, torch.zeros_like(share))
+    matched = torch.zeros(N, d_ff, dtype=torch.float64).scatter_(1, order, share).float()
     noise = torch.rand(N, d_ff, generator=generator)
-    return {"own": own, "other": other, "matched": matched, "random": top(noise)}
+    rows = torch.arange(N) if rows is None else rows
+    sets = {"own": own[rows], "other": other[rows], "matched": matched[rows], "random": top(noise)[rows]}
+    if values is not None:
+        size = removed_write(activity[rows], sets["other"], values)                   # (R,) what "other" removes
+        sets["size-matched"] = _size_matched(activity[rows].double(), values.double(), size).float()
+    return sets
+
+
+def same_group_donors(groups: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(N,)`` for each row another row of the same group: the rows of each group shuffled, and each given the
+    next one in that order (a group of one row is its own donor). ``groups``: ``(N,)`` integer labels."""
+    if not isinstance(groups, torch.Tensor) or groups.dim() != 1 or groups.is_floating_point():
+        raise TypeError("groups must be a (N,) integer tensor, one group label per row")
+    donor = torch.empty_like(groups, dtype=torch.long)
+    for g in groups.unique().tolist():
+        rows = torch.nonzero(groups == g)[:, 0]
+        rows = rows[torch.randperm(len(rows), generator=generator)]
+        donor[rows] = rows.roll(1)
+    return donor
+
+
+@torch.no_grad()
+def knockout_drops(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: torch.Tensor,
+                   answer_id: torch.Tensor, positions: torch.Tensor,
+                   sets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """For each neuron set (``(N, d_ff)`` shares removed, as ``knockout_sets`` returns, rows matching ``ids``),
+    removed in ``layer`` at position ``positions[n]`` of row ``n``: ``(N,)`` the drop in P(answer)."""
+    before = answer_probability(model, ids, answer_pos, answer_id)
+    drops = {}
+    for name, removed in sets.items():
+        with knock_out(model, layer, removed, positions=positions):
+            drops[name] = before - answer_probability(model, ids, answer_pos, answer_id)
+    return drops
 
 
 # ---------------------------------------------------------------------------------------------

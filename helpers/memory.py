@@ -12,8 +12,8 @@ the value by what it writes in the vocabulary. This module holds those readings:
 * where a model keeps its FFNs (``find_ffns``) and one recorded forward pass (``collect``: every layer's
   coefficients ``(N, T, d_ff)`` and outputs ``(N, T, d_model)``);
 * keys: the prefixes that trigger a neuron most (``top_triggers``), how often a neuron's triggers share a
-  label (``pattern_share``), each example's peak and its mean per group (``peak_coefficients``,
-  ``group_profile``);
+  label (``pattern_share``) and how many of a layer's neurons pass a share (``pattern_neuron_share``), each
+  example's peak and its mean per group (``peak_coefficients``, ``group_profile``);
 * values: a vector read through the final LayerNorm and the unembedding (``project_to_vocab``,
   ``value_logits``), and Geva et al.'s **agreement rate** between a neuron's value and the token after its
   top trigger, with its mismatched-pairs baseline (``agreement``, ``mismatched_agreement``).
@@ -355,6 +355,19 @@ def pattern_share(examples: torch.Tensor, labels: Sequence[object]) -> torch.Ten
     picked = coded[examples]                                   # (d_ff, k)
     counts = torch.nn.functional.one_hot(picked, len(codes)).sum(dim=1)  # (d_ff, n_labels)
     return counts.max(dim=1).values.float() / examples.shape[1]
+
+
+def pattern_neuron_share(coefficients: torch.Tensor, valid: torch.Tensor | None, labels: Sequence[object],
+                         k: int = 10, threshold: float = 0.8) -> float:
+    """Share of a layer's neurons whose top-k trigger examples (``top_triggers``) carry one label in at least
+    ``threshold`` of them (8 of 10 by default). ``coefficients``: ``(N, T, d_ff)``; ``labels``: one per example.
+
+    Compare it with the same network before training: prompts of one template share words and positions, so
+    even random features group them.
+    """
+    validate.positive_float("threshold", threshold)
+    share = pattern_share(top_triggers(coefficients, k, valid).examples, labels)          # (d_ff,) in [1/k, 1]
+    return (share * k >= threshold * k - 1e-6).float().mean().item()
 
 
 def peak_coefficients(coefficients: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator
 from torch import nn
 
 from helpers import validate
@@ -155,20 +156,26 @@ def residual_scale(n_residual_layers: int) -> float:
 def plot_stack_trace(trace: StackTrace, *, noise_floor: float = 1e-7, note: str = "") -> Figure:
     """Three panels for one ``StackTrace``: the stream's std, the spread across tokens, each FFN's input std.
 
-    The first two share a log scale; values below ``noise_floor`` (float32 rounding of vectors of
-    size ~1) are drawn at the floor, inside a grey band. Returns the figure (not shown).
+    The first two share a log scale; when they come near ``noise_floor`` (float32 rounding of vectors of
+    size ~1), values below it are drawn at the floor, inside a grey band; otherwise the axis zooms in on the
+    curves. Returns the figure (not shown).
     """
     depth = len(trace.input_std)
     layers = range(depth + 1)
     fig, (ax_s, ax_i) = plt.subplots(1, 2, figsize=(11, 3.8))
     floor = noise_floor / 10
+    lowest = min(min(trace.stream_std), min(trace.spread))
     ax_s.semilogy(layers, [max(v, floor) for v in trace.stream_std], "-", color="#0072B2", lw=2,
                   label="std of the stream")
     ax_s.semilogy(layers, [max(v, floor) for v in trace.spread], ":", color="#D55E00", lw=2.5,
                   label="spread across tokens")
-    ax_s.axhspan(floor, noise_floor, color="0.9", label="float32 rounding noise")
     top = max(max(trace.stream_std), max(trace.spread), 1.0)
-    ax_s.set_ylim(floor, 3 * top)
+    if lowest < 1e-3:  # the curves reach towards rounding noise: show it
+        ax_s.axhspan(floor, noise_floor, color="0.9", label="float32 rounding noise")
+        ax_s.set_ylim(floor, 3 * top)
+    else:  # nothing small to show: zoom in so that a drift is visible
+        ax_s.set_ylim(lowest / 3, 3 * top)
+        ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax_s.yaxis.set_major_formatter(lambda v, _: f"{v:.0e}" if v < 0.01 else f"{v:g}")  # plain text: faster than
     ax_s.yaxis.set_minor_formatter(lambda v, _: "")                                     # mathtext, for explorers
     ax_s.set_xlabel("layer")

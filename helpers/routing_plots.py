@@ -209,3 +209,39 @@ def dropped_share_by_factor(expert_index: torch.Tensor, n_experts: int, factors:
         cap = expert_capacity(n, n_experts, k, f)
         out.append(float((rank >= cap).double().mean()))
     return torch.tensor(out, dtype=torch.float64)
+
+
+# ----------------------------------------------------------------------------- analyses behind notebook 05's figures
+def busiest_first(counts: torch.Tensor) -> torch.Tensor:
+    """``(E,)`` long: each expert's rank by load, 0 for the busiest (``experts_by_load`` inverted), so that
+    ``busiest_first(counts)[expert_index]`` renames experts busiest first."""
+    order = experts_by_load(counts)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel())
+    return rank
+
+
+def shares_by_type_and_position(token_ids: torch.Tensor, expert_index: torch.Tensor, type_of_token: Sequence[str],
+                                types: Sequence[str], n_experts: int,
+                                seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where a layer sent each kind of token, experts renamed busiest first: ``(by_type (len(types), E),
+    by_position (seq_len, E))``, each row the shares of that type's (position's) tokens per expert.
+
+    ``token_ids`` ``(B·T,)`` and ``expert_index`` ``(B·T,)`` (first choices) in row-major order of a (B, T) batch.
+    """
+    validate.positive_int("seq_len", seq_len)
+    rank = busiest_first(torch.bincount(expert_index, minlength=n_experts))[expert_index]
+    position = torch.arange(token_ids.numel()) % seq_len
+    by_type = token_type_by_expert(token_ids, rank, type_of_token, types, n_experts)
+    by_position = load_shares(torch.stack([torch.bincount(rank[position == p], minlength=n_experts)
+                                           for p in range(seq_len)]))
+    return by_type, by_position
+
+
+def favourite_expert_shares(first_choice: torch.Tensor, group: torch.Tensor, others: torch.Tensor,
+                            n_experts: int) -> tuple[float, float]:
+    """The expert that takes most tokens of ``group`` (a bool mask over positions): the share of ``group`` it
+    takes, and the share of the ``others`` positions (a bool mask) it takes too. ``first_choice`` ``(N,)``."""
+    favourite = torch.bincount(first_choice[group], minlength=n_experts).argmax()
+    return (float((first_choice[group] == favourite).double().mean()),
+            float((first_choice[others] == favourite).double().mean()))

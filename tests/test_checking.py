@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from helpers.exercises import timelimit
-from helpers.exercises.engine import (DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED,
+from helpers.exercises.engine import (CHANGED_INPUT, CHECKERS_CODE, DEFAULT_TIME_LIMIT, FAILED, HINT_PREFIX,
+                                      NOT_ATTEMPTED, PASSED,
                                       TIME_LIMIT_ENV, VERDICT_LOG_ENV, Case, Exercise, Result, compare, parse_line)
 
 
@@ -30,7 +31,12 @@ def square(x):
     return x * x
 
 
-EX = Exercise("demo", square, lambda: [Case((torch.arange(6.0).reshape(2, 3),)), Case((torch.randn(4, 5),))],
+def _square(x):
+    """The reference (a learner's answer is another function: the reference itself never passes)."""
+    return x * x
+
+
+EX = Exercise("demo", _square, lambda: [Case((torch.arange(6.0).reshape(2, 3),)), Case((torch.randn(4, 5),))],
               [("you added instead of multiplying", lambda x: x + x)])
 
 
@@ -72,11 +78,18 @@ def test_a_multi_line_error_still_prints_one_line(capsys):
     assert out.count("\n") == 1 and "first line second line" in out and len(out) < 600
 
 
-def test_inputs_are_not_shared_between_calls():
+def test_an_answer_that_changes_its_input_in_place_fails_naming_it():
+    """Right values, but the caller's tensor is squared in place: later cells would reuse a changed input."""
     def in_place(x):
         x.mul_(x)
         return x
-    assert EX.evaluate(in_place).status == PASSED
+    result = EX.evaluate(in_place)
+    assert result.status == FAILED and result.reason == "changed input", result.message
+    assert result.message.startswith("your function changed its input `x` in place (4 of 6 values changed, first at "
+                                     "index (0, 2): was 2, now 4; on input tensor of shape (2, 3); 2 of 2 hidden "
+                                     "cases)"), result.message
+    assert "x.clone()" in result.message and "scatter rather than scatter_" in result.message
+    assert EX.evaluate(lambda x: x.clone().mul_(x)).status == PASSED  # in place on its own copy: fine
 
 
 def test_check_prints_one_line(capsys):
@@ -86,11 +99,11 @@ def test_check_prints_one_line(capsys):
 
 
 def test_the_verdict_line_parses_back():
-    ex = Exercise("Exercise 3 (a title (nested): no)", square, EX.cases)
+    ex = Exercise("Exercise 3 (a title (nested): no)", _square, EX.cases)
     for fn, status in [(stub, NOT_ATTEMPTED), (square, PASSED), (lambda x: x + 1, FAILED)]:
         line = ex.evaluate(fn).line()
         assert parse_line(line) is not None and parse_line(line)[0] == status
-    line = Exercise("Exercise 3 (peak bytes)", square, EX.cases).evaluate(lambda x: x + 1).line()
+    line = Exercise("Exercise 3 (peak bytes)", _square, EX.cases).evaluate(lambda x: x + 1).line()
     status, title, message = parse_line(line + "\n")
     assert (status, title) == (FAILED, "Exercise 3 (peak bytes)") and message.endswith("hidden cases fail).")
     assert parse_line("100%|██████████| 24/24") is None
@@ -134,7 +147,7 @@ def test_reference_mistakes_and_learner_run_with_autograd_whatever_the_kernel_st
         with state:
             assert AUTOGRAD.evaluate(lambda x: 2 * x).status == PASSED     # closed form
             assert AUTOGRAD.evaluate(by_autograd).status == PASSED        # the learner's own autograd
-            assert AUTOGRAD.evaluate(AUTOGRAD.reference).status == PASSED
+            assert AUTOGRAD.evaluate(lambda x: _grad_of_square_sum(x)).status == PASSED
             assert AUTOGRAD.evaluate(lambda x: 3 * x * x).hint == "that is the gradient of x³"  # a model with autograd
     torch.set_grad_enabled(False)
     try:
@@ -173,8 +186,8 @@ def _cases32():
     return [Case((c.args[0].float(),)) for c in _cases64()]
 
 
-TASK64 = Exercise("Exercise 2 (float64 task)", square, _cases64)
-TASK32 = Exercise("Exercise 2 (float32 task)", square, _cases32)
+TASK64 = Exercise("Exercise 2 (float64 task)", _square, _cases64)
+TASK32 = Exercise("Exercise 2 (float32 task)", _square, _cases32)
 
 
 def test_tolerance_follows_the_task_dtype():
@@ -185,7 +198,7 @@ def test_tolerance_follows_the_task_dtype():
     assert near.status == FAILED and near.reason == "precision" and "matches only to float32" in near.message
     assert TASK32.evaluate(lambda x: x * x * (1 + 1e-6)).status == PASSED
     assert TASK32.evaluate(lambda x: (x.double() ** 2)).status == PASSED  # more precision than asked is fine
-    explicit = Exercise("Exercise 2 (explicit)", square, _cases64, atol=1e-3, rtol=0)
+    explicit = Exercise("Exercise 2 (explicit)", _square, _cases64, atol=1e-3, rtol=0)
     assert explicit.evaluate(lambda x: x * x + 1e-4).status == PASSED
 
 
@@ -194,7 +207,8 @@ def test_a_float32_answer_to_a_float64_task_is_told_so():
     assert result.status == FAILED and result.reason == "precision" and result.hint is None
     assert result.message.startswith("your result is float32 and matches only to float32 precision; this exercise "
                                      "wants float64: "), result.message
-    assert "Keep every step in float64" in result.message and "4 of 4 hidden cases differ this way" in result.message
+    assert "Keep every step in float64" in result.message
+    assert "; 3 other cases match only to float32 precision too)." in result.message, result.message
     expected, got = result.message.split("expected ")[1].split(", got ")
     assert expected.split()[0] != got.split()[0].rstrip(","), result.message  # enough digits to see the gap
     far = TASK64.evaluate(lambda x: (2 * x * x).float())  # wrong anyway: the dtype is only a remark
@@ -227,7 +241,8 @@ def test_float16_is_named_only_when_the_result_is_float16():
 
 def test_the_precision_note_never_hides_a_wrong_answer():
     """07 Ex 2 in the trial: float32 steps everywhere *and* a logic error on one case. The message is
-    about the logic error; the precision gap elsewhere is only mentioned; the hint still shows."""
+    about the logic error, with its hint; a wrong answer gets no precision note (it would send the learner
+    after a dtype bug first)."""
     def cases():
         return [Case((torch.tensor([0.1, 0.7, 0.3], dtype=torch.float64),), note="mixed"),
                 Case((torch.tensor([1.3, -0.2], dtype=torch.float64),), note="with a negative"),
@@ -238,8 +253,137 @@ def test_the_precision_note_never_hides_a_wrong_answer():
     assert result.reason == "wrong" and result.message.startswith(
         "2 of 2 values differ; first beyond rounding at index (1,): expected 0, got 0.22"), result.message
     assert "(on with a negative)" in result.message
-    assert "2 other cases match only to float32 precision (this exercise wants float64)" in result.message
+    assert "float32" not in result.message and "precision" not in result.message, result.message
     assert result.hint == "you returned |x|: negative inputs must give 0"
+
+
+def _scaled_cases():
+    g = torch.Generator().manual_seed(11)
+    return [Case((torch.randn(4, 3, generator=g, dtype=torch.float64),), note="ordinary values"),
+            Case((torch.randn(5, generator=g, dtype=torch.float64) * 1e-30,), note="values near 1e-30"),
+            Case((torch.randn(3, generator=g, dtype=torch.float64) * 1e30,), note="values near 1e30")]
+
+
+EXACT = Exercise("Exercise 3 (times three)", lambda x: 3 * x, _scaled_cases, atol=0, rtol=0)
+
+
+def test_the_precision_note_is_relative():
+    """The trial's M1: on values scaled by 1e-30 every answer was within float32's *absolute* tolerance, so a wrong
+    layout was told it matched only to float32 precision. The note now needs the gap to be within float32's
+    relative precision of the values' size: float32 steps get it, a wrong answer never does."""
+    f32 = EXACT.evaluate(lambda x: (3 * x.float()).double())
+    assert f32.reason == "precision" and f32.message.startswith("your result matches only to float32 precision"), \
+        f32.message
+    for wrong in (lambda x: 2 * x, lambda x: 3 * x + 1e-31, lambda x: torch.where(x.abs() < 1e-20, 2 * x, 3 * x)):
+        result = EXACT.evaluate(wrong)
+        assert result.reason == "wrong" and "precision" not in result.message, result.message
+    # a float32 step that loses a relative 1e-3 is not float32's doing
+    assert EXACT.evaluate(lambda x: (3 * x * (1 + 1e-3)).float().double()).reason == "wrong"
+
+
+def test_the_precision_note_counts_the_other_cases_in_good_grammar():
+    one = EXACT.evaluate(lambda x: (3 * x.float()).double() if x.numel() != 3 else 3 * x)
+    assert "(on ordinary values; 1 other case matches only to float32 precision too)." in one.message, one.message
+    two = EXACT.evaluate(lambda x: (3 * x.float()).double())
+    assert "; 2 other cases match only to float32 precision too)." in two.message, two.message
+    alone = EXACT.evaluate(lambda x: (3 * x.float()).double() if x.numel() == 12 else 3 * x)
+    assert "(on ordinary values). Keep every step in float64" in alone.message, alone.message
+
+
+def test_the_trials_wrong_answers_get_no_precision_note():
+    """08 Ex 1 (gate and up concatenated) and 09 Ex 3 (ȳ one number): float64 answers wrong in their formula."""
+    from helpers.exercises.nb08 import check_gpt_oss_layout
+    from helpers.exercises.nb09 import check_fvu
+
+    for check, wrong in ((check_gpt_oss_layout, lambda w1, w3: torch.cat([w1, w3]).T),
+                         (check_fvu, lambda y, yh: float(((y - yh) ** 2).sum() / ((y - y.mean()) ** 2).sum()))):
+        result = check.evaluate(wrong)
+        assert result.status == FAILED and result.reason == "wrong", result.message
+        assert "precision" not in result.message.split(HINT_PREFIX)[0], result.message
+
+
+def test_a_statement_that_allows_float32_is_never_contradicted():
+    """``precision=torch.float32``: float32 steps on float64 inputs pass at float32's tolerance, and a float32
+    answer that is wrong is not told the exercise wants float64."""
+    allows = Exercise("Exercise 3 (times three)", lambda x: 3 * x, _cases64, precision=torch.float32)
+    assert allows.evaluate(lambda x: 3 * x.float()).status == PASSED
+    assert allows.evaluate(lambda x: (3 * x.float()).double()).status == PASSED
+    wrong = allows.evaluate(lambda x: 2 * x.float())
+    assert wrong.reason == "wrong" and "float64" not in wrong.message, wrong.message
+    tight = Exercise("Exercise 3 (times three)", lambda x: 3 * x, _cases64, atol=1e-12, rtol=1e-12,
+                     precision=torch.float32)
+    near = tight.evaluate(lambda x: 3 * x.float())
+    assert near.reason == "wrong" and "float64" not in near.message, near.message
+    with pytest.raises(ValueError, match="precision"):
+        Exercise("Exercise 3 (x)", lambda x: x, _cases64, precision=torch.int64)
+
+
+def test_the_checkers_own_code_never_passes(tmp_path, monkeypatch, capsys):
+    """G6 of the trial: ``balance_loss = check_balance_loss.reference`` passed with full marks."""
+    import functools
+
+    from helpers.exercises.nb06 import check_split_sizes
+
+    for fn in (_square, functools.partial(_square), EX.reference):
+        result = EX.evaluate(fn)
+        assert result.status == FAILED and result.reason == CHECKERS_CODE, result.message
+        assert result.message.startswith("this is the checker's own code (its reference solution, or a model of a "
+                                         "mistake), not a function of yours"), result.message
+    assert EX.passes(_square) is False and EX.evaluate(square).status == PASSED  # a function of the learner's
+    # a checker whose own evaluate wraps the learner's function (nb06) is covered too
+    assert check_split_sizes.evaluate(check_split_sizes.reference).reason == CHECKERS_CODE
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv(VERDICT_LOG_ENV, str(log))
+    EX.check(_square)
+    assert json.loads(log.read_text(encoding="utf-8"))["reason"] == CHECKERS_CODE  # the grader flags it
+    capsys.readouterr()
+
+
+class _Holder:
+    def method(self, x):
+        return x * x
+
+
+def test_inputs_of_every_kind_are_compared():
+    """Modules (weights, mode), lists of tensors and dicts: a change in place is named; a copy is fine."""
+    def cases():
+        torch.manual_seed(0)
+        return [Case((torch.nn.Linear(3, 2), [torch.ones(2), torch.zeros(2)], {"scale": torch.ones(1)}))
+                for _ in range(4)]
+
+    def reference(layer, parts, options):
+        return layer.weight.sum() + parts[0].sum() + options["scale"].sum()
+    ex = Exercise("Exercise 5 (kinds)", reference, cases)
+    assert ex.evaluate(lambda layer, parts, options: reference(layer, parts, options)).status == PASSED
+    for fn, words in [
+            (lambda layer, parts, options: (layer.eval(), reference(layer, parts, options))[1],
+             "changed its input `layer` in place (it was switched to eval mode"),
+            (lambda layer, parts, options: (parts.append(1), reference(layer, parts[:2], options))[1],
+             "changed its input `parts` in place (its length changed from 2 to 3"),
+            (lambda layer, parts, options: (parts[1].add_(1), reference(layer, parts, options))[1],
+             "changed its input `parts` in place (item [1]: 2 of 2 values changed"),
+            (lambda layer, parts, options: (options.pop("scale").sum() + layer.weight.sum() + parts[0].sum()),
+             "changed its input `options` in place (its keys changed: 'scale' removed"),
+            (lambda layer, parts, options: (layer.weight.data.mul_(1), layer.requires_grad_(False),
+                                            reference(layer, parts, options))[2],
+             "changed its input `layer` in place (its parameter 'weight' was frozen")]:
+        result = ex.evaluate(fn)
+        assert result.reason == CHANGED_INPUT and words in result.message, result.message
+
+
+def test_an_answer_both_wrong_and_changing_an_input_is_told_both():
+    def wrong_in_place(x):
+        x.mul_(2)
+        return x
+    result = EX.evaluate(wrong_in_place)
+    assert result.reason == "wrong" and "values differ" in result.message, result.message
+    assert "It also changes its input `x` in place (" in result.message, result.message
+
+    def writes_into_its_input(x):
+        x.mul_(x)
+    nothing = EX.evaluate(writes_into_its_input)
+    assert nothing.status == FAILED and nothing.message.startswith(
+        "your function returns None and changed its input `x` in place"), nothing.message
 
 
 def test_numbers_that_differ_print_enough_digits_to_see_it():
@@ -353,7 +497,7 @@ def _timed(ex, fn):
 
 
 def test_a_hanging_function_is_stopped_with_a_clear_message():
-    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.3)
+    ex = Exercise("Exercise 1 (slow)", _square, EX.cases, time_limit=0.3)
     result, seconds = _timed(ex, hang)
     assert result.status == FAILED and result.reason == "timeout" and seconds < 2.5, (seconds, result)
     assert result.message.startswith("time limit: your function ") and "0.3 s of computing time" in result.message
@@ -368,7 +512,7 @@ def _busy(seconds):
 
 def test_the_limit_counts_computing_time_over_the_whole_check(monkeypatch):
     monkeypatch.setattr(timelimit, "WALL_FACTOR", 1000.0)  # a busy test machine must not hit the wall-time limit
-    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.2)
+    ex = Exercise("Exercise 1 (slow)", _square, EX.cases, time_limit=0.2)
     budget = 0.2 * torch.get_num_threads()  # CPU seconds: the limit for each thread torch may use
 
     def slow(x):  # fast enough per case, too slow in total
@@ -380,7 +524,7 @@ def test_the_limit_counts_computing_time_over_the_whole_check(monkeypatch):
 
 
 def test_a_function_that_sleeps_or_waits_is_stopped_by_wall_time():
-    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.1)
+    ex = Exercise("Exercise 1 (slow)", _square, EX.cases, time_limit=0.1)
 
     def sleepy(x):  # no computing at all: the wall-time limit (3 × 0.1 s) stops it
         time.sleep(0.25)
@@ -399,11 +543,11 @@ def test_a_function_that_sleeps_or_waits_is_stopped_by_wall_time():
 
 
 def test_time_limit_from_the_environment(monkeypatch):
-    ex = Exercise("Exercise 1 (slow)", square, EX.cases)
+    ex = Exercise("Exercise 1 (slow)", _square, EX.cases)
     monkeypatch.setenv(TIME_LIMIT_ENV, "0.3")
     result, seconds = _timed(ex, hang)
     assert result.reason == "timeout" and "0.3 s" in result.message and seconds < 2.5
-    own = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.2)
+    own = Exercise("Exercise 1 (slow)", _square, EX.cases, time_limit=0.2)
     assert "0.2 s" in own.evaluate(hang).message  # an exercise's own limit wins
 
     def slow(x):
@@ -413,9 +557,9 @@ def test_time_limit_from_the_environment(monkeypatch):
     assert ex.evaluate(slow).status == PASSED
     monkeypatch.setenv(TIME_LIMIT_ENV, "not a number")
     assert ex._effective_time_limit() == DEFAULT_TIME_LIMIT
-    assert Exercise("x", square, EX.cases, time_limit=0).evaluate(square).status == PASSED
+    assert Exercise("x", _square, EX.cases, time_limit=0).evaluate(square).status == PASSED
     with pytest.raises(ValueError, match="time_limit"):
-        Exercise("x", square, EX.cases, time_limit=-1)
+        Exercise("x", _square, EX.cases, time_limit=-1)
 
 
 def test_previous_alarm_handler_and_timer_are_restored():
@@ -427,7 +571,7 @@ def test_previous_alarm_handler_and_timer_are_restored():
     try:
         start = time.monotonic()
         signal.setitimer(signal.ITIMER_REAL, 1.5)
-        ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.3)
+        ex = Exercise("Exercise 1 (slow)", _square, EX.cases, time_limit=0.3)
         assert ex.evaluate(hang).reason == "timeout"
         assert signal.getsignal(signal.SIGALRM) is handler
         assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] < 1.5  # what was left of the earlier timer
@@ -452,7 +596,7 @@ def test_keyboard_interrupt_still_interrupts():
 
 
 def test_no_limit_and_no_crash_outside_the_main_thread():
-    ex = Exercise("Exercise 1 (slow)", square, EX.cases, time_limit=0.1)
+    ex = Exercise("Exercise 1 (slow)", _square, EX.cases, time_limit=0.1)
     results = []
 
     def slow(x):
@@ -477,7 +621,7 @@ class _Rerunning(Exercise):
 
 
 def test_a_subclass_that_reruns_the_function_is_covered_too():
-    ex = _Rerunning("Exercise 1 (rerun)", square, EX.cases, time_limit=0.3)
+    ex = _Rerunning("Exercise 1 (rerun)", _square, EX.cases, time_limit=0.3)
     result, seconds = _timed(ex, hang)
     assert result.reason == "timeout" and seconds < 2.5
     calls = []
@@ -497,10 +641,10 @@ def test_a_subclass_that_reruns_the_function_is_covered_too():
 
 # ---------------------------------------------------------------- kind, log
 def test_kind_and_number():
-    assert EX.kind == "build" and Exercise("Exercise 7 (x)", square, EX.cases, kind="investigate").kind == "investigate"
-    assert Exercise("Exercise 7 (x)", square, EX.cases).number == "7" and EX.number is None
+    assert EX.kind == "build" and Exercise("Exercise 7 (x)", _square, EX.cases, kind="investigate").kind == "investigate"
+    assert Exercise("Exercise 7 (x)", _square, EX.cases).number == "7" and EX.number is None
     with pytest.raises(ValueError, match="kind"):
-        Exercise("x", square, EX.cases, kind="explore")
+        Exercise("x", _square, EX.cases, kind="explore")
 
 
 def test_check_logs_its_verdict_for_the_grader(tmp_path, monkeypatch, capsys):

@@ -36,7 +36,7 @@ COLAB_SHIPS = ["torch", "numpy", "matplotlib", "ipywidgets"]
 
 # Runs in the child process: fake Colab, record subprocesses, hide modules on request, run the cell N times.
 DRIVER = textwrap.dedent('''
-    import importlib.util, json, subprocess, sys
+    import importlib.util, json, os, subprocess, sys
     from pathlib import Path
 
     import google.colab  # the stand-in package: present in sys.modules, as in a Colab runtime
@@ -70,7 +70,8 @@ DRIVER = textwrap.dedent('''
             if started_by_the_course():
                 calls.append(argv)
             if "pip" in argv or Path(argv[0]).name.startswith("pip"):
-                args = [sys.executable, "-c", "pass"]
+                code = "import sys; sys.exit(1)" if os.environ.get("FAKE_PIP_FAILS") else "pass"
+                args = [sys.executable, "-c", code]
             super().__init__(args, *rest, **kwargs)
     subprocess.Popen = RecordingPopen
 
@@ -132,6 +133,17 @@ def run_setup(colab, content: Path, runs: int = 1, hidden=()) -> tuple[dict, str
     return json.loads(out.read_text()), proc.stdout
 
 
+def run_failing_setup(colab, content: Path, hidden=(), **env) -> str:
+    """Run the setup cell once where it must fail; returns its stderr (the traceback a learner sees)."""
+    base, base_env = colab
+    content.mkdir(exist_ok=True)
+    proc = subprocess.run([sys.executable, str(base / "driver.py"), str(content.parent / "failed.json"), "1",
+                           ",".join(hidden), str(base / "setup_cell.py")], cwd=content, env={**base_env, **env},
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0, "the setup cell should have failed"
+    return proc.stderr
+
+
 def clones(calls):
     return [c for c in calls if c[:2] == ["git", "clone"]]
 
@@ -179,3 +191,22 @@ def test_setup_cell_installs_only_what_colab_lacks(colab, tmp_path):
     assert requested == [RUNTIME_PACKAGES["tqdm"]]
     for name in COLAB_SHIPS:
         assert not any(arg.lower().startswith(name) for arg in requested), f"would reinstall {name}"
+
+
+def test_setup_cell_says_what_failed_when_the_course_cannot_be_fetched(colab, tmp_path):
+    """Offline (or a wrong address), the trial saw git's message and a bare CalledProcessError; the cell now
+    raises one error that names what failed (the fetch, from where, git's own words) and what to do."""
+    nowhere = (tmp_path / "no-such-repo").as_uri()
+    err = run_failing_setup(colab, tmp_path / "content", FFN_COURSE_REPO=nowhere)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"RuntimeError: Could not fetch the course from {nowhere} (fatal: "), last
+    assert last.endswith("Check that this runtime is online and the address is right, then run this cell again."), last
+    assert "CalledProcessError" not in err
+    assert not (tmp_path / "content" / "ffn-course").exists()
+
+
+def test_setup_says_what_failed_when_pip_cannot_install(colab, tmp_path):
+    err = run_failing_setup(colab, tmp_path / "content", hidden=["tqdm"], FAKE_PIP_FAILS="1")
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"RuntimeError: Could not install {RUNTIME_PACKAGES['tqdm']} with pip (exit status 1"), last
+    assert "then run the setup cell again." in last and "CalledProcessError" not in err

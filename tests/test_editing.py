@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from helpers.editing import (EditPrompts, edit_outcomes, edit_prompts, edit_scales, edited, key_second_moment,
-                             optimise_deltas, predictions, rank_one_update)
+from helpers.editing import (EditPrompts, edit_effects, edit_outcomes, edit_prompts, edit_scales, edited,
+                             key_second_moment, mean_keys, optimise_deltas, predictions, rank_one_update, rome_edits)
 from helpers.memory import collect, find_ffns
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -149,6 +149,42 @@ def test_keep_term_and_outcomes():
         edit_prompts(ids, answer_pos, keys, C, k_star, edit_rows, new_id, keep_rows=[torch.tensor([1])])
     with pytest.raises(ValueError, match="the same number of edits"):
         edit_prompts(ids, answer_pos, keys, C, keys[:2, 2], edit_rows, new_id)
+
+
+def test_mean_keys_averages_each_edit_over_its_prompts():
+    keys = torch.randn(4, 5, 3, generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([1, 2, 0, 4])
+    rows = torch.tensor([[True, False, True, False], [False, False, False, True]])
+    k = mean_keys(keys, rows, positions)
+    assert torch.allclose(k[0], (keys[0, 1] + keys[2, 0]) / 2) and torch.allclose(k[1], keys[3, 4])
+    with pytest.raises(ValueError, match="at least one row per edit"):
+        mean_keys(keys, torch.zeros(1, 4, dtype=torch.bool), positions)
+
+
+def test_rome_edits_are_the_steps_of_the_docstring_and_edit_effects_measure_them():
+    model, ids = tiny(), toy_ids()
+    keys = collect(model, ids).coefficients[0]
+    C = key_second_moment(keys.reshape(-1, keys.shape[-1]), ridge=1e-2)
+    answer_pos = torch.full((8,), 4)
+    before = predictions(model, ids, answer_pos)
+    edit_rows, k_stars = torch.tensor([0, 3]), keys[[0, 3], 2]
+    new_ids = (before[edit_rows] + 1) % VOCAB
+    keep = torch.zeros(2, 8, dtype=torch.bool)
+    keep[0, 1] = keep[1, 4] = True
+    W_hats = rome_edits(model, 0, keys, C, k_stars, ids, answer_pos, edit_rows, new_ids, keep_rows=keep,
+                        keep_ids=before, steps=5)
+    prompts = edit_prompts(ids, answer_pos, keys, C, k_stars, edit_rows, new_ids,
+                           keep_rows=[torch.tensor([1]), torch.tensor([4])], keep_ids=before)
+    deltas = optimise_deltas(model, 0, prompts, n_edits=2, steps=5, lr=0.5, l2=3e-3)
+    W = find_ffns(model).layer(0).value_matrix.detach()
+    assert torch.allclose(W_hats, rank_one_update(W, C, k_stars, k_stars @ W.T + deltas), atol=1e-6)
+    fx = edit_effects(model, 0, W_hats, ids, answer_pos, edit_rows, new_ids)
+    old = edit_outcomes(model, 0, W_hats, ids, answer_pos, edit_rows, new_ids, torch.arange(8))
+    assert fx.success.tolist() == [o.success for o in old]
+    others = torch.arange(8)[None, :] != edit_rows[:, None]
+    assert torch.allclose(fx.kept(others), torch.tensor([o.kept_other_subjects for o in old]))
+    only = edit_effects(model, 0, W_hats, ids, answer_pos, edit_rows, new_ids, rows=edit_rows[:0])
+    assert torch.equal(only.success, fx.success) and only.unchanged.shape == (2, 0)
 
 
 def test_optimise_deltas_errors():

@@ -4,18 +4,23 @@ Every ``Exercise`` instance in every ``helpers.exercises.nb*`` module is discove
 collection time, so a new notebook's checkers (or a mistake a reviewer adds) are covered
 without touching this file. For each exercise:
 
-* the reference passes, and there are at least 4 hidden cases, identical between calls;
+* the reference's logic passes (a function of the learner's that calls it), and there are at least 4 hidden
+  cases, identical between calls; the reference itself, handed in as the answer, does not pass (it is the
+  checker's own code);
+* an answer right in value that changes one of its inputs in place fails, naming that input;
 * both blank forms (``raise NotImplementedError`` and a body that returns ``None``) are
   "not attempted";
 * there are at least 3 listed mistakes (2 for a debug exercise with ``buggy=``, a third model)
   and each one fails with ``Likely mistake: <its hint>``;
-* a debug exercise catches its buggy function: given as ``buggy=``, it is "not attempted" (the
-  learner has not fixed it yet); otherwise it is listed as a mistake (checked above);
+* a debug exercise names its function as given (``buggy=``), which fails with the symptom only, before and
+  after other failures, and a listed mistake's hint shows only once a failure has been shown (the ladder);
 * the reference computed in float32 (every float64 input converted) passes or is told that it
-  matches only to float32 precision: never a wrong answer, never a named mistake;
+  matches only to float32 precision, or, on a hidden case float32 cannot carry, is told what differs there:
+  never a named mistake;
 * ``check`` prints exactly one line (with the right icon) for a stub, the reference and a mistake;
 * ``evaluate`` never raises, whatever the learner hands it;
 * the title reads ``Exercise N (short name)`` and its verdict line parses back; ``kind`` is one of ``KINDS``;
+* every checker module lists all its exercises in ``EXERCISES`` (the grader reads it);
 * a hanging function gets a time-limit verdict within the limit (and the kernel's alarm is left clean);
 * a function that returns ``None`` on one case only is "incomplete", not "not attempted";
 * integer results print exactly when they differ (no ``4.72346e+06``);
@@ -24,8 +29,10 @@ without touching this file. For each exercise:
 Each notebook's own file (``tests/test_exercises_NN.py``) keeps what is specific to it:
 unlisted wrong answers, particular messages, other correct forms and the like.
 """
+import contextlib
 import copy
 import importlib
+import io
 import pkgutil
 import re
 import signal
@@ -36,12 +43,14 @@ import torch
 from torch import nn
 
 from helpers import exercises
-from helpers.exercises.engine import FAILED, ICONS, KINDS, NOT_ATTEMPTED, PASSED, Exercise, compare, parse_line
+from helpers.exercises.compare import DTYPE_TOLERANCES
+from helpers.exercises.engine import CHANGED_INPUT, CHECKERS_CODE, CLUE_PREFIX, FAILED, HINT_PREFIX, ICONS, KINDS, \
+    NOT_ATTEMPTED, PASSED, Exercise, compare, parse_line
 
 MIN_EXERCISES_PER_MODULE = 4
 MIN_CASES = 4
 MIN_MISTAKES = 3
-MIN_MISTAKES_DEBUG = 2  # wrong fixes; a buggy= original is a third model (it names a partial fix)
+MIN_MISTAKES_DEBUG = 2  # wrong fixes; the buggy= original is a third model (it names a partial fix)
 
 
 def _exercise_modules():
@@ -68,6 +77,23 @@ IDS = [name for name, _ in DISCOVERED]
 MISTAKES = [(ex, i) for ex in EXERCISES for i in range(len(ex.mistakes))]
 MISTAKE_IDS = [f"{name}-mistake{i}" for name, ex in DISCOVERED for i in range(len(ex.mistakes))]
 WITH_BUGGY = [(name, ex) for name, ex in DISCOVERED if getattr(ex, "buggy", None) is not None]
+DEBUG = [(name, ex) for name, ex in DISCOVERED if ex.kind == "debug"]
+
+
+def _as_learner(fn):
+    """A learner's function that computes what ``fn`` computes (the checker's own function never passes)."""
+    def answer(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return answer
+
+
+def _after_a_failure(ex):
+    """A debug exercise on its ladder's second step: a failure has been shown in this kernel."""
+    ex.forget()
+    if ex.kind == "debug":
+        with contextlib.redirect_stdout(io.StringIO()):
+            ex.check(ex.buggy)
+    return ex
 
 
 def stub(*args, **kwargs):
@@ -89,6 +115,8 @@ HOSTILE = {
     "returns_a_string": lambda *a, **k: "text",
     "returns_nan": lambda *a, **k: float("nan"),
     "returns_a_wrong_shaped_tensor": lambda *a, **k: torch.zeros(2, 2),
+    "zeroes_its_inputs_returns_text": lambda *a, **k: [t.zero_() for t in a if isinstance(t, torch.Tensor)
+                                                       and t.is_floating_point()] and "text",
     "not_callable_int": 42,
     "not_callable_str": "not a function",
 }
@@ -104,16 +132,72 @@ def test_every_exercise_module_is_discovered():
 def test_each_module_has_enough_exercises(module):
     own = [ex for ex in vars(module).values() if isinstance(ex, Exercise)]
     assert len({id(ex) for ex in own}) >= MIN_EXERCISES_PER_MODULE
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_each_module_lists_all_its_exercises(module):
+    """``EXERCISES``: every Exercise of the module, each once, in the notebook's order (the grader reads it)."""
     listed = getattr(module, "EXERCISES", None)
-    if listed is not None:  # an explicit list, when a module has one, leaves nothing out
-        assert {id(ex) for ex in listed} == {id(ex) for ex in own}
+    assert isinstance(listed, list), f"{module.__name__} has no EXERCISES list"
+    own = {id(ex) for ex in vars(module).values() if isinstance(ex, Exercise)}
+    assert all(isinstance(ex, Exercise) for ex in listed) and len({id(ex) for ex in listed}) == len(listed)
+    assert {id(ex) for ex in listed} == own
+    numbers = [int(re.match(r"\d+", ex.number).group()) for ex in listed]
+    assert numbers == sorted(numbers), [ex.title for ex in listed]
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_reference_passes(ex):
-    result = ex.evaluate(ex.reference)
+    result = ex.evaluate(_as_learner(ex.reference))
     assert result.status == PASSED, result.message
     assert len(ex.cases()) >= MIN_CASES
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_the_reference_itself_is_not_an_answer(ex):
+    """``f = check_x.reference`` (or any function of the checker's module) never passes, and says why."""
+    import functools
+    for fn in (ex.reference, functools.partial(ex.reference)):
+        result = ex.evaluate(fn)
+        assert result.status == FAILED and result.reason == CHECKERS_CODE, result.message
+        assert result.message.startswith("this is the checker's own code"), result.message
+
+
+def _first_mutable(args):
+    """The index of the first argument an answer could change in place: a float tensor or a module."""
+    for i, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor) and arg.is_floating_point() and arg.numel():
+            return i
+        if isinstance(arg, nn.Module) and any(p.numel() for p in arg.parameters()):
+            return i
+    return None
+
+
+MUTABLE = [(name, ex) for name, ex in DISCOVERED if any(_first_mutable(c.args) is not None for c in ex.cases())]
+
+
+@pytest.mark.parametrize("ex", [ex for _, ex in MUTABLE], ids=[name for name, _ in MUTABLE])
+def test_a_right_answer_that_changes_an_input_in_place_fails_naming_it(ex):
+    """The trial's 09 Exercise 4 in general: the right result, and the first float tensor (or module) argument
+    changed in place afterwards. It fails, naming the argument by the learner's parameter name."""
+    n_args = min(len(c.args) for c in ex.cases())
+    names = list(__import__("inspect").signature(ex.reference).parameters)[:n_args]
+
+    def changes_its_input(*args):
+        result = ex.reference(*copy.deepcopy(args))
+        index = _first_mutable(args)
+        if index is not None:
+            with torch.no_grad():
+                target = args[index]
+                for tensor in ([target] if isinstance(target, torch.Tensor) else list(target.parameters())[:1]):
+                    tensor.view(-1)[0] += 1.0
+        return result
+    learner = eval(f"lambda {', '.join(names)}, *rest: changes_its_input({', '.join(names)}, *rest)",
+                   {"changes_its_input": changes_its_input})
+    result = ex.evaluate(learner)
+    assert result.status == FAILED and result.reason == CHANGED_INPUT, result.message
+    assert re.match(r"your function changed its input `\w+` in place \(", result.message), result.message
+    assert any(f"`{name}`" in result.message for name in names), result.message
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
@@ -133,15 +217,28 @@ def test_enough_listed_mistakes(ex):
 @pytest.mark.parametrize("ex, index", MISTAKES, ids=MISTAKE_IDS)
 def test_each_listed_mistake_fails_with_its_own_hint(ex, index):
     hint, wrong = ex.mistakes[index]
-    result = ex.evaluate(wrong)
+    result = _after_a_failure(ex).evaluate(wrong)
     assert result.status == FAILED, hint
     assert "Likely mistake: " + hint in result.message, (hint, result.message)
 
 
-@pytest.mark.parametrize("ex", [ex for _, ex in WITH_BUGGY], ids=[name for name, _ in WITH_BUGGY])
-def test_a_debug_exercise_given_its_buggy_function_starts_not_attempted(ex):
-    result = ex.evaluate(ex.buggy)
-    assert result.status == NOT_ATTEMPTED and result.message.startswith("not attempted yet"), result.message
+@pytest.mark.parametrize("ex", [ex for _, ex in DEBUG], ids=[name for name, _ in DEBUG])
+def test_a_debug_exercise_shows_the_symptom_only_for_its_function_as_given(ex):
+    assert ex.buggy is not None, "a debug exercise names its function as given (buggy=)"
+    for state in (ex.forget, lambda: _after_a_failure(ex)):
+        state()
+        result = ex.evaluate(ex.buggy)
+        assert result.status == FAILED and result.reason == "unchanged" and result.hint is None, result.message
+        assert HINT_PREFIX not in result.message and CLUE_PREFIX not in result.message, result.message
+        assert " (on " in result.message and "still does what the function as given does" in result.message
+
+
+@pytest.mark.parametrize("ex, index", [(ex, i) for ex, i in MISTAKES if ex.kind == "debug"],
+                         ids=[m for m, (ex, _) in zip(MISTAKE_IDS, MISTAKES) if ex.kind == "debug"])
+def test_a_debug_exercise_names_no_mistake_on_its_first_failure(ex, index):
+    ex.forget()
+    result = ex.evaluate(ex.mistakes[index][1])
+    assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
 
 
 def _to_float32(value):
@@ -169,20 +266,41 @@ def _like(value, reference):
     return value
 
 
+def _beyond_float32(value, exact):
+    """Does a float32 computation's ``value`` differ from the float64 ``exact`` by more than float32's relative
+    precision (a case float32 cannot carry: a mean of 1e7 with noise of order 1, a nearly singular inverse)?"""
+    rtol = DTYPE_TOLERANCES[torch.float32][1]
+    if isinstance(exact, torch.Tensor) and exact.is_floating_point():
+        gap = (torch.as_tensor(value).double() - exact.double()).abs().max()
+        return bool(gap > rtol * exact.double().abs().max())
+    if isinstance(exact, float):
+        return abs(float(value) - exact) > rtol * abs(exact)
+    if isinstance(exact, (tuple, list)):
+        return any(_beyond_float32(v, e) for v, e in zip(value, exact))
+    if isinstance(exact, dict):
+        return any(_beyond_float32(value[k], exact[k]) for k in exact)
+    return False
+
+
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_the_reference_in_float32_is_never_called_wrong(ex):
     """A learner who computes in float32 gets a pass or the precision note, never a wrong-answer hint.
 
     Where a hidden case is an extreme that float32 cannot carry (a mean of 1e7 with noise of order 1, a nearly
-    singular matrix inverted), the float32 answer is really wrong there: the verdict may then say so, as long as
-    it also tells the learner that the other cases match only to float32 precision and the task wants float64."""
+    singular matrix inverted), the float32 answer is really wrong there: the verdict then says what differs (a
+    wrong answer gets no precision note), and only such a case may be the one it names."""
     def in_float32(*args, **kwargs):
         exact = ex.reference(*copy.deepcopy(args), **copy.deepcopy(kwargs))
         return _like(ex.reference(*_to_float32(args), **_to_float32(kwargs)), exact)
     result = ex.evaluate(in_float32)
-    told = "precision (this exercise wants float64)" in result.message
-    assert result.status == PASSED or result.reason == "precision" or told, result.message
-    assert result.hint is None, result.message
+    assert result.hint is None and CLUE_PREFIX not in result.message, result.message
+    if result.status == PASSED or result.reason == "precision":
+        return
+    extremes = [c.describe() for c in ex.cases()
+                if _beyond_float32(in_float32(*copy.deepcopy(c.args), **copy.deepcopy(c.kwargs)),
+                                   ex.reference(*copy.deepcopy(c.args), **copy.deepcopy(c.kwargs)))]
+    assert result.reason == "wrong" and extremes and any(f"(on {d}" in result.message for d in extremes), \
+        (result.message, extremes)
 
 
 def _same_input(a, b):
@@ -212,7 +330,8 @@ def test_hidden_cases_are_identical_between_calls(ex):
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_check_prints_exactly_one_line(ex, capsys):
     hint, wrong = ex.mistakes[0]
-    for fn, status, words in [(stub, NOT_ATTEMPTED, "not attempted yet"), (ex.reference, PASSED, "passed"),
+    _after_a_failure(ex)
+    for fn, status, words in [(stub, NOT_ATTEMPTED, "not attempted yet"), (_as_learner(ex.reference), PASSED, "passed"),
                               (wrong, FAILED, "Likely mistake: " + hint)]:
         ex.check(fn)
         out = capsys.readouterr().out
@@ -240,7 +359,7 @@ def test_title_kind_and_line_format(ex):
     assert TITLE_RE.match(ex.title) and ": " not in ex.title, \
         f"title should read 'Exercise N (short name)': {ex.title!r}"
     assert ex.kind in KINDS
-    for fn in (stub, ex.reference, ex.mistakes[0][1]):
+    for fn in (stub, ex.reference, _as_learner(ex.reference), ex.mistakes[0][1]):
         line = ex.evaluate(fn).line()
         assert "\n" not in line and parse_line(line)[1] == ex.title, line
 
@@ -332,13 +451,13 @@ def test_some_exercises_have_integer_results():
 def test_the_reference_passes_with_autograd_disabled_in_the_kernel(ex):
     torch.set_grad_enabled(False)
     try:
-        result = ex.evaluate(ex.reference)
+        result = ex.evaluate(_as_learner(ex.reference))
         assert not torch.is_grad_enabled()
     finally:
         torch.set_grad_enabled(True)
     assert result.status == PASSED, result.message
     with torch.inference_mode():
-        result = ex.evaluate(ex.reference)
+        result = ex.evaluate(_as_learner(ex.reference))
     assert result.status == PASSED, result.message
 
 

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from helpers.exercises.engine import FAILED, PASSED
-from helpers.exercises.nb01 import (EXERCISES, _dead_after, _fit_beta, _fit_beta_gates, check_collapse, check_dead_after,
-                                    check_dead_fraction, check_fit_beta, check_gelu_tanh_derivative,
-                                    experiment_data)
+from helpers.exercises.nb01 import (BETA_RANGE, EXERCISES, _dead_after, _fit_beta, _fit_beta_gates, check_collapse,
+                                    check_dead_after, check_dead_fraction, check_fit_beta,
+                                    check_gelu_tanh_derivative, experiment_data)
 from helpers.activations import gelu_tanh
 from helpers.ffn import FFN
 
@@ -108,26 +108,19 @@ def test_dead_fraction_cases_cover_every_branch_of_the_statement():
                     "dead share 0", "dead share 1", "dead share between", "one sequence", "a sequence of padding only"}
 
 
-def test_dead_after_reference_reproduces_section_5_and_the_notebook_data():
+def test_dead_after_reference_reproduces_section_6_and_the_notebook_data():
     x, y = experiment_data()
-    assert _dead_after(2.0, 5, x, y) == 50 / 256          # the notebook's 19.5 % after phase 1
-    # the data recipe is the one the notebook's section 5 runs (its four lines from `gen = ...` to `Y = ...`)
-    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-                if "teacher = torch.randn(16, 16, generator=gen)" in "".join(c["source"]))
-    lines = cell.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("gen = "))
-    last = next(i for i, line in enumerate(lines) if line.startswith("Y = "))
-    assert last - first == 3, lines[first:last + 1]
-    namespace = {"torch": torch}
-    exec("\n".join(lines[first:last + 1]), namespace)
-    torch.testing.assert_close(namespace["X"], x)
-    torch.testing.assert_close(namespace["Y"], y)
+    assert _dead_after(2.0, 5, x, y) == 50 / 256          # the notebook's 19.5 % after phase 1, seed 0
+    # the notebook's section 6 trains on exactly this data
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+                     if c["cell_type"] == "code")
+    assert "X, Y = experiment_data()" in code
 
 
-def test_dead_after_cases_include_other_data_a_batch_of_one_one_step_and_other_seeds():
+def test_dead_after_cases_include_other_data_one_step_and_other_seeds():
     cases = check_dead_after.cases()
     sizes = {case.args[2].shape[0] for case in cases}
-    assert {256, 1} <= sizes and len(sizes) >= 3
+    assert {256, 64} <= sizes and len(sizes) >= 3
     assert 1 in {case.args[1] for case in cases}            # a single SGD step
     seeds = {case.args[4] for case in cases}
     assert 0 in seeds and len(seeds) >= 5
@@ -135,6 +128,21 @@ def test_dead_after_cases_include_other_data_a_batch_of_one_one_step_and_other_s
     assert len(values) >= 4                                 # the cases do not all give the same fraction
     # the seed matters: on some case the seed-0 answer is wrong, so ignoring the seed cannot pass
     assert any(_dead_after(*case.args[:4], 0) != _dead_after(*case.args) for case in cases)
+
+
+def test_dead_after_domain_never_overflows():
+    """The statement's domain (lr <= 2, steps <= 10, 64 <= N <= 256 of section 6's recipe) keeps training finite,
+    so "pre <= 0 on every example" is well defined (with 8 examples, or lr 3, the recipe can overflow to inf)."""
+    from helpers.dead_units import sgd
+    worst = 0.0
+    for n, data_seed in ((64, 3), (100, 5), (256, 2)):
+        x, y = experiment_data(seed=data_seed, n=n)
+        for seed in (0, 5, 9):
+            torch.manual_seed(seed)
+            model = FFN(16, 256, activation="relu")
+            worst = max(worst, *sgd(model, x, y, 2.0, 10))
+            assert torch.isfinite(model.w1(x)).all()
+    assert worst < 1e3
 
 
 def test_dead_after_seed_changes_the_answer_and_is_honoured():
@@ -152,6 +160,41 @@ def test_extreme_cases_are_in_the_hidden_sets():
     assert min(len(case.args[0]) for case in check_fit_beta.cases()) == 3
     pres = [case.args[0] for case in check_dead_fraction.cases()]
     assert {p.dtype for p in pres} == {torch.float32, torch.float64} and min(p.shape[1] for p in pres) == 1
+    assert min(p.shape[2] for p in pres) == 1
+
+
+def test_every_exercise_declares_a_domain_whose_corners_are_reached():
+    for ex in EXERCISES:
+        assert ex.domain is not None and ex.uncovered() == [], ex.title
+
+
+def test_the_stated_beta_range_holds_for_every_allowed_input():
+    """For one point the least-squares β solves σ(βx) = Φ(x): β*(x) = logit(Φ(x)) / x, which runs from
+    4·φ(0) = 1.596 (x -> 0) to 3.456 (|x| = 6). Each squared error falls towards its own β* and rises after it,
+    so the sum's minimum lies between the smallest and the largest β*: inside the stated [1.5, 3.5]."""
+    x = torch.tensor([1e-4, 0.5, 3.0, 6.0], dtype=torch.float64)
+    phi = 0.5 * torch.erfc(-x / math.sqrt(2))
+    beta_star = (torch.log(phi) - torch.log1p(-phi)) / x
+    assert BETA_RANGE[0] < beta_star.min() and beta_star.max() < BETA_RANGE[1]
+    assert beta_star[0].item() == pytest.approx(4 / math.sqrt(2 * math.pi), abs=1e-3)
+    assert beta_star[-1].item() == pytest.approx(3.456, abs=1e-3)
+
+
+def test_fit_beta_reference_finds_the_global_minimum_on_random_allowed_inputs():
+    """The sum of squares need not be unimodal; the reference searches a grid first. Against a brute-force grid
+    of step 1e-4 on random inputs the statement allows (a band point, tails, repeats, points near 0)."""
+    g = torch.Generator().manual_seed(7)
+    betas = torch.arange(BETA_RANGE[0], BETA_RANGE[1], 1e-4, dtype=torch.float64)
+    for trial in range(40):
+        n = int(torch.randint(3, 40, (1,), generator=g))
+        x = 12 * torch.rand(n, generator=g, dtype=torch.float64) - 6
+        if trial % 3 == 0:
+            x = torch.sign(x) * (4 + 2 * torch.rand(n, generator=g, dtype=torch.float64))   # tails only ...
+        x[0] = 0.5 + 2.5 * torch.rand((), generator=g, dtype=torch.float64)                # ... and a band point
+        sse = ((x * torch.sigmoid(betas[:, None] * x) - F.gelu(x)) ** 2).sum(dim=1)
+        beta = _fit_beta(x)
+        best = betas[sse.argmin()].item()
+        assert abs(beta - best) < 2e-4, (x, beta, best)
 
 
 # ---------------------------------------------------------------- other correct forms pass
@@ -198,20 +241,36 @@ def _fit_beta_newton(x):
     return beta.item()
 
 
-def _fit_beta_adam(x):
+def _fit_beta_adam(x, steps=300, schedule=False):
     beta = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.Adam([beta], lr=0.05)
+    decay = torch.optim.lr_scheduler.ExponentialLR(opt, 0.99) if schedule else None
     target = F.gelu(x)
-    for _ in range(300):
+    for _ in range(steps):
         loss = ((x * torch.sigmoid(beta * x) - target) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if decay:
+            decay.step()
+    return beta.item()
+
+
+def _fit_beta_adam_then_newton(x):
+    """Adam to get close, then Newton steps on the derivative: converged where the loss is flat."""
+    beta = torch.tensor(_fit_beta_adam(x), dtype=torch.float64, requires_grad=True)
+    for _ in range(50):
+        loss = ((x * torch.sigmoid(beta * x) - F.gelu(x)) ** 2).sum()
+        (g,) = torch.autograd.grad(loss, beta, create_graph=True)
+        (h,) = torch.autograd.grad(g, beta)
+        with torch.no_grad():
+            if h > 0:
+                beta -= g / h
     return beta.item()
 
 
 def _fit_beta_fine_grid(x):
-    betas = torch.arange(1.0, 2.5, 2e-4, dtype=torch.float64)
+    betas = torch.arange(1.5, 3.5, 2e-4, dtype=torch.float64)    # the range the statement gives
     sse = torch.stack([((x * torch.sigmoid(b * x) - F.gelu(x)) ** 2).sum() for b in betas])
     return betas[sse.argmin()]                               # a 0-dimensional tensor is fine too
 
@@ -247,7 +306,7 @@ def _dead_after_own_loss(lr, steps, x, y, seed):
     (check_gelu_tanh_derivative, _tanh_derivative_sech),
     (check_gelu_tanh_derivative, _tanh_derivative_autograd),
     (check_fit_beta, _fit_beta_newton),
-    (check_fit_beta, _fit_beta_adam),
+    (check_fit_beta, _fit_beta_adam_then_newton),
     (check_fit_beta, _fit_beta_fine_grid),
     (check_dead_fraction, _dead_fraction_float32_and_masked_fill),
     (check_dead_fraction, _dead_fraction_loop),
@@ -296,6 +355,60 @@ def _dead_after_seed_after_building(lr, steps, x, y, seed):
         return (model.w1(x) <= 0).all(dim=0).double().mean().item()
 
 
+def _dead_fraction_mean_pre_activation(pre, mask):
+    """Wrong: 'dead' as a mean pre-activation <= 0 over the real tokens (a unit on at some tokens is alive)."""
+    real = mask.unsqueeze(-1).to(pre.dtype)
+    return ((pre * real).sum(dim=(0, 1)) / real.sum(dim=(0, 1)) <= 0).double().mean().item()
+
+
+def _dead_after_sgd_with(lr, steps, x, y, seed, make_opt):
+    torch.manual_seed(seed)
+    model = FFN(x.shape[1], 256, activation="relu")
+    opt = make_opt(model.parameters(), lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        return (model.w1(x) <= 0).all(dim=0).double().mean().item()
+
+
+def _dead_after_momentum(lr, steps, x, y, seed):
+    """Wrong: SGD with momentum 0.9 (the statement says plain SGD)."""
+    return _dead_after_sgd_with(lr, steps, x, y, seed, lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9))
+
+
+def _dead_after_adam(lr, steps, x, y, seed):
+    """Wrong: Adam at the same learning rate."""
+    return _dead_after_sgd_with(lr, steps, x, y, seed, lambda p, lr: torch.optim.Adam(p, lr=lr))
+
+
+def _dead_after_counted_before_the_last_step(lr, steps, x, y, seed):
+    """Wrong: counts on the pre-activations of the last forward pass, before the last update."""
+    torch.manual_seed(seed)
+    model = FFN(x.shape[1], 256, activation="relu")
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        h = model.w1(x)
+        loss = F.mse_loss(model.w2(torch.relu(h)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return (h.detach() <= 0).all(dim=0).double().mean().item()
+
+
+def _fit_beta_coarse_range(x):
+    """Wrong: a fine grid, but only over [1, 2.5] (the statement allows β up to 3.5)."""
+    betas = torch.arange(1.0, 2.5, 2e-4, dtype=torch.float64)
+    sse = ((x * torch.sigmoid(betas[:, None] * x) - F.gelu(x)) ** 2).sum(dim=1)
+    return betas[sse.argmin()].item()
+
+
+def _fit_beta_on_the_question_grid(x):
+    """Wrong: fits on linspace(-6, 6, 1201) whatever points it is given."""
+    return _fit_beta(torch.linspace(-6, 6, 1201, dtype=torch.float64))
+
+
 def _collapse_two_layers_only(layers):
     (w1, b1), (w2, b2) = layers[0], layers[-1]
     return (w2 @ w1, w2 @ b1 + b2) if len(layers) > 1 else (w1, b1)
@@ -308,8 +421,17 @@ def _collapse_two_layers_only(layers):
     (check_dead_after, _dead_after_global_data),
     (check_dead_after, _dead_after_seed_after_building),
     (check_collapse, _collapse_two_layers_only),
+    (check_dead_fraction, _dead_fraction_mean_pre_activation),
+    (check_dead_after, _dead_after_momentum),
+    (check_dead_after, _dead_after_adam),
+    (check_dead_after, _dead_after_counted_before_the_last_step),
+    (check_fit_beta, _fit_beta_adam),                      # 300 Adam steps: unconverged where the loss is flat
+    (check_fit_beta, _fit_beta_coarse_range),
+    (check_fit_beta, _fit_beta_on_the_question_grid),
+    (check_gelu_tanh_derivative, lambda x: _exact_tanh_slope(x).reshape(-1)),   # loses the shape of x
 ], ids=lambda v: getattr(v, "__name__", None) or getattr(v, "title", ""))
 def test_wrong_on_some_inputs_only_still_fails(ex, wrong):
+    """Natural wrong answers, each breaking one sentence of its statement, fail."""
     assert ex.evaluate(wrong).status == FAILED
 
 

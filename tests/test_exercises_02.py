@@ -14,6 +14,7 @@ from helpers.costs import measure_flops
 from helpers.exercises import nb02 as ex
 from helpers.exercises.engine import FAILED, PASSED
 from helpers.ffn import FFN
+from helpers.precision import bound
 from helpers.residual import NORMS, stack_forward
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,11 +173,11 @@ def _swapped_pre_post(x, target, ffns, norms, norm, residual):
 
 @pytest.mark.parametrize("marker, names, wrong, right", [
     ("compare_gradients(", {"check_layer_grad_norms": ex.check_layer_grad_norms}, {"layer_grad_norms": _swapped_pre_post},
-     {"layer_grad_norms": ex._grad_norms}),
+     {"layer_grad_norms": lambda *a: ex._grad_norms(*a)}),
     ("measure_flops(", {"check_step_flops": ex.check_step_flops},
-     {"step_flops": lambda n, d, f, i, w: 12 * n * d * f}, {"step_flops": ex._step_flops}),
+     {"step_flops": lambda n, d, f, i, w: 12 * n * d * f}, {"step_flops": lambda *a: ex._step_flops(*a)}),
     ("gelu_tanh", {"check_gpt2_mlp": ex.check_gpt2_mlp},
-     {"gpt2_mlp": lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2}, {"gpt2_mlp": ex._gpt2_mlp}),
+     {"gpt2_mlp": lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2}, {"gpt2_mlp": lambda *a: ex._gpt2_mlp(*a)}),
 ])
 def test_follow_up_cells_wait_for_the_checker(marker, names, wrong, right, capsys):
     import matplotlib
@@ -187,6 +188,7 @@ def test_follow_up_cells_wait_for_the_checker(marker, names, wrong, right, capsy
     source = _follow_up(marker)
     stack, norms = make_stack(30, 16, seed=8)
     namespace = {"torch": torch, "F": F, "FFN": FFN, "measure_flops": measure_flops, "compare_gradients": compare_gradients,
+                 "bound": bound,
                  "x0": torch.randn(4, 32, 16, generator=torch.Generator().manual_seed(8)), "stack": stack,
                  "norms": norms, "d": 16, **names}
     exec(source, {**namespace, **wrong})
@@ -288,3 +290,66 @@ def test_contribution_cases_cover_activations_biases_one_token_and_square():
     assert {f.activation_name for f, _ in cases} >= {"gelu", "relu", "silu", "sigmoid"}
     assert any(f.w2.bias is None for f, _ in cases) and any(f.w2.bias is not None for f, _ in cases)
     assert any(x.shape[0] == 1 for _, x in cases) and any(f.d_ff == f.d_model for f, _ in cases)
+
+
+# ---------------------------------------------------------------- natural wrong answers, each breaking one sentence
+
+
+def _post_ln_no_residual_as_plain(x, ffns, norms, norm, residual):
+    """'No residual' read as 'plain stack': post-LN without the residual path returns FFN(x), its LayerNorm dropped."""
+    for ffn, ln in zip(ffns, norms):
+        if norm == "post" and not residual:
+            x = ffn(x)
+        else:
+            update = ffn(ln(x) if norm == "pre" else x)
+            x = x + update if residual else update
+            x = ln(x) if norm == "post" else x
+    return x
+
+
+def _only_batched(x, ffns, norms, norm, residual):
+    """Works for (B, T, d) and (T, d) but indexes x[0] as 'the first token' for a single vector: wrong on (d,)."""
+    out = stack_forward(x if x.dim() > 1 else x[None], ffns, norms, norm=norm, residual=residual)
+    return out if x.dim() > 1 else out[:1]
+
+
+@pytest.mark.parametrize("name, answer, hint", [
+    ("forward", lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2, "tanh form"),
+    ("forward", lambda x, w1, b1, w2, b2: F.gelu(x @ w1.T + b1, approximate="tanh") @ w2.T + b2,
+     "both weights are read in nn.Linear's layout"),
+    ("flops", lambda n, d, f, i, w: 2.0 * n * d * f * (2 + 2 * w + (i or w) + i), "your count is a float"),
+    ("flops", lambda n, d, f, i, w: 4 * n * d * f * (1 + int(i) + int(w)), "dropped the backward through W2"),
+    ("stack", _post_ln_no_residual_as_plain, "post-LN without the residual path"),
+    ("stack", _only_batched, None),
+    ("grads", lambda x, t, fs, ns, norm, res: ex._grad_norms(x, t, fs, ns, norm, res) ** 2, "squared norms"),
+    ("contributions", lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight, "as stored, (d_model, d_ff)"),
+    ("contributions", lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight.reshape(f.d_ff, f.d_model),
+     "reshaped w2.weight"),
+])
+def test_natural_wrong_answers_fail_with_the_hint_that_explains_them(name, answer, hint):
+    result = EXERCISES[name].evaluate(answer)
+    assert result.status == FAILED, result.message
+    if hint is None:
+        assert "Likely mistake" not in result.message, result.message
+    else:
+        assert hint in result.message, result.message
+
+
+def test_float_flops_fail_only_where_a_float_cannot_hold_the_count():
+    result = EXERCISES["flops"].evaluate(lambda n, d, f, i, w: float(ex._step_flops(n, d, f, i, w)))
+    assert "1 of 11" in result.message or "beyond 2**53" in result.message, result.message
+
+
+def test_untransposed_w2_fails_on_the_square_case_with_wrong_numbers_not_only_a_shape_error():
+    square = [c for c in ex.check_contributions.cases() if c.args[0].d_ff == c.args[0].d_model]
+    ffn, x = square[0].args
+    with torch.no_grad():
+        wrong = ffn.hidden(x).unsqueeze(-1) * ffn.w2.weight
+    assert wrong.shape == ex.check_contributions.reference(ffn, x).shape
+    assert not torch.allclose(wrong, ex.check_contributions.reference(ffn, x))
+
+
+@pytest.mark.parametrize("exercise", ex.EXERCISES, ids=lambda e: e.title.split(" (")[0])
+def test_every_exercise_declares_its_domain_and_reaches_every_corner(exercise):
+    assert exercise.domain is not None and len(exercise.domain.corners) >= 5
+    assert exercise.uncovered() == []

@@ -172,7 +172,7 @@ def test_other_correct_answers_pass(ex, fn):
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_references_pass_and_blank_stubs_are_not_attempted(ex):
-    assert ex.evaluate(ex.reference).status == PASSED
+    assert ex.evaluate(lambda *a, **k: ex.reference(*a, **k)).status == PASSED
 
     def stub(*args):
         raise NotImplementedError
@@ -499,3 +499,98 @@ def test_the_float64_overflow_gets_its_own_hint():
             -1, keepdim=True)
 
     assert "float64 only moves the overflow" in hint_of(check_z_loss, z_loss_grad)
+
+
+# ---------------------------------------------------------------- declared domains and the wrong answers tried at their corners
+@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
+def test_the_hidden_cases_reach_every_declared_corner(ex):
+    assert ex.domain is not None and ex.uncovered() == []
+
+
+def _every_expert(x, w1, w3, w2):
+    h = F.silu(torch.einsum("nd,efd->enf", x, w1)) * torch.einsum("nd,efd->enf", x, w3)
+    return torch.einsum("enf,edf->end", h, w2)
+
+
+def moe_dense_mixture(x, w_router, w1, w3, w2, k):
+    """Breaks "the top k": every expert runs, weighted by its probability."""
+    probs = torch.softmax(x @ w_router.T, -1)
+    return torch.einsum("ne,end->nd", probs, _every_expert(x, w1, w3, w2))
+
+
+def moe_weights_from_logits(x, w_router, w1, w3, w2, k):
+    """Breaks "the combine weights are the chosen probabilities": the chosen logits, divided by their sum."""
+    logits = x @ w_router.T
+    weight, index = logits.topk(k, -1)
+    weight = weight / weight.sum(-1, keepdim=True) if k > 1 else torch.softmax(logits, -1).gather(-1, index)
+    outs, tokens = _every_expert(x, w1, w3, w2), torch.arange(x.shape[0])
+    return sum(weight[:, j, None] * outs[index[:, j], tokens] for j in range(k))
+
+
+def capacity_rounded(expert_index, n_experts, capacity_factor):
+    """Breaks "C = ceil(c · N k / E)": Python's round."""
+    n, k = expert_index.shape
+    return moe.arrival_rank(expert_index, n_experts) < round(capacity_factor * n * k / n_experts)
+
+
+def capacity_first_choices_always_kept(expert_index, n_experts, capacity_factor):
+    """Breaks "each expert takes at most C slots": first choices are never dropped."""
+    n, k = expert_index.shape
+    kept = moe.arrival_rank(expert_index, n_experts) < math.ceil(capacity_factor * n * k / n_experts)
+    kept[:, 0] = True
+    return kept
+
+
+def z_grad_clamped_logits(logits):
+    """Breaks "it must work for logits in the hundreds": clamps them below exp's overflow instead."""
+    clamped = logits.clamp(max=80.0)
+    e = torch.exp(clamped)
+    return 2 / logits.shape[0] * torch.log(e.sum(-1, keepdim=True)) * e / e.sum(-1, keepdim=True)
+
+
+def z_grad_of_the_mean_lse(logits):
+    """Breaks "lse squared": the gradient of the mean logsumexp."""
+    return torch.softmax(logits, -1) / logits.shape[0]
+
+
+def noisy_gates_softplus_on_the_noise(x, w_gate, w_noise, noise, k):
+    """Breaks "ε ⊙ softplus(x W_noiseᵀ)": the softplus lands on ε."""
+    h = x @ w_gate.T + F.softplus(noise) * (x @ w_noise.T)
+    index = h.topk(k, -1).indices
+    return torch.softmax(torch.full_like(h, -math.inf).scatter(-1, index, h.gather(-1, index)), -1)
+
+
+def later_tokens_one_direction(expert_index, n_experts, capacity_factor):
+    """Breaks "differs in any slot": only slots lost once later tokens arrive count, not slots gained."""
+    n, k = expert_index.shape
+    full = moe.arrival_rank(expert_index, n_experts) < math.ceil(capacity_factor * n * k / n_experts)
+    out = torch.zeros(n, dtype=torch.bool)
+    for t in range(n):
+        alone = (moe.arrival_rank(expert_index[: t + 1], n_experts)
+                 < math.ceil(capacity_factor * (t + 1) * k / n_experts))[t]
+        out[t] = bool((alone & ~full[t]).any())
+    return out
+
+
+def balance_loss_through_item(probs, expert_index):
+    """Breaks "a 0-dim tensor that keeps its gradient through P": a new tensor from a Python float."""
+    n_experts = probs.shape[-1]
+    f = torch.bincount(expert_index.reshape(-1), minlength=n_experts).float() / expert_index.numel()
+    return torch.tensor(float(n_experts * (f * probs.mean(0)).sum()))
+
+
+DOMAIN_SLIPS = [(check_moe_forward, moe_dense_mixture), (check_moe_forward, moe_weights_from_logits),
+                (check_capacity_keep, capacity_rounded), (check_capacity_keep, capacity_first_choices_always_kept),
+                (check_z_loss, z_grad_clamped_logits), (check_z_loss, z_grad_of_the_mean_lse),
+                (check_noisy_top_k, noisy_gates_softplus_on_the_noise), (check_later_tokens, later_tokens_one_direction),
+                (check_balance_loss, balance_loss_through_item)]
+
+
+@pytest.mark.parametrize("ex, fn", DOMAIN_SLIPS, ids=[fn.__name__ for _, fn in DOMAIN_SLIPS])
+def test_natural_wrong_answers_at_the_corners_fail(ex, fn):
+    assert ex.evaluate(fn).status == FAILED
+
+
+def test_the_clamped_z_grad_fails_only_where_exp_would_overflow():
+    result = check_z_loss.evaluate(z_grad_clamped_logits)
+    assert "exp overflows" in result.message

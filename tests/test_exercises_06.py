@@ -22,6 +22,7 @@ EXERCISES = {
     "tp": ex.check_tensor_parallel,
     "splits": ex.check_split_sizes,
     "intensity": ex.check_moe_intensity,
+    "decode": ex.check_decode_batch,
 }
 
 #: a wrong answer that is not one of the listed mistakes, for every exercise
@@ -31,7 +32,12 @@ UNLISTED_WRONG = {
     "splits": lambda ei, kept, e, w: [int(kept.sum())] + [0] * (w - 1),
     "tp": lambda *a: (ex.tensor_parallel_reference(*a)[0][::-1], ex.tensor_parallel_reference(*a)[1]),
     "intensity": lambda *a: 1.5 * ex.intensity_reference(*a),
+    "decode": lambda *a: ex.decode_batch_reference(*a) + 1,
 }
+
+
+def test_two_investigate_exercises_and_the_rest_build():
+    assert [e.kind for e in ex.EXERCISES] == ["build", "build", "build", "build", "investigate", "investigate"]
 
 
 @pytest.mark.parametrize("name", EXERCISES)
@@ -221,10 +227,17 @@ def test_intensity_accepts_tensor_arithmetic_in_either_float_dtype(dtype):
 def test_follow_ups_that_use_a_learners_function_run_only_after_its_check_passed():
     nb = json.loads((ROOT / "notebooks" / "06_ffn_at_scale.ipynb").read_text(encoding="utf-8"))
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    for fn, check in [("flops_per_token", "check_model_flops"), ("moe_step_intensity", "check_moe_intensity")]:
+    for fn, check in [("flops_per_token", "check_model_flops"), ("moe_step_intensity", "check_moe_intensity"),
+                      ("fewest_sequences", "check_decode_batch")]:
         users = [c for c in code if re.search(rf"(?<![\w.]){fn}\(", c) and f"def {fn}(" not in c]
         assert users, f"a follow-up uses {fn}"
-        assert all(c.startswith(f"if {check}.evaluate({fn}).passed:") for c in users)
+        for cell in users:                 # a knob may come first; every use sits under the passing check
+            lines = cell.splitlines()
+            guard = [i for i, line in enumerate(lines)
+                     if re.fullmatch(rf"if {check}\.(?:passes\({fn}\)|evaluate\({fn}\)\.passed):", line)]
+            assert len(guard) == 1, cell
+            other = lines[:guard[0]] + [line for line in lines[guard[0]:] if not line.startswith((" ", "if "))]
+            assert not any(re.search(rf"(?<![\w.]){fn}\(", line) for line in other), cell
         outputs = [o for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]) in users
                    for o in c["outputs"]]
         assert all("must pass before" in "".join(o.get("text", "")) for o in outputs)
@@ -232,3 +245,245 @@ def test_follow_ups_that_use_a_learners_function_run_only_after_its_check_passed
 
 def test_mixtral_and_deepseek_batches_in_the_follow_up_are_what_the_formula_says():
     assert math.ceil(295.2 * 4) == 1181 and math.ceil(295.2 * 32) == 9447
+
+
+# ----------------------------------------------------------------------------- declared domains
+
+def test_every_exercise_is_listed_in_order_and_declares_a_domain_its_cases_respect():
+    assert ex.EXERCISES == list(EXERCISES.values())
+    for exercise in ex.EXERCISES:
+        assert exercise.domain is not None and exercise.uncovered() == []
+    for c in ex.check_model_flops.cases():
+        n_layers, d, heads, kv, d_ff, n_ctx, training = c.args
+        assert min(n_layers, d, heads, kv, d_ff, n_ctx) >= 1 and d % heads == 0 and heads % kv == 0
+        assert isinstance(training, bool) and all(type(a) is int for a in c.args[:6])
+    for c in ex.check_fewest_chunks.cases():
+        assert min(c.args[:3]) >= 1 and c.args[3] in ex.VARIANTS_SAVED and c.args[4] >= 0
+    for c in ex.check_tensor_parallel.cases():
+        x, w1, b1, w2, b2, parts = c.args
+        assert 1 <= parts <= w1.shape[0] and w2.shape == (x.shape[1], w1.shape[0]) and b2.shape == (x.shape[1],)
+    for exercise in (ex.check_split_sizes, ex.check_moe_intensity):
+        for c in exercise.cases():
+            index, n_experts = c.args[0], c.args[2] if exercise is ex.check_split_sizes else c.args[1]
+            assert index.dtype == torch.int64 and index.shape[0] >= 1 and index.shape[1] <= n_experts
+            assert int(index.min()) >= 0 and int(index.max()) < n_experts
+            assert all(len(set(row)) == len(row) for row in index.tolist()), "distinct experts per row"
+    assert all(c.args[2] % c.args[3] == 0 for c in ex.check_split_sizes.cases())
+    assert {c.args[5] for c in ex.check_moe_intensity.cases()} == {1, 2, 4}
+
+
+def test_the_references_leave_their_inputs_unchanged():
+    for exercise in ex.EXERCISES:
+        for case in exercise.cases():
+            before = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args]
+            exercise.reference(*case.args)
+            for a, b in zip(case.args, before):
+                assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), exercise.title
+
+
+# ----------------------------------------------------------------------------- natural wrong answers (trial, review)
+
+def _hinted(exercise, fn, words):
+    result = exercise.evaluate(fn)
+    assert result.status == FAILED, result.message
+    hint = _hint(result)
+    assert hint is not None and words in hint, result.message
+    return result
+
+
+def _learner_flops(n_layers, d_model, n_heads, n_kv_heads, d_ff, n_ctx, training, *, kv_square=False,
+                   attn="both", ffn=3, train_factor=3, mac=2, layers=True):
+    head = d_model // n_heads
+    kv = d_model if kv_square else n_kv_heads * head
+    context = {"both": 2 * n_ctx * d_model, "qk_only": n_ctx * d_model, "none": 0,
+               "kv_width": 2 * n_ctx * kv}[attn]
+    per_layer = mac * (2 * d_model * d_model + 2 * d_model * kv + context + ffn * d_model * d_ff)
+    total = per_layer * (n_layers if layers else 1)
+    return total * train_factor if training else total
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(kv_square=True), "grouped-query"), (dict(attn="qk_only"), "without the mixing AV"),
+    (dict(attn="none"), "left them out"), (dict(attn="kv_width"), "every query head"),
+    (dict(ffn=2), "three weight matrices"), (dict(train_factor=2), "3× the forward"),
+    (dict(mac=1), "2 FLOPs"), (dict(layers=False), "n_layers")])
+def test_flops_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_model_flops, lambda *a: _learner_flops(*a, **change), words)
+
+
+def test_flops_head_size_with_true_division_passes_within_the_declared_domain():
+    assert ex.check_model_flops.evaluate(
+        lambda L, d, h, kv, f, t, tr: int(_learner_flops(L, d, h, kv, f, t, tr))).status == PASSED
+
+
+def _learner_chunks(n_tokens, d_model, d_ff, variant, budget_bytes, *, h=None, op="le", stop=0, none=0, kept=True,
+                    size="ceil", bytes_per=4):
+    h = {"relu": 1, "gelu": 2, "swiglu": 4}[variant] if h is None else h
+    for n in range(1, n_tokens + 1 - stop):
+        chunk = -(-n_tokens // n) if size == "ceil" else n_tokens // n
+        peak = bytes_per * ((n_tokens * d_model if kept else 0) + chunk * h * d_ff)
+        if (peak <= budget_bytes) if op == "le" else (peak < budget_bytes):
+            return n
+    return n_tokens if none == "all" else 0
+
+
+def test_fewest_chunks_natural_wrong_answers_fail_with_their_hint_or_their_case():
+    for change, words in [(dict(size="floor"), "ceil(n_tokens / n)"), (dict(op="lt"), "<="),
+                          (dict(none="all"), "return 0"), (dict(kept=False), "kept inputs"), (dict(h=2), "variant"),
+                          (dict(bytes_per=1), "in bytes")]:
+        _hinted(ex.check_fewest_chunks, lambda *a, c=change: _learner_chunks(*a, **c), words)
+    stops_early = ex.check_fewest_chunks.evaluate(lambda *a: _learner_chunks(*a, stop=1))
+    assert stops_early.status == FAILED and "one token per chunk" in stops_early.message
+
+
+def _learner_tp(x, w1, b1, w2, b2, n_parts, *, blocks="split", b2_every=False, approximate="none"):
+    units = torch.arange(w1.shape[0])
+    chosen = {"split": torch.tensor_split(units, n_parts), "chunk": torch.chunk(units, n_parts),
+              "strided": [units[r::n_parts] for r in range(n_parts)]}[blocks]
+    parts = [F.gelu(x @ w1[b].T + b1[b], approximate=approximate) @ w2[:, b].T + (b2 if b2_every else 0)
+             for b in chosen]
+    return parts, sum(parts) + (0 if b2_every else b2)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(b2_every=True), "every rank"), (dict(blocks="chunk"), "torch.chunk"),
+    (dict(blocks="strided"), "contiguous block"), (dict(approximate="tanh"), "tanh approximation")])
+def test_tensor_parallel_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_tensor_parallel, lambda *a: _learner_tp(*a, **change), words)
+
+
+def test_tensor_parallel_split_of_the_input_dimension_fails():
+    def split_d(x, w1, b1, w2, b2, n_parts):
+        cols = torch.tensor_split(torch.arange(w1.shape[1]), n_parts)
+        parts = [F.gelu(x[:, c] @ w1[:, c].T + b1 / n_parts) @ w2.T for c in cols]
+        return parts, sum(parts) + b2
+    assert ex.check_tensor_parallel.evaluate(split_d).status == FAILED
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda ei, kept, e, w: torch.bincount((ei // (e // w)).reshape(-1), minlength=w).tolist(), "dropped"),
+    (lambda ei, kept, e, w: torch.bincount(ei[kept] % w, minlength=w).tolist(), "round-robin"),
+    (lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist(), "minlength"),
+    (lambda ei, kept, e, w: [int((((ei // (e // w)) == r) & kept).any(1).sum()) for r in range(w)], "(token, slot)")])
+def test_split_sizes_natural_wrong_answers_fail_with_their_hint(fn, words):
+    _hinted(ex.check_split_sizes, fn, words)
+
+
+def _learner_intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element, *, read="used", k=True,
+                       floor=False, mac=2):
+    n, top = expert_index.shape
+    m = 3 if gated else 2
+    used = {"used": len(set(expert_index.reshape(-1).tolist())), "all": n_experts}[read]
+    flops = mac * n * (top if k else 1) * m * d_model * d_ff
+    n_bytes = used * m * d_model * d_ff * bytes_per_element
+    return float(flops // n_bytes) if floor else flops / n_bytes
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(read="all"), "all n_experts"), (dict(k=False), "k experts"), (dict(floor=True), "not //"),
+    (dict(mac=1), "2 FLOPs")])
+def test_intensity_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_moe_intensity, lambda *a: _learner_intensity(*a, **change), words)
+
+
+# ----------------------------------------------------------------------------- 6. the decode batch
+
+def _intensity_of_step(batch, target, context, n_weights, s, layers, d, kv):
+    """FLOPs − target·bytes of a decode step of ``batch`` sequences, exactly (>= 0: the step reaches target)."""
+    return batch * (2 * n_weights + 4 * layers * context * d) - target * (s * n_weights + batch * context * kv)
+
+
+def test_decode_reference_is_the_smallest_batch_by_direct_search():
+    gen = torch.Generator().manual_seed(1)
+    draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
+    for _ in range(300):
+        args = (draw(1, 60), draw(0, 40), draw(1, 3000), [1, 2, 4][draw(0, 3)], draw(1, 4), draw(1, 16), draw(1, 400))
+        answer = ex.decode_batch_reference(*args)
+        reaching = [b for b in range(1, 5000) if _intensity_of_step(b, *args) >= 0]
+        if answer == 0:
+            assert _intensity_of_step(10 ** 9, *args) < 0, args          # not even a huge batch
+        else:
+            assert reaching and reaching[0] == answer, args
+
+
+def test_decode_cases_respect_the_declared_bounds_and_hold_the_llama_crossover():
+    for c in ex.check_decode_batch.cases():
+        t, ctx, n, s, layers, d, kv = c.args
+        assert all(type(a) is int for a in c.args)
+        assert 1 <= t <= 1000 and 0 <= ctx <= 131072 and 1 <= n <= 10 ** 12 and s in (1, 2, 4)
+        assert 1 <= layers <= 200 and 1 <= d <= 32768 and 1 <= kv <= 10 ** 7
+        assert t * s * n < 2 ** 53
+    llama = tuple(ex.LLAMA3_8B_DECODE.values())
+    assert ex.decode_batch_reference(295, 393, *llama) > 0 == ex.decode_batch_reference(295, 394, *llama)
+    from helpers.inference import H100_SXM, decode_intensity_limit, dense_param_counts
+    counts = dense_param_counts()
+    assert ex.LLAMA3_8B_DECODE["n_weights"] == counts["total"] - counts["input_embedding"]
+    assert decode_intensity_limit(393) >= H100_SXM.ridge > decode_intensity_limit(394)   # the library agrees
+
+
+def test_decode_float_division_and_bisection_answers_pass():
+    def with_floats(t, ctx, n, s, layers, d, kv):
+        margin = 2.0 * n + 4.0 * layers * ctx * d - 1.0 * t * ctx * kv
+        return 0 if margin <= 0 else int(math.ceil(t * s * n / margin))
+
+    def bisection(t, ctx, n, s, layers, d, kv):
+        intensity = lambda b: b * (2 * n + 4 * layers * ctx * d) / (s * n + b * ctx * kv)   # noqa: E731
+        if ctx and (2 * n + 4 * layers * ctx * d) / (ctx * kv) <= t:
+            return 0
+        lo, hi = 0, 1
+        while intensity(hi) < t:
+            hi *= 2
+        while hi - lo > 1:
+            lo, hi = (lo, (lo + hi) // 2) if intensity((lo + hi) // 2) >= t else ((lo + hi) // 2, hi)
+        return hi
+
+    assert ex.check_decode_batch.evaluate(with_floats).status == PASSED
+    assert ex.check_decode_batch.evaluate(bisection).status == PASSED
+
+
+def _learner_decode(t, ctx, n, s, layers, d, kv, *, cache=True, attention=4, shared=False, none=0, op="ge",
+                    rounding="ceil"):
+    flops_each = 2 * n + attention * layers * ctx * d
+    if shared:
+        return math.ceil(t * (s * n + ctx * kv) / flops_each)
+    if not cache:
+        return math.ceil(t * s / 2)
+    margin = flops_each - t * ctx * kv
+    if margin <= 0:
+        return none
+    need = t * s * n
+    if op == "gt":
+        return need // margin + 1
+    return -(-need // margin) if rounding == "ceil" else need // margin
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(cache=False), "only the weights"), (dict(shared=True), "not shared"), (dict(attention=0), "left them out"),
+    (dict(attention=2), "half of it"), (dict(none=-1), "-1"), (dict(op="gt"), "not one more"),
+    (dict(rounding="floor"), "not the floor")])
+def test_decode_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_decode_batch, lambda *a: _learner_decode(*a, **change), words)
+
+
+def test_decode_a_strict_limit_test_fails_on_the_limit_exactly_at_the_target():
+    def strict_limit(t, ctx, n, s, layers, d, kv):
+        if ctx and (2 * n + 4 * layers * ctx * d) / (ctx * kv) < t:      # < where <= is needed
+            return 0
+        return math.ceil(t * s * n / (2 * n + 4 * layers * ctx * d - t * ctx * kv))
+
+    result = ex.check_decode_batch.evaluate(strict_limit)
+    assert result.status == FAILED and "ZeroDivisionError" in result.message and "exactly at the target" in \
+        result.message
+
+
+def test_decode_a_loop_over_batches_passes_within_the_time_limit():
+    def one_by_one(t, ctx, n, s, layers, d, kv):
+        if ctx and (2 * n + 4 * layers * ctx * d) <= t * ctx * kv:
+            return 0
+        b = 1
+        while b * (2 * n + 4 * layers * ctx * d) < t * (s * n + b * ctx * kv):
+            b += 1
+        return b
+
+    assert max(ex.decode_batch_reference(*c.args) for c in ex.check_decode_batch.cases()) < 250_000
+    assert ex.check_decode_batch.evaluate(one_by_one).status == PASSED

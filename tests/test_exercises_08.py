@@ -1,10 +1,14 @@
-"""Checkers of notebook 08: the debug exercises' buggy code as the notebook gives it, fixes in several styles,
-plausible wrong fixes and their hints, and the extreme inputs the statements allow.
+"""Checkers of notebook 08: the debug exercises' buggy code as the notebook gives it, the debug ladder (the
+symptom first, the wrong fix or the class of bug only once a changed function fails again, never the fix), fixes
+in several styles, plausible wrong fixes and their hints, and the extreme inputs the statements allow.
 
 The generic contract (reference passes, blank stubs, every listed mistake hinted, one line, hostile input,
 time limit) is tested for every exercise in ``test_exercise_contract.py``.
 """
+import contextlib
+import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -39,8 +43,25 @@ ALL = DEBUG + [(nb08.check_gpt_oss_layout, "gpt_oss_gate_up"), (nb08.check_topk_
                (nb08.check_score_on_input, "input_over_output")]
 
 
+@pytest.fixture(autouse=True)
+def _a_fresh_ladder():
+    """Every test starts with no failure shown: the debug ladder's first step."""
+    for ex in nb08.EXERCISES:
+        ex.forget()
+    yield
+    for ex in nb08.EXERCISES:
+        ex.forget()
+
+
+def _after_a_failure(ex):
+    """The ladder's second step: ``check`` has printed a failure in this kernel."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        ex.check(ex.buggy)
+    return ex
+
+
 def _expect_hint(ex, fn, mistake_index):
-    result = ex.evaluate(fn)
+    result = _after_a_failure(ex).evaluate(fn)
     assert result.status == FAILED, result.message
     assert HINT_PREFIX + ex.mistakes[mistake_index][0] in result.message, result.message
 
@@ -53,10 +74,44 @@ def test_the_notebook_stub_is_not_attempted_and_the_solution_passes(ex, name):
     assert result.status == PASSED, result.message
 
 
+#: what a fix does, in words a message must never use (the learner finds the fix)
+FIXES = {"attn_from_gpt2": r"transpose|\.t\(\)|\.T\b",
+         "balance_loss": r"mask (both|it|the)|divide (each |f |P )?by|index (the )?real|attention_mask\.bool",
+         "group_limited_topk": r"-inf|fill (it |them )?with|\.sort\(|float\(.-inf.\)"}
+
+
 @pytest.mark.parametrize("ex, name", DEBUG, ids=[n for _, n in DEBUG])
-def test_the_bug_as_given_is_caught_and_named(ex, name):
-    """Deleting the raise line without fixing anything fails, with the hint that names the class of bug."""
-    _expect_hint(ex, _function_from(NOTEBOOK, name, remove_raise=True), 0)
+def test_the_bug_as_given_shows_its_symptom_only(ex, name, capsys):
+    """Deleting the raise line without fixing anything fails with the symptom (the case, what differs, how many
+    cases) and no hint or class of bug, however often it is run (the ladder's first step)."""
+    buggy = _function_from(NOTEBOOK, name, remove_raise=True)
+    for _ in range(3):
+        ex.check(buggy)
+        line = capsys.readouterr().out
+        assert line.startswith(f"❌ {ex.title}: ") and " (on " in line, line
+        assert HINT_PREFIX not in line and CLUE_PREFIX not in line, line
+        assert "still does what the function as given does on every hidden case" in line, line
+        assert not re.search(FIXES[name], line, re.I), line
+
+
+@pytest.mark.parametrize("ex, name", DEBUG, ids=[n for _, n in DEBUG])
+def test_the_ladder_a_changed_function_gets_its_lead_only_once_it_fails_again(ex, name, capsys):
+    """The first failure of a changed function: the symptom only. Run again after that failure: the wrong fix
+    it makes (a listed mistake) or the class of bug."""
+    wrong_fix = ex.mistakes[0][1]
+    ex.check(wrong_fix)
+    first = capsys.readouterr().out
+    assert HINT_PREFIX not in first and CLUE_PREFIX not in first and " (on " in first, first
+    ex.check(wrong_fix)
+    second = capsys.readouterr().out
+    assert HINT_PREFIX + ex.mistakes[0][0] in second, second
+
+
+@pytest.mark.parametrize("ex, name", DEBUG, ids=[n for _, n in DEBUG])
+def test_no_message_hint_or_clue_names_the_fix(ex, name):
+    texts = [hint for hint, _ in ex.mistakes] + [ex.bug_class]
+    for text in texts:
+        assert not re.search(FIXES[name], text, re.I), text
 
 
 @pytest.mark.parametrize("ex, name", DEBUG, ids=[n for _, n in DEBUG])
@@ -122,7 +177,7 @@ def test_gpt2_fixes_in_every_style_pass(transpose):
 def test_gpt2_wrong_fixes_get_their_hints():
     for i in range(len(nb08.check_gpt2_loader.mistakes)):
         _expect_hint(nb08.check_gpt2_loader, nb08.check_gpt2_loader.mistakes[i][1], i)
-    _expect_hint(nb08.check_gpt2_loader, lambda a, c: (*a.view(3 * c.shape[0], c.shape[0]).split(c.shape[0]), c.T), 1)
+    _expect_hint(nb08.check_gpt2_loader, lambda a, c: (*a.view(3 * c.shape[0], c.shape[0]).split(c.shape[0]), c.T), 0)
 
 
 def test_gpt2_a_partial_fix_is_told_the_class_not_a_wrong_hint():
@@ -130,7 +185,8 @@ def test_gpt2_a_partial_fix_is_told_the_class_not_a_wrong_hint():
     def partial(c_attn_w, c_proj_w):
         w_q, w_k, w_v = c_attn_w.split(c_proj_w.shape[0], dim=1)
         return w_q.t(), w_k, w_v, c_proj_w.t()
-    result = nb08.check_gpt2_loader.evaluate(partial)
+    assert CLUE_PREFIX not in nb08.check_gpt2_loader.evaluate(partial).message    # the first failure: symptom only
+    result = _after_a_failure(nb08.check_gpt2_loader).evaluate(partial)
     assert result.status == FAILED and result.hint is None, result.message
     assert CLUE_PREFIX + nb08.check_gpt2_loader.bug_class in result.message, result.message
 
@@ -141,7 +197,7 @@ def test_gpt2_another_mistake_is_not_told_the_transpose_class():
     def q_k_swapped(c_attn_w, c_proj_w):
         w_q, w_k, w_v, w_o = nb08._attn_from_gpt2(c_attn_w, c_proj_w)
         return w_k, w_q, w_v, w_o
-    result = nb08.check_gpt2_loader.evaluate(q_k_swapped)
+    result = _after_a_failure(nb08.check_gpt2_loader).evaluate(q_k_swapped)
     assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
 
 
@@ -198,7 +254,7 @@ def test_padding_other_correct_forms_pass():
 
 
 def test_padding_wrong_fixes_get_their_hints():
-    for i in (1, 2, 3):
+    for i in (0, 1, 2):
         _expect_hint(nb08.check_padding_balance, nb08.check_padding_balance.mistakes[i][1], i)
 
 
@@ -207,19 +263,20 @@ def test_padding_f_per_token_is_named_only_where_it_explains_the_answer():
     unmasked and per-token at once is not that mistake; nor is the padding class named, because at k = E the
     padding cannot move the loss and the answer is still wrong there (the clue needs the class in every wrong case).
     Unmasked alone gets its own hint."""
-    result = nb08.check_padding_balance.evaluate(nb08._balance_wrong("f per token"))
-    assert result.status == FAILED and "counts tokens, not the N_real·k slots" in result.hint, result.message
+    ex = _after_a_failure(nb08.check_padding_balance)
+    result = ex.evaluate(nb08._balance_wrong("f per token"))
+    assert result.status == FAILED and "not by their N_real·k slots" in result.hint, result.message
     def both(logits, index, mask):
         probs = torch.softmax(logits, -1)
         counts = torch.bincount(index.reshape(-1), minlength=logits.shape[-1]).float()
         return logits.shape[-1] * (counts / len(index) * probs.mean(0)).sum()
-    other = nb08.check_padding_balance.evaluate(both)
+    other = ex.evaluate(both)
     assert other.status == FAILED and other.hint is None and CLUE_PREFIX not in other.message, other.message
     def p_unmasked(logits, index, mask):      # f counts real slots over all slots, P unmasked: no listed mistake
         probs = torch.softmax(logits, -1)
         counts = torch.bincount(index[mask.bool()].reshape(-1), minlength=logits.shape[-1]).to(probs.dtype)
         return logits.shape[-1] * (counts / index.numel() * probs.mean(0)).sum()
-    clue = nb08.check_padding_balance.evaluate(p_unmasked)
+    clue = ex.evaluate(p_unmasked)
     assert clue.status == FAILED and CLUE_PREFIX + nb08.check_padding_balance.bug_class in clue.message, clue.message
 
 
@@ -244,12 +301,18 @@ def test_group_fixes_that_make_masked_experts_lose_pass():
 
 
 def test_group_small_negative_fills_are_caught_as_the_same_class_of_bug():
-    """A fill of -1 or -2 passes some cases the fill-0 model fails, so that hint is withheld (it must reproduce the
-    learner's function on every case); the exercise's class of bug is named instead."""
+    """A fill of -1 or -2 loses to the biased scores of the mixed cases but still wins where every biased score is
+    below it: the function as given reproduces it on every case it fails, so (once a failure has been shown) it is
+    told the original bug, named by its class, is still there on those inputs. Never the fill to use."""
     for fill in (-1.0, -2.0):
-        result = nb08.check_group_limited.evaluate(_with_fill(fill))
+        nb08.check_group_limited.forget()
+        first = nb08.check_group_limited.evaluate(_with_fill(fill))
+        assert first.status == FAILED and first.hint is None and CLUE_PREFIX not in first.message, first.message
+        result = _after_a_failure(nb08.check_group_limited).evaluate(_with_fill(fill))
         assert result.status == FAILED, result.message
-        assert CLUE_PREFIX + nb08.check_group_limited.bug_class in result.message, result.message
+        assert f"the original bug ({nb08.check_group_limited.bug_class}) is still there" in result.message, \
+            result.message
+        assert not re.search(FIXES["group_limited_topk"], result.message), result.message
 
 
 def test_group_another_ranking_is_not_told_the_masking_class():
@@ -262,7 +325,7 @@ def test_group_another_ranking_is_not_told_the_masking_class():
         mask = torch.zeros(n, n_group, dtype=torch.bool).scatter(1, keep, True)
         mask = mask[:, :, None].expand(n, n_group, e // n_group).reshape(n, e)
         return choice.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices.sort(dim=-1).values
-    result = nb08.check_group_limited.evaluate(by_best)
+    result = _after_a_failure(nb08.check_group_limited).evaluate(by_best)
     assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
 
 
@@ -273,18 +336,18 @@ def test_padding_a_wrong_answer_that_ignores_the_padding_gets_no_padding_lead():
         probs = torch.softmax(logits[keep], -1)
         counts = torch.bincount(index[keep].reshape(-1), minlength=logits.shape[-1]).to(probs.dtype)
         return logits.shape[-1] * (counts / index[keep].numel() * probs.sum(0)).sum()
-    result = nb08.check_padding_balance.evaluate(summed)
+    result = _after_a_failure(nb08.check_padding_balance).evaluate(summed)
     assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message
 
 
 def test_group_wrong_fixes_get_their_hints():
-    for i in (1, 2, 3):
+    for i in (0, 1, 2):
         _expect_hint(nb08.check_group_limited, nb08.check_group_limited.mistakes[i][1], i)
 
 
 def test_group_right_experts_in_another_order_are_told_so_not_the_bug_class():
-    for fn, i in ((nb08._group_descending, 4), (nb08._group_topk_order, 5)):
-        result = nb08.check_group_limited.evaluate(fn)
+    for fn, i in ((nb08._group_descending, 3), (nb08._group_topk_order, 4)):
+        result = _after_a_failure(nb08.check_group_limited).evaluate(fn)
         assert result.status == FAILED and "increasing order" in result.message, result.message
         assert CLUE_PREFIX not in result.message, result.message
 
@@ -369,7 +432,7 @@ def _group_variant(scores, bias, k, n_group, topk_group, *, inverted=False, n_ke
 def test_group_wrong_fixes_with_minus_inf_get_no_masking_clue(variant):
     """A fix that masks with -inf but gets the groups wrong is not told to look at the fill (the clue's test
     shifts every bias: a -inf mask does not move, a finite fill does)."""
-    result = nb08.check_group_limited.evaluate(lambda *a: _group_variant(*a, **variant))
+    result = _after_a_failure(nb08.check_group_limited).evaluate(lambda *a: _group_variant(*a, **variant))
     assert result.status == FAILED, result.message
     assert CLUE_PREFIX not in result.message, result.message
 
@@ -389,7 +452,7 @@ def _clamped_or_product(scores, bias, k, n_group, topk_group, *, clamp=False, pr
 
 @pytest.mark.parametrize("variant", [dict(clamp=True), dict(product=True)], ids=str)
 def test_group_clue_needs_the_symptom_and_the_cause(variant):
-    result = nb08.check_group_limited.evaluate(lambda *a: _clamped_or_product(*a, **variant))
+    result = _after_a_failure(nb08.check_group_limited).evaluate(lambda *a: _clamped_or_product(*a, **variant))
     assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
 
 
@@ -408,5 +471,18 @@ def test_group_clue_calls_cannot_hang_or_exit_the_notebook(misbehave, monkeypatc
                 pass
         return nb08._group_limited(scores, bias, k, n_group, topk_group, fill=-1.0)
 
-    result = nb08.check_group_limited.evaluate(fn)
+    result = _after_a_failure(nb08.check_group_limited).evaluate(fn)
     assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
+
+
+def test_padding_softmax_over_the_tokens_fails_without_a_misleading_lead():
+    """The trial's learner: the padding masked, but the softmax taken over the tokens (dim=0)."""
+    def over_tokens(router_logits, expert_index, attention_mask):
+        keep = attention_mask.bool()
+        probs = torch.softmax(router_logits[keep], dim=0)
+        chosen = expert_index[keep]
+        counts = torch.bincount(chosen.reshape(-1), minlength=probs.shape[-1]).to(probs.dtype)
+        return probs.shape[-1] * (counts / chosen.numel() * probs.mean(0)).sum()
+    for ex in (nb08.check_padding_balance, _after_a_failure(nb08.check_padding_balance)):
+        result = ex.evaluate(over_tokens)
+        assert result.status == FAILED and result.hint is None and CLUE_PREFIX not in result.message, result.message

@@ -9,6 +9,12 @@ call, a verdict line printed by hand, a notebook that crashes at the top, one th
 of two renamed copies of notebook 05 ("Copy of ...", "bob_ffn.ipynb") is graded with points, a
 CSV gradebook and feedback files; matching by content, the points file and the naming of
 submissions are tested without a kernel.
+
+The teacher's mistakes of the trial (``learner-and-teacher-trial.md``, part C): a mistyped path is a
+usage error (exit 2) that writes nothing, output paths are checked before grading, a student folder
+with two notebooks is one row and one feedback file, sub-folders left out without ``--recursive`` are
+named, every status reads as a sentence to the student, and the checker's own reference handed in as
+an answer is flagged.
 """
 import importlib
 import json
@@ -22,7 +28,7 @@ import nbformat
 import pytest
 
 from helpers.env import SETUP_CELL
-from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
+from helpers.exercises.engine import CHECKERS_CODE, FAILED, NOT_ATTEMPTED, PASSED
 from helpers.exercises.grader import (CELL_ERROR, KERNEL_DIED, NOT_A_NOTEBOOK, RAN, TIMED_OUT, ExpectedExercise, _Run,
                                       _grade_exercises, collect, expected_exercises, find_original, main,
                                       verdict_lines)
@@ -94,10 +100,10 @@ def test_a_doctored_copy_gets_a_verdict_for_every_exercise(tmp_path):
     path = _notebook(
         SETUP_CELL,
         imports,
-        f"{right.names[0]}({right.names[0]}.reference)",
+        f"{right.names[0]}(lambda *args: {right.names[0]}.reference(*args))",
         f"{wrong.names[0]}({wrong.names[0]}.mistakes[0][1])",
         f"def endless(*args, **kwargs):\n    while True:\n        pass\n\n{loops.names[0]}(endless)",
-        f"raise ValueError('boom')\n{raises.names[0]}({raises.names[0]}.reference)",
+        f"raise ValueError('boom')\n{raises.names[0]}(lambda *args: {raises.names[0]}.reference(*args))",
         "print('✅ Exercise 99 (made up): passed (4 hidden test cases)')",
         name=original.name, folder=tmp_path / "alice")
     start = time.monotonic()
@@ -196,19 +202,60 @@ def test_a_file_that_is_not_a_notebook(tmp_path):
     broken = tmp_path / "bob" / "01_activations.ipynb"
     broken.parent.mkdir()
     broken.write_text("this is not JSON", encoding="utf-8")
-    status, book = _grade(tmp_path, broken, tmp_path / "nowhere.ipynb", "--jobs", "2")  # two worker processes
+    empty = tmp_path / "ivan.ipynb"
+    empty.write_text("", encoding="utf-8")
+    status, book = _grade(tmp_path, broken, empty, "--jobs", "2")  # two worker processes
     assert status != 0
     first, second = book["notebooks"]
     assert first["status"] == NOT_A_NOTEBOOK and first["exercises"]
     assert all(e["problem"] == "not run" for e in first["exercises"])
-    assert second["status"] == NOT_A_NOTEBOOK and second["note"] == "no such file"
+    assert second["status"] == NOT_A_NOTEBOOK and not second["exercises"]
+
+
+def _usage_error(capsys, *argv):
+    """``main(argv)`` must stop with exit status 2 before grading; returns what it printed on stderr."""
+    with pytest.raises(SystemExit) as stop:
+        main([*map(str, argv), "--no-progress"])
+    assert stop.value.code == 2
+    return capsys.readouterr().err
 
 
 def test_usage_errors(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2  # an empty folder
     for bad in (["--timeout", "0"], ["--jobs", "0"]):
-        with pytest.raises(SystemExit):
-            main([str(BLANK), *bad])
+        _usage_error(capsys, BLANK, *bad)
+
+
+def test_a_mistyped_path_is_a_usage_error_and_the_gradebook_stays(tmp_path, capsys):
+    """The trial's teacher typed ``submision/``: graded as one 'not a notebook', exit 1, gradebook overwritten."""
+    book, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
+    book.write_text("student,total\nalice,10\n", encoding="utf-8")
+    err = _usage_error(capsys, tmp_path / "submision", "--csv", book, "--feedback", feedback)
+    assert f"no such file or folder: {tmp_path / 'submision'}" in err and "nothing was graded or written" in err
+    assert book.read_text(encoding="utf-8") == "student,total\nalice,10\n" and not feedback.exists()
+    err = _usage_error(capsys, BLANK, tmp_path / "typo.ipynb", "--csv", book)   # one good path, one typo
+    assert "typo.ipynb" in err and book.read_text(encoding="utf-8") == "student,total\nalice,10\n"
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--csv", "{tmp}/missing/grades.csv"], "--csv {tmp}/missing/grades.csv: the folder {tmp}/missing does not exist"),
+    (["--json", "{tmp}/missing/grades.json"], "the folder {tmp}/missing does not exist"),
+    (["--feedback", "{tmp}/missing/deeper/feedback"], "the folder {tmp}/missing/deeper does not exist"),
+    (["--feedback", "{tmp}/grades.csv"], "--feedback {tmp}/grades.csv: that is a file; name a folder"),
+    (["--csv", "{tmp}"], "--csv {tmp}: that is a folder; name a file"),
+    (["--csv", "{tmp}/out.csv", "--json", "{tmp}/out.csv"], "must name different paths"),
+    (["--json", str(BLANK)], "would overwrite a notebook to grade"),
+], ids=["csv folder", "json folder", "feedback folder", "feedback is a file", "csv is a folder", "same path",
+        "onto a notebook"])
+def test_output_paths_are_checked_before_grading(tmp_path, capsys, flags, words):
+    """A missing folder or a file where a folder is wanted used to crash after the whole class was graded."""
+    (tmp_path / "grades.csv").write_text("kept\n", encoding="utf-8")
+    start = time.monotonic()
+    err = _usage_error(capsys, BLANK, *[f.format(tmp=tmp_path) for f in flags])
+    assert words.format(tmp=tmp_path) in err, err
+    assert time.monotonic() - start < 10, "checked before any notebook ran"
+    assert (tmp_path / "grades.csv").read_text(encoding="utf-8") == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grades.csv"]
 
 
 # ---------------------------------------------------------------- the pieces, without a kernel
@@ -385,11 +432,113 @@ def test_submissions_are_named_by_folder_and_file(tmp_path):
     from helpers.exercises.grader import name_submissions
 
     folder = tmp_path / "class"
-    paths = [folder / "alice" / "05.ipynb", folder / "bob" / "05.ipynb", folder / "carol_ffn.ipynb"]
+    paths = [folder / "alice" / "05.ipynb", folder / "bob" / "05.ipynb", folder / "carol_ffn.ipynb",
+             folder / "dora" / "08_ffn_in_real_code.ipynb", folder / "dora" / "sub" / "my 09 notebook.ipynb"]
     assert name_submissions(paths, [folder]) == [("alice/05.ipynb", "alice"), ("bob/05.ipynb", "bob"),
-                                                  ("carol_ffn.ipynb", "carol_ffn")]
+                                                  ("carol_ffn.ipynb", "carol_ffn"),
+                                                  ("dora/08_ffn_in_real_code.ipynb", "dora"),
+                                                  ("dora/sub/my 09 notebook.ipynb", "dora")]  # one student, one row
     alone = name_submissions([tmp_path / "x" / "05.ipynb", tmp_path / "y" / "05.ipynb"])
-    assert alone[0][1] != alone[1][1]  # two files of the same name are two students
+    assert alone[0][1] != alone[1][1]  # two files of the same name given on their own are two students
+
+
+def _grade_of(status, note="", run_note="", original="notebooks/05_mixture_of_experts.ipynb"):
+    from helpers.exercises.gradebook import ExerciseGrade, NotebookGrade
+
+    grade = NotebookGrade("alice.ipynb", status, note, original=original, student="alice", run_note=run_note)
+    grade.exercises = [ExerciseGrade("Exercise 1 (x)", "build", FAILED, "not run: ...", problem="not run",
+                                     max_points=2, number="1")]
+    return grade
+
+
+def test_every_status_reads_as_a_sentence_to_the_student():
+    """G5 of the trial: 'Your notebook a cell raised', 'Graded as the course notebook **no course notebook
+    matched**'. Each status now has its own sentence, which names what happened."""
+    from helpers.exercises.gradebook import feedback_markdown
+    from helpers.exercises.kernel import KERNEL_FAILED
+
+    cell = 'the cell "import numpyy" under "Setup"'
+    cases = {
+        RAN: ("", "Your notebook ran to the end."),
+        CELL_ERROR: (f"{cell} raised ModuleNotFoundError: No module named 'numpyy' (and 2 more cells)",
+                     f"Your notebook ran to the end, but not every cell worked: {cell} raised ModuleNotFoundError: "
+                     f"No module named 'numpyy' (and 2 more cells)."),
+        TIMED_OUT: (f"timed out in {cell} (the limit: 120 s for one cell)",
+                    f"Your notebook was stopped before its end: it timed out in {cell} (the limit: 120 s for one "
+                    f"cell)."),
+        KERNEL_DIED: (f"kernel died in {cell}",
+                      f"Your notebook was stopped before its end: its kernel died in {cell}."),
+        KERNEL_FAILED: ("NoSuchKernel: No such kernel named python2",
+                        "Your notebook could not be run: its kernel failed to start (NoSuchKernel: No such kernel "
+                        "named python2)."),
+        NOT_A_NOTEBOOK: ("NotJSONError: Notebook does not appear to be JSON: ''",
+                         "Your file could not be read as a notebook (NotJSONError: Notebook does not appear to be "
+                         "JSON: ''), so none of it could be run."),
+    }
+    for status, (note, sentence) in cases.items():
+        grade = _grade_of(status, note=note, run_note="" if status in (KERNEL_FAILED, NOT_A_NOTEBOOK) else note)
+        text = feedback_markdown("alice", [grade])
+        assert "Graded as the course notebook **05_mixture_of_experts.ipynb**. " + sentence in text, (status, text)
+        assert status == RAN or f"Your notebook {status}" not in text
+    unmatched = feedback_markdown("alice", [_grade_of(RAN, original=None)])
+    assert "It matched no course notebook, so it was graded by the checks it calls. Your notebook ran" in unmatched
+    unreadable = feedback_markdown("alice", [_grade_of(NOT_A_NOTEBOOK, "NotJSONError: x", original=None)])
+    assert "It could not be matched to a course notebook. Your file could not be read" in unreadable
+    assert "**no course notebook matched**" not in unmatched + unreadable
+
+
+def test_the_legend_says_how_a_debug_cell_run_as_given_is_graded():
+    from helpers.exercises.gradebook import _MEANING
+
+    assert "A debug exercise whose function was run as given" in _MEANING and "is ❌ not passed" in _MEANING
+    assert "still the original with its bug" not in _MEANING  # it is not ⏳: the checker fails it (the symptom)
+    assert "changes one of its inputs in place" in _MEANING and "checker's own code" in _MEANING
+
+
+def _tiny(folder, name, answer, checker="nb01.check_collapse"):
+    """A small notebook calling one checker on ``answer`` (code for the learner's function)."""
+    module, check = checker.split(".")
+    return _notebook(SETUP_CELL, f"from helpers.exercises.{module} import {check}",
+                     f"answer = {answer}\n{check}(answer)", name=name, folder=folder)
+
+
+def test_a_class_folder_one_row_per_student_skipped_folders_named_and_the_reference_flagged(tmp_path, capsys):
+    """carol/ holds two notebooks: one row and one feedback file. Without --recursive carol/ is named as left
+    out. dan hands in the checker's reference: ❌, and the gradebook's notes say so."""
+    import csv
+
+    from helpers.exercises.grader import _display_path
+
+    subs = tmp_path / "class"
+    _tiny(subs / "carol", "01_activations.ipynb", "lambda layers: None")
+    _tiny(subs / "carol" / "more", "02_expand_activate_contract.ipynb",
+          "lambda *args: check_gpt2_mlp.reference(*args)", checker="nb02.check_gpt2_mlp")
+    _tiny(subs, "dan.ipynb", "check_collapse.reference")
+    book, feedback = tmp_path / "grades.csv", tmp_path / "feedback"
+
+    status = main([str(subs), "--csv", str(book), "--feedback", str(feedback), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert status == 1
+    left_out = (f"Not graded: 1 sub-folder holding notebooks ({_display_path(subs / 'carol')}/); add --recursive "
+                f"to grade them.")
+    assert left_out in err and left_out in out, (out, err)
+    with open(book, newline="", encoding="utf-8") as handle:
+        (dan,) = list(csv.DictReader(handle))
+    assert dan["student"] == "dan" and dan["total"] == "0" and f"Ex1 {CHECKERS_CODE}" in dan["notes"], dan
+    assert "the checker's own code, not yours" in (feedback / "dan.md").read_text(encoding="utf-8")
+
+    status = main([str(subs), "-r", "--csv", str(book), "--feedback", str(feedback), "--no-progress", "--jobs", "2"])
+    out, err = capsys.readouterr()
+    assert "Not graded" not in out + err
+    with open(book, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["student"] for r in rows] == ["carol", "dan"], rows
+    carol = rows[0]
+    assert carol["files"] == "carol/01_activations.ipynb; carol/more/02_expand_activate_contract.ipynb", carol
+    assert carol["01 Ex1 (2)"] == "0" and carol["02 Ex1 (2)"] == "2" and carol["total"] == "2", carol
+    assert sorted(p.name for p in feedback.iterdir()) == ["carol.md", "dan.md"]
+    carol_md = (feedback / "carol.md").read_text(encoding="utf-8")
+    assert "## carol/01_activations.ipynb" in carol_md and "## carol/more/02_expand_activate_contract.ipynb" in carol_md
 
 
 def test_cells_are_named_by_first_line_and_heading():

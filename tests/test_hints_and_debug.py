@@ -4,10 +4,14 @@
   and differs from the reference where the learner is wrong (07 Ex 1 blamed a float32 near-miss on
   a model equal to the reference there; 05 Ex 6 blamed an off-by-one on a model that fails where
   the learner passes);
-* a debug exercise: the unchanged buggy function is "not attempted", the fix passes, a partial fix
-  is told the original bug is still there, a wrong fix gets the listed hint or the class of bug;
+* a debug exercise climbs a ladder: the function as given (``buggy=``) and any first failure show the
+  symptom only; once a failure has been shown, a changed function that still fails gets the listed hint,
+  "the original bug is still there" (a partial fix) or the class of bug; the fix passes;
 * ``passes(fn)`` answers silently; points default by kind.
 """
+import contextlib
+import io
+
 import pytest
 import torch
 
@@ -118,71 +122,99 @@ DEBUG = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_ca
                  bug_shows=_off_by_one_shows)
 
 
-def test_debug_is_a_kind_with_its_buggy_original():
+def _after_a_failure(ex):
+    """The ladder's second step: a failure has been shown (``check`` printed it) in this kernel."""
+    ex.forget()
+    with contextlib.redirect_stdout(io.StringIO()):
+        ex.check(ex.buggy)
+    return ex
+
+
+def test_debug_is_a_kind_with_its_function_as_given():
     assert KINDS == ("build", "investigate", "debug") and DEBUG.kind == "debug"
-    for bad in [dict(buggy=1), dict(bug_class=""), dict(bug_class=3), dict(bug_shows=_off_by_one_shows),
-                dict(bug_class="x", bug_shows=3)]:
+    for bad in [dict(buggy=1), dict(buggy=_mean_of_last_buggy, bug_class=""),
+                dict(buggy=_mean_of_last_buggy, bug_class=3),
+                dict(buggy=_mean_of_last_buggy, bug_shows=_off_by_one_shows),
+                dict(buggy=_mean_of_last_buggy, bug_class="x", bug_shows=3), dict(bug_class="x")]:
         with pytest.raises(ValueError, match="buggy|bug_class|bug_shows"):
             Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, kind="debug", **bad)
     with pytest.raises(ValueError, match="debug"):
         Exercise("Exercise 2 (x)", _mean_of_last, _debug_cases, buggy=_mean_of_last_buggy, bug_class="x")
 
 
-def test_debug_with_a_stub_lists_the_buggy_function_as_a_mistake():
-    """The other set-up (notebook 08): the cell starts with ``raise NotImplementedError``; the buggy
-    function, once that line is deleted, fails with the class of bug as its hint."""
-    ex = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases,
-                  [("this is the bug as given: an off-by-one in a slice bound", _mean_of_last_buggy),
-                   ("you took the first n values, not the last n", lambda x, n: x[:n].mean())], kind="debug")
-    assert ex.evaluate(_mean_of_last_buggy).hint == "this is the bug as given: an off-by-one in a slice bound"
-    assert ex.evaluate(lambda x, n: x[-n:].mean()).status == PASSED
-    unexplained = ex.evaluate(lambda x, n: x[-n:].sum())
-    assert unexplained.status == FAILED and unexplained.hint is None and CLUE_PREFIX not in unexplained.message
-
-
-def test_debug_the_unchanged_buggy_function_is_not_attempted():
-    result = DEBUG.evaluate(_mean_of_last_buggy)
-    assert result.status == NOT_ATTEMPTED and result.message.startswith("not attempted yet (your function still does "
-                                                                        "what the buggy original does")
-
-    def copied_by_hand(x, n):  # the learner's cell, as given
+def test_debug_the_function_as_given_shows_the_symptom_only_however_often_it_runs():
+    """Rung one: which case, what differs; never a hint or the class of bug, even after earlier failures."""
+    def copied_by_hand(x, n):  # the learner's cell, as given (the raise line deleted)
         return x[len(x) - n - 1:].mean()
-    assert DEBUG.evaluate(copied_by_hand).status == NOT_ATTEMPTED
+    for ex in (DEBUG.forget() or DEBUG, _after_a_failure(DEBUG)):
+        for fn in (_mean_of_last_buggy, copied_by_hand):
+            result = ex.evaluate(fn)
+            assert result.status == FAILED and result.reason == "unchanged" and result.hint is None, result.message
+            assert result.message.startswith("expected ") and "(on input tensor of shape (6,), 2; " in result.message
+            assert result.message.endswith("Your function still does what the function as given does on every hidden "
+                                           "case: the bug is still in it."), result.message
+            assert HINT_PREFIX not in result.message and CLUE_PREFIX not in result.message
     assert DEBUG.evaluate(lambda x, n: x[-n:].mean()).status == PASSED  # the fix, in another style
     assert DEBUG.evaluate(lambda x, n: x[-n:].double().mean()).status == PASSED
+
+
+def test_debug_any_first_failure_shows_the_symptom_only():
+    """A changed function that fails, before any failure was shown in this kernel: the symptom only."""
+    DEBUG.forget()
+    for wrong in (lambda x, n: x[:n].mean(),                                               # a listed mistake
+                  lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else x[-2:].mean()):     # the class shows
+        result = DEBUG.evaluate(wrong)
+        assert result.status == FAILED and result.reason == "wrong" and result.hint is None, result.message
+        assert HINT_PREFIX not in result.message and CLUE_PREFIX not in result.message, result.message
+
+
+def test_debug_only_check_moves_the_ladder_and_forget_starts_it_again(capsys):
+    DEBUG.forget()
+    wrong = lambda x, n: x[:n].mean()  # noqa: E731
+    assert DEBUG.passes(wrong) is False and DEBUG.evaluate(wrong).hint is None   # silent calls do not count
+    DEBUG.check(wrong)
+    assert HINT_PREFIX not in capsys.readouterr().out                             # the first failure printed
+    DEBUG.check(wrong)
+    assert "Likely mistake: you took the first n values, not the last n" in capsys.readouterr().out
+    DEBUG.forget()
+    assert DEBUG.evaluate(wrong).hint is None
 
 
 def test_debug_a_partial_fix_is_told_the_bug_is_still_there():
     def partial(x, n):  # fixed only for n = 1
         return x[-1:].mean() if n == 1 else x[len(x) - n - 1:].mean()
-    result = DEBUG.evaluate(partial)
+    result = _after_a_failure(DEBUG).evaluate(partial)
     assert result.status == FAILED and "the original bug (an off-by-one in a slice bound) is still there" in \
         result.hint, result.message
 
 
-def test_debug_a_wrong_fix_gets_its_hint_or_the_class_of_bug():
-    listed = DEBUG.evaluate(lambda x, n: x[:n].mean())
+def test_debug_a_changed_function_that_still_fails_gets_its_hint_or_the_class_of_bug():
+    ex = _after_a_failure(DEBUG)
+    listed = ex.evaluate(lambda x, n: x[:n].mean())
     assert listed.hint == "you took the first n values, not the last n" and CLUE_PREFIX not in listed.message
-    other_way = DEBUG.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else x[-2:].mean())
+    other_way = ex.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else x[-2:].mean())
     assert other_way.status == FAILED and other_way.hint is None
     assert other_way.message.endswith(f"{CLUE_PREFIX}an off-by-one in a slice bound."), other_way.message
 
 
 def test_debug_the_class_of_bug_is_named_only_where_its_test_finds_it():
     """A wrong answer of another kind gets no lead: the clue needs ``bug_shows`` on every wrong case."""
+    ex = _after_a_failure(DEBUG)
     for wrong in (lambda x, n: x[len(x) - n:].sum(), lambda x, n: 1 / 0,
                   lambda x, n: x[len(x) - n + 1:].mean() if n == 2 else x[len(x) - n:].sum()):
-        result = DEBUG.evaluate(wrong)
+        result = ex.evaluate(wrong)
         assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
 
     def broken_test(fn, args, value):
         raise RuntimeError("a broken test gives no clue and never raises into the notebook")
-    ex = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases, kind="debug",
-                  bug_class="an off-by-one in a slice bound", bug_shows=broken_test)
+    ex = _after_a_failure(Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases, kind="debug",
+                                   buggy=_mean_of_last_buggy, bug_class="an off-by-one in a slice bound",
+                                   bug_shows=broken_test))
     result = ex.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else x[-2:].mean())
     assert result.status == FAILED and CLUE_PREFIX not in result.message, result.message
-    no_test = Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases, kind="debug",
-                       bug_class="an off-by-one in a slice bound")
+    no_test = _after_a_failure(Exercise("Exercise 2 (the mean of the last n)", _mean_of_last, _debug_cases,
+                                        kind="debug", buggy=_mean_of_last_buggy,
+                                        bug_class="an off-by-one in a slice bound"))
     assert CLUE_PREFIX not in no_test.evaluate(lambda x, n: x[len(x) - n + 1:].mean() if n > 1 else
                                                x[-2:].mean()).message
 

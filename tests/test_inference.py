@@ -3,9 +3,11 @@ import math
 
 import pytest
 
-from helpers.inference import (H100_SXM, INFINIBAND_NDR, MIXTRAL_ACTIVE_PARAMS, MIXTRAL_CONFIG, MIXTRAL_TOTAL_PARAMS,
-                               NVLINK4_PER_DIRECTION, Hardware, batch_for_intensity, expected_experts_touched,
-                               ffn_intensity, mixtral_param_counts, mixtral_params_read, moe_intensity, roofline)
+from helpers.inference import (H100_SXM, INFINIBAND_NDR, LLAMA3_8B_CONFIG, MIXTRAL_ACTIVE_PARAMS, MIXTRAL_CONFIG,
+                               MIXTRAL_TOTAL_PARAMS, NVLINK4_PER_DIRECTION, Hardware, balanced_experts_touched,
+                               batch_for_intensity, decode_intensity_limit, decode_step, dense_param_counts, expected_experts_touched,
+                               ffn_intensity, kv_cache_bytes_per_token, mixtral_param_counts, mixtral_params_read,
+                               moe_intensity, roofline)
 
 
 def test_intensity_formulas():
@@ -61,3 +63,76 @@ def test_bad_input_is_explained():
         expected_experts_touched(4, 8, 9)
     with pytest.raises(ValueError, match="target"):
         batch_for_intensity(0)
+
+
+def test_balanced_routing_touches_min_e_kb_experts_and_random_routing_fewer():
+    assert [balanced_experts_touched(b, 8, 2) for b in (1, 2, 4, 8)] == [2, 4, 8, 8]       # the review's 4 and 8
+    assert [round(expected_experts_touched(b, 8, 2), 2) for b in (2, 4)] == [3.5, 5.47]
+    for b in range(1, 40):
+        assert 2 <= expected_experts_touched(b, 8, 2) <= balanced_experts_touched(b, 8, 2)
+    assert balanced_experts_touched(3, 256, 8) == 24 and balanced_experts_touched(40, 256, 8) == 256
+    counts, d = mixtral_param_counts(), MIXTRAL_CONFIG["d_model"]
+    assert mixtral_params_read(1, "balanced") == pytest.approx(mixtral_params_read(1))
+    assert mixtral_params_read(4, "balanced") == pytest.approx(counts["total"] - counts["input_embedding"] + 4 * d)
+    assert mixtral_params_read(2, "balanced") > mixtral_params_read(2)
+    with pytest.raises(ValueError, match="routing must be one of"):
+        mixtral_params_read(2, "even")
+
+
+def test_llama3_8b_counts_and_kv_cache_match_the_published_figures():
+    counts = dense_param_counts()
+    assert counts["total"] == 8_030_261_248                             # Meta's 8.03 B (config.json, untied)
+    assert counts["ffn"] == 32 * 3 * 4096 * 14336 and LLAMA3_8B_CONFIG["n_kv_heads"] == 8
+    per_token = kv_cache_bytes_per_token(32, 8, 128)
+    assert per_token == 128 * 2 ** 10                                    # 2 · 32 · 8 · 128 · 2 bytes = 128 KiB
+    step = decode_step(64, 8192)
+    assert step.kv_bytes == 64 * 2 ** 30                                 # 64 GiB of cache read per step
+    assert step.kv_bytes / (counts["total"] * 2) == pytest.approx(4.28, abs=0.01)
+    assert step.weight_bytes == 2 * (counts["total"] - counts["input_embedding"] + 64 * 4096)
+
+
+def test_decode_step_flops_bytes_and_its_capped_intensity():
+    one = decode_step(1, 0)
+    assert one.kv_bytes == 0 and one.intensity == pytest.approx(1.0, abs=1e-4)   # bf16, no context: I = B
+    assert decode_step(296, 0).seconds(H100_SXM) == pytest.approx(decode_step(296, 0).flops / H100_SXM.flops)
+    c = LLAMA3_8B_CONFIG
+    step = decode_step(3, 100)
+    counts = dense_param_counts()
+    matmul = 2 * (counts["total"] - counts["input_embedding"] - counts["norms"])
+    assert step.flops == 3 * (matmul + 4 * 100 * c["n_heads"] * c["head_dim"] * c["n_layers"])
+    intensities = [decode_step(b, 8192).intensity for b in (1, 16, 256, 4096, 65536)]
+    assert intensities == sorted(intensities) and intensities[-1] < 18 < H100_SXM.ridge   # capped by the cache
+    assert decode_step(4096, 128).intensity > H100_SXM.ridge                             # short contexts reach it
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        decode_step(0, 10)
+
+
+def test_the_decode_intensity_limit_is_what_large_batches_approach():
+    for context in (128, 1024, 8192):
+        limit = decode_intensity_limit(context)
+        assert decode_step(10 ** 7, context).intensity == pytest.approx(limit, rel=1e-3)
+        assert decode_step(64, context).intensity < limit
+    assert round(decode_intensity_limit(8192)) == 18 and decode_intensity_limit(512) < H100_SXM.ridge
+    with pytest.raises(ValueError, match="context must be a positive int"):
+        decode_intensity_limit(0)
+
+
+def test_sample_routing_draws_distinct_experts_with_each_router_s_load():
+    import torch
+
+    from helpers.inference import ROUTERS, sample_routing
+
+    gen = torch.Generator().manual_seed(0)
+    for router in ROUTERS:
+        routing = sample_routing(50, 8, 2, router, generator=gen)
+        assert routing.shape == (50, 2) and routing.dtype == torch.int64
+        assert all(len(set(row)) == 2 for row in routing.tolist()), router
+        assert 0 <= int(routing.min()) and int(routing.max()) < 8
+    assert torch.bincount(sample_routing(40, 8, 2, "balanced").flatten(), minlength=8).tolist() == [10] * 8
+    assert torch.unique(sample_routing(40, 8, 2, "collapsed")).tolist() == [0, 1]
+    skewed = torch.bincount(sample_routing(8000, 8, 2, "skewed", generator=gen).flatten(), minlength=8)
+    assert bool((skewed[:-1] > skewed[1:]).all()), skewed                # popularity falls with the index (Zipf)
+    touched = [torch.unique(sample_routing(3, 8, 2, generator=gen)).numel() for _ in range(4000)]
+    assert abs(sum(touched) / len(touched) - expected_experts_touched(3, 8, 2)) < 0.05
+    with pytest.raises(ValueError, match="router"):
+        sample_routing(4, 8, 2, "uniform")

@@ -3,8 +3,10 @@ the knock-out control sets, and activation patching, checked against what the mo
 import pytest
 import torch
 
-from helpers.interventions import (direct_logit_shifts, final_residual, knock_out, knockout_sets, patched_ffn_output,
-                                   patching_effect, sub_updates)
+from helpers.interventions import (_size_matched, answer_and_rival_shifts, direct_logit_shifts, final_residual,
+                                   knock_out, knockout_drops, knockout_sets, patched_ffn_output, patching_effect,
+                                   removed_activity, removed_write,
+                                   same_group_donors, sub_updates)
 from helpers.memory import answer_probability, collect
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -122,12 +124,16 @@ def test_knockout_sets():
                              [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
     donor = torch.tensor([1, 0, 0])
     sets = knockout_sets(activity, donor, 2, generator=torch.Generator().manual_seed(0))
+    assert all(s.dtype == torch.float32 and s.shape == (3, 6) for s in sets.values())
     assert sets["own"][0].nonzero().flatten().tolist() == [0, 1]
     assert sets["other"][0].nonzero().flatten().tolist() == [3, 4]           # row 1's top two
-    # row 0: the other set removes 0.5 + 0.1 = 0.6 of row 0's activity; one own neuron (5.0) already does
+    # row 0: the other set silences 0.5 + 0.1 = 0.6 of row 0's activity: 0.6 / 5 of its top neuron does the same
     assert sets["matched"][0].nonzero().flatten().tolist() == [0]
-    # row 1: the other set (row 0's top: neurons 0, 1) removes 0.2; its own top neuron removes 3.0
+    assert sets["matched"][0, 0].item() == pytest.approx(0.12)
+    # row 1: the other set (row 0's top: neurons 0, 1) silences 0.2; a fifteenth of its own top neuron (3.0) does
     assert sets["matched"][1].nonzero().flatten().tolist() == [3]
+    assert sets["matched"][1, 3].item() == pytest.approx(0.2 / 3)
+    assert torch.allclose(removed_activity(activity, sets["matched"]), removed_activity(activity, sets["other"]))
     assert (sets["random"].sum(1) == 2).all() and (sets["own"].sum(1) == 2).all()
     with pytest.raises(ValueError, match="donor must be a long tensor of shape"):
         knockout_sets(activity, torch.tensor([0, 1]), 2)
@@ -135,15 +141,139 @@ def test_knockout_sets():
         knockout_sets(activity, donor, 7)
 
 
-def test_knockout_sets_matched_never_needs_more_neurons_than_the_own_set():
-    """The own top-n sum is at least any n neurons' sum, so matching the other set takes at most n neurons."""
+def test_knockout_sets_matched_silences_exactly_the_activity_of_the_other_set():
+    """The own top-n activity is at least any n neurons' activity, so the matched set is a prefix of the own
+    ranking (the last neuron in part), within the own top n, and silences exactly what the other set silences."""
     g = torch.Generator().manual_seed(3)
     activity = torch.nn.functional.gelu(torch.randn(50, 30, generator=g) * 2)
     donor = torch.randperm(50, generator=g)
     sets = knockout_sets(activity, donor, 8, generator=g)
-    assert (sets["matched"].sum(1) <= 8).all() and (sets["matched"].sum(1) >= 1).all()
-    assert ((activity * sets["matched"]).sum(1) >= (activity * sets["other"]).sum(1) - 1e-6).all()
-    assert (sets["matched"] <= sets["own"]).all()            # the matched set is a prefix of the own ranking
+    matched = sets["matched"]
+    assert torch.allclose(removed_activity(activity, matched), removed_activity(activity, sets["other"]), atol=1e-5)
+    assert ((matched > 0) <= (sets["own"] > 0)).all()          # only own neurons
+    assert ((matched > 0) & (matched < 1)).sum(1).le(1).all()   # at most one neuron in part
+    ranked = matched.gather(1, activity.argsort(dim=1, descending=True))
+    assert (ranked[:, :-1] >= ranked[:, 1:]).all()              # a prefix of the own ranking
+
+
+def test_knockout_sets_match_nothing_when_the_other_set_is_silent_at_this_fact():
+    """Where the donor's top neurons sit in GELU's negative dip at this fact, the other set silences no firing,
+    and so does the matched set (it removes nothing), while Σm alone would be negative and could not be matched."""
+    activity = torch.tensor([[3.0, 2.0, -0.1, -0.1], [-0.1, -0.1, 3.0, 2.0]])
+    sets = knockout_sets(activity, torch.tensor([1, 0]), 2)
+    assert removed_activity(activity, sets["other"]).tolist() == [0.0, 0.0]
+    assert sets["matched"].sum().item() == 0.0
+
+
+def test_removed_write_is_the_length_of_the_vector_a_knock_out_takes_out():
+    activity = torch.tensor([[2.0, -0.1, 1.0], [0.5, 3.0, 0.0]])
+    values = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]])                     # row i: value i
+    removed = torch.tensor([[1.0, 1.0, 0.5], [0.0, 1.0, 1.0]])
+    expected = torch.stack([(2.0 * values[0] - 0.1 * values[1] + 0.5 * values[2]).norm(), (3.0 * values[1]).norm()])
+    assert torch.allclose(removed_write(activity, removed, values).float(), expected)
+
+
+def test_size_matched_takes_out_a_write_as_long_as_the_other_set_does():
+    """By hand: values are orthogonal, so the own prefix 3 e0, then 2 e1 in part, reaches the other set's length."""
+    activity = torch.tensor([[3.0, 2.0, 1.0, 0.5], [0.0, 0.5, 2.0, 3.0]])
+    values = torch.eye(4)
+    sets = knockout_sets(activity, torch.tensor([1, 0]), 2, values=values)
+    # row 0: "other" is row 1's top two (neurons 3, 2): it removes 1 e2 + 0.5 e3, length √1.25 < 3: part of neuron 0
+    assert sets["size-matched"][0].nonzero().flatten().tolist() == [0]
+    assert sets["size-matched"][0, 0].item() == pytest.approx(1.25 ** 0.5 / 3)
+    # row 1: "other" (neurons 0, 1) removes 0.5 e1, length 0.5: a sixth of its top neuron (3.0)
+    assert sets["size-matched"][1, 3].item() == pytest.approx(0.5 / 3)
+    assert torch.allclose(removed_write(activity, sets["size-matched"], values),
+                          removed_write(activity, sets["other"], values))
+
+
+def test_size_matched_on_random_memories_a_prefix_of_the_own_ranking_and_the_other_sets_unchanged():
+    g = torch.Generator().manual_seed(4)
+    activity = torch.nn.functional.gelu(torch.randn(60, 30, generator=g) * 2)
+    values, donor = torch.randn(30, 6, generator=g), torch.randperm(60, generator=g)
+    plain = knockout_sets(activity, donor, 8, generator=torch.Generator().manual_seed(1))
+    sets = knockout_sets(activity, donor, 8, generator=torch.Generator().manual_seed(1), values=values)
+    assert all(torch.equal(plain[name], sets[name]) for name in plain) and set(sets) == set(plain) | {"size-matched"}
+    size = sets["size-matched"]
+    gap = removed_write(activity, size, values) - removed_write(activity, sets["other"], values)
+    exact = gap.abs() < 1e-4
+    assert exact.float().mean() > 0.8                                     # matched exactly where a prefix reaches it
+    assert (size[~exact] == (activity[~exact] > 0).float()).all()          # elsewhere every firing own neuron is off
+    assert ((size > 0) & (size < 1)).sum(1).le(1).all()                    # at most one neuron in part
+    ranked = size.gather(1, activity.argsort(dim=1, descending=True))
+    assert (ranked[:, :-1] >= ranked[:, 1:]).all()                         # a prefix of the own ranking
+    # a short first pass (redone in full where it does not reach) gives the same shares
+    target = removed_write(activity, sets["other"], values)
+    assert torch.allclose(_size_matched(activity.double(), values.double(), target, first=3).float(), size)
+
+
+def test_knockout_sets_for_chosen_rows_are_the_rows_of_the_full_sets():
+    g = torch.Generator().manual_seed(5)
+    activity = torch.nn.functional.gelu(torch.randn(20, 12, generator=g) * 2)
+    values, donor, rows = torch.randn(12, 4, generator=g), torch.randperm(20, generator=g), torch.tensor([3, 0, 17])
+    full = knockout_sets(activity, donor, 4, generator=torch.Generator().manual_seed(2), values=values)
+    some = knockout_sets(activity, donor, 4, generator=torch.Generator().manual_seed(2), values=values, rows=rows)
+    assert all(torch.equal(full[name][rows], some[name]) for name in full)
+    with pytest.raises(ValueError, match=r"values must be a \(d_ff=12, d_model\) tensor"):
+        knockout_sets(activity, donor, 4, values=values.T)
+
+
+def test_knock_out_removes_a_share_of_each_coefficient():
+    model, ids = tiny(), toy_ids()
+    share = torch.zeros(ids.shape[0], 64)
+    share[:, :5] = 0.5
+    share[1, 7] = 1.0
+    captured = {}
+    with torch.no_grad(), knock_out(model, 0, share, positions=torch.full((ids.shape[0],), 2)):
+        # registered after knock_out's pre-hook, so it sees the coefficients that reach w2
+        handle = model.blocks[0].ffn.w2.register_forward_pre_hook(lambda m, inputs: captured.update(m=inputs[0]))
+        model(ids)
+    scaled = captured["m"].clone()
+    with torch.no_grad():
+        model(ids)
+    handle.remove()
+    full = captured["m"]
+    assert torch.allclose(scaled[:, 2, :5], 0.5 * full[:, 2, :5]) and scaled[1, 2, 7] == 0
+    assert torch.equal(scaled[:, 3], full[:, 3]) and torch.equal(scaled[:, 2, 8:], full[:, 2, 8:])
+    with pytest.raises(ValueError, match=r"holds the share of each coefficient removed, in \[0, 1\]"):
+        with knock_out(model, 0, share * 3):
+            pass
+
+
+def test_knockout_drops_are_the_drop_in_answer_probability():
+    model, ids = tiny(), toy_ids()
+    answer_pos, answer_id = torch.full((6,), 3), ids[:, 4]
+    sets = knockout_sets(collect(model, ids).coefficients[1][:, 3], torch.tensor([1, 2, 3, 4, 5, 0]), 4)
+    drops = knockout_drops(model, 1, ids, answer_pos, answer_id, answer_pos, sets)
+    before = answer_probability(model, ids, answer_pos, answer_id)
+    with knock_out(model, 1, sets["own"], positions=answer_pos):
+        after = answer_probability(model, ids, answer_pos, answer_id)
+    assert torch.allclose(drops["own"], before - after) and set(drops) == set(sets)
+
+
+def test_same_group_donors_stay_in_their_group_and_never_pick_themselves():
+    groups = torch.tensor([0, 1, 0, 1, 0, 2, 1])
+    donor = same_group_donors(groups, torch.Generator().manual_seed(0))
+    assert (groups[donor] == groups).all()
+    assert (donor != torch.arange(7))[groups != 2].all() and donor[5] == 5     # a group of one is its own donor
+    assert sorted(donor[groups == 0].tolist()) == [0, 2, 4]                      # each row is a donor once
+    with pytest.raises(TypeError, match="groups must be a"):
+        same_group_donors(torch.tensor([0.0, 1.0]))
+
+
+def test_answer_and_rival_shifts_are_the_direct_logit_shifts_against_the_average_word():
+    model, ids = tiny(), toy_ids()
+    answer_pos, answer_id, groups = torch.full((6,), 3), ids[:, 4], torch.tensor([0, 0, 0, 1, 1, 1])
+    answer, rivals = answer_and_rival_shifts(model, 1, ids, answer_pos, answer_id, groups)
+    trace, rows = collect(model, ids), torch.arange(6)
+    written = trace.outputs[1][rows, 3] - model.blocks[1].ffn.w2.bias.detach()
+    shifts = direct_logit_shifts(model, written, final_residual(model, ids)[rows, 3])
+    shifts = shifts - shifts.mean(dim=1, keepdim=True)
+    assert torch.allclose(answer, shifts[rows, answer_id], atol=1e-6)
+    for n in range(6):
+        others = [int(a) for a in answer_id[groups == groups[n]].unique() if a != answer_id[n]]
+        expected = shifts[n, others].mean() if others else torch.tensor(0.0)
+        assert torch.allclose(rivals[n], expected, atol=1e-6)
 
 
 def test_patched_ffn_output_replaces_one_position_per_row():

@@ -7,7 +7,7 @@ from torch import nn
 
 from helpers import memory
 from helpers.memory import (agreement, answer_probability, collect, find_ffns, group_profile, mismatched_agreement,
-                            pattern_share, peak_coefficients, prefix_mask, prefix_words, project_to_vocab,
+                            pattern_neuron_share, pattern_share, peak_coefficients, prefix_mask, prefix_words, project_to_vocab,
                             token_positions, top_triggers, value_logits)
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -315,3 +315,14 @@ def test_gpt2_values_triggers_and_agreement(gpt2):
     assert 0.0 <= a.rate <= 1.0 and 0.0 <= mismatched_agreement(gpt2, 2, a) <= 1.0
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\], got 3"):
         value_logits(gpt2, 3)
+
+
+def test_pattern_neuron_share_counts_neurons_whose_top_triggers_share_a_label():
+    g = torch.Generator().manual_seed(4)
+    coefficients = torch.randn(12, 3, 5, generator=g)
+    labels = ["a"] * 6 + ["b"] * 6
+    examples = top_triggers(coefficients, 4, None).examples                            # (5, 4)
+    expected = (pattern_share(examples, labels) >= 0.75).float().mean().item()         # 3 of 4 share a label
+    assert pattern_neuron_share(coefficients, None, labels, k=4, threshold=0.75) == expected
+    coefficients[:6, :, 0] += 10.0                                                     # neuron 0: all four are "a"
+    assert pattern_neuron_share(coefficients[..., :1], None, labels, k=4, threshold=1.0) == 1.0

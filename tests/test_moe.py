@@ -567,3 +567,18 @@ def test_top_k_above_routed_and_noisy_type():
         MoE(8, 4, 1, noisy=1)
     with pytest.raises(ValueError, match=r"bias must be a tensor of shape \(4,\)"):
         biased_top_k(torch.rand(3, 4), torch.zeros(3), 1)
+
+
+def test_routing_plots_analysis_helpers():
+    from helpers.routing_plots import busiest_first, favourite_expert_shares, shares_by_type_and_position
+    counts = torch.tensor([5, 9, 0, 9])
+    assert busiest_first(counts).tolist() == [2, 0, 3, 1]                  # ties: the lower id first
+    ids = torch.tensor([0, 1, 2, 0, 1, 2])                                  # two rows of three positions
+    experts = torch.tensor([1, 1, 0, 1, 0, 0])
+    by_type, by_position = shares_by_type_and_position(ids, experts, ["a", "b", "c"], ["a", "b", "c"], 2, 3)
+    assert by_type.shape == (3, 2) and by_position.shape == (3, 2)
+    assert torch.allclose(by_type.sum(-1), torch.ones(3, dtype=torch.float64))
+    assert by_position[0].tolist() == [0.0, 1.0] and by_position[2].tolist() == [1.0, 0.0]   # a tie: expert 0 first
+    first = torch.tensor([3, 3, 1, 3, 2, 3])
+    group = torch.tensor([True, True, True, False, False, False])
+    assert favourite_expert_shares(first, group, ~group, 4) == (pytest.approx(2 / 3), pytest.approx(2 / 3))

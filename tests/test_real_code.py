@@ -190,7 +190,8 @@ def test_colab_upgrades_an_old_transformers_once(monkeypatch):
     versions = {"transformers": "4.57.1"}
     monkeypatch.setattr(env, "_installed_version", lambda name: versions.get(name, "99.0"))
     monkeypatch.setattr(env, "missing_packages", lambda: [])
-    monkeypatch.setattr(subprocess, "run", lambda cmd, check: calls.append(cmd))
+    monkeypatch.setattr(subprocess, "run",
+                        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
     assert env.install_missing() == [env.RUNTIME_PACKAGES["transformers"]]
     assert calls and calls[0][:4] == [env.sys.executable, "-m", "pip", "install"] and "--quiet" in calls[0]
     assert calls[0][-1] == "transformers>=5.6"

@@ -93,6 +93,21 @@ def test_plot_stack_trace_draws_two_panels(stack):
     matplotlib.pyplot.close(fig)
 
 
+def test_plot_stack_trace_zooms_in_unless_the_curves_reach_rounding_noise():
+    from helpers.residual import StackTrace
+
+    flat = StackTrace("pre", True, [1.0, 1.1, 1.3], [1.0, 0.9, 0.8], [1.0, 1.0])
+    fig = plot_stack_trace(flat)
+    low, high = fig.axes[0].get_ylim()
+    assert low == pytest.approx(0.8 / 3) and high == pytest.approx(3 * 1.3)
+    matplotlib.pyplot.close(fig)
+    collapsed = StackTrace("none", False, [1.0, 0.1, 0.1], [1.0, 1e-4, 1e-9], [1.0, 0.1])
+    fig = plot_stack_trace(collapsed)
+    assert fig.axes[0].get_ylim()[0] == pytest.approx(1e-8)
+    assert "float32 rounding noise" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    matplotlib.pyplot.close(fig)
+
+
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"norm": "layer"}, ValueError, "norm must be one of"),
     ({"residual": 1}, TypeError, "residual must be a bool"),

@@ -135,3 +135,17 @@ def test_welch_matches_the_formula():
         welch([1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="one entry per run"):
         welch(torch.zeros(2, 2), [1.0, 2.0])
+
+
+def test_holm_table_can_print_a_large_t_as_a_bound():
+    """t_cap prints |t| above it as a bound (its later digits move with CPU rounding); the verdicts do not change."""
+    family = {"big": paired_difference([1.0, 2.0, 3.1, 4.0, 5.0], [0.0, 1.1, 2.0, 3.0, 4.1]),
+              "small": paired_difference([1.0, 2.0, 3.0, 4.0, 5.0], [1.1, 2.0, 3.2, 4.0, 5.0]),
+              "down": paired_difference([0.0, 1.1, 2.0, 3.0, 4.1], [1.0, 2.0, 3.1, 4.0, 5.0])}
+    plain, capped = holm_table(family), holm_table(family, t_cap=5)
+    assert "> +5" in capped and "< -5" in capped and "-1.50" in capped
+    assert [line.split("→")[-1] for line in plain.splitlines()[1:]] == \
+        [line.split("→")[-1] for line in capped.splitlines()[1:]]
+    assert holm_table(family, t_cap=None) == plain
+    with pytest.raises(ValueError, match="t_cap"):
+        holm_table(family, t_cap=-1)

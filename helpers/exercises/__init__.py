@@ -1,10 +1,14 @@
 """The course's exercise machinery, kept apart from the library the notebooks study.
 
-engine     ``Exercise``, ``Case``, ``Result``: run a learner's function on hidden cases, print one verdict line
-compare    how an answer differs from the reference's (tolerances by dtype, the precision note)
+engine     ``Exercise``: run a learner's function on hidden cases, print one verdict line
+verdict    a verdict's statuses, its one line, ``parse_line`` and the log the grader reads
+compare    how an answer differs from the reference's (tolerances by dtype, the relative precision note)
+mutation   did the learner's function change one of its inputs in place, and which
+sandbox    the state a check runs in (autograd on, float32 default, the kernel's state restored)
 timelimit  the time limit on a learner's function
-cases      random inputs for hidden cases (masks, adversarial rows, SPD matrices), shared by the checkers
-nbNN       the checkers for notebook NN's exercises (``from helpers.exercises.nb03 import check_...``)
+cases      a hidden case (``Case``), a statement's ``Domain`` and its corners, random inputs (masks, SPD matrices)
+nbNN       the checkers for notebook NN's exercises (``from helpers.exercises.nb03 import check_...``); each
+           lists its exercises in ``EXERCISES``
 grader     run whole notebooks and grade them (``python -m helpers.grade PATH...``), with
 matching   (which course notebook a submission is), kernel (running it), gradebook (points, CSV, feedback)
 """

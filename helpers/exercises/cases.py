@@ -1,4 +1,5 @@
-"""Random inputs for hidden cases, shared by the notebooks' checkers.
+"""Hidden cases: what one is (``Case``), the domain a statement allows and its corners (``Domain``, ``Corner``),
+and random inputs for them, shared by the notebooks' checkers.
 
 Every function draws from a seeded ``torch.Generator``, so a checker's hidden cases are the same on every run.
 The masks and adversarial rows are the extremes a task statement allows and a careless answer misses:
@@ -8,7 +9,57 @@ symmetric positive definite matrices whose eigenvalues span several orders of ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import torch
+
+from helpers.exercises.compare import describe_value
+
+
+@dataclass
+class Case:
+    """One hidden test input: positional and keyword arguments for the learner's function."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    note: str = ""
+
+    def describe(self) -> str:
+        """Short human description of the input, e.g. ``input of shape (3, 5)``."""
+        if self.note:
+            return self.note
+        parts = [describe_value(a) for a in self.args]
+        parts += [f"{k}={describe_value(v)}" for k, v in self.kwargs.items()]
+        return "input " + ", ".join(parts) if parts else "no input"
+
+
+@dataclass(frozen=True)
+class Corner:
+    """One corner of an exercise's declared domain, and a test that a hidden case reaches it.
+
+    ``name`` says it in the statement's words (``"k = F (every feature kept)"``, ``"ties wider than k"``,
+    ``"logits near 100 (an unshifted exp overflows)"``); ``reached(case)`` looks at the case's real arguments
+    (not its note) and says whether it sits in that corner.
+    """
+
+    name: str
+    reached: Callable[[Case], bool]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What an exercise's statement allows, and the corners its hidden cases must cover.
+
+    ``allows`` is the statement's promise in words: shapes, dtypes, every value range, ties, sizes, the stated
+    arithmetic. ``corners`` are the extremes of that promise (each end of each range, the widest ties, the
+    smallest sizes, ...): ``Exercise.uncovered()`` lists those no hidden case reaches, and a test keeps it
+    empty for every exercise of the course. A statement that allows more than the checker can judge is narrowed,
+    not left wider than its cases.
+    """
+
+    allows: str
+    corners: tuple[Corner, ...]
 
 
 def randint(gen: torch.Generator, low: int, high: int) -> int:

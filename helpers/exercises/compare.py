@@ -14,11 +14,16 @@ Agreement depends on what is compared:
 * sequences and dicts agree item by item.
 
 **Precision.** A gap that a lower precision explains is told apart from a wrong answer:
-when the values would agree at float32's tolerance but the task wants float64 (whatever
-the dtype of the learner's result: it may have been computed in float32 and converted
-back), the sentence says so ("your result matches only to float32 precision; this
-exercise wants float64") instead of reporting a plain wrong value. float16 and bfloat16
-are named only when the result has that dtype. ``difference`` returns this verdict as a
+when the values agree to float32's *relative* precision (every gap within float32's
+``rtol`` times the largest expected magnitude, on values float32 can carry) but the task
+wants float64 (whatever the dtype of the learner's result: it may have been computed in
+float32 and converted back), the sentence says so ("your result matches only to float32
+precision; this exercise wants float64") instead of reporting a plain wrong value. The test
+is relative on purpose: on values scaled by 1e-30 every answer is within float32's absolute
+tolerance, and a gap there says nothing about precision. float16 and bfloat16 are named only
+when the result has that dtype. The task's precision is the reference result's dtype, or the
+exercise's ``precision=`` where its statement allows a lower one (float32 steps on float64
+inputs): an answer is then never told to use more. ``difference`` returns this verdict as a
 ``Difference`` for the engine, which needs to know whether a gap is one of precision.
 """
 
@@ -130,24 +135,25 @@ class Difference:
 
 
 def compare(got: Any, expected: Any, atol: float | None = None, rtol: float | None = None, where: str = "",
-            *, accept_lower_precision: bool = False) -> str | None:
+            *, accept_lower_precision: bool = False, precision: torch.dtype | None = None) -> str | None:
     """Describe how ``got`` differs from ``expected``, or return ``None`` when they agree.
 
     Tensors/arrays are compared by type, shape, NaNs and ``isclose`` (integer and bool
     tensors exactly); numbers by tolerance (integers exactly); sequences element by
     element; dicts by keys then values; anything else by ``==``. ``atol``/``rtol``
-    ``None`` means "by the expected dtype" (``DTYPE_TOLERANCES``). A gap that only a
-    lower precision explains is reported as such, or accepted when
-    ``accept_lower_precision`` (used to match mistake models).
+    ``None`` means "by the expected dtype" (``DTYPE_TOLERANCES``), or by ``precision`` when
+    the task allows a lower one than the expected result's dtype. A gap that only a lower
+    precision explains is reported as such, or accepted when ``accept_lower_precision``
+    (used to match mistake models).
     """
-    found = difference(got, expected, atol, rtol, where)
+    found = difference(got, expected, atol, rtol, where, precision=precision)
     if found is None or (accept_lower_precision and found.precision is not None):
         return None
     return found.describe()
 
 
 def difference(got: Any, expected: Any, atol: float | None = None, rtol: float | None = None,
-               where: str = "") -> Difference | None:
+               where: str = "", *, precision: torch.dtype | None = None) -> Difference | None:
     """``compare``'s verdict as a ``Difference`` (``None`` when ``got`` agrees with ``expected``).
 
     In a sequence or dict, the first item that is wrong beyond precision is reported, else
@@ -155,25 +161,25 @@ def difference(got: Any, expected: Any, atol: float | None = None, rtol: float |
     """
     label = f"{where}: " if where else ""
     if isinstance(expected, (torch.Tensor, np.ndarray)):
-        return _compare_arrays(got, expected, atol, rtol, label)
+        return _compare_arrays(got, expected, atol, rtol, label, precision)
     if isinstance(expected, (bool, np.bool_)) or isinstance(expected, str) or expected is None:
         return None if got == expected else Difference(f"{label}expected {expected!r}, got {got!r}")
     if isinstance(expected, numbers.Number):
-        return _compare_numbers(got, expected, atol, rtol, label)
+        return _compare_numbers(got, expected, atol, rtol, label, precision)
     if isinstance(expected, dict):
         if not isinstance(got, dict):
             return Difference(f"{label}expected a dict, got {type(got).__name__}")
         if set(got) != set(expected):
             return Difference(f"{label}expected keys {sorted(map(str, expected))}, got {sorted(map(str, got))}")
-        return _first_of(difference(got[key], expected[key], atol, rtol, where=f"{where}[{key!r}]")
-                         for key in expected)
+        return _first_of(difference(got[key], expected[key], atol, rtol, where=f"{where}[{key!r}]",
+                                    precision=precision) for key in expected)
     if isinstance(expected, Sequence):
         if not isinstance(got, Sequence) or isinstance(got, str):
             return Difference(f"{label}expected a {type(expected).__name__} of {len(expected)} items, "
                               f"got {type(got).__name__}")
         if len(got) != len(expected):
             return Difference(f"{label}expected {len(expected)} items, got {len(got)}")
-        return _first_of(difference(g, e, atol, rtol, where=f"{where}[{i}]")
+        return _first_of(difference(g, e, atol, rtol, where=f"{where}[{i}]", precision=precision)
                          for i, (g, e) in enumerate(zip(got, expected)))
     return None if got == expected else Difference(f"{label}expected {expected!r}, got {got!r}")
 
@@ -214,6 +220,29 @@ def _explaining_dtypes(got_dtype: torch.dtype | None, task: torch.dtype) -> list
     return [d for d in candidates if _lower(d, task)]
 
 
+def _relative_precision(lower: torch.dtype) -> float:
+    """The relative gap a computation in ``lower`` may leave: its ``rtol`` in ``DTYPE_TOLERANCES``."""
+    return DTYPE_TOLERANCES[lower][1]
+
+
+def _carried_by(lower: torch.dtype, scale: float) -> bool:
+    """Can ``lower`` hold values of this magnitude as normal numbers (so its relative precision applies)?"""
+    info = torch.finfo(lower)
+    return math.isfinite(scale) and info.tiny <= scale <= info.max
+
+
+def _within_lower_precision(g64: torch.Tensor, e64: torch.Tensor, lower: torch.dtype) -> torch.Tensor | None:
+    """Where the gap is one ``lower`` precision leaves: within its relative precision of the largest
+    expected magnitude (a norm-wise relative gap, so entries near 0 by cancellation are judged by the
+    tensor's scale). ``None`` when the values are not of a size ``lower`` carries (0, 1e-40, inf)."""
+    finite = torch.isfinite(e64)
+    scale = float(e64[finite].abs().max()) if bool(finite.any()) else 0.0
+    if not _carried_by(lower, scale):
+        return None
+    same = (g64 == e64) | (torch.isnan(g64) & torch.isnan(e64))
+    return same | ((g64 - e64).abs() <= _relative_precision(lower) * scale)
+
+
 def _as_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
@@ -225,8 +254,8 @@ def _as_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
-def _compare_arrays(got: Any, expected: Any, atol: float | None, rtol: float | None, label: str
-                    ) -> Difference | None:
+def _compare_arrays(got: Any, expected: Any, atol: float | None, rtol: float | None, label: str,
+                    precision: torch.dtype | None = None) -> Difference | None:
     kind = "a torch tensor" if isinstance(expected, torch.Tensor) else "a NumPy array"
     g = _as_tensor(got)
     if g is None or isinstance(got, torch.Tensor) != isinstance(expected, torch.Tensor):
@@ -248,7 +277,7 @@ def _compare_arrays(got: Any, expected: Any, atol: float | None, rtol: float | N
             common = torch.float64 if g.is_floating_point() else torch.int64
             bad = g.to(common) != e.to(common)
         return Difference(_first_difference(label, bad, e, g)) if bad.any() else None
-    task = e.dtype
+    task = precision if precision is not None and precision in _PRECISION else e.dtype
     t_atol, t_rtol = _tolerance(task, atol, rtol)
     g64, e64 = g.to(torch.float64), e.to(torch.float64)
     nan_g, nan_e = torch.isnan(g64), torch.isnan(e64)
@@ -261,8 +290,10 @@ def _compare_arrays(got: Any, expected: Any, atol: float | None, rtol: float | N
     got_dtype = g.dtype if g.is_floating_point() else None
     beyond = None  # the values wrong beyond what a lower precision explains: the first shown is one of them
     for lower in _explaining_dtypes(got_dtype, task):
-        l_atol, l_rtol = _tolerance(lower, None, None)
-        loose = torch.isclose(g64, e64, rtol=max(t_rtol, l_rtol), atol=max(t_atol, l_atol), equal_nan=True)
+        within = _within_lower_precision(g64, e64, lower)
+        if within is None:
+            continue
+        loose = close | within
         if loose.all():
             return Difference(_first_difference(label, ~close, e, g), lower, task, got_dtype)
         beyond = ~loose if beyond is None else beyond
@@ -286,8 +317,8 @@ def _first_difference(label: str, bad: torch.Tensor, e: torch.Tensor, g: torch.T
             f"got {got_text}")
 
 
-def _compare_numbers(got: Any, expected: numbers.Number, atol: float | None, rtol: float | None, label: str
-                     ) -> Difference | None:
+def _compare_numbers(got: Any, expected: numbers.Number, atol: float | None, rtol: float | None, label: str,
+                     precision: torch.dtype | None = None) -> Difference | None:
     got_dtype = _float_dtype_of(got)
     if (isinstance(got, torch.Tensor) and got.numel() == 1) or (
             isinstance(got, (np.ndarray, np.generic)) and got.size == 1):
@@ -307,13 +338,13 @@ def _compare_numbers(got: Any, expected: numbers.Number, atol: float | None, rto
     got, expected = float(got), float(expected)
     if math.isnan(got) and not math.isnan(expected):
         return Difference(f"{label}got NaN, expected {fmt(expected)}")
-    t_atol, t_rtol = _tolerance(None, atol, rtol)
+    task = precision if precision in _PRECISION else torch.float64  # a Python float is a float64
+    t_atol, t_rtol = _tolerance(precision if precision in _PRECISION else None, atol, rtol)
     if math.isclose(got, expected, rel_tol=t_rtol, abs_tol=t_atol) or (math.isnan(got) and math.isnan(expected)):
         return None
     expected_text, got_text = fmt_pair(expected, got)
     text = f"{label}expected {expected_text}, got {got_text}"
-    for lower in _explaining_dtypes(got_dtype, torch.float64):  # a Python float is a float64
-        l_atol, l_rtol = _tolerance(lower, None, None)
-        if math.isclose(got, expected, rel_tol=max(t_rtol, l_rtol), abs_tol=max(t_atol, l_atol)):
-            return Difference(text, lower, torch.float64, got_dtype)
+    for lower in _explaining_dtypes(got_dtype, task):
+        if _carried_by(lower, abs(expected)) and abs(got - expected) <= _relative_precision(lower) * abs(expected):
+            return Difference(text, lower, task, got_dtype)
     return Difference(text)

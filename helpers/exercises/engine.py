@@ -1,43 +1,46 @@
 """The exercise-checking engine behind every ``helpers.exercises.nbNN`` checker.
 
-An ``Exercise`` knows a reference solution, hidden test cases and *plausible mistakes*
-(wrong implementations a learner is likely to write, each with a hint). ``exercise.check(fn)``
-runs the learner's function on every hidden case and prints exactly one line,
-``<icon> <title>: <message>`` (``parse_line`` reads it back; the grader does):
+An ``Exercise`` knows a reference solution, hidden test cases and *plausible mistakes* (wrong implementations a
+learner is likely to write, each with a hint). ``exercise.check(fn)`` runs the learner's function on every hidden
+case and prints exactly one line, ``<icon> <title>: <message>`` (``helpers.exercises.verdict``; the grader reads
+it back):
 
-* ``⏳ ... not attempted yet``: ``fn`` raises ``NotImplementedError`` on the first case or
-  returns ``None`` on every case (a blank stub); for a *debug* exercise given its buggy
-  original (``buggy=``), ``fn`` still does what the original does on every case;
-* ``✅ ... passed (N hidden test cases)``: every case matches the reference;
-* ``❌ ...``: what is wrong (type, shape, the first wrong value and its index, how many
-  cases fail), an incomplete function (``None`` on some inputs only), or the time limit.
+* ``⏳ ... not attempted yet``: ``fn`` raises ``NotImplementedError`` on the first case or returns ``None`` on
+  every case without changing its inputs (a blank stub);
+* ``✅ ... passed (N hidden test cases)``: every case matches the reference, and no input was changed;
+* ``❌ ...``: what is wrong (type, shape, the first wrong value and its index, how many cases fail), an input the
+  function changed in place, an incomplete function (``None`` on some inputs only), the time limit, or the
+  checker's own code handed in as an answer.
 
-Three rules decide what a failure message says:
+The rules that decide a failure's message:
 
-* **A gap that a lower precision explains is not called wrong.** When every failing case
-  agrees to float32 precision but the task wants float64, the message says so and how to
-  keep float64 (``helpers.exercises.compare``). When some cases are wrong beyond that, the
-  message is about those, and the precision gap is only mentioned.
-* **A mistake is named only when it explains the answer.** A listed mistake's hint
-  ("Likely mistake: ...") is given when the mistake model reproduces the learner's function
-  on *every* hidden case (values to float32 precision, or the same type of exception) and
-  differs from the reference on each case the learner gets wrong (a model equal to the
-  reference there explains nothing; one that fails where the learner passes is a mistake the
-  learner did not make). In a debug exercise, a fix that still does what the buggy original
-  does on every failing case is told the bug is still there; when nothing explains the
-  answer, the message names the kind of bug to look for (``bug_class=``), but only where a test
-  of that class (``bug_shows=``) finds it in every wrong answer: a wrong answer of another kind
-  gets no lead.
+* **Inputs stay as they were.** Each call gets deep copies of a case's arguments; afterwards they are compared
+  with the case's untouched originals (``helpers.exercises.mutation``). A function that changed one fails, with
+  the argument's name and what changed: later cells reuse their inputs.
+* **A gap that a lower precision explains is not called wrong**, and only such a gap gets the precision note:
+  when every failing case agrees with the reference to float32's *relative* precision and the task wants
+  float64, the message says so and how to keep float64 (``helpers.exercises.compare``). An answer wrong beyond
+  that on any case is told what is wrong, with no precision note.
+* **A mistake is named only when it explains the answer.** A listed mistake's hint ("Likely mistake: ...") is
+  given when the mistake model reproduces the learner's function on *every* hidden case (values to float32
+  precision, or the same type of exception) and differs from the reference on each case the learner gets wrong.
+* **A debug exercise is debugged by the learner** (the debug ladder). Its first failure in a kernel, and any
+  failure of a function that still does what the function as given does (``buggy=``) on every case, shows the
+  symptom only: the case and what differs. Once a *changed* function fails again, the message adds the listed
+  mistake that explains it, or the bug is still there on some inputs (a partial fix), or the class of bug
+  (``bug_class=``, only where its test ``bug_shows`` finds it in every wrong answer). No message names the fix.
+* **The checker's own code is not an answer.** A function that is the exercise's reference, or any function
+  defined in the checker modules (reached as ``check_x.reference``, ``check_x.mistakes[0][1]``, ``nbNN._ref``,
+  through ``functools.partial`` or a bound method), never passes.
 * **A message is one line**, never a traceback.
 
-Guarantees, whatever state the learner's kernel is in: a check never raises because of the
-learner's code (a ``KeyboardInterrupt`` still interrupts); it runs with autograd on and float32
-as torch's default dtype for the course's code, and leaves the kernel's grad mode, default dtype
-and global random generators (torch, NumPy, ``random``) as they were; the learner's calls on the
-hidden cases share a time limit (``helpers.exercises.timelimit``), and a debug exercise's extra calls
-for its clue get a limit of the same size (running out of it only means no clue). ``evaluate(fn)``
-returns the ``Result`` instead of printing it; ``passes(fn)`` answers only whether it passed,
-silently, for a cell that uses the function.
+Guarantees, whatever state the learner's kernel is in: a check never raises because of the learner's code (a
+``KeyboardInterrupt`` still interrupts) and leaves the kernel's state as it was (``helpers.exercises.sandbox``);
+the learner's calls on the hidden cases share a time limit (``helpers.exercises.timelimit``), and a debug
+exercise's extra calls for its clue get a limit of the same size (running out of it only means no clue).
+``evaluate(fn)`` returns the ``Result`` instead of printing it; ``passes(fn)`` answers only whether it passed,
+silently, for a cell that uses the function. Only ``check`` moves a debug exercise up its ladder (``forget``
+starts it again).
 """
 
 from __future__ import annotations
@@ -46,37 +49,31 @@ import contextlib
 import copy
 import functools
 import io
-import json
 import numbers
-import os
-import random
 import re
-import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from helpers.exercises import timelimit
-from helpers.exercises.compare import DTYPE_TOLERANCES, Difference, compare, describe_value, difference, \
-    dtype_name, one_line
+from helpers.exercises.cases import Case, Corner, Domain
+from helpers.exercises.compare import DTYPE_TOLERANCES, Difference, compare, difference, dtype_name, one_line
+from helpers.exercises.mutation import changed_input
+from helpers.exercises.sandbox import checking_state, course_defaults, guard_evaluate, outermost, record_timeout, \
+    submitted
 from helpers.exercises.timelimit import DEFAULT_TIME_LIMIT, TIME_LIMIT_ENV, CheckTimeout, TimeLimit, \
     alarm_available, cpu_budget, time_limit_from_env
+from helpers.exercises.verdict import CHANGED_INPUT, CHECKERS_CODE, CLUE_PREFIX, FAILED, HINT_PREFIX, ICONS, \
+    LINE_RE, NOT_ATTEMPTED, PASSED, STATUS_OF_ICON, VERDICT_LOG_ENV, Result, log_verdict, parse_line
 
-__all__ = ["Case", "Corner", "Domain", "Result", "Exercise", "compare", "parse_line", "NOT_ATTEMPTED", "PASSED", "FAILED", "ICONS",
-           "KINDS", "DEFAULT_POINTS", "HINT_PREFIX", "CLUE_PREFIX", "DEFAULT_TIME_LIMIT", "TIME_LIMIT_ENV",
-           "VERDICT_LOG_ENV", "DTYPE_TOLERANCES", "CheckTimeout"]
-
-NOT_ATTEMPTED = "not attempted"
-PASSED = "passed"
-FAILED = "failed"
-
-ICONS = {NOT_ATTEMPTED: "⏳", PASSED: "✅", FAILED: "❌"}
-STATUS_OF_ICON = {icon: status for status, icon in ICONS.items()}
+__all__ = ["Case", "Corner", "Domain", "Result", "Exercise", "compare", "parse_line", "NOT_ATTEMPTED", "PASSED",
+           "FAILED", "ICONS", "STATUS_OF_ICON", "LINE_RE", "KINDS", "DEFAULT_POINTS", "HINT_PREFIX", "CLUE_PREFIX",
+           "CHANGED_INPUT", "CHECKERS_CODE", "DEFAULT_TIME_LIMIT", "TIME_LIMIT_ENV", "VERDICT_LOG_ENV",
+           "DTYPE_TOLERANCES", "CheckTimeout"]
 
 #: The kinds of exercise: implement what the notebook showed; think (predict, measure, extend);
 #: find and fix the bug in a short function (notebook 08, where real code is the subject).
@@ -84,171 +81,18 @@ KINDS = ("build", "investigate", "debug")
 #: Points an exercise is worth unless it says otherwise (the grader's teacher can override them).
 DEFAULT_POINTS = {"build": 2, "investigate": 3, "debug": 2}
 
-#: When set (the grader sets it), ``check`` appends each verdict as a JSON line to this file.
-VERDICT_LOG_ENV = "FFN_VERDICT_LOG"
-
-#: One verdict line: icon, title (``Exercise N (...)`` in the course; it never contains ": "), message.
-LINE_RE = re.compile(r"^(?P<icon>[⏳✅❌]) (?P<title>.+?): (?P<message>.*)$")
-HINT_PREFIX = "Likely mistake: "
-CLUE_PREFIX = "The bug to look for: "
 _MAX_ERROR_TEXT = 300
-
-
-def parse_line(line: str) -> tuple[str, str, str] | None:
-    """``(status, title, message)`` of a verdict line printed by ``check``, or ``None`` for any other text."""
-    match = LINE_RE.match(line.strip("\r\n"))
-    if match is None:
-        return None
-    return STATUS_OF_ICON[match["icon"]], match["title"], match["message"]
-
-
-@dataclass
-class Case:
-    """One hidden test input: positional and keyword arguments for the learner's function."""
-
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-    note: str = ""
-
-    def describe(self) -> str:
-        """Short human description of the input, e.g. ``input of shape (3, 5)``."""
-        if self.note:
-            return self.note
-        parts = [describe_value(a) for a in self.args]
-        parts += [f"{k}={describe_value(v)}" for k, v in self.kwargs.items()]
-        return "input " + ", ".join(parts) if parts else "no input"
-
-
-@dataclass(frozen=True)
-class Corner:
-    """One corner of an exercise's declared domain, and a test that a hidden case reaches it.
-
-    ``name`` says it in the statement's words (``"k = F (every feature kept)"``, ``"ties wider than k"``,
-    ``"logits near 100 (an unshifted exp overflows)"``); ``reached(case)`` looks at the case's real arguments
-    (not its note) and says whether it sits in that corner.
-    """
-
-    name: str
-    reached: Callable[[Case], bool]
-
-
-@dataclass(frozen=True)
-class Domain:
-    """What an exercise's statement allows, and the corners its hidden cases must cover.
-
-    ``allows`` is the statement's promise in words: shapes, dtypes, every value range, ties, sizes, the stated
-    arithmetic. ``corners`` are the extremes of that promise (each end of each range, the widest ties, the
-    smallest sizes, ...): ``Exercise.uncovered()`` lists those no hidden case reaches, and a test keeps it
-    empty for every exercise of the course. A statement that allows more than the checker can judge is narrowed,
-    not left wider than its cases.
-    """
-
-    allows: str
-    corners: tuple[Corner, ...]
-
-
-@dataclass
-class Result:
-    """Outcome of checking one exercise.
-
-    ``reason`` says why a check failed, for programs (``""`` when it passed or was not
-    attempted): ``"wrong"``, ``"precision"`` (right to a lower precision only), ``"error"``
-    (the function raised), ``"incomplete"``, ``"timeout"``, ``"not callable"`` or
-    ``"checker"`` (the checker itself broke). ``hint`` is the likely mistake, when one
-    explains the answer (see the module's rules).
-    """
-
-    status: str
-    message: str
-    title: str = ""
-    reason: str = ""
-    hint: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASSED
-
-    def line(self) -> str:
-        return one_line(f"{ICONS[self.status]} {self.title}: {self.message}")
-
-    def __str__(self) -> str:
-        return self.line()
-
-
-# ---------------------------------------------------------------- the state a check runs in
-@contextlib.contextmanager
-def _course_defaults() -> Iterator[None]:
-    """float32 as torch's default dtype while the course's own code (cases, reference, mistakes) runs."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
-@contextlib.contextmanager
-def _checking_state() -> Iterator[None]:
-    """Autograd on (outside inference mode), warnings silenced, global RNGs restored afterwards."""
-    torch_state = torch.get_rng_state()
-    numpy_state = np.random.get_state()
-    python_state = random.getstate()
-    try:
-        with torch.inference_mode(False), torch.enable_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        torch.set_rng_state(torch_state)
-        np.random.set_state(numpy_state)
-        random.setstate(python_state)
-
-
-_depth = threading.local()
-
-
-@contextlib.contextmanager
-def _outermost() -> Iterator[bool]:
-    """True for the outermost ``evaluate`` on this thread (a subclass's override calling ``super``)."""
-    depth = getattr(_depth, "value", 0)
-    _depth.value = depth + 1
-    if depth == 0:
-        _depth.timeout = None  # the first time-limit verdict of this check, for a subclass's wrapper
-    try:
-        yield depth == 0
-    finally:
-        _depth.value = depth
-
-
-def _guard_evaluate(method: Callable[..., Result]) -> Callable[..., Result]:
-    """Wrap a subclass's own ``evaluate``: the checking state, a time limit and "never raises" cover all of it.
-
-    A subclass may re-run the learner's function for a diagnosis of its own; that is covered by a
-    backstop limit of three times the exercise's.
-    """
-
-    @functools.wraps(method)
-    def evaluate(self: Exercise, fn: Any, *args: Any, **kwargs: Any) -> Result:
-        with _outermost() as outermost:
-            if not outermost:
-                return method(self, fn, *args, **kwargs)
-            limit = self._effective_time_limit()
-            try:
-                cpu, wall = (cpu_budget(3 * limit), timelimit.WALL_FACTOR * 3 * limit) if limit else (None, None)
-                guard = TimeLimit(cpu, wall)
-                with _checking_state(), guard:
-                    return method(self, fn, *args, **kwargs)
-            except CheckTimeout:
-                return getattr(_depth, "timeout", None) or self._timeout_result(limit, which=guard.fired)
-            except Exception as err:  # the checker itself must not crash the notebook
-                return self._checker_broke(err)
-
-    evaluate._guarded = True  # type: ignore[attr-defined]
-    return evaluate
+#: The checker modules' folder: a function defined in it is the checker's own code, never an answer.
+_CHECKERS = Path(__file__).resolve().parent
+_UNCHANGED = ("Your function still does what the function as given does on every hidden case: the bug is still "
+              "in it.")
+_OWN_CODE = ("this is the checker's own code (its reference solution, or a model of a mistake), not a function of "
+             "yours: write the function in the exercise cell, then run the cell again.")
 
 
 # ---------------------------------------------------------------- the exercise
 def _fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Deep copies, so a function that edits its inputs in place cannot spoil the next call."""
+    """Deep copies: the learner's function never gets a case's own objects (they stay the originals)."""
     return copy.deepcopy(args), copy.deepcopy(kwargs)
 
 
@@ -261,6 +105,17 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
+def _unwrap(fn: Any) -> Any:
+    """The function under ``functools.partial``, a bound method or ``functools.wraps``'s ``__wrapped__``."""
+    for _ in range(20):
+        inner = fn.func if isinstance(fn, functools.partial) else getattr(fn, "__func__", None) or \
+            getattr(fn, "__wrapped__", None)
+        if inner is None or inner is fn:
+            return fn
+        fn = inner
+    return fn
+
+
 @dataclass(eq=False)
 class _Outcome:
     """What the learner's function did on one case, and how that differs from the reference."""
@@ -271,6 +126,7 @@ class _Outcome:
     error: BaseException | None = None
     expected: Any = None
     difference: Difference | None = None
+    changed: tuple[str, str] | None = None  # (the argument's name, what changed) when it edited an input
 
 
 class Exercise:
@@ -282,19 +138,21 @@ class Exercise:
         reference: the correct function.
         cases: the hidden inputs, or a function returning them (built lazily, seeded).
         mistakes: ``(hint, wrong_function)`` pairs (see the module's rule for when a hint is shown).
-        atol, rtol: tolerances for floating-point results; ``None`` (default) follows the
-            reference's dtype (``DTYPE_TOLERANCES``: float64 tight, float32 looser).
+        atol, rtol: tolerances for floating-point results; ``None`` (default) follows the task's precision
+            (``DTYPE_TOLERANCES``: float64 tight, float32 looser).
+        precision: the float dtype the task's arithmetic must keep; ``None`` (default) is the reference result's
+            dtype. Set ``torch.float32`` where the statement allows float32 steps on float64 inputs: the answer is
+            then compared at float32's tolerance (unless ``atol``/``rtol`` say otherwise) and never told to keep
+            float64.
         kind: ``"build"``, ``"investigate"`` or ``"debug"``.
         time_limit: seconds the learner's function may run in total over the hidden cases;
             ``None`` takes ``FFN_CHECK_TIMEOUT`` or ``DEFAULT_TIME_LIMIT``; ``0`` means no limit.
-        buggy: for a debug exercise whose cell shows the buggy function ready to run (no ``raise
-            NotImplementedError`` line), that function: run unchanged it is "not attempted", and a fix
-            that still does what it does on every failing case is told the bug is still there. (A debug
-            cell that starts with ``raise NotImplementedError`` can instead list the buggy function as a
-            mistake, with the class of bug as its hint.)
-        bug_class: for a debug exercise, the kind of bug in words (``"an off-by-one in a loop bound"``),
-            given as a clue when a fix is wrong, no listed mistake explains it and ``bug_shows`` finds
-            the class in it.
+        buggy: for a debug exercise, the function as given (with its bug): a function that still does what it
+            does on every case gets the symptom only, however often it is run, and a fix that still does what
+            it does on every failing case is told the bug is still there (on the ladder's second step).
+        bug_class: for a debug exercise, the kind of bug in words (``"an off-by-one in a loop bound"``), never
+            the fix; given as a clue on the ladder's second step when no listed mistake explains the answer and
+            ``bug_shows`` finds the class in it.
         bug_shows: ``bug_shows(fn, args, value) -> bool``: does the learner's ``fn``, which returned
             ``value`` on a case's ``args``, show the bug class there (``fn`` may be called again, e.g.
             on changed inputs)? The clue is given only when it holds on every wrong case that returned
@@ -308,14 +166,15 @@ class Exercise:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("evaluate")
         if own is not None and not getattr(own, "_guarded", False):
-            cls.evaluate = _guard_evaluate(own)
+            cls.evaluate = guard_evaluate(own)
 
     def __init__(self, title: str, reference: Callable[..., Any], cases: Sequence[Case] | Callable[[], Sequence[Case]],
                  mistakes: Sequence[tuple[str, Callable[..., Any]]] = (), *, atol: float | None = None,
                  rtol: float | None = None, kind: str = "build", time_limit: float | None = None,
                  buggy: Callable[..., Any] | None = None, bug_class: str | None = None,
                  bug_shows: Callable[[Callable[..., Any], tuple, Any], bool] | None = None,
-                 points: float | None = None, domain: Domain | None = None) -> None:
+                 points: float | None = None, domain: Domain | None = None,
+                 precision: torch.dtype | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit >= 0):
@@ -326,6 +185,9 @@ class Exercise:
             raise ValueError(f"bug_class= must name the kind of bug in words, got {bug_class!r}")
         if kind != "debug" and (buggy is not None or bug_class is not None or bug_shows is not None):
             raise ValueError("buggy=, bug_class= and bug_shows= belong to debug exercises (kind='debug')")
+        if kind == "debug" and buggy is None:
+            raise ValueError("a debug exercise needs buggy=, the function as given with its bug (the ladder's "
+                             "first step tells it apart from a changed function)")
         if bug_shows is not None and (bug_class is None or not callable(bug_shows)):
             raise ValueError("bug_shows= must be a function and needs the bug_class= it tests for")
         if points is not None and not (isinstance(points, numbers.Real) and points >= 0):
@@ -333,12 +195,16 @@ class Exercise:
         if domain is not None and not (isinstance(domain, Domain) and domain.corners and
                                        all(isinstance(c, Corner) for c in domain.corners)):
             raise ValueError("domain= must be a Domain with at least one Corner")
+        if precision is not None and precision not in DTYPE_TOLERANCES:
+            raise ValueError(f"precision= must be one of {[dtype_name(d) for d in DTYPE_TOLERANCES]}, got "
+                             f"{precision!r}")
         self.title = title
         self.reference = reference
         self._cases = cases
         self.mistakes = list(mistakes)
         self.atol = atol
         self.rtol = rtol
+        self.precision = precision
         self.kind = kind
         self.time_limit = time_limit
         self.buggy = buggy
@@ -346,6 +212,7 @@ class Exercise:
         self.bug_shows = bug_shows
         self.points = DEFAULT_POINTS[kind] if points is None else points
         self.domain = domain
+        self._failures_shown = 0  # failures ``check`` printed in this kernel: the debug ladder's step
 
     def __repr__(self) -> str:
         return f"<Exercise {self.title!r} ({self.kind})>"
@@ -357,7 +224,7 @@ class Exercise:
         return match.group(1) if match else None
 
     def cases(self) -> list[Case]:
-        with _course_defaults():
+        with course_defaults():
             cases = self._cases() if callable(self._cases) else self._cases
         return [c if isinstance(c, Case) else Case(tuple(c)) for c in cases]
 
@@ -368,7 +235,7 @@ class Exercise:
         cases = self.cases()
         missing = []
         for corner in self.domain.corners:
-            with _course_defaults():
+            with course_defaults():
                 if not any(bool(corner.reached(case)) for case in cases):
                     missing.append(corner.name)
         return missing
@@ -376,22 +243,24 @@ class Exercise:
     # ------------------------------------------------------------ the public calls
     def evaluate(self, fn: Any) -> Result:
         """Check ``fn`` against every hidden case and return the ``Result`` (never raises)."""
-        with _outermost() as outermost:
+        with outermost(fn) as is_outermost:
             try:
-                if not outermost:
+                if not is_outermost:
                     return self._evaluate(fn)
-                with _checking_state():
-                    return self._evaluate(fn)
+                with checking_state():
+                    return self._not_own_code(fn, self._evaluate(fn))
             except Exception as err:  # defensive: the checker itself must not crash the notebook
                 return self._checker_broke(err)
 
     evaluate._guarded = True  # type: ignore[attr-defined]
 
     def check(self, fn: Any) -> None:
-        """Print the one-line verdict for the learner's ``fn``."""
+        """Print the one-line verdict for the learner's ``fn`` (a failure moves a debug exercise up its ladder)."""
         result = self.evaluate(fn)
         print(result.line())
-        _log_verdict(result)
+        log_verdict(result)
+        if result.status == FAILED:
+            self._failures_shown += 1
 
     __call__ = check
 
@@ -400,6 +269,10 @@ class Exercise:
         that should use the learner's function only once its check has passed."""
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             return self.evaluate(fn).passed
+
+    def forget(self) -> None:
+        """Forget the failures shown so far: the debug ladder starts again from the symptom."""
+        self._failures_shown = 0
 
     # ------------------------------------------------------------ running the learner's function
     def _effective_time_limit(self) -> float | None:
@@ -414,9 +287,24 @@ class Exercise:
         return self._result(FAILED, f"the checker could not compare your answer ({type(err).__name__}: {err})",
                             "checker")
 
+    def _is_own_code(self, fn: Any) -> bool:
+        """Is ``fn`` the reference, or any function defined in the checker modules (however it was reached)?"""
+        try:
+            target, reference = _unwrap(fn), _unwrap(self.reference)
+            code = getattr(target, "__code__", None)
+            if target is reference or (code is not None and code is getattr(reference, "__code__", None)):
+                return True
+            return code is not None and Path(code.co_filename).resolve().parent == _CHECKERS
+        except Exception:  # an object we cannot inspect is the learner's own
+            return False
+
+    def _not_own_code(self, fn: Any, result: Result) -> Result:
+        """A pass by the checker's own code is no pass (a mistake model fails anyway, with its hint)."""
+        return self._result(FAILED, _OWN_CODE, CHECKERS_CODE) if result.passed and self._is_own_code(fn) else result
+
     def _expected(self, case: Case) -> Any:
         args, kwargs = _fresh(case.args, case.kwargs)
-        with _course_defaults():
+        with course_defaults():
             return self.reference(*args, **kwargs)
 
     def _timeout_result(self, limit: float | None, case: Case | None = None, done: int = 0, total: int = 0,
@@ -432,17 +320,18 @@ class Exercise:
         result = self._result(FAILED, f"time limit: your function {took} in total on the hidden cases{where}. "
                                       f"Look for a loop that never ends, or a Python loop over single elements "
                                       f"where one tensor operation would do.", "timeout")
-        if getattr(_depth, "timeout", None) is None:
-            _depth.timeout = result
+        record_timeout(result)
         return result
 
     def _run(self, fn: Callable[..., Any], cases: list[Case]) -> list[_Outcome] | Result:
-        """The learner's function on every case, within the time limit (a ``Result`` when it ends early)."""
+        """The learner's function on every case, within the time limit (a ``Result`` when it ends early);
+        each outcome records any argument the function changed (named as the submitted function names it)."""
         limit = self._effective_time_limit()
         if limit is None or not alarm_available():  # no signals here (Windows, another thread): no limit
             cpu_left = wall_left = None
         else:
             cpu_left, wall_left = cpu_budget(limit), timelimit.WALL_FACTOR * limit
+        named_by = submitted() or fn
         outcomes: list[_Outcome] = []
         for i, case in enumerate(cases):
             args, kwargs = _fresh(case.args, case.kwargs)
@@ -468,6 +357,7 @@ class Exercise:
                 if cpu_left is not None:
                     cpu_left -= time.process_time() - started_cpu
                     wall_left -= time.monotonic() - started
+            outcomes[-1].changed = changed_input(named_by, (case.args, case.kwargs), (args, kwargs))
         return outcomes
 
     # ------------------------------------------------------------ the verdict
@@ -480,7 +370,10 @@ class Exercise:
         if isinstance(outcomes, Result):
             return outcomes
         total = len(cases)
+        changed = [o for o in outcomes if o.changed]
         if all(o.kind == "none" for o in outcomes):
+            if changed:
+                return self._changed_result(changed, total, returns_none=True)
             return self._result(NOT_ATTEMPTED, "not attempted yet (your function returns None: "
                                                "fill in the body and `return` the result)")
         missing = [o for o in outcomes if o.kind in ("none", "not implemented")]
@@ -496,31 +389,60 @@ class Exercise:
             if outcome.kind == "error":
                 outcome.difference = Difference(f"your function raised {_error_text(outcome.error)}")
             else:
-                outcome.difference = difference(outcome.value, outcome.expected, self.atol, self.rtol)
-        failing = [o for o in outcomes if o.difference is not None]
-        if not failing:
+                outcome.difference = difference(outcome.value, outcome.expected, self.atol, self.rtol,
+                                                precision=self.precision)
+        wrong = [o for o in outcomes if o.difference is not None and o.difference.precision is None]
+        near = [o for o in outcomes if o.difference is not None and o.difference.precision is not None]
+        if changed and not wrong:
+            return self._changed_result(changed, total)
+        if not wrong and not near:
             return self._result(PASSED, f"passed ({_plural(total, 'hidden test case')})")
-        if self.buggy is not None and all(self._explains(self.buggy, o) for o in outcomes):
-            return self._result(NOT_ATTEMPTED, "not attempted yet (your function still does what the buggy "
-                                               "original does on every hidden case: find the bug, fix it, then "
-                                               "run this cell again)")
-        wrong = [o for o in failing if o.difference.precision is None]
-        near = [o for o in failing if o.difference.precision is not None]
         if not wrong:
             return self._precision_result(near, total)
+        symptom = self._symptom(wrong, total, changed)
+        reason = "error" if wrong[0].kind == "error" else "wrong"
+        if self.kind == "debug":
+            return self._debug_verdict(fn, outcomes, wrong, symptom, reason)
+        hint = self._diagnose(outcomes)
+        return self._result(FAILED, f"{symptom} {HINT_PREFIX}{hint}" if hint else symptom, reason, hint)
+
+    def _symptom(self, wrong: list[_Outcome], total: int, changed: list[_Outcome]) -> str:
+        """What differs, on which case, how many cases fail (and an input changed in place, if one was)."""
         first = wrong[0]
         count = f"; {len(wrong)} of {total} hidden cases fail" if len(wrong) > 1 else ""
         message = f"{first.difference.text} (on {first.case.describe()}{count})."
-        if near:
-            gap = near[0].difference
-            message += (f" {_plural(len(near), 'other case')} match only to {dtype_name(gap.precision)} precision "
-                        f"(this exercise wants {gap.wanted_name()}).")
+        if changed:
+            name, what = changed[0].changed
+            message += f" It also changes its input {name} in place ({what}, on {changed[0].case.describe()})."
+        return message
+
+    def _changed_result(self, changed: list[_Outcome], total: int, returns_none: bool = False) -> Result:
+        name, what = changed[0].changed
+        count = f"; {len(changed)} of {total} hidden cases" if len(changed) > 1 else ""
+        where = f"({what}; on {changed[0].case.describe()}{count})"
+        if returns_none:
+            return self._result(FAILED, f"your function returns None and changed its input {name} in place {where}. "
+                                        f"Return the result as a new tensor instead of writing it into an input: "
+                                        f"later cells use their inputs again.", CHANGED_INPUT)
+        return self._result(FAILED, f"your function changed its input {name} in place {where}. Later cells use "
+                                    f"their inputs again: leave them as they are and return a new result (work on "
+                                    f"a copy, e.g. x.clone(), or use an operation without the trailing _, e.g. "
+                                    f"scatter rather than scatter_).", CHANGED_INPUT)
+
+    def _debug_verdict(self, fn: Callable[..., Any], outcomes: list[_Outcome], wrong: list[_Outcome], symptom: str,
+                       reason: str) -> Result:
+        """The debug ladder: the symptom first (always, for the function as given); the listed mistake, the
+        partial fix or the class of bug only once a changed function fails again; never the fix."""
+        if self.buggy is not None and all(self._explains(self.buggy, o) for o in outcomes):
+            return self._result(FAILED, f"{symptom} {_UNCHANGED}", "unchanged")
+        if not self._failures_shown:
+            return self._result(FAILED, symptom, reason)
         hint = self._diagnose(outcomes)
         if hint:
-            message += f" {HINT_PREFIX}{hint}"
-        elif self.bug_class and self._class_shows(fn, wrong):
-            message += f" {CLUE_PREFIX}{self.bug_class}."
-        return self._result(FAILED, message, "error" if first.kind == "error" else "wrong", hint)
+            return self._result(FAILED, f"{symptom} {HINT_PREFIX}{hint}", reason, hint)
+        if self.bug_class and self._class_shows(fn, wrong):
+            return self._result(FAILED, f"{symptom} {CLUE_PREFIX}{self.bug_class}.", reason)
+        return self._result(FAILED, symptom, reason)
 
     def _class_shows(self, fn: Callable[..., Any], wrong: list[_Outcome]) -> bool:
         """Does ``bug_shows`` find the bug class in every wrong case that returned a value (at least one)?"""
@@ -533,7 +455,7 @@ class Exercise:
             with guard:  # the clue calls the learner's function again: under the exercise's time limit
                 for outcome in values:
                     args, kwargs = _fresh(outcome.case.args, outcome.case.kwargs)
-                    with _course_defaults():
+                    with course_defaults():
                         shows = self.bug_shows(fn, args, outcome.value)
                     if not bool(shows):
                         return False
@@ -543,7 +465,9 @@ class Exercise:
 
     def _precision_result(self, near: list[_Outcome], total: int) -> Result:
         first = near[0].difference
-        count = f"; {len(near)} of {total} hidden cases differ this way" if len(near) > 1 else ""
+        others = len(near) - 1
+        count = (f"; {_plural(others, 'other case')} {'matches' if others == 1 else 'match'} only to "
+                 f"{dtype_name(first.precision)} precision too") if others else ""
         return self._result(FAILED, f"{first.note()}: {first.text} (on {near[0].case.describe()}{count}). "
                                     f"{first.advice()}", "precision")
 
@@ -553,17 +477,18 @@ class Exercise:
         there: beyond precision, it does not give the reference's answer."""
         args, kwargs = _fresh(outcome.case.args, outcome.case.kwargs)
         try:
-            with _course_defaults():
+            with course_defaults():
                 produced = model(*args, **kwargs)
         except Exception as err:  # the model raising explains only the learner raising the same kind of error
             return outcome.kind == "error" and type(err) is type(outcome.error)
         if outcome.kind != "value":
             return False
         try:
-            if compare(outcome.value, produced, self.atol, self.rtol, accept_lower_precision=True) is not None:
+            if compare(outcome.value, produced, self.atol, self.rtol, accept_lower_precision=True,
+                       precision=self.precision) is not None:
                 return False
             return not must_differ or compare(produced, outcome.expected, self.atol, self.rtol,
-                                              accept_lower_precision=True) is not None
+                                              accept_lower_precision=True, precision=self.precision) is not None
         except Exception:  # a broken mistake model must never hide the learner's result
             return False
 
@@ -588,16 +513,3 @@ class Exercise:
             bug = f"the original bug ({self.bug_class})" if self.bug_class else "the original bug"
             return f"{bug} is still there on the inputs that fail: your fix covers only some of them."
         return None
-
-
-def _log_verdict(result: Result) -> None:
-    """Append the verdict to ``$FFN_VERDICT_LOG`` (set by the grader), so it can tell checks from printed text."""
-    path = os.environ.get(VERDICT_LOG_ENV)
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as log:
-            log.write(json.dumps({"title": result.title, "status": result.status, "line": result.line()},
-                                 ensure_ascii=False) + "\n")
-    except OSError:
-        pass

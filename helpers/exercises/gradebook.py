@@ -6,23 +6,29 @@ overrides them with a JSON file (``--points points.json``) whose keys are a kind
 exercise of a notebook (``"05/3"``) or an exercise's title; the most specific key wins.
 
 The CSV has one row per student (a submission's first folder below the folder graded, else its file
-name), a column per exercise with the points earned, the total and the maximum. The feedback file
-(Markdown, one per student) repeats each verdict, message and hint in words a student reads without
-the course at hand, and names cells by their first line and the heading above them.
+name: a student folder holding two notebooks is one row with both notebooks' exercises), a column per
+exercise with the points earned, the total, the maximum and notes (a deleted check, a verdict printed by
+hand, the checker's own code handed in). The feedback file (Markdown, one per student) repeats each
+verdict, message and hint in words a student reads without the course at hand, says in a sentence how
+each notebook ran (``status_sentence``, one per notebook status), and names cells by their first line
+and the heading above them.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import re
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers.exercises.engine import FAILED, ICONS, KINDS, NOT_ATTEMPTED, PASSED
-from helpers.exercises.kernel import NOT_A_NOTEBOOK, RAN
+from helpers.exercises.engine import CHECKERS_CODE, FAILED, ICONS, KINDS, NOT_ATTEMPTED, PASSED
+from helpers.exercises.kernel import CELL_ERROR, KERNEL_DIED, KERNEL_FAILED, NOT_A_NOTEBOOK, RAN, TIMED_OUT
 from helpers.exercises.matching import ExpectedExercise
 
 
@@ -63,6 +69,7 @@ class NotebookGrade:
     exercises: list[ExerciseGrade] = field(default_factory=list)
     student: str = ""
     matched_by: str = ""
+    run_note: str = ""          # how the run ended, for the student (the cell that raised, timed out, ...)
 
     @property
     def passed(self) -> bool:
@@ -236,25 +243,62 @@ def write_csv(grades: Sequence[NotebookGrade], path: str | Path) -> None:
             if grade.status != RAN:
                 notes.append(f"{grade.path}: {grade.status}")
             notes += [f"{grade.path}: Ex{e.number or '?'} {e.problem}" for e in grade.exercises
-                      if e.problem in ("missing", "not checked")]
+                      if e.problem in ("missing", "not checked", CHECKERS_CODE)]
         row["total"] = _pts(sum(g.points for g in best.values()))
         row["max"] = _pts(sum(g.max_points for g in best.values()))
         row["notes"] = "; ".join(notes)
         rows.append(row)
     header = ["student", "files", *[f"{name} ({_pts(pts)})" for name, pts in columns.items()], "total", "max", "notes"]
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        for row in rows:
-            writer.writerow([row.get("student"), row.get("files"), *[row.get(name, "") for name in columns],
-                             row["total"], row["max"], row["notes"]])
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([row.get("student"), row.get("files"), *[row.get(name, "") for name in columns],
+                         row["total"], row["max"], row["notes"]])
+    path = Path(path)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent, prefix=f".{path.name}.",
+                                     delete=False) as handle:  # whole or not at all
+        handle.write(buffer.getvalue())
+    os.replace(handle.name, path)
 
 
-_MEANING = ("✅ passed: your function gave the right answer on every hidden test case. "
-            "❌ not passed: the message says what was wrong (on which input, expected value vs yours) and, when "
-            "one known mistake explains every failing case, the likely mistake. "
-            "⏳ not attempted: the function was still the blank template (or, for a debug exercise, still the "
-            "original with its bug).")
+_MEANING = ("✅ passed: your function gave the right answer on every hidden test case and left its inputs as "
+            "they were. "
+            "❌ not passed (0 points): the message says what was wrong (on which input, expected value vs yours) "
+            "and, when one known mistake explains every failing case, the likely mistake; a function that changes "
+            "one of its inputs in place, or that is the checker's own code rather than yours, is not passed either. "
+            "A debug exercise whose function was run as given (its `raise NotImplementedError` line deleted, the "
+            "bug still in it) is ❌ not passed, with the symptom only: the input it fails on and what differs. "
+            "⏳ not attempted (0 points): the function still raised NotImplementedError (the cell as given, "
+            "including a debug cell whose `raise` line is still there) or returned nothing.")
+
+
+def status_sentence(grade: NotebookGrade) -> str:
+    """How the notebook ran, as one sentence to its student (one wording per status, the grader's note in it)."""
+    note = (grade.run_note or ("" if grade.status == RAN else grade.note)).rstrip(".")
+    if grade.status == RAN:
+        return "Your notebook ran to the end" + (f" ({note})." if note else ".")
+    if grade.status == CELL_ERROR:
+        return f"Your notebook ran to the end, but not every cell worked: {note}."
+    if grade.status == TIMED_OUT:
+        return f"Your notebook was stopped before its end: it {note}."
+    if grade.status == KERNEL_DIED:
+        return f"Your notebook was stopped before its end: its {note}."
+    if grade.status == KERNEL_FAILED:
+        return "Your notebook could not be run: its kernel failed to start" + (f" ({note})." if note else ".")
+    if grade.status == NOT_A_NOTEBOOK:
+        return "Your file could not be read as a notebook" + (f" ({note})" if note else "") + \
+            ", so none of it could be run."
+    return f"Your notebook: {grade.status}" + (f" ({note})." if note else ".")
+
+
+def course_sentence(grade: NotebookGrade) -> str:
+    """Which course notebook the submission was graded as, in a sentence."""
+    if grade.original:
+        return f"Graded as the course notebook **{Path(grade.original).name}**."
+    if grade.status == NOT_A_NOTEBOOK:
+        return "It could not be matched to a course notebook."
+    return "It matched no course notebook, so it was graded by the checks it calls."
 
 
 def safe_name(student: str) -> str:
@@ -267,10 +311,8 @@ def feedback_markdown(student: str, members: Sequence[NotebookGrade]) -> str:
     """The feedback a student reads: per notebook the points, then each exercise's verdict in full."""
     lines = [f"# Feedback for {student}", ""]
     for grade in members:
-        course = Path(grade.original).name if grade.original else "no course notebook matched"
         lines += [f"## {grade.path}", "",
-                  f"Graded as the course notebook **{course}**. Your notebook {grade.status}"
-                  + (f": {grade.note}." if grade.note else ".") + f" Points: **{_pts(grade.points)} of "
+                  f"{course_sentence(grade)} {status_sentence(grade)} Points: **{_pts(grade.points)} of "
                   f"{_pts(grade.max_points)}**.", "",
                   "| | Exercise | Kind | Points |", "|---|---|---|---|"]
         for ex in grade.exercises:
@@ -285,6 +327,8 @@ def feedback_markdown(student: str, members: Sequence[NotebookGrade]) -> str:
             lines += [f"What the checker said: {message}", ""]
             if ex.hint:
                 lines += [f"Likely mistake: {ex.hint}", ""]
+            if ex.problem == CHECKERS_CODE:
+                lines += ["(The function handed to this check was the checker's own code, not yours.)", ""]
             if not ex.expected:
                 lines += ["(This check is not part of the course notebook.)", ""]
     lines += ["---", "", _MEANING, ""]

@@ -11,12 +11,17 @@ table submission × exercise with points (``helpers.exercises.gradebook``):
   before its check, a notebook that timed out or crashed are each reported for the exercise they
   cost, with the cell named by its first line and the heading above it;
 * a verdict line the notebook printed itself, without a checker call behind it, is not trusted
-  (the checkers also log what they print, to a file only the grader reads).
+  (the checkers also log what they print, to a file only the grader reads), and a check passed by the
+  checker's own code (``f = check_x.reference``) is flagged in the gradebook's notes.
 
-``--json FILE`` writes everything; ``--csv FILE`` a gradebook, one row per student; ``--feedback
-DIR`` a Markdown file per student; ``--points FILE`` overrides the points; ``--jobs N`` grades N
-submissions at a time. The exit status is 0 only when every exercise of every notebook passed and
-every notebook ran to its end (1 otherwise; 2 for a usage error or no notebook found).
+``--json FILE`` writes everything; ``--csv FILE`` a gradebook, one row per student (a student is the
+first folder below the folder graded, else the file's name: a folder of two notebooks is one row);
+``--feedback DIR`` a Markdown file per student; ``--points FILE`` overrides the points; ``--jobs N``
+grades N submissions at a time. Before anything runs, every path to grade must exist and every output
+must be writable (a missing folder, ``--feedback`` naming a file, two outputs on one path are usage
+errors), so a typo never costs a grading run or overwrites a gradebook; without ``--recursive``, the
+sub-folders left out are named. The exit status is 0 only when every exercise of every notebook passed
+and every notebook ran to its end (1 otherwise; 2 for a usage error or no notebook found).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from helpers.exercises.engine import FAILED, HINT_PREFIX, TIME_LIMIT_ENV, VERDICT_LOG_ENV, parse_line
+from helpers.exercises.engine import CHECKERS_CODE, FAILED, HINT_PREFIX, TIME_LIMIT_ENV, VERDICT_LOG_ENV, parse_line
 from helpers.exercises.gradebook import ExerciseGrade, NotebookGrade, PointsError, format_report, load_points, \
     points_for, points_keys, to_json, write_csv, write_feedback
 from helpers.exercises.kernel import CELL_ERROR, KERNEL_DIED, KERNEL_FAILED, NOT_A_NOTEBOOK, RAN, TIMED_OUT, Run, \
@@ -80,22 +85,24 @@ def _split_hint(message: str) -> str | None:
     return message.split(HINT_PREFIX, 1)[1].strip() if HINT_PREFIX in message else None
 
 
-def _read_log(path: Path) -> set[str] | None:
+def _read_log(path: Path) -> dict[str, str] | None:
+    """Every verdict line the checkers logged, with its reason (``""`` when it passed or logged none)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
         return None
-    logged = set()
+    logged: dict[str, str] = {}
     for line in lines:
-        with contextlib.suppress(ValueError, TypeError, KeyError):
-            logged.add(json.loads(line)["line"].strip())
+        with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+            record = json.loads(line)
+            logged[record["line"].strip()] = str(record.get("reason", ""))
     return logged
 
 
 _NOT_CHECKED = "this verdict line was printed by the notebook's own code, not by a checker call"
 
 
-def _grade_exercises(nb: Any, expected: list[ExpectedExercise], run: Run, logged: set[str] | None,
+def _grade_exercises(nb: Any, expected: list[ExpectedExercise], run: Run, logged: dict[str, str] | set[str] | None,
                      notebook: str = "?", overrides: dict[str, float] | None = None
                      ) -> tuple[list[ExerciseGrade], str]:
     """One row per expected exercise (its verdict, or why there is none), then any other verdict printed."""
@@ -120,6 +127,11 @@ def _grade_exercises(nb: Any, expected: list[ExpectedExercise], run: Run, logged
             else:
                 row.status, row.message, row.hint = status, message, _split_hint(message)
                 row.points = worth if row.passed else 0.0
+                if isinstance(logged, dict) and logged.get(line) == CHECKERS_CODE:
+                    row.problem = CHECKERS_CODE
+            continue
+        if run.status == KERNEL_FAILED:
+            row.problem, row.message = "not run", "not run: the kernel failed to start, so no cell ran"
             continue
         call = call_re(item.names)
         cells = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and call.search(source(cell))]
@@ -203,7 +215,8 @@ def grade_notebook(path: Path, *, timeout: float = DEFAULT_TIMEOUT, cell_timeout
     grade.seconds = time.monotonic() - start
     grade.status = run.status
     grade.exercises, note = _grade_exercises(nb, expected, run, logged, grade.notebook, points)
-    notes = [n for n in (_run_note(nb, run), note) if n]
+    grade.run_note = _run_note(nb, run)
+    notes = [n for n in (grade.run_note, note) if n]
     if original is None:
         notes.append(f"graded the checks it calls ({why})")
     grade.note = "; ".join(notes)
@@ -217,34 +230,55 @@ def _display_path(path: Path) -> str:
 
 
 # ---------------------------------------------------------------- a class of submissions
+def _skipped(part: str) -> bool:
+    return part == ".ipynb_checkpoints" or part.startswith(".")
+
+
 def collect(paths: Sequence[str | Path], recursive: bool = False) -> list[Path]:
-    """The notebooks to grade: files as given, folders' ``*.ipynb`` (sorted; checkpoints skipped)."""
+    """The notebooks to grade: files as given, folders' ``*.ipynb`` (sorted; checkpoints and hidden folders
+    skipped)."""
     found: list[Path] = []
     for item in paths:
         path = Path(item)
         if path.is_dir():
             pattern = "**/*.ipynb" if recursive else "*.ipynb"
-            found += sorted(p for p in path.glob(pattern) if ".ipynb_checkpoints" not in p.parts)
+            found += sorted(p for p in path.glob(pattern)
+                            if not any(_skipped(part) for part in p.relative_to(path).parts[:-1]))
         else:
             found.append(path)
     return list(dict.fromkeys(found))
 
 
+def skipped_folders(paths: Sequence[str | Path]) -> list[Path]:
+    """The sub-folders of the folders in ``paths`` that hold notebooks (at any depth) ``collect`` leaves out
+    without ``recursive``."""
+    found = []
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            for sub in sorted(p for p in path.iterdir() if p.is_dir() and not _skipped(p.name)):
+                if any(not any(_skipped(part) for part in nb.relative_to(sub).parts[:-1])
+                       for nb in sub.glob("**/*.ipynb")):
+                    found.append(sub)
+    return found
+
+
 def name_submissions(paths: Sequence[Path], folders: Sequence[Path] = ()) -> list[tuple[str, str]]:
     """``(label, student)`` for each submission. Inside a folder that was graded, the label is the path
-    below it and the student its first sub-folder (``alice/05.ipynb`` -> ``alice``), else the file's
-    name; a file given on its own is labelled by its path, and is its own student."""
+    below it and the student its first sub-folder (``alice/05.ipynb`` -> ``alice``; every notebook in
+    ``alice/`` is alice's), else the file's name; a file given on its own is labelled by its path and is
+    its own student (two such files of the same name are told apart by their paths)."""
     named = []
     for path in paths:
         root = next((f for f in folders if _within(path, f)), None)
         if root is not None:
             relative = path.resolve().relative_to(root.resolve())
-            named.append((relative.as_posix(), relative.parts[0] if len(relative.parts) > 1 else relative.stem))
+            named.append((relative.as_posix(), relative.parts[0] if len(relative.parts) > 1 else relative.stem, True))
         else:
-            named.append((_display_path(path), path.stem))
-    stems = [student for _, student in named]
-    return [(label, student if stems.count(student) == 1 or label.count("/") == 0 else
-             str(Path(label).with_suffix(""))) for label, student in named]
+            named.append((_display_path(path), path.stem, False))
+    students = [student for _, student, _ in named]
+    return [(label, student if in_folder or students.count(student) == 1 else str(Path(label).with_suffix("")))
+            for label, student, in_folder in named]
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -256,7 +290,7 @@ def _within(path: Path, folder: Path) -> bool:
 
 
 def _grade_path(path: Path, options: dict[str, Any]) -> NotebookGrade:
-    if not path.exists():
+    if not path.exists():  # gone since the command line was checked
         return NotebookGrade(options.get("label") or _display_path(path), NOT_A_NOTEBOOK, "no such file",
                              student=options.get("student") or path.stem)
     return grade_notebook(path, **options)
@@ -327,6 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--cell-timeout must be a number of seconds >= 0, got {args.cell_timeout:g}")
     if args.jobs < 1:
         parser.error(f"--jobs must be a positive int, got {args.jobs}")
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        parser.error("no such file or folder: " + ", ".join(missing) + " (nothing was graded or written)")
+    problem = output_problem(args.csv, args.json, args.feedback, args.paths)
+    if problem:
+        parser.error(problem + " (nothing was graded or written)")
     overrides: dict[str, float] = {}
     if args.points:
         try:
@@ -334,18 +374,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         except PointsError as err:
             parser.error(str(err))
     paths = collect(args.paths, args.recursive)
+    left_out = [] if args.recursive else skipped_folders(args.paths)
+    note = ""
+    if left_out:
+        shown = ", ".join(f"{_display_path(p)}/" for p in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+        note = (f"Not graded: {len(left_out)} sub-folder{'s' if len(left_out) != 1 else ''} holding notebooks "
+                f"({shown}); add --recursive to grade them.")
     if not paths:
-        print("No notebooks found in: " + ", ".join(map(str, args.paths)), file=sys.stderr)
+        print("No notebooks found in: " + ", ".join(map(str, args.paths)) + (f". {note}" if note else ""),
+              file=sys.stderr)
         return 2
+    if note:
+        print(note, file=sys.stderr)
     names = name_submissions(paths, [Path(p) for p in args.paths if Path(p).is_dir()])
     options = dict(timeout=args.timeout, cell_timeout=args.cell_timeout or None, check_timeout=args.check_timeout,
                    kernel_name=args.kernel, points=overrides)
     grades = grade_all(paths, jobs=args.jobs, show_progress=not args.no_progress, names=names, **options)
     print(format_report(grades))
+    if note:
+        print(note)
     if args.json:
-        Path(args.json).write_text(json.dumps(to_json(grades), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        _write_text(Path(args.json), json.dumps(to_json(grades), ensure_ascii=False, indent=2) + "\n")
     if args.csv:
         write_csv(grades, args.csv)
     if args.feedback:
         write_feedback(grades, args.feedback)
     return 0 if all(g.passed for g in grades) else 1
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, then a rename)."""
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
+                                     delete=False) as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def output_problem(csv_file: str | None, json_file: str | None, feedback: str | None,
+                   inputs: Sequence[str] = ()) -> str | None:
+    """What is wrong with the output paths, before anything is graded (``None`` when they can be written)."""
+    outputs = [(flag, Path(value)) for flag, value in (("--csv", csv_file), ("--json", json_file),
+                                                        ("--feedback", feedback)) if value]
+    for flag, path in outputs:
+        if flag == "--feedback":
+            if path.exists() and not path.is_dir():
+                return f"--feedback {path}: that is a file; name a folder (it is created if missing)"
+            folder = path if path.is_dir() else path.parent
+        else:
+            if path.is_dir():
+                return f"{flag} {path}: that is a folder; name a file, e.g. {path / f'grades.{flag[2:]}'}"
+            if path.suffix == ".ipynb" or any(path.resolve() == Path(p).resolve() for p in inputs):
+                return f"{flag} {path}: that would overwrite a notebook to grade"
+            folder = path.parent
+        if not folder.is_dir():
+            return f"{flag} {path}: the folder {folder} does not exist"
+        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            return f"{flag} {path}: cannot write there"
+    resolved = [path.resolve() for _, path in outputs]
+    if len(set(resolved)) != len(resolved):
+        return "--csv, --json and --feedback must name different paths"
+    return None

@@ -91,27 +91,37 @@ def exercise_headings(nb: Any) -> dict[str, tuple[str, str]]:
     return found
 
 
+def module_exercises(module: Any) -> list[tuple[Exercise, list[str]]]:
+    """A checker module's exercises, each with the names it can be called by: its ``EXERCISES`` list (every
+    module of the course has one), else every module-level ``Exercise``."""
+    names_of: dict[int, list[str]] = {}
+    objects: dict[int, Exercise] = {}
+    for attr, value in vars(module).items():
+        if isinstance(value, Exercise):
+            names_of.setdefault(id(value), []).append(attr)
+            objects[id(value)] = value
+    listed = getattr(module, "EXERCISES", None)
+    if isinstance(listed, (list, tuple)) and all(isinstance(ex, Exercise) for ex in listed):
+        return [(ex, names_of.get(id(ex), [])) for ex in listed if names_of.get(id(ex))]
+    return [(objects[key], names) for key, names in names_of.items()]
+
+
 def expected_exercises(nb: Any) -> list[ExpectedExercise]:
     """The exercises whose checkers ``nb``'s code calls, in order of their first call.
 
-    The checkers are found in the ``helpers.exercises.nbNN`` modules the notebook imports; the kind
-    comes from the exercise's heading (``### Exercise 3 (investigate): ...``), else from the checker.
+    The checkers are found in the ``helpers.exercises.nbNN`` modules the notebook imports (their
+    ``EXERCISES``); the kind comes from the exercise's heading (``### Exercise 3 (investigate): ...``),
+    else from the checker.
     """
     code = _code(nb)
     headings = exercise_headings(nb)
     found: dict[int, tuple[int, ExpectedExercise]] = {}
     for module in checker_modules(code):
-        names_of: dict[int, list[str]] = {}
-        objects: dict[int, Exercise] = {}
-        for attr, value in vars(module).items():
-            if isinstance(value, Exercise):
-                names_of.setdefault(id(value), []).append(attr)
-                objects[id(value)] = value
-        for key, names in names_of.items():
+        for ex, names in module_exercises(module):
+            key = id(ex)
             match = call_re(names).search(code)
             if match is None or key in found:
                 continue
-            ex = objects[key]
             kind, heading = headings.get(ex.number or "", (ex.kind, ex.title))
             found[key] = (match.start(), ExpectedExercise(ex.title, kind, tuple(names), module.__name__,
                                                           float(getattr(ex, "points", 0) or 0), ex.number or "",
@@ -144,8 +154,8 @@ class Fingerprint:
                     break
         code = _code(nb)
         modules = checker_modules(code)
-        calls = {name for module in modules for name, value in vars(module).items()
-                 if isinstance(value, Exercise) and call_re([name]).search(code)}
+        calls = {name for module in modules for _, names in module_exercises(module) for name in names
+                 if call_re([name]).search(code)}
         return cls(title, {_norm(text) for _, text in exercise_headings(nb).values()},
                    {m.__name__ for m in modules}, calls)
 

@@ -2,9 +2,10 @@
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function,
 e.g. ``check_collapse(collapse)``, and it prints one line (not attempted / passed / what
-is wrong, with the likely mistake). The hidden cases are built from seeded generators and
-cover every input the task statement allows, so a function that only handles the example
-in the notebook will not pass.
+is wrong, with the likely mistake). Each exercise declares the domain its statement allows
+(``domain=``: shapes, dtypes, value ranges, sizes) and its hidden cases, built from seeded
+generators, reach every corner of it, so a function that only handles the example in the
+notebook will not pass. Exercise 5 trains with ``helpers.dead_units`` (section 6's recipe).
 
 =============================  ======  ==========================================  ===================================
 checker                        kind    your function                               returns
@@ -28,7 +29,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import Case, Exercise
+from helpers.dead_units import experiment_data, sgd
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
 from helpers.ffn import FFN
 
 _SQRT2 = math.sqrt(2.0)
@@ -91,27 +93,54 @@ def _collapse_transposed(layers):
 
 
 def _collapse_cases() -> list[Case]:
-    """Stacks of 1 to 5 layers, square and non-square, every bias non-zero.
+    """Stacks of 1 to 6 layers, square and non-square, every bias non-zero.
 
-    One layer (nothing to collapse), two square layers (where the wrong product order still
-    has the right shape), widths that change at every layer, and a deep stack where a bias
-    must pass through several later layers.
+    One layer (nothing to collapse), two square layers (where the wrong product order still has the right
+    shape), widths that change at every layer, a deep stack where a bias must pass through several later layers,
+    widths of 1 at the input, inside and at the output, and entries of size 1e3 next to entries of size 1e-3.
     """
     g = _generator(101)
+
+    def layer(d_in: int, d_out: int, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        w = scale * torch.randn(d_out, d_in, generator=g, dtype=torch.float64) / math.sqrt(d_in)
+        return w, scale * torch.randn(d_out, generator=g, dtype=torch.float64)
+
     cases = []
-    for widths in ((4, 3), (5, 5, 5), (3, 7, 2, 6), (6, 6, 6, 6), (2, 5, 4, 3, 5, 4)):
-        layers = []
-        for d_in, d_out in zip(widths, widths[1:]):
-            w = torch.randn(d_out, d_in, generator=g, dtype=torch.float64) / math.sqrt(d_in)
-            b = torch.randn(d_out, generator=g, dtype=torch.float64)
-            layers.append((w, b))
+    for widths in ((4, 3), (5, 5, 5), (3, 7, 2, 6), (6, 6, 6, 6), (2, 5, 4, 3, 5, 4, 3), (1, 3, 1, 2)):
+        layers = [layer(d_in, d_out) for d_in, d_out in zip(widths, widths[1:])]
         shapes = " -> ".join(str(d) for d in widths)
         cases.append(Case((layers,), note=f"{len(layers)} layer{'s' if len(layers) > 1 else ''} of widths {shapes}"))
-    # widths 1 -> 4 -> 1 with weights and biases of very different sizes (1e3 and 1e-3)
-    layers = [(1e3 * torch.randn(4, 1, generator=g, dtype=torch.float64), 1e3 * torch.randn(4, generator=g, dtype=torch.float64)),
-              (1e-3 * torch.randn(1, 4, generator=g, dtype=torch.float64), 1e-3 * torch.randn(1, generator=g, dtype=torch.float64))]
+    layers = [layer(1, 4, 1e3), layer(4, 1, 1e-3)]
     cases.append(Case((layers,), note="2 layers of widths 1 -> 4 -> 1, the first of size 1e3, the second of size 1e-3"))
     return cases
+
+
+def _widths(case: Case) -> list[int]:
+    layers = case.args[0]
+    return [layers[0][0].shape[1]] + [w.shape[0] for w, _ in layers]
+
+
+def _sizes(case: Case) -> list[float]:
+    return [t.abs().max().item() for pair in case.args[0] for t in pair]
+
+
+_COLLAPSE_DOMAIN = Domain(
+    allows="layers: a list of one or more (W_k, b_k) pairs, float64, W_k (out_k, in_k) and b_k (out_k,) with "
+           "in_(k+1) = out_k; every width >= 1; entries from about 1e-3 to 1e3 in size. The answer: float64 (W, b), "
+           "W (out_L, in_1), b (out_L,)",
+    corners=(
+        Corner("one layer (nothing to collapse)", lambda c: len(c.args[0]) == 1),
+        Corner("a deep stack (6 layers)", lambda c: len(c.args[0]) >= 6),
+        Corner("square layers (a wrong product order keeps the shape)",
+               lambda c: len(c.args[0]) >= 2 and len(set(_widths(c))) == 1),
+        Corner("widths that change at every layer", lambda c: len(set(_widths(c))) == len(_widths(c)) >= 4),
+        Corner("a width of 1 at the input", lambda c: _widths(c)[0] == 1),
+        Corner("a width of 1 inside the stack", lambda c: 1 in _widths(c)[1:-1]),
+        Corner("a width of 1 at the output", lambda c: _widths(c)[-1] == 1),
+        Corner("entries of size 1e3", lambda c: max(_sizes(c)) > 300),
+        Corner("entries of size 1e-3", lambda c: min(_sizes(c)) < 3e-3),
+    ),
+)
 
 
 check_collapse = Exercise(
@@ -130,7 +159,7 @@ check_collapse = Exercise(
         ("W is transposed: nn.Linear's layout maps a column vector x to W x, so W has shape (out, in), like "
          "W2 @ W1 (not W1.T @ W2.T, which is the map for row vectors).", _collapse_transposed),
     ],
-    atol=1e-9, rtol=1e-8, kind="build",
+    atol=1e-9, rtol=1e-8, kind="build", domain=_COLLAPSE_DOMAIN,
 )
 
 
@@ -148,7 +177,8 @@ def _gelu_tanh_derivative(x: torch.Tensor) -> torch.Tensor:
 
 def _tanh_derivative_cases() -> list[Case]:
     """A grid through the region where the slope dips and overshoots, the far tails (where tanh saturates),
-    random tensors of 1 to 3 dimensions, a 0-dimensional tensor, and 0, ±1e-8 and the largest allowed |x| = 100."""
+    random tensors of 1 to 3 dimensions, a 0-dimensional tensor, an empty tensor, and 0, ±1e-8 and the largest
+    allowed |x| = 100."""
     g = _generator(202)
     cases = [Case((torch.linspace(-5, 5, 201, dtype=torch.float64),), note="input linspace(-5, 5, 201)"),
              Case((torch.tensor([-12.0, -7.5, -4.0, 4.0, 7.5, 12.0], dtype=torch.float64),),
@@ -156,9 +186,32 @@ def _tanh_derivative_cases() -> list[Case]:
     for shape in ((7,), (3, 5), (2, 3, 4)):
         cases.append(Case((2.5 * torch.randn(shape, generator=g, dtype=torch.float64),)))
     cases.append(Case((torch.tensor(-1.3, dtype=torch.float64),), note="a 0-dimensional tensor(-1.3)"))
+    cases.append(Case((torch.zeros(2, 0, dtype=torch.float64),), note="an empty tensor of shape (2, 0)"))
     cases.append(Case((torch.tensor([0.0, 1e-8, -1e-8, 30.0, -30.0, 100.0, -100.0], dtype=torch.float64),),
                       note="input [0, 1e-8, -1e-8, 30, -30, 100, -100] (zero, tiny and the largest allowed)"))
     return cases
+
+
+def _values(case: Case) -> torch.Tensor:
+    return case.args[0].flatten()
+
+
+_TANH_DERIVATIVE_DOMAIN = Domain(
+    allows="x: a float64 tensor of any shape (0-dimensional and empty included), every entry with |x| <= 100. "
+           "The answer: float64, the shape of x",
+    corners=(
+        Corner("a 0-dimensional tensor", lambda c: c.args[0].dim() == 0),
+        Corner("an empty tensor", lambda c: c.args[0].numel() == 0),
+        Corner("a tensor of 3 dimensions", lambda c: c.args[0].dim() == 3),
+        Corner("x = 100 (the largest allowed)", lambda c: bool((_values(c) == 100).any())),
+        Corner("x = -100 (the smallest allowed)", lambda c: bool((_values(c) == -100).any())),
+        Corner("x = 0", lambda c: bool((_values(c) == 0).any())),
+        Corner("tiny |x| (1e-8)", lambda c: bool(((_values(c).abs() > 0) & (_values(c).abs() < 1e-6)).any())),
+        Corner("x where exp(2u) overflows (x > 21 and x < -21)",
+               lambda c: bool((_values(c) > 21).any() and (_values(c) < -21).any())),
+        Corner("the dip of the slope (x near -1.4)", lambda c: bool(((_values(c) + 1.4).abs() < 0.1).any())),
+    ),
+)
 
 
 def _missing_inner_chain(x):
@@ -217,13 +270,17 @@ check_gelu_tanh_derivative = Exercise(
         ("that is the slope of the exact GELU, Φ(x) + x·Φ'(x); this exercise differentiates the tanh form, whose "
          "slope differs from it by up to about 1e-3.", lambda x: _normal_cdf(x) + x * _normal_pdf(x)),
     ],
-    atol=1e-9, rtol=1e-8, kind="build",
+    atol=1e-9, rtol=1e-8, kind="build", domain=_TANH_DERIVATIVE_DOMAIN,
 )
 
 
 # ---------------------------------------------------------------- exercise 3 (investigate): refit 1.702
-def _golden_min(loss, low: float, high: float, iters: int = 120) -> float:
-    """Minimum of a unimodal function of one variable on [low, high], by golden-section search."""
+#: where the least-squares β of exercise 3 lies for every input its statement allows
+BETA_RANGE = (1.5, 3.5)
+
+
+def _golden_min(loss, low: float, high: float, iters: int = 80) -> float:
+    """Minimum of a function of one variable on [low, high] that is unimodal there, by golden-section search."""
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
     a, b = low, high
     c, d = b - ratio * (b - a), a + ratio * (b - a)
@@ -241,40 +298,87 @@ def _golden_min(loss, low: float, high: float, iters: int = 120) -> float:
 
 
 def _fit(x: torch.Tensor, residual) -> float:
-    """The β in [0.5, 5] minimising ``residual(x, β)`` (a scalar), searched in float64."""
+    """The β in ``BETA_RANGE`` minimising ``residual(x, betas (k, 1)) -> (k,)``, searched in float64.
+
+    A grid of step 1e-3 over the whole range finds the global minimum's neighbourhood (the sum of squares need not
+    be unimodal); golden-section search refines it within one grid step on either side."""
     x = x.detach().to(torch.float64)
-    return _golden_min(lambda beta: float(residual(x, beta)), 0.5, 5.0)
+    low, high = BETA_RANGE
+    grid = torch.linspace(low, high, 2001, dtype=torch.float64)
+    best = grid[residual(x, grid[:, None]).argmin()].item()
+    step = (high - low) / 2000
+    a, b = max(low, best - step), min(high, best + step)
+    return _golden_min(lambda beta: residual(x, torch.tensor([[beta]], dtype=torch.float64)).item(), a, b)
 
 
 def _fit_beta(x: torch.Tensor) -> float:
     """Least-squares β: minimises Σ_i (x_i σ(β x_i) − GELU(x_i))² over the given points."""
-    return _fit(x, lambda x, beta: ((x * torch.sigmoid(beta * x) - F.gelu(x)) ** 2).sum())
+    return _fit(x, lambda x, beta: ((x * torch.sigmoid(beta * x) - F.gelu(x)) ** 2).sum(dim=-1))
 
 
 def _fit_beta_gates(x):
-    return _fit(x, lambda x, beta: ((torch.sigmoid(beta * x) - _normal_cdf(x)) ** 2).sum())
+    return _fit(x, lambda x, beta: ((torch.sigmoid(beta * x) - _normal_cdf(x)) ** 2).sum(dim=-1))
 
 
 def _fit_beta_minimax(x):
-    return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().max())
+    return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().amax(dim=-1))
 
 
 def _fit_beta_l1(x):
-    return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().sum())
+    return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().sum(dim=-1))
 
 
 def _fit_cases() -> list[Case]:
-    """Symmetric grids of several widths, a lopsided one, points on one side of 0 only, random points, three points.
-
-    The least-squares β differs from case to case (from about 1.64 to 1.78), so no single constant passes.
-    """
+    """Symmetric grids of two widths, a lopsided one, points on one side of 0 only, random points, three points,
+    points at 0, repeated points, and sets where most points lie in the far tails (|x| > 5) beside a single point
+    of 0.5 <= |x| <= 3. The least-squares β differs from case to case (from about 1.64 to 2.5), so no single
+    constant passes; many tail points pull it above 2.5."""
     g = _generator(303)
-    cases = [Case((torch.linspace(lo, hi, n, dtype=torch.float64),), note=f"x = linspace({lo}, {hi}, {n})")
-             for lo, hi, n in ((-6, 6, 1201), (-1, 1, 201), (-8, 2, 1001), (-4.0, -0.5, 351))]
-    cases.append(Case((1.5 * torch.randn(500, generator=g, dtype=torch.float64),),
+    f64 = dict(dtype=torch.float64)
+    cases = [Case((torch.linspace(lo, hi, n, **f64),), note=f"x = linspace({lo}, {hi}, {n})")
+             for lo, hi, n in ((-6, 6, 1201), (-1, 1, 201), (-6, 2, 801), (-4.0, -0.5, 351))]
+    cases.append(Case(((1.5 * torch.randn(500, generator=g, **f64)).clamp(-6, 6),),
                       note="500 random points, 1.5·randn"))
-    cases.append(Case((torch.tensor([-2.0, 0.5, 3.0], dtype=torch.float64),), note="three points, x = [-2, 0.5, 3]"))
+    cases.append(Case((torch.tensor([-2.0, 0.5, 3.0], **f64),), note="three points, x = [-2, 0.5, 3]"))
+    cases.append(Case((torch.tensor([-6.0, -5.5, -5.5, -5.0, 0.5], **f64),),
+                      note="x = [-6, -5.5, -5.5, -5, 0.5] (far tail, a repeat, one point in the band)"))
+    cases.append(Case((torch.tensor([3.0, 5.5, 6.0, 6.0], **f64),), note="x = [3, 5.5, 6, 6] (positive only)"))
+    cases.append(Case((torch.tensor([0.0, 1e-3, -1e-3, 0.0, -2.5], **f64),), note="x = [0, 1e-3, -1e-3, 0, -2.5]"))
+    tails = torch.linspace(4, 6, 1000, **f64)
+    cases.append(Case((torch.cat([torch.tensor([3.0], **f64), tails, -tails]),),
+                      note="x = 3 and 2,000 points with 4 <= |x| <= 6 (the tails pull β above 2.5)"))
     return cases
+
+
+def _points(case: Case) -> torch.Tensor:
+    return case.args[0]
+
+
+def _in_band(x: torch.Tensor) -> torch.Tensor:
+    return (x.abs() >= 0.5) & (x.abs() <= 3)
+
+
+_FIT_DOMAIN = Domain(
+    allows="x: a 1-D float64 tensor of at least three points, every one in [-6, 6], at least one with "
+           "0.5 <= |x| <= 3; points may repeat. The answer: the least-squares β (it lies in [1.5, 3.5]) as a Python "
+           "float or a one-element tensor, to within 5e-4",
+    corners=(
+        Corner("three points (the fewest allowed)", lambda c: len(_points(c)) == 3),
+        Corner("a point at x = -6", lambda c: bool((_points(c) == -6).any())),
+        Corner("a point at x = 6", lambda c: bool((_points(c) == 6).any())),
+        Corner("every point negative", lambda c: bool((_points(c) < 0).all())),
+        Corner("every point positive", lambda c: bool((_points(c) > 0).all())),
+        Corner("a point at x = 0", lambda c: bool((_points(c) == 0).any())),
+        Corner("repeated points", lambda c: len(torch.unique(_points(c))) < len(_points(c))),
+        Corner("a single point with 0.5 <= |x| <= 3", lambda c: int(_in_band(_points(c)).sum()) == 1),
+        Corner("|x| = 0.5 and |x| = 3 (the ends of that band)",
+               lambda c: bool((_points(c).abs() == 0.5).any() and (_points(c).abs() == 3).any())),
+        Corner("most points in the far tails (|x| > 5)", lambda c: (_points(c).abs() > 5).double().mean() > 0.5),
+        Corner("tiny points (|x| = 1e-3)", lambda c: bool(((_points(c).abs() > 0) & (_points(c).abs() < 0.01)).any())),
+        Corner("many points (the question's linspace(-6, 6, 1201))", lambda c: len(_points(c)) >= 1201),
+        Corner("a least-squares β above 2.5 (the upper part of the stated range)", lambda c: _fit_beta(*c.args) > 2.5),
+    ),
+)
 
 
 check_fit_beta = Exercise(
@@ -291,7 +395,7 @@ check_fit_beta = Exercise(
         ("you minimised the sum of absolute errors; least squares minimises the sum of SQUARED errors.",
          _fit_beta_l1),
     ],
-    atol=5e-4, rtol=0.0, kind="investigate",
+    atol=5e-4, rtol=0.0, kind="investigate", domain=_FIT_DOMAIN,
 )
 
 
@@ -307,21 +411,25 @@ def _dead_cases() -> list[Case]:
 
     Among the dead units: some negative at every real token, some exactly 0 at every real token, some a mix of
     zeros and negatives, and some POSITIVE at padded positions only. Every live unit is positive at exactly one
-    real token (in one case that is the last real token of the last sequence). Sequences have different lengths,
-    one case has a batch of one sequence, one a sequence that is all padding, one no dead unit and one no live
-    unit; one has a single position per sequence (T = 1) and float32 pre-activations (the others are float64).
+    real token (in one case that is the last real token of the last sequence). Sequences have different lengths;
+    there are a batch of one sequence, a sequence that is all padding, batches with no padding at all, no dead unit
+    and no live unit, a single position per sequence (T = 1), a single unit (F = 1), values of size 1e-30 and 1e30,
+    and float32 as well as float64 pre-activations.
     """
     g = _generator(404)
-    specs = [  # (B, T, F, lengths, n_dead)
-        (3, 5, 12, (5, 3, 1), 7),
-        (1, 6, 9, (4,), 4),             # a batch of one sequence, with padding
-        (4, 4, 10, (4, 0, 2, 3), 10),   # a sequence that is all padding; every unit dead
-        (2, 7, 8, (7, 5), 0),           # no dead unit
-        (5, 3, 16, (1, 2, 3, 3, 2), 9),
-        (3, 1, 7, (1, 0, 1), 3),        # one position per sequence (T = 1); float32 below
+    specs = [  # (B, T, F, lengths, n_dead, scale, dtype)
+        (3, 5, 12, (5, 3, 1), 7, 1.0, torch.float64),
+        (1, 6, 9, (4,), 4, 1.0, torch.float64),             # a batch of one sequence, with padding
+        (4, 4, 10, (4, 0, 2, 3), 10, 1.0, torch.float64),   # a sequence that is all padding; every unit dead
+        (2, 7, 8, (7, 5), 0, 1.0, torch.float64),           # no dead unit
+        (5, 3, 16, (1, 2, 3, 3, 2), 9, 1.0, torch.float64),
+        (3, 1, 7, (1, 0, 1), 3, 1.0, torch.float32),        # one position per sequence (T = 1)
+        (2, 3, 1, (3, 3), 1, 1.0, torch.float64),           # a single unit, dead; no padding at all
+        (2, 4, 6, (4, 2), 2, 1e-30, torch.float32),         # tiny values (still normal float32 numbers)
+        (1, 5, 5, (5,), 2, 1e30, torch.float64),            # huge values; one sequence, no padding
     ]
     cases = []
-    for b, t, f, lengths, n_dead in specs:
+    for b, t, f, lengths, n_dead, scale, dtype in specs:
         mask = torch.zeros(b, t, dtype=torch.bool)
         for row, length in enumerate(lengths):
             mask[row, :length] = True
@@ -345,12 +453,50 @@ def _dead_cases() -> list[Case]:
                 other = real[int(torch.randint(len(real), (1,), generator=g))]
                 if tuple(other) != (row, pos):
                     pre[other[0], other[1], unit] = 0.0
-        if t == 1:
-            pre = pre.float()
-        note = (f"pre of shape ({b}, {t}, {f}), {pre.dtype}, sequence lengths {list(lengths)}, {n_dead} of {f} "
+        pre = (scale * pre).to(dtype)
+        size = "" if scale == 1.0 else f", values of size {scale:g}"
+        note = (f"pre of shape ({b}, {t}, {f}), {pre.dtype}{size}, sequence lengths {list(lengths)}, {n_dead} of {f} "
                 f"units dead")
         cases.append(Case((pre, mask), note=note))
     return cases
+
+
+
+def _pre(case: Case) -> torch.Tensor:
+    return case.args[0]
+
+
+def _mask(case: Case) -> torch.Tensor:
+    return case.args[1]
+
+
+def _dead_share(case: Case) -> float:
+    return _dead_fraction(*case.args)
+
+
+_DEAD_FRACTION_DOMAIN = Domain(
+    allows="pre: float32 or float64 (B, T, F) with B, T, F >= 1 and finite values of any size; mask: bool (B, T), "
+           "True at real tokens, at least one True; a sequence may be all padding or have no padding. The answer: "
+           "the fraction of units with pre <= 0 at every real token, as a Python float or a one-element tensor",
+    corners=(
+        Corner("a batch of one sequence (B = 1)", lambda c: _pre(c).shape[0] == 1),
+        Corner("one position per sequence (T = 1)", lambda c: _pre(c).shape[1] == 1),
+        Corner("a single unit (F = 1)", lambda c: _pre(c).shape[2] == 1),
+        Corner("a sequence that is all padding", lambda c: bool((~_mask(c)).all(dim=1).any())),
+        Corner("no padding at all", lambda c: bool(_mask(c).all())),
+        Corner("no unit dead (fraction 0)", lambda c: _dead_share(c) == 0.0),
+        Corner("every unit dead (fraction 1)", lambda c: _dead_share(c) == 1.0),
+        Corner("a dead unit that is exactly 0 at every real token",
+               lambda c: any(bool((_pre(c)[..., i][_mask(c)] == 0).all()) for i in range(_pre(c).shape[2]))),
+        Corner("a dead unit positive at padded positions only",
+               lambda c: any(bool((_pre(c)[..., i][_mask(c)] <= 0).all() and (_pre(c)[..., i][~_mask(c)] > 0).any())
+                             for i in range(_pre(c).shape[2]))),
+        Corner("float32 pre-activations", lambda c: _pre(c).dtype == torch.float32),
+        Corner("float64 pre-activations", lambda c: _pre(c).dtype == torch.float64),
+        Corner("values of size 1e-30", lambda c: 0 < _pre(c).abs().max().item() < 1e-20),
+        Corner("values of size 1e30", lambda c: _pre(c).abs().max().item() > 1e20),
+    ),
+)
 
 
 check_dead_fraction = Exercise(
@@ -373,25 +519,17 @@ check_dead_fraction = Exercise(
         ("you returned the NUMBER of dead units; divide by the number of units to get a fraction.",
          lambda pre, mask: int(((pre <= 0) | ~mask.unsqueeze(-1)).all(dim=1).all(dim=0).sum())),
     ],
-    atol=1e-6, rtol=0.0, kind="build",
+    atol=1e-6, rtol=0.0, kind="build", domain=_DEAD_FRACTION_DOMAIN,
 )
 
 
 # ---------------------------------------------------------------- exercise 5 (investigate): dead units vs learning rate
-def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
-    """Section 5's regression data: X ``(n, d)`` standard normal, Y = sin(2 X T) with a fixed random T ``(d, d)``."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=gen)
-    teacher = torch.randn(d, d, generator=gen) / 4
-    return x, torch.sin(2 * x @ teacher)
-
-
 _TRAINED: dict[tuple, torch.Tensor] = {}
 
 
 def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """Pre-activations ``(n, 256)`` of section 5's ReLU FFN (init ``torch.manual_seed(seed)``) after ``steps``
-    full-batch SGD steps at ``lr``.
+    """Pre-activations ``(n, 256)`` of section 6's ReLU FFN (init ``torch.manual_seed(seed)``) after ``steps``
+    full-batch SGD steps at ``lr`` (``helpers.dead_units.sgd``).
 
     Cached by the inputs' values, so the reference and the mistake models train once per hidden case.
     """
@@ -399,13 +537,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
     if key not in _TRAINED:
         torch.manual_seed(seed)
         model = FFN(x.shape[1], 256, activation="relu")
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        with torch.enable_grad():
-            for _ in range(steps):
-                loss = F.mse_loss(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        sgd(model, x, y, lr, steps)
         with torch.no_grad():
             _TRAINED[key] = model.w1(x)
     return _TRAINED[key].clone()
@@ -416,17 +548,47 @@ def _dead_after(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: i
 
 
 def _dead_after_cases() -> list[Case]:
-    """The notebook's data at several learning rates, step counts and seeds (below, near and far past the
-    stability limit; one step; seed 0 and others), and the same recipe on other data (another data seed, fewer
-    examples, a batch of one example)."""
+    """Section 6's data at several learning rates, step counts and seeds (the ends of each allowed range, a
+    setting where no unit dies, one step), and other draws of the same recipe with 64 and 128 examples."""
     x, y = experiment_data()
     cases = [Case((lr, steps, x, y, seed), note=f"lr={lr}, steps={steps}, seed={seed}, the notebook's X and Y")
-             for lr, steps, seed in ((2.0, 10, 0), (3.0, 5, 3), (1.0, 5, 1), (2.5, 3, 6), (2.0, 1, 8), (2.0, 5, 4))]
-    x2, y2 = experiment_data(seed=7, n=64)
-    cases.append(Case((3.0, 4, x2, y2, 2), note="lr=3.0, steps=4, seed=2, another X and Y with 64 examples"))
-    x3, y3 = experiment_data(seed=11, n=1)
-    cases.append(Case((0.5, 3, x3, y3, 5), note="lr=0.5, steps=3, seed=5, X and Y with a single example"))
+             for lr, steps, seed in ((2.0, 10, 0), (2.0, 5, 4), (1.0, 5, 1), (2.0, 1, 8), (1.5, 10, 6))]
+    for data_seed, n, (lr, steps, seed) in ((7, 64, (0.5, 10, 9)), (11, 64, (2.0, 10, 2)), (13, 128, (2.0, 3, 3))):
+        xn, yn = experiment_data(seed=data_seed, n=n)
+        cases.append(Case((lr, steps, xn, yn, seed),
+                          note=f"lr={lr}, steps={steps}, seed={seed}, another X and Y with {n} examples"))
     return cases
+
+
+def _lr(case: Case) -> float:
+    return case.args[0]
+
+
+def _steps(case: Case) -> int:
+    return case.args[1]
+
+
+def _n(case: Case) -> int:
+    return case.args[2].shape[0]
+
+
+_DEAD_AFTER_DOMAIN = Domain(
+    allows="lr from 0.5 to 2.0; steps from 1 to 10; X, Y float32 (N, 16) drawn by section 6's recipe "
+           "(experiment_data(data_seed, N)) with 64 <= N <= 256; seed from 0 to 9. The answer: the fraction of the "
+           "256 hidden units dead on X after training, a Python float or a one-element tensor",
+    corners=(
+        Corner("lr = 0.5 (the smallest allowed)", lambda c: _lr(c) == 0.5),
+        Corner("lr = 2.0 (the largest allowed)", lambda c: _lr(c) == 2.0),
+        Corner("one step", lambda c: _steps(c) == 1),
+        Corner("10 steps (the most allowed)", lambda c: _steps(c) == 10),
+        Corner("N = 64 examples (the fewest allowed)", lambda c: _n(c) == 64),
+        Corner("N = 256 examples (the most allowed)", lambda c: _n(c) == 256),
+        Corner("seed 0", lambda c: c.args[4] == 0),
+        Corner("seed 9", lambda c: c.args[4] == 9),
+        Corner("no unit dies (fraction 0)", lambda c: _dead_after(*c.args) == 0.0),
+        Corner("data other than the notebook's", lambda c: _n(c) != 256),
+    ),
+)
 
 
 check_dead_after = Exercise(
@@ -446,7 +608,7 @@ check_dead_after = Exercise(
         ("you measured the untrained model: train it for `steps` SGD steps first, then count.",
          lambda lr, steps, x, y, seed: _dead_after(lr, 0, x, y, seed)),
     ],
-    atol=1e-6, rtol=0.0, kind="investigate",
+    atol=1e-6, rtol=0.0, kind="investigate", domain=_DEAD_AFTER_DOMAIN,
 )
 
 #: every checker of this notebook, in order

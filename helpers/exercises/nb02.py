@@ -43,7 +43,7 @@ from torch import nn
 
 from helpers.exercises import engine
 from helpers.exercises.cases import randint
-from helpers.exercises.engine import FAILED, Case, Exercise, Result, compare
+from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise, Result, compare
 from helpers.ffn import FFN
 from helpers.residual import NORMS, block_step
 
@@ -89,25 +89,37 @@ def _gpt2_mlp(x: torch.Tensor, c_fc_w: torch.Tensor, c_fc_b: torch.Tensor, c_pro
 
 def _gpt2_cases() -> list[Case]:
     """Float32 weights in GPT-2's layout; tokens as rows, a batch, one token vector, a batch of one, d_ff = d (where
-    a transposed weight still fits), and GPT-2 small's own shapes (768 -> 3072). Pre-activations fall in GELU's
-    curved region, where the exact and the tanh form differ by more than the tolerance."""
+    a transposed weight still fits), the smallest sizes (d = d_ff = 1), inputs at the stated bound of 10, and
+    GPT-2 small's own shapes (768 -> 3072). Pre-activations fall in GELU's curved region, where the exact and the
+    tanh form differ by more than the tolerance, and far out in both tails."""
     gen = torch.Generator().manual_seed(2019)
-    layouts = [  # (leading shape of x as a function of T, square?, what)
-        (lambda T: (T,), False, "tokens as rows"),
-        (lambda T: (randint(gen, 2, 3), T), False, "a batch of sequences"),
-        (lambda T: (), False, "one token vector"),
-        (lambda T: (1, 1), False, "batch size one, one token"),
-        (lambda T: (T,), True, "d_ff = d_model"),
+    layouts = [  # (leading shape of x as a function of T, sizes, what)
+        (lambda T: (T,), "", "tokens as rows"),
+        (lambda T: (randint(gen, 2, 3), T), "", "a batch of sequences"),
+        (lambda T: (), "", "one token vector"),
+        (lambda T: (1, 1), "", "batch size one, one token"),
+        (lambda T: (T,), "square", "d_ff = d_model"),
+        (lambda T: (T,), "one", "d_model = d_ff = 1"),
+        (lambda T: (2, T), "bound", "inputs up to the stated bound |x| <= 10"),
     ]
     cases = []
-    for lead, square, what in layouts:
+    for lead, sizes, what in layouts:
         T, d, d_ff = _distinct_sizes(gen)
-        d_ff = d if square else d_ff
+        d_ff = d if sizes == "square" else d_ff
+        d, d_ff = (1, 1) if sizes == "one" else (d, d_ff)
         x = torch.randn(*lead(T), d, generator=gen)
+        if sizes == "bound":  # every entry within [-10, 10], the largest ones at the bound
+            x = (10 * torch.tanh(2 * x)).flatten()
+            x[:2] = torch.tensor([10.0, -10.0])
+            x = x.reshape(*lead(T), d)
         c_fc_w = torch.randn(d, d_ff, generator=gen)          # pre-activations of std ≈ sqrt(d): GELU's curved part
+        c_fc_w = c_fc_w / d ** 0.5 if sizes == "bound" else c_fc_w
         c_fc_b = torch.randn(d_ff, generator=gen)
         c_proj_w = torch.randn(d_ff, d, generator=gen) / 2
         c_proj_b = torch.randn(d, generator=gen)
+        if sizes == "one":  # one unit: walk its pre-activation through GELU's curved negative side
+            x = torch.linspace(-3.5, 3.5, 7).unsqueeze(1)
+            c_fc_w, c_fc_b, c_proj_b = torch.ones(1, 1), torch.zeros(1), 0.1 * c_proj_b
         note = (f"{what}: x {tuple(x.shape)}, c_fc_w {tuple(c_fc_w.shape)}, c_proj_w {tuple(c_proj_w.shape)}")
         cases.append(Case((x, c_fc_w, c_fc_b, c_proj_w, c_proj_b), note=note))
     d, d_ff = 768, 3072                                       # GPT-2 small
@@ -117,6 +129,30 @@ def _gpt2_cases() -> list[Case]:
     cases.append(Case((x, c_fc_w, 0.5 * torch.randn(d_ff, generator=gen), c_proj_w, 0.1 * torch.randn(d, generator=gen)),
                       note="GPT-2 small's shapes: x (2, 768), c_fc_w (768, 3072), c_proj_w (3072, 768)"))
     return cases
+
+
+def _pre_activations(case: Case) -> torch.Tensor:
+    x, c_fc_w, c_fc_b, *_ = case.args
+    return x @ c_fc_w + c_fc_b
+
+
+_GPT2_DOMAIN = Domain(
+    allows="x float32 of shape (d,), (T, d) or (B, T, d), B, T >= 1; c_fc_w (d, d_ff), c_fc_b (d_ff,), c_proj_w "
+           "(d_ff, d), c_proj_b (d,), float32; d, d_ff >= 1 (d_ff = d allowed); every entry of x within [-10, 10]; "
+           "the answer: float32 (float64 passes) shaped like x",
+    corners=(
+        Corner("x is one token vector (d,)", lambda c: c.args[0].dim() == 1),
+        Corner("x is a batch (B, T, d)", lambda c: c.args[0].dim() == 3),
+        Corner("a batch of one sequence of one token (1, 1, d)", lambda c: tuple(c.args[0].shape[:-1]) == (1, 1)),
+        Corner("d_ff = d > 1 (a weight read in the wrong layout still fits)",
+               lambda c: c.args[1].shape[0] == c.args[1].shape[1] > 1),
+        Corner("d = d_ff = 1 (the smallest sizes)", lambda c: tuple(c.args[1].shape) == (1, 1)),
+        Corner("x at the bound: entries +10 and -10", lambda c: c.args[0].max() == 10 and c.args[0].min() == -10),
+        Corner("GPT-2 small's sizes (d = 768, d_ff = 3072)", lambda c: tuple(c.args[1].shape) == (768, 3072)),
+        Corner("pre-activations far in both tails (below -5 and above 5)",
+               lambda c: bool((_pre_activations(c) < -5).any() and (_pre_activations(c) > 5).any())),
+    ),
+)
 
 
 def _with_hint(result: Result, hint: str) -> Result:
@@ -201,6 +237,7 @@ check_gpt2_mlp = _make(
          lambda x, c_fc, b_fc, c_proj, b_proj: (F.gelu(x @ c_fc, approximate="tanh") + b_fc) @ c_proj + b_proj),
     ],
     atol=1e-5, rtol=1e-4,
+    domain=_GPT2_DOMAIN,
 )
 
 
@@ -248,7 +285,26 @@ def _flops_cases() -> list[Case]:
                                                            "weight_grad=True"))
     cases.append(Case((1, 1, 1, True, True), note="the smallest sizes allowed: n_tokens=1, d_model=1, d_ff=1, "
                                                   "input_grad=True, weight_grad=True"))
+    cases.append(Case((30_000_001, 8191, 32767, True, True),
+                      note="a count beyond 2**53, where a float loses its last digits: n_tokens=30000001, "
+                           "d_model=8191, d_ff=32767, input_grad=True, weight_grad=True"))
     return cases
+
+
+_FLOPS_DOMAIN = Domain(
+    allows="n_tokens, d_model, d_ff: Python ints >= 1 (d_ff = d_model allowed, no upper bound); input_grad, "
+           "weight_grad: bools, all four combinations; the answer: an int (exact, however large)",
+    corners=tuple(
+        Corner(f"input_grad={i}, weight_grad={w}", lambda c, i=i, w=w: tuple(c.args[3:]) == (i, w))
+        for i in (True, False) for w in (True, False)
+    ) + (
+        Corner("one token (n_tokens = 1)", lambda c: c.args[0] == 1),
+        Corner("d_model = 1", lambda c: c.args[1] == 1),
+        Corner("d_ff = 1", lambda c: c.args[2] == 1),
+        Corner("d_ff = d_model > 1", lambda c: c.args[1] == c.args[2] > 1),
+        Corner("a count above 2**53 (a float would round it)", lambda c: _step_flops(*c.args) > 2 ** 53),
+    ),
+)
 
 
 check_step_flops = _make(
@@ -275,8 +331,12 @@ check_step_flops = _make(
          lambda n, d, f, i, w: _step_flops(1, d, f, i, w)),
         ("a multiply-add is 2 FLOPs; you counted it as 1 (your count is half the right one).",
          lambda n, d, f, i, w: _step_flops(n, d, f, i, w) // 2),
+        ("your count is a float: return an int (integer arithmetic; // rather than /). Above 2**53 a float cannot "
+         "hold every integer, and the count is rounded.",
+         lambda n, d, f, i, w: float(_step_flops(n, d, f, i, w))),
     ],
     atol=0, rtol=0,
+    domain=_FLOPS_DOMAIN,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -309,17 +369,38 @@ _SETTINGS = [(norm, residual) for norm in NORMS for residual in (True, False)]
 def _stack_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(5)
     cases = []
-    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("post", True), ("post", False)]):
-        depth, d = (1, 6) if k == 6 else (randint(gen, 2, 4), randint(gen, 4, 9))
-        lead = (1, 1) if k == 7 else ((randint(gen, 2, 5),) if k == 8 else (randint(gen, 1, 3), randint(gen, 2, 5)))
+    extra = [("pre", True), ("post", True), ("post", False), ("none", True), ("post", False)]
+    for k, (norm, residual) in enumerate(_SETTINGS + extra):
+        depth, d = (1, 6) if k == 6 else ((10, 5) if k == 10 else (randint(gen, 2, 4), randint(gen, 4, 9)))
+        lead = {7: (1, 1), 8: (randint(gen, 2, 5),), 9: ()}.get(k, (randint(gen, 1, 3), randint(gen, 2, 5)))
         ffns, norms = _stack(depth, d, 3000 + 10 * k, gen)
         x = 2 * torch.randn(*lead, d, generator=gen) + 1
         what = "one layer, " if depth == 1 else ("batch size one, one token, " if lead == (1, 1) else "")
         what += "tokens as rows (no batch axis), " if len(lead) == 1 else ""
+        what += "one token vector (d_model,), " if not lead else ""
         cases.append(Case((x, ffns, norms, norm, residual),
                           note=f"{what}x {tuple(x.shape)}, {depth} FFN(d_model={d}) layers, "
                                f"norm={norm!r}, residual={residual}"))
     return cases
+
+
+def _stack_domain(x_at: int, ffns_at: int, answer: str = "float32 shaped like x") -> Domain:
+    """The domain of exercises 3 and 4 (their stack arguments sit at different positions)."""
+    settings = tuple(Corner(f"norm={norm!r}, residual={residual}",
+                            lambda c, n=norm, r=residual: tuple(c.args[-2:]) == (n, r)) for norm, residual in _SETTINGS)
+    return Domain(
+        allows="x float32 of shape (..., d_model), from one token vector (d_model,) to (B, T, d_model); ffns, norms: "
+               "L >= 1 dense FFNs and LayerNorms (learned scale and shift not 1 and 0); norm 'none', 'pre' or 'post'; "
+               f"residual True or False; the answer: {answer}",
+        corners=settings + (
+            Corner("one layer (L = 1)", lambda c: len(c.args[ffns_at]) == 1),
+            Corner("a deeper stack (L >= 10)", lambda c: len(c.args[ffns_at]) >= 10),
+            Corner("x is one token vector (d_model,)", lambda c: c.args[x_at].dim() == 1),
+            Corner("tokens as rows, no batch axis (T, d_model)", lambda c: c.args[x_at].dim() == 2),
+            Corner("a batch of one sequence of one token (1, 1, d_model)",
+                   lambda c: tuple(c.args[x_at].shape[:-1]) == (1, 1)),
+        ),
+    )
 
 
 def _stack_with(rule: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -363,7 +444,12 @@ check_stack_forward = _make(
          "LayerNorm module, ln(x).",
          _stack_with(lambda x, f, ln, l, ns, norm, res: _right(
              x, f, lambda t: F.layer_norm(t, t.shape[-1:]), l, ns, norm, res))),
+        ("post-LN without the residual path still normalises what the FFN wrote: x <- LN(FFN(x)); you dropped the "
+         "LayerNorm and returned FFN(x).",
+         _stack_with(lambda x, f, ln, l, ns, norm, res: f(x) if norm == "post" and not res
+                     else _right(x, f, ln, l, ns, norm, res))),
     ],
+    domain=_stack_domain(x_at=0, ffns_at=1),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -401,14 +487,15 @@ def _grad_norms(x: torch.Tensor, target: torch.Tensor, ffns, norms, norm: str = 
 def _grad_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(6)
     cases = []
-    for k, (norm, residual) in enumerate(_SETTINGS + [("pre", True), ("none", True), ("post", True)]):
-        depth = 1 if k == 6 else randint(gen, 2, 5)
+    extra = [("pre", True), ("none", True), ("post", True), ("post", False), ("none", False)]
+    for k, (norm, residual) in enumerate(_SETTINGS + extra):
+        depth = {6: 1, 10: 10}.get(k, randint(gen, 2, 5))
         d = randint(gen, 4, 9)
-        lead = (1, 1) if k == 7 else ((randint(gen, 2, 5),) if k == 8 else (randint(gen, 1, 3), randint(gen, 2, 5)))
+        lead = {7: (1, 1), 8: (randint(gen, 2, 5),), 9: ()}.get(k, (randint(gen, 1, 3), randint(gen, 2, 5)))
         ffns, norms = _stack(depth, d, 4000 + 10 * k, gen)
         x = torch.randn(*lead, d, generator=gen)
         target = torch.randn(*lead, d, generator=gen)
-        stale = k in (1, 3, 7)
+        stale = k in (1, 3, 7, 9)
         if stale:  # gradients from an earlier, unrelated backward pass
             ffns = StaleGrads(ffns)
             with torch.enable_grad():
@@ -416,10 +503,20 @@ def _grad_cases() -> list[Case]:
         what = ("one layer, " if depth == 1 else "") + ("batch size one, one token, " if lead == (1, 1) else "")
         what += "FFNs holding stale gradients, " if stale else ""
         what += "tokens as rows (no batch axis), " if len(lead) == 1 else ""
+        what += "one token vector (d_model,), " if not lead else ""
         cases.append(Case((x, target, ffns, norms, norm, residual),
                           note=f"{what}x {tuple(x.shape)}, {depth} FFN(d_model={d}) layers, norm={norm!r}, "
                                f"residual={residual}"))
     return cases
+
+
+def _grad_domain() -> Domain:
+    stack = _stack_domain(x_at=0, ffns_at=2, answer="float32 of shape (L,)")
+    return Domain(
+        allows=stack.allows.replace("x float32", "x and target float32") + "; the FFNs may hold gradients from an "
+               "earlier backward pass",
+        corners=stack.corners + (Corner("FFNs holding stale gradients", lambda c: isinstance(c.args[2], StaleGrads)),),
+    )
 
 
 def _backward_then(read: Callable[[nn.Module], torch.Tensor], *, loss: str = "mean",
@@ -460,6 +557,7 @@ check_layer_grad_norms = _make(
          lambda *a, **k: _grad_norms(*a, **k).flip(0)),
     ],
     atol=1e-7, rtol=1e-4,
+    domain=_grad_domain(),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -476,13 +574,14 @@ def _contributions(ffn: FFN, x: torch.Tensor) -> torch.Tensor:
 def _contribution_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(3)
     cases = []
-    settings = [("gelu", True, "", False), ("relu", True, "", False), ("silu", True, "", False),
-                ("gelu", False, "no biases, ", False), ("gelu", True, "one token, ", False),
-                ("relu", True, "d_ff = d_model, ", True), ("sigmoid", True, "", False)]
-    for k, (act, bias, what, square) in enumerate(settings):
+    settings = [("gelu", True, "", ""), ("relu", True, "", ""), ("silu", True, "", ""),
+                ("gelu", False, "no biases, ", ""), ("gelu", True, "one token, ", ""),
+                ("relu", True, "d_ff = d_model, ", "square"), ("sigmoid", True, "", ""),
+                ("silu", True, "d_ff < d_model, ", "narrow"), ("gelu", False, "d_ff = 1, no biases, ", "one")]
+    for k, (act, bias, what, sizes) in enumerate(settings):
         T, d, d_ff = _distinct_sizes(gen)
         T = 1 if what == "one token, " else T
-        d_ff = d if square else d_ff
+        d_ff = {"square": d, "narrow": max(1, d - 2), "one": 1}.get(sizes, d_ff)
         ffn = _seeded_ffn(1000 + k, d, d_ff, act, bias=bias)
         if bias:
             with torch.no_grad():  # biases as large as the weights, so a missing b1 shows
@@ -492,6 +591,21 @@ def _contribution_cases() -> list[Case]:
         cases.append(Case((ffn, x), note=f"{what}FFN(d_model={d}, d_ff={d_ff}, activation={act!r}, bias={bias}), "
                                          f"x {tuple(x.shape)}"))
     return cases
+
+
+_CONTRIBUTION_DOMAIN = Domain(
+    allows="ffn: a dense helpers.ffn.FFN with activation GELU, ReLU, SiLU or sigmoid, with or without biases, any "
+           "d_model, d_ff >= 1 (d_ff below, equal to or above d_model); x float32 (T, d_model), T >= 1; the answer: "
+           "float32 (T, d_ff, d_model)",
+    corners=tuple(Corner(f"activation {a}", lambda c, a=a: c.args[0].activation_name == a)
+                  for a in ("gelu", "relu", "silu", "sigmoid")) + (
+        Corner("no biases", lambda c: c.args[0].w2.bias is None),
+        Corner("one token (T = 1)", lambda c: c.args[1].shape[0] == 1),
+        Corner("d_ff = d_model (an untransposed W2 still fits)", lambda c: c.args[0].d_ff == c.args[0].d_model),
+        Corner("d_ff < d_model", lambda c: 1 < c.args[0].d_ff < c.args[0].d_model),
+        Corner("d_ff = 1 (one unit)", lambda c: c.args[0].d_ff == 1),
+    ),
+)
 
 
 def _without_grad(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -524,7 +638,11 @@ check_contributions = _make(
         ("you hard-coded GELU: use the FFN's own activation (ffn.act, or ffn.hidden(x) for m); hidden cases "
          "use ReLU, SiLU and sigmoid too.",
          _without_grad(lambda f, x: F.gelu(f.w1(x)).unsqueeze(-1) * f.w2.weight.T)),
+        ("you multiplied by w2.weight as stored, (d_model, d_ff): value i is its column i, so the values are the "
+         "rows of w2.weight.T, (d_ff, d_model). With d_ff = d_model the shapes fit and the numbers are wrong.",
+         _without_grad(lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight)),
     ],
+    domain=_CONTRIBUTION_DOMAIN,
 )
 
 #: every exercise of notebook 02, in the notebook's order

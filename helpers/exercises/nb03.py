@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.exercises.cases import below_minus_one, negative_rows, randint, spd, valid_mask
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
 from helpers.ffn import FFN
 
 
@@ -54,7 +54,8 @@ def _coefficient_cases() -> list[Case]:
               (1, 1, 3, 11),    # a batch of one, one position
               (3, 6, 8, 20),
               (2, 3, 9, 4),     # fewer neurons than model width
-              (1, 3, 4, 1)]     # one neuron; inputs of size ~30, where GELU's tails matter
+              (1, 3, 4, 1),     # one neuron; inputs of size ~30, where GELU's tails matter
+              (2, 3, 1, 6)]     # a model width of one
     cases = []
     for B, T, d, d_ff in shapes:
         x = torch.randn(B, T, d, generator=gen) * (30.0 if d_ff == 1 else 1.0)
@@ -64,10 +65,30 @@ def _coefficient_cases() -> list[Case]:
     return cases
 
 
+def _pre_activations(case: Case) -> torch.Tensor:
+    x, W1, b1 = case.args
+    return x @ W1.T + b1
+
+
 check_memory_coefficients = Exercise(
     "Exercise 1 (memory coefficients)",
     _memory_coefficients,
     _coefficient_cases,
+    domain=Domain(
+        allows="x (B, T, d_model), W1 (d_ff, d_model), b1 (d_ff,), all float32, every size from 1, any finite values; "
+               "the answer (B, T, d_ff), the exact GELU, checked to float32 precision (its dtype is not checked)",
+        corners=(
+            Corner("B = T = 1", lambda c: c.args[0].shape[:2] == (1, 1)),
+            Corner("d_model = 1", lambda c: c.args[0].shape[2] == 1),
+            Corner("d_ff = 1", lambda c: c.args[1].shape[0] == 1),
+            Corner("square W1 (the untransposed product runs too)", lambda c: c.args[1].shape[0] == c.args[1].shape[1]),
+            Corner("fewer neurons than model width", lambda c: c.args[1].shape[0] < c.args[1].shape[1]),
+            Corner("more neurons than model width", lambda c: c.args[1].shape[0] > c.args[1].shape[1]),
+            Corner("pre-activations above +20 (GELU ≈ identity)", lambda c: bool((_pre_activations(c) > 20).any())),
+            Corner("pre-activations below -20 (GELU ≈ 0)", lambda c: bool((_pre_activations(c) < -20).any())),
+            Corner("pre-activations near ±2.7, where the tanh GELU is furthest off", lambda c: bool(
+                ((_pre_activations(c).abs() - 2.7).abs() < 0.3).any())),
+        )),
     mistakes=[
         ("you used the columns of W1 as keys (W1 without its transpose, the row layout); in nn.Linear's "
          "layout the keys are the rows of W1 (shape (d_ff, d_model)), so the match scores are x @ W1.T.",
@@ -115,6 +136,10 @@ def _trigger_cases() -> list[Case]:
         if N == 10:
             coefficients = coefficients * torch.logspace(-3, 2, N)[:, None, None]
         valid = valid_mask(gen, N, T, last_allowed=last)
+        if N == 14:                                    # a row that allows one position only, and it is its peak
+            valid[0] = False
+            valid[0, 0] = True
+            coefficients[0, 0, neuron] = coefficients[:, :, neuron].max() + 1.0
         if negative == "below":
             below_minus_one(coefficients, valid, gen)
         elif negative:
@@ -165,10 +190,43 @@ def _triggers_off_by_one(c, valid, neuron, k):
     return examples, positions + 1
 
 
+def _allowed_peaks(coefficients: torch.Tensor, valid: torch.Tensor, neuron: int) -> torch.Tensor:
+    """``(N,)`` each example's largest allowed coefficient of ``neuron``."""
+    return coefficients[:, :, neuron].masked_fill(~valid, float("-inf")).max(dim=1).values
+
+
+def _has_no_ties(coefficients: torch.Tensor, valid: torch.Tensor, neuron: int) -> bool:
+    """No two allowed values of a row tie, and no two examples' peaks tie (what the statement promises)."""
+    rows = [coefficients[n, valid[n], neuron] for n in range(coefficients.shape[0])]
+    peaks = _allowed_peaks(coefficients, valid, neuron)
+    return all(r.unique().numel() == r.numel() for r in rows) and peaks.unique().numel() == peaks.numel()
+
+
+TRIGGER_CORNERS = (
+    Corner("N = 1 (a single example)", lambda c: c.args[0].shape[0] == 1),
+    Corner("k = 1", lambda c: c.args[3] == 1),
+    Corner("k = N", lambda c: c.args[3] == c.args[0].shape[0]),
+    Corner("neuron = 0", lambda c: c.args[2] == 0),
+    Corner("neuron = d_ff - 1", lambda c: c.args[2] == c.args[0].shape[2] - 1),
+    Corner("a row whose allowed values are all negative, above -1 (GELU's dip)", lambda c: bool(
+        ((_allowed_peaks(*c.args[:3]) < 0) & (_allowed_peaks(*c.args[:3]) > -1)).any())),
+    Corner("every allowed value below -1", lambda c: bool((_allowed_peaks(*c.args[:3]) < -1).all())),
+    Corner("valid allows the last position", lambda c: bool(c.args[1][:, -1].any())),
+    Corner("a row that allows a single position", lambda c: bool((c.args[1].sum(1) == 1).any())),
+    Corner("peaks spanning five orders of magnitude", lambda c: bool(
+        _allowed_peaks(*c.args[:3]).abs().max() / _allowed_peaks(*c.args[:3]).abs().min() > 1e4)),
+)
+
+
 check_top_triggers = Exercise(
     "Exercise 2 (top-k trigger prefixes)",
     _top_triggers,
     _trigger_cases,
+    domain=Domain(
+        allows="coefficients (N, T, d_ff) float32, any finite values with no ties (in a row's allowed values or "
+               "between examples' peaks); valid (N, T) bool with at least one True per row, the last position "
+               "included or not; neuron in [0, d_ff); 1 <= k <= N; the answer: two int64 (k,) tensors, strongest first",
+        corners=TRIGGER_CORNERS),
     mistakes=[
         ("you took the smallest coefficients (argmin / largest=False); trigger prefixes are where the neuron "
          "fires MOST.", _triggers_argmin),
@@ -211,7 +269,9 @@ def _value_cases() -> list[Case]:
                                                              (5, 17, 30, True, False),
                                                              (8, 20, 25, False, True),
                                                              (7, 7, 18, False, False),    # square W2
-                                                             (4, 12, 33, True, True)]):
+                                                             (4, 12, 33, True, True),
+                                                             (6, 1, 15, True, False),     # one neuron
+                                                             (9, 5, 20, False, True)]):   # a tiny value
         with torch.random.fork_rng(devices=[]):       # module init draws from the global generator
             torch.manual_seed(3000 + k)
             ffn = FFN(d, d_ff).eval()
@@ -221,7 +281,10 @@ def _value_cases() -> list[Case]:
             ln_f.bias.copy_(0.5 * torch.randn(d, generator=gen))
             if head_bias:
                 lm_head.bias.copy_(torch.randn(vocab, generator=gen))
-        neuron = d_ff - 1 if k in (1, 3) else randint(gen, 0, d_ff - 2)
+        neuron = d_ff - 1 if k in (1, 3, 5) else 0 if k == 6 else randint(gen, 0, d_ff - 2)
+        if k in (5, 6):                                # values of size 1e-3: variance 1e-6, against ε = 1e-5
+            with torch.no_grad():
+                ffn.w2.weight[:, neuron] = 1e-3 * torch.randn(d, generator=gen)
         note = (f"FFN(d_model={d}, d_ff={d_ff}), neuron={neuron}, LayerNorm({d}), "
                 f"lm_head {d}->{vocab} {'with' if head_bias else 'without'} bias, biases={biases}")
         cases.append(Case((ffn, neuron, ln_f, lm_head, biases), note=note))
@@ -243,6 +306,14 @@ def _values_with_read(read: Callable[[torch.Tensor, nn.LayerNorm, nn.Linear, boo
 
 def _right_read(v, ln, head, biases):
     return head(ln(v)) if biases else _ln_no_beta(v, ln) @ head.weight.T
+
+
+def _norm_by_hand(correction: int, eps: bool):
+    """A LayerNorm written out by hand, with the variance's divisor d - correction and with or without ε."""
+    def read(v, ln, head, biases):
+        z = (v - v.mean()) / torch.sqrt(v.var(correction=correction) + (ln.eps if eps else 0.0)) * ln.weight
+        return F.linear(z + ln.bias, head.weight, head.bias) if biases else z @ head.weight.T
+    return read
 
 
 check_value_logits = Exercise(
@@ -271,7 +342,27 @@ check_value_logits = Exercise(
          _values_with_read(lambda v, ln, head, b: head(ln(v)) if b else head(_ln_no_beta(v, ln)))),
         ("with the biases you dropped lm_head's bias: the full read-out is lm_head(ln_f(v)), bias included.",
          _values_with_read(lambda v, ln, head, b: (ln(v) if b else _ln_no_beta(v, ln)) @ head.weight.T)),
+        ("your LayerNorm by hand leaves out ε: normalise by sqrt(var + ln_f.eps), as nn.LayerNorm does (it matters "
+         "for a small value), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=0, eps=False))),
+        ("your LayerNorm by hand uses the unbiased variance (divisor d - 1, torch.var's default); LayerNorm divides "
+         "by d: var(correction=0), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=1, eps=True))),
     ],
+    domain=Domain(
+        allows="ffn a float32 helpers.ffn.FFN (d_model >= 2, d_ff >= 1), neuron in [0, d_ff), ln_f any "
+               "nn.LayerNorm(d_model), lm_head an nn.Linear with or without a bias, biases True or False; the "
+               "answer (vocab,) float32",
+        corners=(
+            Corner("biases=True, lm_head with a bias", lambda c: c.args[4] and c.args[3].bias is not None),
+            Corner("biases=True, lm_head without a bias", lambda c: c.args[4] and c.args[3].bias is None),
+            Corner("biases=False, lm_head with a bias", lambda c: not c.args[4] and c.args[3].bias is not None),
+            Corner("biases=False, lm_head without a bias", lambda c: not c.args[4] and c.args[3].bias is None),
+            Corner("neuron = 0", lambda c: c.args[1] == 0),
+            Corner("neuron = d_ff - 1", lambda c: c.args[1] == c.args[0].d_ff - 1),
+            Corner("d_ff = 1", lambda c: c.args[0].d_ff == 1),
+            Corner("square W2 (a row still fits)", lambda c: c.args[0].d_ff == c.args[0].d_model),
+            Corner("a value so small that ln_f's ε matters", lambda c: bool(
+                c.args[0].w2.weight[:, c.args[1]].var(correction=0) < 10 * c.args[2].eps)),
+        )),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -294,7 +385,8 @@ def _agreement_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2024)
     cases = []
     for negative, shape in [(False, None), (True, None), (False, None), (True, None), (False, (1, 4, 3, 12)),
-                            ("below", None)]:                 # the last case: every allowed value below -1
+                            ("below", None), ("all agree", (9, 6, 5, 15)), ("none agree", (7, 5, 1, 10))]:
+        # the last three: every allowed value below -1; every neuron agrees (rate 1); one neuron that does not (rate 0)
         N, T, d_ff, vocab = shape or (randint(gen, 10, 25), randint(gen, 5, 8), randint(gen, 12, 30),
                                       randint(gen, 20, 40))      # the last case: a single example
         ids = torch.randint(1, vocab, (N, T), generator=gen)
@@ -303,7 +395,7 @@ def _agreement_cases() -> list[Case]:
         coefficients[:, -1] += 3.0
         if negative == "below":
             below_minus_one(coefficients, valid, gen)
-        elif negative:
+        elif negative is True:
             negative_rows(coefficients, valid, gen, share=1.0)     # every allowed value is negative
         logits = torch.randn(d_ff, vocab, generator=gen)
         # plant answers: about half of the neurons agree; some others point at the trigger's own last token
@@ -316,14 +408,21 @@ def _agreement_cases() -> list[Case]:
         u = torch.rand(d_ff, generator=gen)
         top, bottom = logits.max() + 1.0, logits.min() - 1.0
         agree, off_by_one, lowest = u < 0.5, (u >= 0.5) & (u < 0.75) & (last != nxt), u >= 0.9
-        agree[-1] = True                                       # the last neuron counts too
+        agree[-1] = True                                       # the last neuron counts too (and nothing else)
+        off_by_one[-1] = lowest[-1] = False
+        if negative == "all agree":
+            agree[:] = True
+            off_by_one[:] = lowest[:] = False
+        elif negative == "none agree":
+            agree[:] = False
         logits[agree, nxt[agree]] = top
         logits[off_by_one, last[off_by_one]] = top
         logits[lowest, nxt[lowest]] = bottom
-        if negative:   # where 0-masking finds another trigger, some values name ITS next token
+        if negative in (True, "below"):   # where 0-masking finds another trigger, some values name ITS next token
             zero_example, zero_t = _trigger_max(coefficients, valid, fill=0.0)
             zero_next = ids[zero_example, zero_t + 1]
             zero = (u >= 0.75) & (u < 0.9) & (zero_next != nxt) & (zero_next != last)
+            zero[-1] = False
             logits[zero, zero_next[zero]] = top
         note = f"coefficients {tuple(coefficients.shape)}, ids {tuple(ids.shape)}, value_logits {tuple(logits.shape)}"
         cases.append(Case((coefficients, ids, valid, logits), note=note))
@@ -356,6 +455,15 @@ def _agreement_count(c, ids, valid, logits):
     return _agreement_rate(c, ids, valid, logits) * c.shape[2]
 
 
+def _agreement_floor_division(c, ids, valid, logits):
+    hits = round(_agreement_rate(c, ids, valid, logits) * c.shape[2])
+    return float(hits // c.shape[2])
+
+
+def _agreement_of(case: Case) -> float:
+    return _agreement_rate(*case.args)
+
+
 check_agreement_rate = Exercise(
     "Exercise 4 (agreement rate)",
     _agreement_rate,
@@ -371,7 +479,24 @@ check_agreement_rate = Exercise(
         ("you masked the positions that are not allowed with 0; where every allowed value is negative, 0 wins "
          "and the trigger ends at a position that is not allowed. Mask with -inf.",
          _agreement_with(lambda c, valid: _trigger_max(c, valid, fill=0.0))),
+        ("integer division: the count // d_ff is 0 unless every neuron agrees; divide with / (or take the mean of "
+         "a float tensor).", _agreement_floor_division),
     ],
+    domain=Domain(
+        allows="coefficients (N, T, d_ff) float32, any finite values, each neuron's allowed values all different; "
+               "ids (N, T) int64; valid (N, T) bool, at least one True per row, never the last position; "
+               "value_logits (d_ff, vocab) float32 with one top token per row; the answer a Python float in [0, 1]",
+        corners=(
+            Corner("N = 1 (a single example)", lambda c: c.args[0].shape[0] == 1),
+            Corner("d_ff = 1", lambda c: c.args[0].shape[2] == 1),
+            Corner("rate 0 (no neuron agrees)", lambda c: _agreement_of(c) == 0.0),
+            Corner("rate 1 (every neuron agrees)", lambda c: _agreement_of(c) == 1.0),
+            Corner("every allowed value negative", lambda c: bool(
+                (c.args[0].masked_fill(~c.args[2].unsqueeze(-1), -1.0) < 0).all()
+                and (c.args[0].masked_fill(~c.args[2].unsqueeze(-1), -1.0) > -1).any())),
+            Corner("every allowed value below -1", lambda c: bool(
+                (c.args[0].masked_fill(~c.args[2].unsqueeze(-1), -2.0) < -1).all())),
+        )),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -391,9 +516,11 @@ def _spill_cases() -> list[Case]:
     # (d, M, C's eigenvalues from .. to, key scales): every case holds k* itself, a key C⁻¹-orthogonal to k*
     # (α = 0) and a key on the far side (α < 0); one has keys whose sizes span 1e-4 to 1e3
     for d, M, low, high, scale in [(6, 8, 0.05, 20.0, None), (1, 3, 2.0, 2.0, None), (12, 1, 0.1, 5.0, None),
-                                   (5, 7, 1.0, 1.0, None), (9, 10, 1e-2, 1e3, None), (7, 9, 0.2, 8.0, "span")]:
+                                   (5, 7, 1.0, 1.0, None), (9, 10, 1e-2, 1e3, None), (7, 9, 0.2, 8.0, "span"),
+                                   (4, 6, 0.5, 3.0, "tiny k*"), (4, 6, 0.5, 3.0, "large k*")]:
         C = torch.eye(d, dtype=torch.float64) if (low, high) == (1.0, 1.0) else spd(gen, d, low, high)
         k_star = torch.randn(d, generator=gen, dtype=torch.float64) + 0.5
+        k_star = k_star * {"tiny k*": 1e-6, "large k*": 1e4}.get(scale, 1.0)     # α of a fixed key scales as 1/|k*|
         keys = torch.randn(M, d, generator=gen, dtype=torch.float64)
         u = torch.linalg.solve(C, k_star)
         if M >= 3 and d > 1:
@@ -426,6 +553,22 @@ check_edit_spill = Exercise(
          lambda C, k, K: _edit_spill(C, k, K).abs()),
     ],
     kind="investigate",
+    domain=Domain(
+        allows="C (d, d) float64 symmetric positive definite, eigenvalues from 1e-2 to 1e3; k_star (d,) float64, "
+               "not zero, of any size; keys (M, d) float64 of any size; d, M >= 1; the answer (M,) float64",
+        corners=(
+            Corner("d = 1", lambda c: c.args[0].shape == (1, 1)),
+            Corner("M = 1 (a single key)", lambda c: c.args[2].shape[0] == 1),
+            Corner("C = I", lambda c: torch.equal(c.args[0], torch.eye(c.args[0].shape[0], dtype=torch.float64))),
+            Corner("C ill-conditioned (eigenvalues 1e-2 to 1e3)", lambda c: bool(torch.linalg.cond(c.args[0]) > 1e4)),
+            Corner("a key equal to k* (α = 1)", lambda c: bool((c.args[2] == c.args[1]).all(dim=1).any())),
+            Corner("a key with α < 0", lambda c: bool((_edit_spill(*c.args) < 0).any())),
+            Corner("a key C⁻¹-orthogonal to k* (α = 0)", lambda c: bool((_edit_spill(*c.args).abs() < 1e-9).any())),
+            Corner("keys whose sizes span 1e-4 to 1e3", lambda c: bool(
+                c.args[2].norm(dim=1).max() / c.args[2].norm(dim=1).min() > 1e5)),
+            Corner("a tiny k* (norm about 1e-6)", lambda c: bool(c.args[1].norm() < 1e-4)),
+            Corner("a large k* (norm about 1e4)", lambda c: bool(c.args[1].norm() > 1e3)),
+        )),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -446,10 +589,12 @@ def _profile_cases() -> list[Case]:
     cases = []
     # (N, T, d_ff, R, rows whose allowed values are all negative)
     for N, T, d_ff, R, negative in [(13, 6, 5, 3, True), (9, 4, 7, 4, False), (20, 7, 3, 2, True),
-                                     (5, 5, 6, 1, False), (11, 8, 4, 5, True)]:
-        coefficients = torch.randn(N, T, d_ff, generator=gen)
+                                     (5, 5, 6, 1, False), (11, 8, 4, 5, True), (4, 5, 1, 4, "below")]:
+        coefficients = torch.randn(N, T, d_ff, generator=gen)      # the last case: one neuron, each relation once
         valid = valid_mask(gen, N, T, last_allowed=True)
-        if negative:
+        if negative == "below":
+            below_minus_one(coefficients, valid, gen)
+        elif negative:
             negative_rows(coefficients, valid, gen, share=0.5)
         # every relation appears at least once, in unequal numbers, interleaved; the last one only once
         relation = torch.cat([torch.arange(R - 1), torch.randint(0, max(R - 1, 1), (N - R,), generator=gen),
@@ -503,6 +648,24 @@ check_relation_profile = Exercise(
          lambda c, valid, relation, R: _relation_profile(c, valid, relation, R).T),
     ],
     kind="investigate",
+    domain=Domain(
+        allows="coefficients (N, T, d_ff) float32, any finite values; valid (N, T) bool, at least one True per row; "
+               "relation (N,) int64 in [0, n_relations), every relation at least once, in any counts; "
+               "n_relations >= 1; the answer (d_ff, n_relations) float32",
+        corners=(
+            Corner("n_relations = 1", lambda c: c.args[3] == 1),
+            Corner("a relation with a single example", lambda c: c.args[3] > 1 and bool(
+                (torch.bincount(c.args[2], minlength=c.args[3]) == 1).any())),
+            Corner("every relation exactly once (N = n_relations)", lambda c: c.args[0].shape[0] == c.args[3] > 1),
+            Corner("unequal counts", lambda c: len(set(torch.bincount(c.args[2], minlength=c.args[3]).tolist())) > 1),
+            Corner("d_ff = 1", lambda c: c.args[0].shape[2] == 1),
+            Corner("a row whose allowed values are all negative, above -1", lambda c: bool(
+                ((c.args[0].masked_fill(~c.args[1].unsqueeze(-1), float("-inf")).amax(1) < 0)
+                 & (c.args[0].masked_fill(~c.args[1].unsqueeze(-1), float("-inf")).amax(1) > -1)).any())),
+            Corner("every allowed value below -1", lambda c: bool(
+                (c.args[0].masked_fill(~c.args[1].unsqueeze(-1), -2.0) < -1).all())),
+            Corner("valid allows the last position", lambda c: bool(c.args[1][:, -1].any())),
+        )),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -523,7 +686,7 @@ def _best_match(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
 def _match_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2027)
     cases = []
-    for M, n_a, n_b in [(40, 6, 9), (25, 5, 5), (60, 8, 1), (30, 7, 12), (50, 4, 3)]:
+    for M, n_a, n_b in [(40, 6, 9), (25, 5, 5), (60, 8, 1), (30, 7, 12), (50, 4, 3), (3, 1, 4), (35, 3, 5)]:
         a = torch.randn(M, n_a, generator=gen, dtype=torch.float64)
         b = torch.randn(M, n_b, generator=gen, dtype=torch.float64)
         # plant partners: some columns of b are a shuffled, rescaled, shifted, noisy copy of a column of a
@@ -534,6 +697,9 @@ def _match_cases() -> list[Case]:
         if n_b > 2:   # a decoy: strongly ANTI-correlated with a column of a (larger |r| than any partner)
             b[:, -1] = -0.5 * a[:, 0] + 0.02 * torch.randn(M, generator=gen, dtype=torch.float64) - 2.0
         a = a * (0.2 + 4 * torch.rand(n_a, generator=gen, dtype=torch.float64)) + 3.0   # other scales and offsets
+        if (M, n_a, n_b) == (35, 3, 5):        # an exact affine copy (r = 1), and activations near 1e4 that vary
+            b[:, 2] = -7.0 + 2.5 * a[:, 1]     # by about 1e-2 (E[ab] - E[a]E[b] loses them; centring first does not)
+            a = a * 1e-2 + 1e4
         note = f"a ({M}, {n_a}), b ({M}, {n_b}) float64"
         cases.append(Case((a, b), note=note))
     return cases
@@ -590,7 +756,25 @@ check_best_match = Exercise(
          "column of a).", lambda a, b: _best_match(b, a)),
     ],
     kind="investigate",
+    domain=Domain(
+        allows="a (M, n_a), b (M, n_b) float64, M >= 3, n_a, n_b >= 1, no constant column, any offsets and scales, "
+               "no two correlations in a row tie; the answer: index (n_a,) int64 and r (n_a,) float64",
+        corners=(
+            Corner("M = 3", lambda c: c.args[0].shape[0] == 3),
+            Corner("n_a = 1", lambda c: c.args[0].shape[1] == 1),
+            Corner("n_b = 1", lambda c: c.args[1].shape[1] == 1),
+            Corner("n_a > n_b", lambda c: c.args[0].shape[1] > c.args[1].shape[1]),
+            Corner("n_a < n_b", lambda c: c.args[0].shape[1] < c.args[1].shape[1]),
+            Corner("an anti-correlated decoy with a larger |r| than the best r", lambda c: bool(
+                (_corr(*c.args).min(dim=1).values.abs() > _corr(*c.args).max(dim=1).values).any())),
+            Corner("an exact affine copy (r = 1)", lambda c: bool((_corr(*c.args) > 1 - 1e-9).any())),
+            Corner("activations near 1e4 with a spread of about 1e-2", lambda c: bool(
+                c.args[0].mean() > 1e3 and c.args[0].std(dim=0).max() < 1e-1)),
+        )),
 )
 
+EXERCISES = [check_memory_coefficients, check_top_triggers, check_value_logits, check_agreement_rate, check_edit_spill,
+             check_relation_profile, check_best_match]
+
 __all__ = ["check_memory_coefficients", "check_top_triggers", "check_value_logits", "check_agreement_rate",
-           "check_edit_spill", "check_relation_profile", "check_best_match"]
+           "check_edit_spill", "check_relation_profile", "check_best_match", "EXERCISES"]

@@ -39,7 +39,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import FAILED, Case, Exercise
+from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise
 
 
 class _AfterPassExercise(Exercise):
@@ -154,6 +154,47 @@ def _moe_cases() -> list[Case]:
     ]
 
 
+def _moe_logits(c: Case) -> torch.Tensor:
+    return c.args[0].double() @ c.args[1].double().T
+
+
+def _experts_chosen(c: Case) -> torch.Tensor:
+    return torch.bincount(_moe_logits(c).topk(c.args[5], dim=-1).indices.reshape(-1), minlength=c.args[1].shape[0])
+
+
+def _identical_pair(c: Case) -> bool:
+    w_router, w1, w3, w2 = c.args[1:5]
+    e = w_router.shape[0]
+    return any(all(torch.equal(w[a], w[b]) for w in (w_router, w1, w3, w2)) for a in range(e) for b in range(a + 1, e))
+
+
+def _tie_at_kth(c: Case) -> bool:
+    logits, k = _moe_logits(c), c.args[5]
+    if k >= logits.shape[1]:
+        return False
+    top = logits.topk(k + 1, dim=-1).values
+    return bool((top[:, k - 1] == top[:, k]).any())
+
+
+MOE_DOMAIN = Domain(
+    allows="float32 x (N, d), w_router (E, d), w1 and w3 (E, d_ff, d), w2 (E, d, d_ff) with N, d, d_ff >= 1 and "
+           "E >= 1; an int 1 <= k <= E; any finite values, router logits up to the hundreds; ties between router "
+           "logits only for identical experts (any tie-break is right); float32 (N, d) out, no capacity limit",
+    corners=(
+        Corner("k = 1 (the weight stays p)", lambda c: c.args[5] == 1),
+        Corner("k = E (every expert)", lambda c: c.args[5] == c.args[1].shape[0]),
+        Corner("1 < k < E (renormalised over a subset)", lambda c: 1 < c.args[5] < c.args[1].shape[0]),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+        Corner("an expert no token chooses", lambda c: bool((_experts_chosen(c) == 0).any())),
+        Corner("the last expert chosen", lambda c: bool(_experts_chosen(c)[-1] > 0)),
+        Corner("router logits above 88 (an unshifted exp overflows float32)",
+               lambda c: bool(_moe_logits(c).abs().max() > 88)),
+        Corner("identical experts tie, k = 1", lambda c: c.args[5] == 1 and _identical_pair(c)),
+        Corner("identical experts tie, k >= 2", lambda c: c.args[5] >= 2 and _identical_pair(c)),
+        Corner("a tie at the k-th place (between identical experts)", _tie_at_kth),
+    ))
+
+
 check_moe_forward = Exercise(
     "Exercise 1 (the MoE forward)",
     _moe_forward,
@@ -177,6 +218,7 @@ check_moe_forward = Exercise(
          lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k, softmax=_naive_softmax))),
     ],
     kind="build",
+    domain=MOE_DOMAIN,
 )
 
 
@@ -238,6 +280,40 @@ def _mask_dtype(fn) -> str | None:
     return None
 
 
+def _cap_of(c: Case) -> int:
+    idx, e, f = c.args
+    return _capacity(f, idx.shape[0], idx.shape[1], e)
+
+
+def _loads(c: Case) -> torch.Tensor:
+    return torch.bincount(c.args[0].reshape(-1), minlength=c.args[1])
+
+
+CAPACITY_DOMAIN = Domain(
+    allows="int64 expert_index (N, k) with N >= 1 and 1 <= k <= n_experts, best choice first, the k entries of a "
+           "row distinct, values in [0, n_experts); an int n_experts >= 1; a float 0.25 <= capacity_factor <= 4, "
+           "exact in binary; bool (N, k) out",
+    corners=(
+        Corner("k = 1", lambda c: c.args[0].shape[1] == 1),
+        Corner("k = E (every expert in every row)", lambda c: c.args[0].shape[1] == c.args[1]),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+        Corner("an expert no token chooses", lambda c: bool((_loads(c) == 0).any())),
+        Corner("the last expert everyone's first choice", lambda c: bool((c.args[0][:, 0] == c.args[1] - 1).all())),
+        Corner("capacity_factor = 0.25 (the smallest)", lambda c: c.args[2] == 0.25),
+        Corner("capacity_factor = 4 (the largest)", lambda c: c.args[2] == 4.0),
+        Corner("capacity C = 1", lambda c: _cap_of(c) == 1),
+        Corner("c·N·k/E a whole number (no rounding)",
+               lambda c: (c.args[2] * c.args[0].numel() / c.args[1]).is_integer()),
+        Corner("c·N·k/E rounded up", lambda c: not (c.args[2] * c.args[0].numel() / c.args[1]).is_integer()),
+        Corner("nothing dropped", lambda c: bool(_loads(c).max() <= _cap_of(c))),
+        Corner("a later first choice takes a slot an earlier second choice wanted (the priority matters)",
+               lambda c: not torch.equal(_keep(c.args[0], c.args[1], _cap_of(c)),
+                                         _keep(c.args[0], c.args[1], _cap_of(c), token_major=True))),
+        Corner("an expert's load exactly at its capacity",
+               lambda c: bool((_loads(c) == _cap_of(c)).any())),
+    ))
+
+
 check_capacity_keep = _AfterPassExercise(
     "Exercise 2 (capacity and dropped slots)",
     _capacity_keep,
@@ -260,6 +336,7 @@ check_capacity_keep = _AfterPassExercise(
     ],
     kind="build",
     after=_mask_dtype,
+    domain=CAPACITY_DOMAIN,
 )
 
 
@@ -295,6 +372,12 @@ def _balance_cases() -> list[Case]:
     cases.append(Case((probs, probs.topk(4, dim=-1).indices), note="probs (7, 4), k = E = 4"))
     probs = torch.softmax(torch.randn(1, 4, generator=g), -1)
     cases.append(Case((probs, probs.topk(2, dim=-1).indices), note="a batch of one token, 4 experts, k=2"))
+    probs = torch.softmax(2 * torch.randn(8, 4, generator=g), -1)
+    even = torch.stack([torch.arange(8) % 4, (torch.arange(8) + 1) % 4], dim=1)
+    cases.append(Case((probs, even), note="probs (8, 4), k=2, every expert routed 4 slots (an even load: the loss is 1)"))
+    probs = torch.tensor([[0.51, 0.49], [0.51, 0.49], [0.51, 0.49], [0.01, 0.99]])
+    cases.append(Case((probs, probs.argmax(-1, keepdim=True)), note="section 5's example: three of four tokens on "
+                      "expert 0, whose mean probability is the lower (the loss is below 1)"))
     return cases
 
 
@@ -338,6 +421,25 @@ def _balance_gradient(fn) -> str | None:
     return None
 
 
+BALANCE_DOMAIN = Domain(
+    allows="float32 probs (N, E) with N >= 1, E >= 1, entries in [0, 1], rows summing to 1 (saturated rows of "
+           "0s and a 1 allowed); int64 expert_index (N, k), 1 <= k <= E, the k entries of a row distinct; a 0-dim "
+           "float32 tensor out whose gradient flows through P",
+    corners=(
+        Corner("k = 1", lambda c: c.args[1].shape[1] == 1),
+        Corner("k = E", lambda c: c.args[1].shape[1] == c.args[0].shape[1]),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+        Corner("an expert no slot goes to", lambda c: bool((torch.bincount(c.args[1].reshape(-1),
+                                                                           minlength=c.args[0].shape[1]) == 0).any())),
+        Corner("saturated probabilities (rows of 0s and a 1)", lambda c: bool((c.args[0] > 1 - 1e-6).any())),
+        Corner("an even load (the value 1 whatever P)", lambda c: len(set(torch.bincount(
+            c.args[1].reshape(-1), minlength=c.args[0].shape[1]).tolist())) == 1 and c.args[0].shape[0] > 1),
+        Corner("f and P anti-correlated (a value below 1)", lambda c: float(_balance_loss(*c.args)) < 1 - 1e-6),
+        Corner("the last expert chosen by every token", lambda c: bool((c.args[1] == c.args[0].shape[1] - 1)
+                                                                        .any(-1).all())),
+    ))
+
+
 check_balance_loss = _AfterPassExercise(
     "Exercise 3 (load-balancing loss)",
     _balance_loss,
@@ -363,6 +465,7 @@ check_balance_loss = _AfterPassExercise(
     ],
     kind="build",
     after=_balance_gradient,
+    domain=BALANCE_DOMAIN,
 )
 
 
@@ -398,6 +501,22 @@ def _z_grad_with(lse_of=lambda l: torch.logsumexp(l, -1, keepdim=True), probs_of
     return wrong
 
 
+Z_DOMAIN = Domain(
+    allows="float32 logits (N, E) with N, E >= 1, any finite values (up to about ±1000); float32 (N, E) out",
+    corners=(
+        Corner("logits above 88 (exp overflows float32)", lambda c: bool(c.args[0].max() > 88)),
+        Corner("logits above 709 (exp overflows float64 too)", lambda c: bool(c.args[0].max() > 709)),
+        Corner("a row far below zero (exp underflows to 0)", lambda c: bool((c.args[0].max(-1).values < -104).any())),
+        Corner("a row spanning hundreds", lambda c: bool((c.args[0].max(-1).values - c.args[0].min(-1).values
+                                                          > 200).any())),
+        Corner("a row of tied logits", lambda c: bool((c.args[0].max(-1).values == c.args[0].min(-1).values).any()
+                                                      and c.args[0].shape[1] > 1)),
+        Corner("a row whose logsumexp is negative", lambda c: bool((torch.logsumexp(c.args[0].double(), -1) < 0).any())),
+        Corner("a single expert (E = 1)", lambda c: c.args[0].shape[1] == 1),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+    ))
+
+
 check_z_loss = Exercise(
     "Exercise 4 (what the z-loss does to the logits)",
     _z_loss_grad,
@@ -427,6 +546,7 @@ check_z_loss = Exercise(
          _z_grad_with(probs_of=lambda l: torch.softmax(l, 0))),
     ],
     kind="build",
+    domain=Z_DOMAIN,
 )
 
 
@@ -488,6 +608,32 @@ def _noisy_cases() -> list[Case]:
     ]
 
 
+def _noisy_h(c: Case) -> torch.Tensor:
+    x, w_gate, w_noise, noise, _ = c.args
+    return _noisy_logits(x.double(), w_gate.double(), w_noise.double(), noise.double())
+
+
+def _tie_inside_top_k(c: Case) -> bool:
+    k = c.args[4]
+    top = _noisy_h(c).topk(k, dim=-1).values
+    return k >= 2 and bool((top[:, :-1] == top[:, 1:]).any())
+
+
+NOISY_DOMAIN = Domain(
+    allows="float32 x (N, d), w_gate and w_noise (E, d), noise (N, E) with N, d >= 1, E >= 1; an int 1 <= k <= E; "
+           "no tie at the k-th place of H (ties inside the top k allowed: any order keeps both); noisy logits up "
+           "to the hundreds; float32 (N, E) out",
+    corners=(
+        Corner("k = 1 (the one kept gate is 1)", lambda c: c.args[4] == 1),
+        Corner("k = E (nothing masked)", lambda c: c.args[4] == c.args[1].shape[0]),
+        Corner("noise = 0", lambda c: bool((c.args[3] == 0).all())),
+        Corner("a tie inside the top k", _tie_inside_top_k),
+        Corner("noisy logits above 88 (an unshifted exp overflows)", lambda c: bool(_noisy_h(c).abs().max() > 88)),
+        Corner("every noisy logit negative", lambda c: bool((_noisy_h(c) < 0).all())),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+    ))
+
+
 check_noisy_top_k = Exercise(
     "Exercise 5 (noisy top-k gating)",
     _noisy_top_k,
@@ -511,6 +657,7 @@ check_noisy_top_k = Exercise(
          lambda x, wg, wn, eps, k: _gates(_noisy_logits(x, wg, wn, eps), k, select=x @ wg.T)),
     ],
     kind="investigate",
+    domain=NOISY_DOMAIN,
 )
 
 
@@ -550,7 +697,41 @@ def _later_cases() -> list[Case]:
                       "capacity_factor=0.25"))
     cases.append(Case((torch.tensor([[1, 2]]), 3, 1.0), note="a batch of one token"))
     cases.append(Case((torch.arange(8).remainder(4)[:, None], 4, 2.0), note="8 tokens spread evenly, k=1, nothing dropped"))
+    cases.append(Case((_skewed_choices(g, 12, 4, 2), 4, 4.0), note="12 tokens, k=2, 4 experts, capacity_factor=4.0"))
     return cases
+
+
+def _changed_of(c: Case) -> torch.Tensor:
+    return _changed(*c.args)
+
+
+def _second_choice_only(c: Case) -> bool:
+    """A token whose first slot is the same in both batches but a later slot differs."""
+    idx, e, f = c.args
+    n, k = idx.shape
+    full = _keep(idx, e, _capacity(f, n, k, e))
+    for t in range(n):
+        alone = _keep(idx[: t + 1], e, _capacity(f, t + 1, k, e))[t]
+        if alone[0] == full[t, 0] and not torch.equal(alone, full[t]):
+            return True
+    return False
+
+
+LATER_DOMAIN = Domain(
+    allows="as exercise 2: int64 expert_index (N, k), N >= 1, 1 <= k <= n_experts, rows of distinct experts; "
+           "an int n_experts >= 1; a float 0.25 <= capacity_factor <= 4, exact in binary; bool (N,) out",
+    corners=(
+        Corner("k = 1", lambda c: c.args[0].shape[1] == 1),
+        Corner("k = E", lambda c: c.args[0].shape[1] == c.args[1]),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+        Corner("an expert no token chooses", lambda c: bool((torch.bincount(c.args[0].reshape(-1),
+                                                                            minlength=c.args[1]) == 0).any())),
+        Corner("nothing changes", lambda c: not bool(_changed_of(c).any()) and c.args[0].shape[0] > 1),
+        Corner("token 0 changes", lambda c: bool(_changed_of(c)[0])),
+        Corner("a token that changes in a later choice only", _second_choice_only),
+        Corner("capacity_factor = 0.25 (the smallest)", lambda c: c.args[2] == 0.25),
+        Corner("capacity_factor = 4 (the largest)", lambda c: c.args[2] == 4.0),
+    ))
 
 
 check_later_tokens = Exercise(
@@ -572,6 +753,7 @@ check_later_tokens = Exercise(
          lambda idx, e, f: _changed(idx, e, f, full_batch_drops=True)),
     ],
     kind="investigate",
+    domain=LATER_DOMAIN,
 )
 
 EXERCISES = [check_moe_forward, check_capacity_keep, check_balance_loss, check_z_loss, check_noisy_top_k,

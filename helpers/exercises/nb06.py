@@ -1,8 +1,10 @@
 """Checkers for notebook 06 (the FFN at scale): a model's FLOPs per token, the fewest checkpointed chunks
-that fit a memory budget, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of an MoE step.
+that fit a memory budget, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of an MoE step,
+the decode batch that reaches a target intensity despite the KV cache.
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it with your function,
-e.g. ``check_model_flops(flops_per_token)``; it prints one line.
+e.g. ``check_model_flops(flops_per_token)``; it prints one line. Each declares the domain its statement allows
+(``Domain``) and its hidden cases reach every corner of it; ``EXERCISES`` lists them in the notebook's order.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.costs import saved_per_token
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
 from helpers.expert_parallel import split_sizes
 
 # ----------------------------------------------------------------------------- 1. FLOPs per token, Llama-style
@@ -58,6 +60,7 @@ def _flops_cases() -> list[Case]:
              Case((2, 256, 4, 2, 704, 1, True), note="a context of one token"),
              Case((1, 64, 4, 2, 172, 512, False), note="one layer"),
              Case((1, 8, 2, 1, 24, 3, True), note="a tiny block: d=8, 2 heads, 1 KV head, n_ctx=3"),
+             Case((3, 48, 1, 1, 130, 17, False), note="a single attention head (head size = d_model = 48)"),
              Case((126, 16384, 128, 8, 53248, 131072, True), note="126 layers, d=16384, n_ctx=131072, training")]
     gen = torch.Generator().manual_seed(606)
     for _ in range(3):
@@ -69,6 +72,28 @@ def _flops_cases() -> list[Case]:
                            2 ** int(torch.randint(6, 15, (1,), generator=gen)),
                            bool(torch.randint(0, 2, (1,), generator=gen)))))
     return cases
+
+
+def _flops_args(case: Case) -> dict:
+    return dict(zip(("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "n_ctx", "training"), case.args))
+
+
+FLOPS_DOMAIN = Domain(
+    allows="Python ints n_layers, d_model, n_heads, n_kv_heads, d_ff, n_ctx >= 1 with d_model a multiple of n_heads "
+           "and n_heads a multiple of n_kv_heads (1 <= n_kv_heads <= n_heads); training a bool; a Python int out",
+    corners=(
+        Corner("n_kv_heads = n_heads (no grouping)", lambda c: _flops_args(c)["n_kv_heads"] == _flops_args(c)["n_heads"] > 1),
+        Corner("n_kv_heads = 1 < n_heads (multi-query)", lambda c: _flops_args(c)["n_kv_heads"] == 1 < _flops_args(c)["n_heads"]),
+        Corner("1 < n_kv_heads < n_heads (grouped)", lambda c: 1 < _flops_args(c)["n_kv_heads"] < _flops_args(c)["n_heads"]),
+        Corner("a single head (n_heads = 1)", lambda c: _flops_args(c)["n_heads"] == 1),
+        Corner("a context of one token", lambda c: _flops_args(c)["n_ctx"] == 1),
+        Corner("one layer", lambda c: _flops_args(c)["n_layers"] == 1),
+        Corner("training (forward + backward)", lambda c: _flops_args(c)["training"] is True),
+        Corner("forward only", lambda c: _flops_args(c)["training"] is False),
+        Corner("a large model at a long context (d = 16384, n_ctx = 131072)",
+               lambda c: _flops_args(c)["d_model"] >= 16384 and _flops_args(c)["n_ctx"] >= 131072),
+        Corner("d_ff not a multiple of d_model", lambda c: _flops_args(c)["d_ff"] % _flops_args(c)["d_model"] != 0),
+    ))
 
 
 check_model_flops = Exercise(
@@ -84,8 +109,9 @@ check_model_flops = Exercise(
         ("the scores QKᵀ and the mixing AV run for every query head, n_heads·head_dim = d_model wide: "
          "2·n_ctx·d_model multiply-adds, whatever the number of KV heads.",
          lambda *a: _llama_flops(*a, scores="kv")),
-        ("you counted only the causal half of the attention square (n_ctx·d_model multiply-adds); count the "
-         "full QKᵀ and AV products, 2·n_ctx·d_model, as the statement (and the FLOP counter) does.",
+        ("attention's context term has n_ctx·d_model multiply-adds in your count, half of it: the causal half of "
+         "the square, or QKᵀ without the mixing AV. Count both products over the full square, 2·n_ctx·d_model, as "
+         "the statement (and the FLOP counter) does.",
          lambda *a: _llama_flops(*a, scores="causal")),
         ("the scores QKᵀ and the mixing AV add 4·n_ctx·d_model FLOPs per layer and token; you left them out "
          "(that is the 6N-style estimate).",
@@ -98,7 +124,7 @@ check_model_flops = Exercise(
         ("multiply the per-layer count by n_layers.",
          lambda *a: _llama_flops(*a, layers=False)),
     ],
-    atol=0, rtol=0,
+    atol=0, rtol=0, domain=FLOPS_DOMAIN,
 )
 
 # ----------------------------------------------------------------------------- 2. the fewest checkpointed chunks
@@ -112,14 +138,14 @@ def _hidden_per_token(variant: str) -> int:
 
 
 def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int, *, kept: bool = True,
-            k: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
+            h: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
             bytes_per_element: int = 4, none_fits: str = "zero", whole_tokens: bool = True) -> int:
-    k = _hidden_per_token(variant) if k is None else k
+    h = _hidden_per_token(variant) if h is None else h
     budget = budget_bytes - 1 if strict else budget_bytes
     room = budget // bytes_per_element - (n_tokens * d_model if kept else 0)
-    largest = room // (k * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
+    largest = room // (h * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
     if not whole_tokens:                                               # a fractional capacity, e.g. 3.5 tokens
-        largest = (budget / bytes_per_element - (n_tokens * d_model if kept else 0)) / (k * d_ff)
+        largest = (budget / bytes_per_element - (n_tokens * d_model if kept else 0)) / (h * d_ff)
         return 0 if largest < 1 else math.ceil(n_tokens / largest)
     if largest < 1:
         return n_tokens if none_fits == "all" else 0
@@ -131,8 +157,8 @@ def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: 
 def fewest_chunks_reference(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int) -> int:
     """The smallest ``n_chunks`` (1 ≤ n ≤ n_tokens) whose checkpointed peak fits ``budget_bytes``; 0 if none.
 
-    Peak (float32, ``torch.tensor_split`` chunks): ``4 · (n_tokens·d_model + ceil(n_tokens / n)·k·d_ff)``
-    bytes, ``k`` = 1, 2, 4 hidden tensors per token for ReLU, GELU, SwiGLU (``helpers.costs.saved_per_token``);
+    Peak (float32, ``torch.tensor_split`` chunks): ``4 · (n_tokens·d_model + ceil(n_tokens / n)·h·d_ff)``
+    bytes, ``h`` = 1, 2, 4 hidden tensors per token for ReLU, GELU, SwiGLU (``helpers.costs.saved_per_token``);
     it fits when it is ``<= budget_bytes``. Python ints (and a str) in, a Python int out.
     """
     return _fewest(n_tokens, d_model, d_ff, variant, budget_bytes)
@@ -159,7 +185,40 @@ def _fewest_cases() -> list[Case]:
         Case((1, 8, 32, "gelu", 4 * (8 + 64) - 1), note="a single token, not enough room"),
         Case((131072, 4096, 14336, "swiglu", 4 * 2 ** 30), note="T=131072, d=4096, d_ff=14336, SwiGLU, 4 GiB"),
         Case((3000, 48, 192, "relu", 2_000_003), note="T=3000, ReLU, a budget that is not a multiple of 4"),
+        Case((64, 16, 32, "gelu", 0), note="a budget of 0 bytes"),
+        Case((64, 16, 32, "relu", 4 * 64 * 16 - 4), note="a budget smaller than the kept inputs alone"),
     ]
+
+
+def _fewest_answer(case: Case) -> int:
+    return fewest_chunks_reference(*case.args)
+
+
+CHUNKS_DOMAIN = Domain(
+    allows="Python ints n_tokens, d_model, d_ff >= 1 and budget_bytes >= 0; variant one of 'relu', 'gelu', 'swiglu' "
+           "(h = 1, 2, 4); the peak 4·(n_tokens·d_model + ceil(n_tokens/n)·h·d_ff) fits when <= budget_bytes; "
+           "a Python int out (0 when nothing fits)",
+    corners=(
+        Corner("nothing fits (answer 0)", lambda c: _fewest_answer(c) == 0),
+        Corner("everything fits unchunked (answer 1)", lambda c: _fewest_answer(c) == 1),
+        Corner("one token per chunk (answer n_tokens > 1)", lambda c: _fewest_answer(c) == c.args[0] > 1),
+        Corner("the peak equals the budget", lambda c: _fewest_answer(c) > 0 and _peak(
+            *c.args[:4], _fewest_answer(c)) == c.args[4]),
+        Corner("the budget one byte short of a peak",
+               lambda c: any(_peak(*c.args[:4], n) == c.args[4] + 1 for n in range(1, min(c.args[0], 64) + 1))),
+        Corner("a single token", lambda c: c.args[0] == 1),
+        Corner("variant relu", lambda c: c.args[3] == "relu"),
+        Corner("variant gelu", lambda c: c.args[3] == "gelu"),
+        Corner("variant swiglu", lambda c: c.args[3] == "swiglu"),
+        Corner("a budget that is not a multiple of 4", lambda c: c.args[4] % 4 != 0),
+        Corner("uneven chunks (n_tokens not a multiple of the answer)",
+               lambda c: _fewest_answer(c) > 1 and c.args[0] % _fewest_answer(c) != 0),
+        Corner("room for a fractional number of tokens per chunk, where it changes the answer",
+               lambda c: _fewest(*c.args, whole_tokens=False) != _fewest_answer(c)),
+        Corner("a budget of 0", lambda c: c.args[4] == 0),
+        Corner("a budget below the kept inputs alone", lambda c: 0 < c.args[4] < 4 * c.args[0] * c.args[1]),
+        Corner("a long sequence of a large model (T = 131072, d = 4096)", lambda c: c.args[0] >= 131072),
+    ))
 
 
 check_fewest_chunks = Exercise(
@@ -172,7 +231,7 @@ check_fewest_chunks = Exercise(
         ("the recomputed chunk is the largest one, ceil(n_tokens / n) tokens, not n_tokens // n.",
          lambda *a: _fewest(*a, floor=True)),
         ("a chunk holds whole tokens: round the room per chunk down to the tokens that fit "
-         "(room // (k·d_ff)) before ceil(n_tokens / largest); a fractional capacity such as 3.5 tokens lets "
+         "(room // (h·d_ff)) before ceil(n_tokens / largest); a fractional capacity such as 3.5 tokens lets "
          "chunks of 4 through.",
          lambda *a: _fewest(*a, whole_tokens=False)),
         ("checkpointing keeps every chunk's input until the backward pass: the n_tokens·d_model floats of the "
@@ -180,8 +239,8 @@ check_fewest_chunks = Exercise(
          lambda *a: _fewest(*a, kept=False)),
         ("the number of d_ff-wide tensors kept per token depends on the variant: 1 for ReLU, 2 for GELU, "
          "4 for SwiGLU (helpers.costs.saved_per_token).",
-         lambda *a: _fewest(*a, k=2)),
-        ("the recomputed chunk's input is a view of x, already kept: count its hidden tensors (k·d_ff per token) "
+         lambda *a: _fewest(*a, h=2)),
+        ("the recomputed chunk's input is a view of x, already kept: count its hidden tensors (h·d_ff per token) "
          "only, not its input a second time.",
          lambda *a: _fewest(*a, input_twice=True)),
         ("a peak that equals the budget fits: the test is peak <= budget_bytes, not <.",
@@ -189,7 +248,7 @@ check_fewest_chunks = Exercise(
         ("the budget is in bytes: every float32 number takes 4 of them.",
          lambda *a: _fewest(*a, bytes_per_element=1)),
     ],
-    atol=0, rtol=0,
+    atol=0, rtol=0, domain=CHUNKS_DOMAIN,
 )
 
 # ----------------------------------------------------------------------------- 3. a tensor-parallel split
@@ -207,11 +266,11 @@ def _blocks(d_ff: int, n_parts: int, kind: str = "contiguous") -> list[torch.Ten
     return list(torch.tensor_split(units, n_parts))
 
 
-def _tp(x, w1, b1, w2, b2, n_parts, *, kind="contiguous", b2_where="once"):
+def _tp(x, w1, b1, w2, b2, n_parts, *, kind="contiguous", b2_where="once", gelu="none"):
     parts = []
     for block in _blocks(w1.shape[0], n_parts, kind):
         w1_r, b1_r, w2_r = w1[block], b1[block], w2[:, block]      # rows of W1, columns of W2 (nn.Linear layout)
-        h = F.gelu(x @ w1_r.T + b1_r)
+        h = F.gelu(x @ w1_r.T + b1_r, approximate=gelu)
         part = h @ w2_r.T
         parts.append(part + b2 if b2_where == "every" else part)
     total = sum(parts)
@@ -223,9 +282,9 @@ def tensor_parallel_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tenso
                               b2: torch.Tensor, n_parts: int) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Rank r's partial output and the full output of a GELU FFN split over ``n_parts`` ranks.
 
-    ``x`` ``(N, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``, all
-    float64. Rank r keeps the r-th ``torch.tensor_split`` block B of the hidden units: partial
-    ``GELU(x W1[B]ᵀ + b1[B]) W2[:, B]ᵀ`` ``(N, d)`` without b2; the output is the sum of the partials plus b2,
+    ``x`` ``(B, d)``, ``w1`` ``(d_ff, d)``, ``b1`` ``(d_ff,)``, ``w2`` ``(d, d_ff)``, ``b2`` ``(d,)``, all
+    float64. Rank r keeps the r-th ``torch.tensor_split`` block U of the hidden units: partial
+    ``GELU(x W1[U]ᵀ + b1[U]) W2[:, U]ᵀ`` ``(B, d)`` without b2; the output is the sum of the partials plus b2,
     added once. Every tensor returned is float64.
     """
     return _tp(x, w1, b1, w2, b2, n_parts)
@@ -250,7 +309,28 @@ def _tp_cases() -> list[Case]:
             case(7, 10, 45, 3, "d_ff=45 over 3 ranks"),
             case(9, 6, 50, 8, "d_ff=50 over 8 ranks (blocks of 7 and 6)"),
             case(2, 3, 7, 7, "d_ff=7, one unit per rank, 7 ranks"),
-            case(3, 5, 12, 5, "d_ff=12 over 5 ranks (blocks of 3, 3, 2, 2, 2)")]
+            case(3, 5, 12, 5, "d_ff=12 over 5 ranks (blocks of 3, 3, 2, 2, 2)"),
+            case(4, 6, 24, 24, "d_ff=24 over 24 ranks (one unit each)")]
+
+
+def _tp_sizes(case: Case) -> tuple[int, int, int]:
+    x, w1, *_ = case.args
+    return x.shape[0], w1.shape[0], case.args[5]
+
+
+TP_DOMAIN = Domain(
+    allows="float64 tensors x (B, d), w1 (d_ff, d), b1 (d_ff,), w2 (d, d_ff), b2 (d,) with B, d >= 1, and an int "
+           "1 <= n_parts <= d_ff; exact GELU; a list of n_parts float64 (B, d) partials and the float64 (B, d) output",
+    corners=(
+        Corner("n_parts = 1 (the plain FFN)", lambda c: _tp_sizes(c)[2] == 1),
+        Corner("n_parts = d_ff (one unit per rank)", lambda c: _tp_sizes(c)[2] == _tp_sizes(c)[1] > 1),
+        Corner("d_ff not a multiple of n_parts", lambda c: _tp_sizes(c)[1] % _tp_sizes(c)[2] != 0),
+        Corner("torch.chunk would make fewer than n_parts blocks",
+               lambda c: len(torch.chunk(torch.arange(_tp_sizes(c)[1]), _tp_sizes(c)[2])) < _tp_sizes(c)[2]),
+        Corner("a batch of one token", lambda c: _tp_sizes(c)[0] == 1),
+        Corner("pre-activations beyond ±2, where GELU's tanh form is furthest from the exact one",
+               lambda c: bool(((c.args[0] @ c.args[1].T + c.args[2]).abs() > 2).any())),
+    ))
 
 
 check_tensor_parallel = Exercise(
@@ -273,8 +353,10 @@ check_tensor_parallel = Exercise(
          "block is short, or it returns fewer than n_parts blocks (12 units over 5 ranks: 3, 3, 3, 3); "
          "torch.tensor_split makes n_parts blocks whose sizes differ by at most one.",
          lambda *a: _tp(*a, kind="chunk")),
+        ("the statement asks for the exact GELU, x·Φ(x) (F.gelu's default); you used its tanh approximation.",
+         lambda *a: _tp(*a, gelu="tanh")),
     ],
-    atol=1e-10, rtol=1e-10, kind="investigate",
+    atol=1e-10, rtol=1e-10, domain=TP_DOMAIN,
 )
 
 # ----------------------------------------------------------------------------- 4. all-to-all split sizes
@@ -282,9 +364,9 @@ check_tensor_parallel = Exercise(
 
 def split_sizes_reference(expert_index: torch.Tensor, kept: torch.Tensor, n_experts: int,
                           world_size: int) -> list[int]:
-    """Rows sent to each rank: kept (token, slot) pairs per owner, rank r owning experts r·E/W … (r+1)·E/W − 1.
+    """Rows sent to each rank: kept (token, slot) pairs per owner, rank r owning experts r·E/R … (r+1)·E/R − 1 (R = world_size).
 
-    ``expert_index`` ``(N, k)`` int64, ``kept`` ``(N, k)`` bool, ``n_experts`` a multiple of ``world_size`` (ints).
+    ``expert_index`` ``(B, k)`` int64, ``kept`` ``(B, k)`` bool, ``n_experts`` a multiple of ``world_size`` (ints).
     A list of ``world_size`` Python ints (a 1-D integer tensor is accepted too); a rank sent nothing gets 0.
     """
     return split_sizes(expert_index, kept, n_experts, world_size)
@@ -348,6 +430,34 @@ def _unique_tokens(expert_index, kept, n_experts, world_size):
     return [int(((owners == r) & kept).any(dim=1).sum()) for r in range(world_size)]
 
 
+def _split_parts(case: Case):
+    expert_index, kept, n_experts, world_size = case.args
+    return expert_index, kept, n_experts, world_size, split_sizes_reference(*case.args)
+
+
+SPLITS_DOMAIN = Domain(
+    allows="expert_index an int64 (B, k) tensor of distinct experts per row in [0, E), B >= 1, 1 <= k <= E; kept a "
+           "bool (B, k) tensor; ints n_experts = E and world_size = W with 1 <= W <= E and E a multiple of W; a list "
+           "of W Python ints (a 1-D integer tensor or a tuple accepted)",
+    corners=(
+        Corner("world_size = 1", lambda c: _split_parts(c)[3] == 1),
+        Corner("world_size = n_experts (one expert per rank)", lambda c: _split_parts(c)[3] == _split_parts(c)[2] > 1),
+        Corner("k = 1", lambda c: _split_parts(c)[0].shape[1] == 1),
+        Corner("k = n_experts", lambda c: _split_parts(c)[0].shape[1] == _split_parts(c)[2]),
+        Corner("every slot dropped", lambda c: not bool(_split_parts(c)[1].any())),
+        Corner("no slot dropped", lambda c: bool(_split_parts(c)[1].all())),
+        Corner("the first rank receives nothing", lambda c: _split_parts(c)[4][0] == 0 < sum(_split_parts(c)[4])),
+        Corner("the last rank receives nothing", lambda c: _split_parts(c)[4][-1] == 0 < sum(_split_parts(c)[4])),
+        Corner("a batch of one token", lambda c: _split_parts(c)[0].shape[0] == 1),
+        Corner("both slots of a token on one rank", lambda c: bool(
+            ((_split_parts(c)[0] // (_split_parts(c)[2] // _split_parts(c)[3])).unsqueeze(2)
+             == (_split_parts(c)[0] // (_split_parts(c)[2] // _split_parts(c)[3])).unsqueeze(1)).sum(dim=(1, 2))
+            .gt(_split_parts(c)[0].shape[1]).any())),
+        Corner("the last expert (E − 1) kept", lambda c: bool(
+            (_split_parts(c)[0][_split_parts(c)[1]] == _split_parts(c)[2] - 1).any())),
+    ))
+
+
 check_split_sizes = _SplitSizesExercise(
     "Exercise 4 (all-to-all split sizes)",
     split_sizes_reference,
@@ -355,7 +465,7 @@ check_split_sizes = _SplitSizesExercise(
     mistakes=[
         ("dropped slots (kept == False) are not sent anywhere: count only the kept ones.",
          lambda ei, kept, e, w: split_sizes(ei, torch.ones_like(kept), e, w)),
-        ("experts are assigned to ranks in contiguous blocks (rank r owns experts r·E/W … (r+1)·E/W − 1), "
+        ("experts are assigned to ranks in contiguous blocks (rank r owns experts r·E/R … (r+1)·E/R − 1, R = world_size), "
          "not round-robin (expert % world_size).",
          _round_robin),
         ("count (token, slot) pairs, not tokens: a token whose two chosen experts live on the same rank is "
@@ -368,17 +478,17 @@ check_split_sizes = _SplitSizesExercise(
         ("a rank that receives nothing still needs its 0: count with torch.bincount(..., minlength=world_size).",
          lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist()),
     ],
-    atol=0, rtol=0,
+    atol=0, rtol=0, domain=SPLITS_DOMAIN,
 )
 
 # ----------------------------------------------------------------------------- 5. arithmetic intensity of an MoE step
 
 
 def _intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element, *, mac=2, read="used",
-               use_bytes=True):
+               use_bytes=True, slots=True, floor=False):
     n, k = expert_index.shape
     matrices = 3 if gated else 2
-    flops = mac * n * k * matrices * d_model * d_ff
+    flops = mac * n * (k if slots else 1) * matrices * d_model * d_ff
     if read == "all":
         experts_read = n_experts
     elif read == "per_slot":
@@ -388,14 +498,14 @@ def _intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element,
     else:
         experts_read = int(torch.unique(expert_index).numel())
     n_bytes = experts_read * matrices * d_model * d_ff * (bytes_per_element if use_bytes else 1)
-    return flops / n_bytes
+    return float(flops // n_bytes) if floor else flops / n_bytes
 
 
 def intensity_reference(expert_index: torch.Tensor, n_experts: int, d_model: int, d_ff: int, gated: bool,
                         bytes_per_element: int) -> float:
     """FLOPs per byte of expert weights read by one MoE forward step with this routing.
 
-    ``expert_index`` ``(N, k)`` int64: the k distinct experts each of the N tokens uses; the other arguments
+    ``expert_index`` ``(B, k)`` int64: the k distinct experts each of the B tokens uses; the other arguments
     are Python ints (``gated`` a bool). Every expert holds the same matrices (2 dense, 3 gated, each
     d_model × d_ff); an expert some token uses is read once for the whole step; each token does one
     multiply-add (2 FLOPs) per weight of each of its k experts. A Python float out.
@@ -420,7 +530,34 @@ def _intensity_cases() -> list[Case]:
         Case((routed(5, 8, 2), 8, 16, 64, False, 2), note="5 tokens, 8 experts, top-2"),
         Case((routed(3, 6, 6), 6, 12, 36, True, 2), note="3 tokens, k = E = 6: every token uses every expert"),
         Case((routed(4096, 256, 8), 256, 64, 32, True, 2), note="4096 tokens, 256 experts, top-8"),
+        Case((torch.tensor([[1, 4, 2]] * 5), 5, 8, 8, False, 2), note="5 tokens on the same 3 of 5 experts"),
     ]
+
+
+def _intensity_parts(case: Case):
+    expert_index, n_experts = case.args[:2]
+    return expert_index.shape[0], expert_index.shape[1], n_experts, int(torch.unique(expert_index).numel())
+
+
+INTENSITY_DOMAIN = Domain(
+    allows="expert_index an int64 (B, k) tensor of distinct experts per row in [0, E), B >= 1, 1 <= k <= E; Python "
+           "ints n_experts = E, d_model, d_ff >= 1 and bytes_per_element in {1, 2, 4}; gated a bool; a Python float out",
+    corners=(
+        Corner("one token (decode)", lambda c: _intensity_parts(c)[0] == 1),
+        Corner("every token on the same k experts (the fewest read)",
+               lambda c: _intensity_parts(c)[0] > 1 and _intensity_parts(c)[3] == _intensity_parts(c)[1]),
+        Corner("every expert read", lambda c: _intensity_parts(c)[3] == _intensity_parts(c)[2]),
+        Corner("k = 1", lambda c: _intensity_parts(c)[1] == 1),
+        Corner("k = E", lambda c: _intensity_parts(c)[1] == _intensity_parts(c)[2]),
+        Corner("gated", lambda c: c.args[4] is True),
+        Corner("dense", lambda c: c.args[4] is False),
+        Corner("1 byte per number", lambda c: c.args[5] == 1),
+        Corner("2 bytes per number", lambda c: c.args[5] == 2),
+        Corner("4 bytes per number", lambda c: c.args[5] == 4),
+        Corner("an intensity below 1 FLOP per byte", lambda c: intensity_reference(*c.args) < 1),
+        Corner("an intensity that is not a whole number", lambda c: intensity_reference(*c.args) % 1 != 0),
+        Corner("the last expert (E − 1) used", lambda c: int(c.args[0].max()) == c.args[1] - 1),
+    ))
 
 
 check_moe_intensity = Exercise(
@@ -441,6 +578,138 @@ check_moe_intensity = Exercise(
          lambda *a: _intensity(*a, mac=1)),
         ("the answer is FLOPs per *byte*: multiply the elements read by bytes_per_element.",
          lambda *a: _intensity(*a, use_bytes=False)),
+        ("each token uses k experts: its FLOPs are k times one expert's (count the B·k slots, not the B tokens).",
+         lambda *a: _intensity(*a, slots=False)),
+        ("the intensity is rarely a whole number: divide with /, not // (the example's 8 slots over 3 experts "
+         "give 2.667 at 2 bytes).",
+         lambda *a: _intensity(*a, floor=True)),
     ],
-    atol=0, rtol=1e-6, kind="investigate",
+    atol=0, rtol=1e-6, kind="investigate", domain=INTENSITY_DOMAIN,
 )
+
+# ----------------------------------------------------------------------------- 6. the decode batch that reaches a target
+
+
+def _sequences(target, context, n_weights, bytes_per_weight, n_layers, d_model, kv_bytes_per_token, *,
+               cache="own", attention=4, round_up=True, strict=False, none=0):
+    flops_each = 2 * n_weights + attention * n_layers * context * d_model     # FLOPs one sequence brings
+    need = target * bytes_per_weight * n_weights                              # B·margin must reach this
+    if cache == "shared":                           # one cache read for the whole batch: a fixed cost, like weights
+        return -(-target * (bytes_per_weight * n_weights + context * kv_bytes_per_token) // flops_each)
+    margin = flops_each - target * context * kv_bytes_per_token    # what each sequence adds over target·its bytes
+    if margin <= 0:
+        return none
+    return need // margin + 1 if strict else -(-need // margin) if round_up else need // margin
+
+
+def decode_batch_reference(target: int, context: int, n_weights: int, bytes_per_weight: int, n_layers: int,
+                           d_model: int, kv_bytes_per_token: int) -> int:
+    """The fewest sequences ``B`` whose decode step does at least ``target`` FLOPs per byte read; 0 if no ``B`` does.
+
+    A step of ``B`` sequences, each with ``context`` tokens in its KV cache, does
+    ``B·(2·n_weights + 4·n_layers·context·d_model)`` FLOPs (the weights, then attention's scores and mixing) and
+    reads ``bytes_per_weight·n_weights + B·context·kv_bytes_per_token`` bytes (the weights once, every sequence's
+    own cache). Solving ``FLOPs >= target·bytes`` for ``B``: ``B·m >= target·bytes_per_weight·n_weights`` with the
+    margin ``m = 2·n_weights + 4·n_layers·context·d_model − target·context·kv_bytes_per_token``; ``m <= 0`` means
+    no batch (the intensity tends to ``target`` or less). Python ints in, a Python int out.
+    """
+    return _sequences(target, context, n_weights, bytes_per_weight, n_layers, d_model, kv_bytes_per_token)
+
+
+#: Llama-3-8B in bf16 (helpers.inference.dense_param_counts): the 7,504,924,672 weights a decode step reads and
+#: multiplies (all but the input embedding), 32 layers of width 4096, 128 KiB of KV cache per token of context
+LLAMA3_8B_DECODE = dict(n_weights=7_504_924_672, bytes_per_weight=2, n_layers=32, d_model=4096,
+                        kv_bytes_per_token=131_072)
+
+
+def _decode_cases() -> list[Case]:
+    llama = tuple(LLAMA3_8B_DECODE.values())
+    cases = [Case((295, 128) + llama, note="Llama-3-8B in bf16 at 128 tokens of context, target 295 (H100's ridge)"),
+             Case((295, 1024) + llama, note="Llama-3-8B at 1,024 tokens of context"),
+             Case((295, 393) + llama, note="Llama-3-8B at 393 tokens: the last context some batch brings to 295"),
+             Case((295, 394) + llama, note="Llama-3-8B at 394 tokens"),
+             Case((295, 0) + llama, note="an empty cache (context 0)"),
+             Case((8, 10, 1000, 2, 1, 4, 27), note="a limit exactly at the target: 2·1000 + 4·1·10·4 = 8·10·27"),
+             Case((5, 1, 1000, 2, 1, 4, 403), note="a limit just above the target (a margin of 1 FLOP)"),
+             Case((1, 1000, 10 ** 9, 1, 10, 1024, 1000), note="a target of 1 FLOP per byte, 1-byte weights"),
+             Case((1000, 1000, 10 ** 12, 4, 126, 16384, 516_096),
+                  note="10^12 4-byte weights, 126 layers, d=16384, a target of 1000"),
+             Case((590, 131072, 405 * 10 ** 9, 1, 126, 16384, 1), note="131,072 tokens of context, 1 byte of cache "
+                                                                           "per token"),
+             Case((295, 256, 69_503_975_424, 2, 80, 8192, 327_680), note="a Llama-3-70B-like model at 256 tokens"),
+             Case((295, 16, 124_439_808, 4, 12, 768, 73_728), note="a GPT-2-small-like model in float32, 16 tokens"),
+             Case((590, 700) + llama[:4] + (65_536,), note="Llama-3-8B with a 1-byte cache, target 590")]
+    gen = torch.Generator().manual_seed(612)
+    for _ in range(3):
+        draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
+        layers, width = draw(2, 64), 128 * draw(2, 64)
+        cases.append(Case((draw(50, 700), draw(1, 600), draw(10 ** 8, 10 ** 11), [1, 2, 4][draw(0, 3)], layers,
+                           width, 2 * layers * 128 * draw(1, 9) * 2)))
+    return cases
+
+
+def _decode_margin(case: Case) -> int:
+    t, ctx, n, s, layers, d, kv = case.args
+    return 2 * n + 4 * layers * ctx * d - t * ctx * kv
+
+
+DECODE_DOMAIN = Domain(
+    allows="Python ints: 1 <= target <= 1000, 0 <= context <= 131072, 1 <= n_weights <= 10**12, bytes_per_weight in "
+           "{1, 2, 4}, 1 <= n_layers <= 200, 1 <= d_model <= 32768, 1 <= kv_bytes_per_token <= 10**7; a step of B "
+           "sequences does B·(2·n_weights + 4·n_layers·context·d_model) FLOPs and reads bytes_per_weight·n_weights "
+           "+ B·context·kv_bytes_per_token bytes; the smallest B >= 1 with FLOPs >= target·bytes, or 0; a Python "
+           "int out (the bounds keep target·bytes_per_weight·n_weights below 2**53, so float division is exact "
+           "enough)",
+    corners=(
+        Corner("an empty cache (context = 0)", lambda c: c.args[1] == 0),
+        Corner("no batch reaches the target (answer 0)", lambda c: decode_batch_reference(*c.args) == 0),
+        Corner("the limit exactly at the target (a margin of 0)", lambda c: _decode_margin(c) == 0),
+        Corner("a margin of 1 (the limit just above the target)", lambda c: _decode_margin(c) == 1),
+        Corner("the answer reaches the target exactly (B·margin = target·bytes_per_weight·n_weights, B > 1)",
+               lambda c: _decode_margin(c) > 0 and decode_batch_reference(*c.args) > 1 and
+               c.args[0] * c.args[3] * c.args[2] % _decode_margin(c) == 0),
+        Corner("one sequence is enough (answer 1)", lambda c: decode_batch_reference(*c.args) == 1),
+        Corner("the context where the answer turns 0 and its neighbour", lambda c: c.args[1] in (393, 394)),
+        Corner("bytes_per_weight = 1", lambda c: c.args[3] == 1),
+        Corner("bytes_per_weight = 2", lambda c: c.args[3] == 2),
+        Corner("bytes_per_weight = 4", lambda c: c.args[3] == 4),
+        Corner("target = 1", lambda c: c.args[0] == 1),
+        Corner("target = 1000 with n_weights = 10**12 (the largest products)",
+               lambda c: c.args[0] == 1000 and c.args[2] == 10 ** 12),
+        Corner("context = 131072", lambda c: c.args[1] == 131072),
+        Corner("kv_bytes_per_token = 1", lambda c: c.args[6] == 1),
+    ))
+
+
+check_decode_batch = Exercise(
+    "Exercise 6 (the decode batch that reaches the ridge)",
+    decode_batch_reference,
+    _decode_cases,
+    mistakes=[
+        ("every sequence reads its own KV cache and does attention over its context; you counted only the weights "
+         "(that gives target·bytes_per_weight/2 whatever the context).",
+         lambda t, ctx, n, s, layers, d, kv: -(-t * s // 2)),
+        ("the cache is not shared by the batch: each sequence reads its own, B·context·kv_bytes_per_token bytes "
+         "(a cache read once per step would let a large enough batch reach any target).",
+         lambda *a: _sequences(*a, cache="shared")),
+        ("each sequence also does 4·n_layers·context·d_model FLOPs of attention (scores and mixing over its whole "
+         "context); you left them out.",
+         lambda *a: _sequences(*a, attention=0)),
+        ("the statement counts attention's scores and mixing over the whole context, 4·n_layers·context·d_model "
+         "FLOPs per sequence; you counted half of it.",
+         lambda *a: _sequences(*a, attention=2)),
+        ("when no batch reaches the target, the answer is 0 (you returned -1).",
+         lambda *a: _sequences(*a, none=-1)),
+        ("a step that reaches the target exactly counts (FLOPs >= target·bytes): at an exact fit the answer is "
+         "target·bytes_per_weight·n_weights / margin, not one more.",
+         lambda *a: _sequences(*a, strict=True)),
+        ("round the batch up: the smallest B with B·margin >= target·bytes_per_weight·n_weights is the ceiling of "
+         "their ratio, not the floor.",
+         lambda *a: _sequences(*a, round_up=False)),
+    ],
+    atol=0, rtol=0, kind="investigate", domain=DECODE_DOMAIN,
+)
+
+#: every exercise of notebook 06, in the notebook's order
+EXERCISES = [check_model_flops, check_fewest_chunks, check_tensor_parallel, check_split_sizes, check_moe_intensity,
+             check_decode_batch]

@@ -3,8 +3,11 @@
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
 ``check_gpt_oss_layout(gpt_oss_gate_up)``; it prints one line (not attempted / passed / what is wrong, with
 the likely mistake when one explains every failing case). Three exercises are *debug* exercises: the notebook
-gives a function with one bug of a kind that was reported in widely used code; the checker catches that
-bug, passes the fix, and names the class of bug when a "fix" still fails.
+gives a function with one bug of a kind that was reported in widely used code (``buggy=``, the function as
+given). The checker passes the fix and climbs the engine's debug ladder: the function as given, and any first
+failure, get the symptom only (the case and what differs); once a failure has been shown, a changed function
+that still fails gets the wrong fix it recognises, or the class of bug. No message names the fix: the learner
+finds it.
 
 ================================  ===========================================================  =============
 checker                           your function                                                returns
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -139,19 +142,27 @@ check_gpt2_loader = Exercise(
     _attn_from_gpt2,
     _gpt2_cases,
     [
-        ("W_q, W_k and W_v are split out of c_attn correctly but keep Conv1D's input × output layout: each block "
-         "is square (d × d), so no shape check notices. A layout bug: Conv1D stores input × output, nn.Linear "
-         "output × input; transpose c_attn (or each block) before using it as nn.Linear weights.", _gpt2_buggy),
-        ("reshape (or view) to (3d, d) keeps the memory order, so the shapes are right and the weights "
-         "scrambled: only a transpose (.t()) turns Conv1D's input × output into nn.Linear's output × input.",
-         _gpt2_reshaped),
-        ("W_q, W_k, W_v are right now, but W_o lost its transpose: c_proj is a square Conv1D weight too.",
-         _gpt2_out_untransposed),
-        ("no weight is transposed: Conv1D stores input × output, nn.Linear output × input, and every block here "
-         "is square, so only the values show it.", _gpt2_nothing_transposed),
+        ("a reshape (or view) to (3d, d) keeps the memory order: the shapes come out right, but each weight's "
+         "entries land in other places than the layer's.", _gpt2_reshaped),
+        ("W_q, W_k and W_v are right now, but W_o no longer is: c_proj is stored the way c_attn is, and it is "
+         "square too.", _gpt2_out_untransposed),
+        ("none of the four weights is in nn.Linear's layout now: each is returned as Conv1D stores it, and every "
+         "block here is square, so only the values show it.", _gpt2_nothing_transposed),
     ],
-    atol=0, rtol=0, kind="debug",
-    bug_class="a Conv1D (input × output) weight used as an nn.Linear (output × input) one without a transpose",
+    atol=0, rtol=0, kind="debug", buggy=_gpt2_buggy,
+    domain=Domain(
+        allows="Conv1D weights c_attn_w (d, 3d) and c_proj_w (d, d), any d ≥ 1, float32 or float64 (the same dtype "
+               "for both); the answer is compared exactly (data movement, no arithmetic)",
+        corners=(Corner("d_model = 1 (every block 1 × 1: the bug cannot show)",
+                        lambda c: c.args[1].shape == (1, 1)),
+                 Corner("d_model = 2 (the smallest layer where a layout shows)", lambda c: c.args[1].shape == (2, 2)),
+                 Corner("d_model ≥ 16", lambda c: c.args[1].shape[0] >= 16),
+                 Corner("float32 weights", lambda c: c.args[0].dtype == torch.float32),
+                 Corner("float64 weights", lambda c: c.args[0].dtype == torch.float64),
+                 Corner("c_proj not symmetric (a W_o in the other layout shows)",
+                        lambda c: c.args[1].shape[0] > 1 and not torch.equal(c.args[1], c.args[1].t())))),
+    bug_class="a weight read in the other layout: Conv1D stores input × output, nn.Linear output × input, and a "
+              "square block looks the same either way",
     bug_shows=_gpt2_bug_shows,
 )
 
@@ -165,6 +176,15 @@ def _balance_loss(router_logits, expert_index, attention_mask):
     counts = torch.bincount(chosen.reshape(-1), minlength=n_experts).to(probs.dtype)
     f = counts / chosen.numel()
     return n_experts * (f * probs.mean(0)).sum()
+
+
+def _balance_buggy(router_logits, expert_index, attention_mask):
+    """The notebook's function as given: the attention mask is never read."""
+    probs = torch.softmax(router_logits, dim=-1)
+    n_experts = probs.shape[-1]
+    counts = torch.bincount(expert_index.reshape(-1), minlength=n_experts).float()
+    f = counts / expert_index.numel()
+    return n_experts * (f * probs.mean(dim=0)).sum()
 
 
 def _balance_wrong(kind: str):
@@ -210,6 +230,12 @@ def _balance_cases() -> list[Case]:
     return cases
 
 
+def _padding_to_one_expert(case: Case) -> bool:
+    """At least 4 padding tokens, and over three quarters of them put the same expert first."""
+    first = case.args[1][case.args[2] == 0][:, 0]
+    return len(first) >= 4 and int(torch.bincount(first).max()) * 4 > 3 * len(first)
+
+
 def _padding_bug_shows(fn, args, value) -> bool:
     """The class shows when the answer moves if the padding tokens are removed from the batch, or if what they
     hold (their logits and experts) is redrawn: a loss over the real tokens does neither."""
@@ -237,23 +263,29 @@ check_padding_balance = Exercise(
     _balance_loss,
     _balance_cases,
     [
-        ("the attention mask is not used, so padding tokens count in both f (the routed shares) and P (the "
-         "mean probabilities). Padding is not text: a balance loss must average over real tokens only.",
-         _balance_wrong("ignored")),
-        ("only the counts f skip the padding; the mean router probability P still averages over padding "
-         "rows too. Mask both, and divide each by the number of real tokens (or slots).",
-         _balance_wrong("counts only")),
-        ("only P skips the padding; the routed shares f still count the slots of padding tokens. Mask both.",
+        ("only the counts f leave the padding out; the mean router probability P still averages over the "
+         "padding rows.", _balance_wrong("counts only")),
+        ("only P leaves the padding out; the routed shares f still count the slots of the padding tokens.",
          _balance_wrong("probs only")),
-        ("the padding rows were zeroed, but f and P are still divided by all N tokens (N·k slots); divide by "
-         "the number of real tokens (their slots) instead, so an even load still gives 1.",
-         _balance_wrong("divided by all")),
-        ("the padding is masked, but f counts tokens, not the N_real·k slots: that is transformers' "
-         "normalisation (k at an even load), while this statement's f divides by N_real·k (1 at an even load).",
+        ("the padding rows were zeroed, but f and P are still divided by all N tokens (N·k slots): an even load "
+         "over the real tokens no longer gives 1.", _balance_wrong("divided by all")),
+        ("the padding is left out, but f is divided by the number of real tokens, not by their N_real·k slots "
+         "(transformers' normalisation): at an even load it gives k, where this statement's f gives 1.",
          _balance_wrong("f per token")),
     ],
-    kind="debug",
-    bug_class="padding counted as data: both f and P must average over the real tokens only",
+    kind="debug", buggy=_balance_buggy,
+    domain=Domain(
+        allows="float32 router_logits (N, E), int64 expert_index (N, k) with k distinct experts per token, 1 ≤ k ≤ E, "
+               "and an int64 attention_mask (N,) of 1s and 0s with at least one real token (1); any amount of padding",
+        corners=(Corner("no padding (every token real)", lambda c: bool(c.args[2].bool().all())),
+                 Corner("one real token", lambda c: int(c.args[2].sum()) == 1),
+                 Corner("half the batch or more is padding",
+                        lambda c: int((c.args[2] == 0).sum()) * 2 >= len(c.args[2])),
+                 Corner("k = 1", lambda c: c.args[1].shape[1] == 1),
+                 Corner("k = E (every expert chosen: padding cannot move f)",
+                        lambda c: c.args[1].shape[1] == c.args[0].shape[1]),
+                 Corner("most padding tokens choose one expert first (as in real runs)", _padding_to_one_expert))),
+    bug_class="padding counted as data: tokens whose attention_mask is 0 still enter the averages",
     bug_shows=_padding_bug_shows,
 )
 
@@ -364,6 +396,12 @@ def _group_symptom(args, value) -> bool:
     return False
 
 
+def _both_signs(case: Case) -> bool:
+    """Some token's biased scores are positive for one expert and negative for another."""
+    biased = case.args[0] + case.args[1]
+    return bool(((biased > 0).any(-1) & (biased < 0).any(-1)).any())
+
+
 def _group_bug_shows(fn, args, value) -> bool:
     """The class shows when both the symptom and the cause show. The symptom: ``_group_symptom``. The cause: moving
     every bias by the same large amount changes the experts chosen; with the dropped groups filled with -inf such a
@@ -389,23 +427,36 @@ check_group_limited = Exercise(
     _group_limited,
     _group_cases,
     [
-        ("the experts of the dropped groups are filled with a finite value (0), which beats every biased score "
-         "below it, so they get chosen. A masking bug: a masked entry must lose against every possible score, "
-         "so fill it with -inf (as DeepSeek-V3's own code does).", _group_buggy),
-        ("the dropped groups were masked before the bias was added, so a masked expert scores 0 + bias and "
-         "can still win; mask after adding the bias, with -inf.", _group_mask_before_bias),
-        ("the group limit is gone: the top k is taken over all experts. Keep the groups, but make the masked "
-         "experts lose (fill with -inf).", _group_no_limit),
+        ("the dropped groups were masked before the bias was added, so a masked expert scores 0 + bias, and a "
+         "large enough bias still makes it win.", _group_mask_before_bias),
+        ("the group limit is gone: the top k is taken over all experts, whatever group they are in.",
+         _group_no_limit),
         ("the groups were ranked by the scores without the bias; DeepSeek-V3 ranks groups (and experts) by "
          "scores + bias, the bias only leaves the combine weights alone.", _group_unbiased_groups),
-        ("the right experts, in decreasing order: the statement wants each row's indices sorted in increasing "
-         "order (.sort(dim=-1).values).", _group_descending),
-        ("the right experts, in topk's order (best score first): the statement wants each row's indices sorted "
-         "in increasing order (.sort(dim=-1).values).", _group_topk_order),
+        ("the right experts, in decreasing order; the statement asks for each row's indices in increasing order.",
+         _group_descending),
+        ("the right experts, in topk's order (best score first); the statement asks for each row's indices in "
+         "increasing order.", _group_topk_order),
     ],
-    kind="debug",
-    bug_class="a masked entry that does not always lose: the experts of a dropped group must score below every "
-              "possible biased score (-inf), whatever the bias",
+    kind="debug", buggy=_group_buggy,
+    domain=Domain(
+        allows="float32 sigmoid scores (N, E) in (0, 1), a float32 bias (E,) with values from -100 to 100, n_group "
+               "dividing E with at least 2 experts per group, 1 ≤ topk_group ≤ n_group, 1 ≤ k ≤ the experts of the "
+               "kept groups; int64 indices (N, k) sorted increasing",
+        corners=(Corner("bias near -100 (every biased score below 0)", lambda c: float(c.args[1].min()) <= -99.5),
+                 Corner("bias near 100", lambda c: float(c.args[1].max()) >= 99.5),
+                 Corner("no bias (all zero)", lambda c: not bool(c.args[1].any())),
+                 Corner("biased scores of both signs in one row", _both_signs),
+                 Corner("k = 1", lambda c: c.args[2] == 1),
+                 Corner("k = every expert of the kept groups",
+                        lambda c: c.args[2] == c.args[4] * c.args[0].shape[1] // c.args[3] and c.args[4] < c.args[3]),
+                 Corner("one group (n_group = 1)", lambda c: c.args[3] == 1),
+                 Corner("every group kept (topk_group = n_group > 1)", lambda c: c.args[4] == c.args[3] > 1),
+                 Corner("one group kept of several", lambda c: c.args[4] == 1 < c.args[3]),
+                 Corner("2 experts per group (the fewest allowed)", lambda c: c.args[0].shape[1] // c.args[3] == 2),
+                 Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1))),
+    bug_class="a masked entry that does not always lose: whether an expert of a dropped group can be chosen "
+              "depends on the biases",
     bug_shows=_group_bug_shows,
 )
 

@@ -1,0 +1,202 @@
+r"""Why a fresh router is uneven on real text: the inputs' geometry, and the controls that show it.
+
+An untrained router is a random matrix ``W_r`` (E, d). On inputs spread evenly in every direction (an
+isotropic Gaussian) its top-1 choice is close to uniform over the experts. The inputs an MoE layer of a
+language model sees are not spread that way: hidden states share a common direction (their mean ``μ`` is far
+from 0) and most of their variance lies in a few directions (a low effective rank). A random router turns the
+shared part into the same logit offset ``W_r μ`` for every token, so a few experts win for most tokens from
+step 0, before anything was learnt. Repetition of identical inputs plays little part.
+
+``skew_controls`` measures the busiest expert's load over the mean load (``helpers.moe.load_max_over_mean``)
+of every MoE layer of an untrained ``TinyGPT`` on the layer's real inputs and on inputs that keep or remove one
+property at a time:
+
+=========================  =======================================================================================
+control                    router input
+=========================  =======================================================================================
+``all positions``          the layer's inputs at every token position (N·T rows)
+``distinct inputs``        the same, each distinct vector once (identical prefixes give identical vectors)
+``matched Gaussian``       Gaussian vectors with the inputs' mean and covariance: no duplicates, no words
+``mean removed``           the real inputs minus their mean (the shared direction gone, the low rank kept)
+``isotropic Gaussian``     N(0, I) vectors, as many as the inputs: no shared direction, every direction equal
+``noise alone``            the real inputs, noisy top-k (Shazeer et al. 2017) with W_noise = 0 (std softplus(0))
+``W_g = 0, noise``         the same with the router's weights zeroed too, the paper's initialisation ("no
+                           signal and some noise"): the noise alone decides
+=========================  =======================================================================================
+
+``input_geometry`` gives the two numbers behind it: ``|mean| / rms |x|`` and the participation ratio
+``(Σλ)² / Σλ²`` of the covariance's eigenvalues (d for an isotropic cloud, 1 for a line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from helpers import validate
+from helpers.moe import MoE, load_max_over_mean
+
+CONTROLS = ("all positions", "distinct inputs", "matched Gaussian", "mean removed", "isotropic Gaussian",
+            "noise alone", "W_g = 0, noise")
+
+
+def moe_inputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
+    """Run ``model`` on ``ids`` (B, T) without gradients and return what every ``MoE`` layer received, bottom
+    layer first, each flattened to ``(B·T, d_model)`` (float32)."""
+    layers = [m for m in model.modules() if isinstance(m, MoE)]
+    if not layers:
+        raise ValueError("model has no MoE layer")
+    seen: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append(args[0].reshape(-1, mod.d_model).detach()))
+             for m in layers]
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [x.float() for x in seen]
+
+
+def distinct_rows(x: torch.Tensor, decimals: int = 4) -> torch.Tensor:
+    """``x`` (N, d) with repeated rows kept once (rows equal after rounding to ``decimals``), in first-seen order."""
+    validate.float_tensor("x", x, min_dims=2)
+    _, inverse = torch.unique(x.round(decimals=decimals), dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), x.shape[0], dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(x.shape[0]), reduce="amin")
+    return x[first.sort().values]
+
+
+def matched_gaussian(x: torch.Tensor, n: int | None = None, *, generator: torch.Generator | None = None,
+                     covariance: bool = True) -> torch.Tensor:
+    """``n`` (default N) Gaussian rows with the mean and covariance of ``x`` (N, d) (``covariance=False``: the
+    mean and each feature's variance only). Sampled in float64 through an eigendecomposition (no jitter
+    needed for a singular covariance), returned as float32."""
+    validate.float_tensor("x", x, min_dims=2)
+    n = x.shape[0] if n is None else validate.positive_int("n", n)
+    x64 = x.double()
+    mean = x64.mean(0)
+    z = torch.randn(n, x.shape[1], generator=generator, dtype=torch.float64)
+    if not covariance:
+        return (mean + z * x64.std(0)).float()
+    values, vectors = torch.linalg.eigh(torch.cov(x64.T))
+    return (mean + (z * values.clamp_min(0).sqrt()) @ vectors.T).float()
+
+
+@dataclass
+class Geometry:
+    """``mean_ratio``: |mean of the rows| / root-mean-square row norm (0: centred, 1: every row the same);
+    ``participation``: (Σλ)² / Σλ² of the covariance's eigenvalues, the number of directions the variance
+    effectively spreads over (d for an isotropic cloud); ``d``: the width."""
+    mean_ratio: float
+    participation: float
+    d: int
+
+
+def input_geometry(x: torch.Tensor) -> Geometry:
+    """How far the rows of ``x`` (N, d) share one direction, and over how many directions they vary."""
+    validate.float_tensor("x", x, min_dims=2)
+    x64 = x.double()
+    rms = x64.square().sum(-1).mean().sqrt()
+    values = torch.linalg.eigvalsh(torch.cov(x64.T)).clamp_min(0)
+    return Geometry(float(x64.mean(0).norm() / rms), float(values.sum() ** 2 / values.square().sum()), x.shape[1])
+
+
+def _top1_load(layer: MoE, x: torch.Tensor) -> float:
+    return load_max_over_mean(layer.route(x).tokens_per_expert())
+
+
+def _noisy_load(layer: MoE, x: torch.Tensor, draws: int, zero_router: bool) -> float:
+    """Mean busiest/mean over ``draws`` noisy routings of ``x``, the router's weights zeroed if asked (the
+    layer is restored)."""
+    saved = layer.router.weight.detach().clone()
+    was_training = layer.training
+    try:
+        with torch.no_grad():
+            if zero_router:
+                layer.router.weight.zero_()
+            layer.train()
+            return sum(_top1_load(layer, x) for _ in range(draws)) / draws
+    finally:
+        with torch.no_grad():
+            layer.router.weight.copy_(saved)
+        layer.train(was_training)
+
+
+def layer_controls(layer: MoE, x: torch.Tensor, *, generator: torch.Generator, draws: int = 3) -> dict[str, float]:
+    """Busiest/mean of ``layer``'s routing for each control of ``CONTROLS`` on its real inputs ``x`` (N, d).
+    Gaussian controls and the noise draw from ``generator``'s stream (the noise through ``torch``'s global
+    generator, reseeded from it). ``layer`` must be built with ``noisy=True``."""
+    if not isinstance(layer, MoE) or layer.noise is None:
+        raise ValueError("layer must be an MoE built with noisy=True (its noise weights start at zero)")
+    n = x.shape[0]
+    with torch.no_grad():
+        layer.eval()
+        out = {"all positions": _top1_load(layer, x),
+               "distinct inputs": _top1_load(layer, distinct_rows(x)),
+               "matched Gaussian": _top1_load(layer, matched_gaussian(x, generator=generator)),
+               "mean removed": _top1_load(layer, x - x.mean(0)),
+               "isotropic Gaussian": _top1_load(layer, torch.randn(n, x.shape[1], generator=generator))}
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+        out["noise alone"] = _noisy_load(layer, x, draws, zero_router=False)
+        out["W_g = 0, noise"] = _noisy_load(layer, x, draws, zero_router=True)
+    return out
+
+
+@dataclass
+class SkewControls:
+    """``loads[control]``: (seeds, layers) busiest/mean of the untrained routers; ``geometry[l]``: the inputs'
+    ``Geometry`` of layer ``l``, averaged over seeds; ``distinct[l]``: mean number of distinct input vectors
+    of layer ``l`` out of ``n_inputs``."""
+    loads: dict[str, torch.Tensor]
+    geometry: list[Geometry]
+    distinct: list[float]
+    n_inputs: int
+
+    def per_seed(self, control: str) -> torch.Tensor:
+        """``(seeds,)``: the mean of the layers' busiest/mean, one value per seed (the unit of the verdicts)."""
+        return self.loads[control].mean(1)
+
+
+def skew_controls(build: callable, ids: torch.Tensor, seeds: Sequence[int], *, draws: int = 3) -> SkewControls:
+    """Every control of ``CONTROLS`` for each seed: ``torch.manual_seed(seed); model = build()`` must return an
+    untrained model whose FFNs are ``MoE(..., noisy=True)``; ``ids`` (B, T) are the sentences. Gaussian
+    draws and noise come from a generator seeded with ``1000 + seed``."""
+    loads: dict[str, list[list[float]]] = {c: [] for c in CONTROLS}
+    geometry: list[list[Geometry]] = []
+    distinct: list[list[int]] = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = build().eval()
+        inputs = moe_inputs(model, ids)
+        layers = [m for m in model.modules() if isinstance(m, MoE)]
+        g = torch.Generator().manual_seed(1000 + seed)
+        rows = [layer_controls(layer, x, generator=g, draws=draws) for layer, x in zip(layers, inputs)]
+        for c in CONTROLS:
+            loads[c].append([r[c] for r in rows])
+        geometry.append([input_geometry(x) for x in inputs])
+        distinct.append([distinct_rows(x).shape[0] for x in inputs])
+    n_layers = len(geometry[0])
+    mean_geometry = [Geometry(sum(g[l].mean_ratio for g in geometry) / len(geometry),
+                              sum(g[l].participation for g in geometry) / len(geometry), geometry[0][l].d)
+                     for l in range(n_layers)]
+    return SkewControls({c: torch.tensor(v, dtype=torch.float64) for c, v in loads.items()}, mean_geometry,
+                        [sum(d[l] for d in distinct) / len(distinct) for l in range(n_layers)], ids.numel())
+
+
+def skew_table(result: SkewControls) -> str:
+    """Printable lines: per control, busiest/mean per layer (mean over seeds, lowest–highest) and the share of
+    the real inputs' excess over an even load (busiest/mean − 1) that the control keeps."""
+    base = result.per_seed("all positions").mean() - 1
+    n_layers = result.loads["all positions"].shape[1]
+    head = f"{'router input':<20}" + "".join(f"{'layer ' + str(l):>19}" for l in range(n_layers)) + f"{'excess kept':>13}"
+    lines = [head]
+    for c in CONTROLS:
+        v = result.loads[c]
+        cells = "".join(f"{v[:, l].mean():>7.2f} ({v[:, l].min():.2f}–{v[:, l].max():.2f})" for l in range(n_layers))
+        kept = (result.per_seed(c).mean() - 1) / base
+        lines.append(f"{c:<20}{cells}{kept:>12.0%}")
+    return "\n".join(lines)

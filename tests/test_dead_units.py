@@ -1,0 +1,165 @@
+"""helpers.dead_units: the measures of notebook 01's sections 6-8, checked against independent computations."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers.dead_units import (dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
+                                pre_activations, sgd, shove_below_zero_, stuck_fraction)
+from helpers.ffn import FFN
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _model(seed=0, activation="relu", d=16, d_ff=256):
+    torch.manual_seed(seed)
+    return FFN(d, d_ff, activation=activation)
+
+
+def test_experiment_data_is_seeded_float32_and_a_function_of_x():
+    x, y = experiment_data()
+    assert x.shape == y.shape == (256, 16) and x.dtype == y.dtype == torch.float32
+    x2, y2 = experiment_data()
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert not torch.equal(experiment_data(seed=2)[0], x)
+    assert experiment_data(n=64, d=4)[0].shape == (64, 4)
+    assert y.abs().max() <= 1
+
+
+def test_sgd_is_plain_full_batch_sgd_on_the_mse():
+    x, y = experiment_data(n=32)
+    a, b = _model(), _model()
+    losses = sgd(a, x, y, 0.1, 3)
+    opt = torch.optim.SGD(b.parameters(), lr=0.1)
+    expected = []
+    for _ in range(3):
+        loss = F.mse_loss(b(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        expected.append(loss.item())
+    assert losses == expected
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    assert sgd(a, x, y, 0.1, 0) == []
+
+
+def test_sgd_trains_with_autograd_switched_off_around_it():
+    x, y = experiment_data(n=32)
+    model = _model()
+    before = model.w1.weight.clone()
+    with torch.no_grad():
+        sgd(model, x, y, 0.1, 1)
+    assert not torch.equal(before, model.w1.weight)
+
+
+def test_dead_stuck_and_negative_agree_for_relu_on_a_hand_made_layer():
+    model = _model(d=2, d_ff=4)
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    with torch.no_grad():
+        model.w1.weight.copy_(torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [-1.0, -1.0]]))
+        model.w1.bias.copy_(torch.tensor([0.0, -0.5, 0.0, 0.5]))
+    # h per unit: u0 = (1, 0, -1) alive; u1 = (-1.5, -0.5, 0.5) alive; u2 = (0, 0, 0) dead; u3 = (-.5, -.5, 2.5) alive
+    assert dead_units(model, x).tolist() == [False, False, True, False]
+    assert stuck_fraction(model, "relu", x) == 0.25
+    assert negative_everywhere(model, x) == 0.0              # unit 2 is 0, not < 0
+    assert firing_rates(model, x).tolist() == pytest.approx([1 / 3, 1 / 3, 0.0, 1 / 3])
+
+
+def test_gelu_and_silu_units_are_stuck_only_deep_in_the_tail():
+    model = _model(activation="gelu", d=1, d_ff=3)
+    x = torch.tensor([[1.0], [2.0]])
+    with torch.no_grad():
+        model.w1.weight.zero_()
+        model.w1.bias.copy_(torch.tensor([-1.0, -3.0, -5.0]))   # GELU's slope: -0.08, -0.012, -1.5e-5
+    assert stuck_fraction(model, "gelu", x) == pytest.approx(1 / 3)
+    assert stuck_fraction(model, "relu", x) == 1.0
+    assert negative_everywhere(model, x) == 1.0
+
+
+def test_a_dead_relu_unit_gets_exactly_zero_gradient():
+    x, y = experiment_data()
+    model = _model()
+    sgd(model, x, y, 2.0, 5)
+    dead = dead_units(model, x)
+    assert 0 < dead.sum() < 256
+    model.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    assert model.w1.weight.grad[dead].abs().max() == 0 and model.w1.bias.grad[dead].abs().max() == 0
+    assert model.w1.weight.grad[~dead].abs().max() > 0
+    assert stuck_fraction(model, "relu", x) == dead.double().mean().item()
+
+
+def test_last_layer_lr_limit_is_where_sgd_on_the_last_layer_starts_to_diverge():
+    """Freeze W1: SGD on (W2, b2) alone is a linear iteration; it converges below the limit and diverges above."""
+    x, y = experiment_data(n=64)
+    limit = last_layer_lr_limit(_model(), x)
+
+    def last_layer_loss(lr, steps=300):
+        model = _model()
+        opt = torch.optim.SGD(model.w2.parameters(), lr=lr)
+        for _ in range(steps):
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return loss.item()
+    start = F.mse_loss(_model()(x), y).item()
+    assert last_layer_loss(0.95 * limit) < start
+    assert last_layer_loss(1.05 * limit) > 10 * start
+
+
+def test_last_layer_lr_limit_matches_the_notebook_ordering():
+    x, _ = experiment_data()
+    limits = {name: last_layer_lr_limit(_model(activation=name), x) for name in ("relu", "gelu", "silu")}
+    assert limits["relu"] < 1.0 < 2.0 < limits["gelu"] < limits["silu"]
+
+
+def test_shove_puts_every_unit_below_minus_the_margin_and_keeps_w1():
+    x, _ = experiment_data(n=64)
+    model = _model(activation="gelu")
+    weight = model.w1.weight.clone()
+    shove_below_zero_(model, x, margin=0.5)
+    h = pre_activations(model, x)
+    assert h.max() <= -0.5 + 1e-5 and (h.max(dim=0).values > -0.5 - 1e-5).all()
+    assert torch.equal(weight, model.w1.weight)
+    assert negative_everywhere(model, x) == 1.0
+
+
+def test_bad_arguments_are_named():
+    x, y = experiment_data(n=8)
+    model = _model()
+    with pytest.raises(ValueError, match="lr"):
+        sgd(model, x, y, 0.0, 1)
+    with pytest.raises(ValueError, match="y must have the shape of x"):
+        sgd(model, x, y[:4], 0.1, 1)
+    with pytest.raises(ValueError, match="last dimension"):
+        dead_units(model, torch.zeros(3, 5))
+    with pytest.raises(TypeError, match="model must be"):
+        stuck_fraction(torch.nn.Linear(16, 16), "relu", x)
+    with pytest.raises(ValueError, match="activation"):
+        stuck_fraction(model, "tanh", x)
+    with pytest.raises(ValueError, match="biases"):
+        shove_below_zero_(FFN(16, 8, activation="relu", bias=False), x)
+
+
+def test_firing_rates_and_dead_units_for_a_healthy_and_a_burst_network():
+    """Section 7's numbers: 105 steps at lr 0.1 leave no dead unit and about half the units silent per example;
+    5 steps at lr 2.0 first leave a quarter or more dead."""
+    x, y = experiment_data()
+    healthy, burst = _model(), _model()
+    sgd(healthy, x, y, 0.1, 105)
+    sgd(burst, x, y, 2.0, 5)
+    sgd(burst, x, y, 0.1, 100)
+    rates = firing_rates(healthy, x)
+    assert dead_units(healthy, x).sum() == 0 and 0.4 < 1 - rates.mean() < 0.6
+    assert dead_units(burst, x).double().mean() > 0.25
+    never_on = (firing_rates(burst, x) == 0).double().mean().item()
+    assert math.isclose(never_on, dead_units(burst, x).double().mean().item())
