@@ -174,7 +174,7 @@ def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int
     ``(S, N, d_out)``. ``k``: features kept per input, one int for all, or one per seed.
 
     The recipe: each seed fixes its start and its minibatches (``batch_size`` rows drawn with replacement each
-    step), so a dictionary comes out the same whichever other seeds train beside it. ``start="data"`` (the
+    step), so a dictionary comes out the same (up to rounding) whichever other seeds train beside it. ``start="data"`` (the
     default) starts feature i as one remembered example (key ``x_r/‖x_r‖``, value ``y_r/‖y_r‖``), which leaves
     far fewer features dead than ``start="random"`` (one start for all seeds, or one per seed). Loss: ``Σ‖y − ŷ‖²`` over the batch divided by the batch
     size times the data's variance ``Σ‖y − ȳ‖²/N`` (the batch's fraction of variance unexplained). Adam with

@@ -1,9 +1,10 @@
-r"""Sparse dictionaries on all ten shipped fact models: the runs too slow for notebook 09, shipped as a file.
+r"""Sparse dictionaries on five shipped fact models: the runs too slow for notebook 09, shipped as a file.
 
 Notebook 09 trains one dictionary live (model seed 0, layer 1, dictionary seed 0) and checks it against this
-file; every verdict over models comes from here. For each shipped fact model (``helpers.fact_model``, seeds
-0-9) and each layer's FFN, on the model's distinct prefixes split once into 80 % for fitting and 20 % held
-out (``held_out_split``), with ``RECIPE``'s TopK dictionaries (256 features, k = 8, 3,000 steps, 5 seeds):
+file; every verdict over models comes from here. For each of the shipped fact models ``MODELS``
+(``helpers.fact_model`` seeds 0-4) and the layers ``LAYERS`` (the last, layer 1), on the model's distinct
+prefixes split once into 80 % for fitting and 20 % held out (``held_out_split``), with ``RECIPE``'s TopK
+dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
 
 * **the superposition test**: the held-out fraction of variance unexplained (FVU) of
 
@@ -13,18 +14,18 @@ out (``held_out_split``), with ``RECIPE``'s TopK dictionaries (256 features, k =
   - a sparse autoencoder on ``y`` and one on a *Gaussian with y's mean and covariance* (the moment-matched
     control: how much a sparse code beats PCA-8 on data without sparse structure);
 
-* **convergence**: the transcoder's held-out FVU after 300, 1,000, 3,000 and 9,000 steps (a 3× longer run);
+* **convergence**: the transcoder's held-out FVU after 1/10, 1/3, 1 and 3 times the recipe's steps;
 * **splicing**: the model's answers with each transcoder in place of the FFN, the FFN removed, mean-ablated;
 * **features against neurons**: ``tracking_rates`` of the transcoder's features, the layer's neurons, an
   autoencoder on ``x`` (the FFN's input), a random dictionary, and the untrained network's neurons;
 
-and on model seed 0 the learning-rate sweep that chose each arm's rate (``ARM_LR``), plus the toy models of
-``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer than the notebook trains them.
+plus the toy models of ``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer
+than the notebook trains them, and optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
 
-Make the file (about 40 minutes of one CPU core), or a small run to see the format::
+Make the file (about 10 minutes of one CPU core), or a small run to see the format::
 
     python -m helpers.dictionary_study
-    python -m helpers.dictionary_study --models 0 --layers 1 --seeds 2 --steps 60 --out /tmp/small.json
+    python -m helpers.dictionary_study --models 0 --layers 1 --seeds 2 --steps 60 --no-toy --out /tmp/small.json
 """
 
 from __future__ import annotations
@@ -54,12 +55,15 @@ __all__ = ["RECIPE", "ARM_LR", "STUDY_PATH", "pca_projection", "pca_fvu", "affin
 STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
 
 #: the dictionaries of the study (and of notebook 09)
-RECIPE = {"n_features": 256, "k": 8, "steps": 3000, "batch_size": 64, "seeds": 5, "held_out": 0.2, "split_seed": 0,
+RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2, "held_out": 0.2, "split_seed": 0,
           "rank": 8}
 #: each arm's learning rate: the best held-out FVU on model seed 0 among ``SWEEP_LR`` (``lr_sweep``)
 ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2}
 SWEEP_LR = (1e-2, 3e-2, 1e-1)
+#: the training lengths of the convergence check, for a recipe of 3,000 steps (scaled to the recipe's length)
 STEPS = (300, 1000, 3000, 9000)
+#: the shipped file: the first five fact models, the last layer (notebook 09's)
+MODELS, LAYERS = tuple(FACT_MODEL_SEEDS[:5]), (1,)
 #: the units whose tracking rates are compared (values: how to get their activations)
 UNITS = ("transcoder", "neurons", "sae_x", "random", "untrained_neurons")
 
@@ -247,10 +251,10 @@ def _toy_check(seeds: Sequence[int], steps: int) -> dict:
 
 
 # ---------------------------------------------------------------- the whole study
-def make_study(models: Sequence[int] = FACT_MODEL_SEEDS, layers: Sequence[int] = (0, 1), n_seeds: int = 5,
-               steps: int = RECIPE["steps"], sweep: bool = True, progress: bool = True) -> dict:
-    """Run ``layer_study`` for every model seed and layer (and, with ``sweep``, ``lr_sweep`` on the first model
-    and the 3× toy run); returns the dictionary ``main`` writes as JSON."""
+def make_study(models: Sequence[int] = MODELS, layers: Sequence[int] = LAYERS, n_seeds: int = RECIPE["seeds"],
+               steps: int = RECIPE["steps"], sweep: bool = False, toy: bool = True, progress: bool = True) -> dict:
+    """Run ``layer_study`` for every model seed and layer (with ``sweep``, also ``lr_sweep`` on the first model;
+    with ``toy``, the toy models' 3× longer run); returns the dictionary ``main`` writes as JSON."""
     from helpers.progress import progress as bar
     seeds = list(range(validate.positive_int("n_seeds", n_seeds)))
     data = make_dataset(load_facts())
@@ -265,6 +269,7 @@ def make_study(models: Sequence[int] = FACT_MODEL_SEEDS, layers: Sequence[int] =
     if sweep:
         model, _ = load_fact_model(data, seed=models[0])
         study["lr_sweep"] = {"model": models[0], **{str(L): lr_sweep(model, data, L, seeds, steps) for L in layers}}
+    if toy:
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)
     return study
 
@@ -278,6 +283,11 @@ def load_study(path: str | Path | None = None) -> dict:
 
 
 # ---------------------------------------------------------------- reading it: one value per model, verdict families
+def _layers(study: dict, layers: Sequence[int] | None) -> list[int]:
+    """The layers to read: ``layers``, or every layer in the file, the last first."""
+    return list(layers) if layers is not None else sorted(study["layers"], reverse=True)
+
+
 def model_means(study: dict, layer: int, get) -> list[float]:
     """One value per model (in model order): ``get(entry)`` on the layer's entry, averaged if it is a list."""
     values = []
@@ -300,12 +310,13 @@ def longest(study: dict) -> str:
     return max(entry["transcoder"]["steps"], key=int)
 
 
-def superposition_family(study: dict, layers: Sequence[int] = (1, 0),
+def superposition_family(study: dict, layers: Sequence[int] | None = None,
                          steps: str | None = None) -> dict[str, PairedDifference]:
     """The superposition test's comparisons, paired over models, in units of PCA-8's held-out FVU of y:
     the transcoder against PCA-8 (an oracle: 1.0) and against the affine map from x, and the edge of an
     autoencoder over PCA-8 on y against its edge on a Gaussian with y's mean and covariance. ``steps``: use
     the transcoders trained that long (a key of ``steps`` in the file, e.g. ``longest(study)``)."""
+    layers = _layers(study, layers)
     family = {}
     for L in layers:
         ours = _relative(study, L, "transcoder", "pca", steps)
@@ -318,10 +329,11 @@ def superposition_family(study: dict, layers: Sequence[int] = (1, 0),
     return family
 
 
-def tracking_family(study: dict, layers: Sequence[int] = (1, 0), labels: Sequence[str] = ("relation", "answer"),
+def tracking_family(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer"),
                     controls: Sequence[str] = ("neurons", "sae_x", "random")) -> dict[str, PairedDifference]:
     """Transcoder features minus each control, the share of judged units that track each label, paired over
     models (each model's value: the mean over its dictionary seeds)."""
+    layers = _layers(study, layers)
     family = {}
     for L in layers:
         for label in labels:
@@ -339,9 +351,10 @@ def _spread(values: Sequence[float], scale: float = 100.0, digits: int = 2) -> s
     return f"{sum(v) / len(v):.{digits}f} ({min(v):.{digits}f}–{max(v):.{digits}f})"
 
 
-def convergence_table(study: dict, layers: Sequence[int] = (1, 0)) -> str:
+def convergence_table(study: dict, layers: Sequence[int] | None = None) -> str:
     """Held-out FVU (%) of the transcoder after each training length, mean over models (and seeds), beside
     PCA-8 of y."""
+    layers = _layers(study, layers)
     lengths = list(study["models"]["0"][str(layers[0])]["transcoder"]["steps"])
     lines = ["held-out FVU %, mean over models   " + "".join(f"{int(n):>9,d}" for n in lengths)
              + " steps   PCA-8 of y"]
@@ -370,8 +383,9 @@ def sweep_table(study: dict, layer: int = 1) -> str:
     return "\n".join(lines)
 
 
-def superposition_table(study: dict, layers: Sequence[int] = (1, 0)) -> str:
+def superposition_table(study: dict, layers: Sequence[int] | None = None) -> str:
     """Held-out FVU (%) of every arm of the superposition test, mean (range) over models."""
+    layers = _layers(study, layers)
     rows = {"transcoder x -> y, 8 of 256 features": lambda e: e["transcoder"]["held_out"],
             "affine map from x (dense, 48 dims)": lambda e: e["dense"]["affine"],
             "PCA-8 of y (oracle: 8 fixed dims)": lambda e: e["dense"]["pca"],
@@ -385,8 +399,9 @@ def superposition_table(study: dict, layers: Sequence[int] = (1, 0)) -> str:
     return "\n".join(lines)
 
 
-def tracking_table(study: dict, layers: Sequence[int] = (1, 0), labels: Sequence[str] = ("relation", "answer", "slot")) -> str:
+def tracking_table(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer", "slot")) -> str:
     """Share (%) of judged units whose 10 strongest prefixes share each label, mean over models, per layer."""
+    layers = _layers(study, layers)
     names = {"transcoder": "transcoder features", "neurons": "neurons", "sae_x": "SAE-on-x features",
              "random": "random dictionary", "untrained_neurons": "untrained network's neurons"}
     head = "".join(f"{f'L{L} ' + label:>12s}" for L in layers for label in labels)
@@ -401,11 +416,12 @@ def tracking_table(study: dict, layers: Sequence[int] = (1, 0), labels: Sequence
 
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=int, nargs="+", default=list(FACT_MODEL_SEEDS))
-    parser.add_argument("--layers", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
+    parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
     parser.add_argument("--seeds", type=int, default=RECIPE["seeds"], help="dictionary seeds per arm")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
-    parser.add_argument("--no-sweep", action="store_true", help="skip the learning-rate sweep and the toy check")
+    parser.add_argument("--sweep", action="store_true", help="add the learning-rate sweep on the first model")
+    parser.add_argument("--no-toy", action="store_true", help="skip the toy models' 3x longer check")
     parser.add_argument("--only-toy", action="store_true",
                         help="recompute only the toy models' 3x check, in the existing file at --out")
     parser.add_argument("--out", type=Path, default=STUDY_PATH)
@@ -415,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
         study = load_study(args.out)
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)
     else:
-        study = make_study(args.models, args.layers, args.seeds, args.steps, sweep=not args.no_sweep)
+        study = make_study(args.models, args.layers, args.seeds, args.steps, sweep=args.sweep, toy=not args.no_toy)
     args.out.write_text(json.dumps(study, indent=1) + "\n", encoding="utf-8")
     return args.out
 

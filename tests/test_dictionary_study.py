@@ -6,11 +6,9 @@ import pytest
 import torch
 
 from helpers.dictionary import fvu
-from helpers.dictionary_study import (ARM_LR, RECIPE, STUDY_PATH, SWEEP_LR, affine_fvu, convergence_table,
+from helpers.dictionary_study import (ARM_LR, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu, convergence_table,
                                       gaussian_like, load_study, longest, main, pca_fvu, pca_projection,
-                                      superposition_family, superposition_table, sweep_table, tracking_family,
-                                      tracking_table)
-from helpers.fact_model import FACT_MODEL_SEEDS
+                                      superposition_family, superposition_table, tracking_family, tracking_table)
 from helpers.stats import holm
 
 
@@ -39,7 +37,7 @@ def test_gaussian_like_has_the_moments_of_its_model():
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     out = tmp_path_factory.mktemp("study") / "small.json"
-    main(["--models", "0", "--layers", "1", "--seeds", "2", "--steps", "30", "--no-sweep", "--out", str(out)])
+    main(["--models", "0", "--layers", "1", "--seeds", "2", "--steps", "30", "--no-toy", "--out", str(out)])
     return json.loads(out.read_text())
 
 
@@ -58,34 +56,26 @@ def test_a_small_run_of_the_command_writes_every_field(small):
     assert longest(small) == "90"
 
 
-def test_the_shipped_file_covers_every_model_and_layer_with_the_stated_recipe():
+def test_the_shipped_file_covers_five_models_with_the_stated_recipe():
     study = load_study()
     assert STUDY_PATH.name == "dictionary_study.json"
     assert study["recipe"] == RECIPE and study["arm_lr"] == ARM_LR
-    assert list(study["models"]) == [str(s) for s in FACT_MODEL_SEEDS] and study["layers"] == [0, 1]
+    assert list(study["models"]) == [str(s) for s in MODELS] and len(MODELS) >= 5 and study["layers"] == list(LAYERS)
     for entry in study["models"].values():
-        for layer in ("0", "1"):
+        for layer in map(str, LAYERS):
             runs = entry[layer]["transcoder"]
-            assert len(runs["held_out"]) == RECIPE["seeds"] and set(runs["steps"]) == {"300", "1000", "3000", "9000"}
-    assert longest(study) == "9000"
-
-
-def test_each_arm_uses_the_learning_rate_that_won_its_sweep():
-    study = load_study()
-    for arm, rate in ARM_LR.items():
-        scores = {float(lr): sum(sum(study["lr_sweep"][L][arm][lr]) for L in ("0", "1"))
-                  for lr in study["lr_sweep"]["1"][arm]}
-        assert set(scores) == set(SWEEP_LR)
-        assert min(scores, key=scores.get) == rate, (arm, scores)
+            assert len(runs["held_out"]) == RECIPE["seeds"] and set(runs["steps"]) == {"100", "333", "1000", "3000"}
+    assert longest(study) == "3000"
+    assert set(study["toy_3x"]) == {"0.0", "0.7", "0.9", "0.99", "recovery"}
 
 
 def test_the_verdict_families_and_tables_read_the_file():
     study = load_study()
     family = superposition_family(study)
-    assert len(family) == 6 and all(d.n == len(FACT_MODEL_SEEDS) for d in family.values())
-    assert len(holm(family)) == 6
-    assert len(tracking_family(study, labels=("relation", "answer", "slot"))) == 18
-    for table in (convergence_table(study), sweep_table(study), superposition_table(study), tracking_table(study)):
+    assert len(family) == 3 * len(LAYERS) and all(d.n == len(MODELS) for d in family.values())
+    assert len(holm(family)) == len(family)
+    assert len(tracking_family(study, labels=("relation", "answer", "slot"))) == 9 * len(LAYERS)
+    for table in (convergence_table(study), superposition_table(study), tracking_table(study)):
         assert table.count("\n") >= 2 and "nan" not in table
     transcoder = [v for e in study["models"].values() for v in e["1"]["transcoder"]["held_out"]]
     assert all(0 < v < 1 for v in transcoder)
