@@ -50,6 +50,7 @@ inference   arithmetic intensity on published hardware, decode vs prefill, an Mo
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
 superposition the toy model of superposition (n sparse features through m < n dimensions)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
+dictionary_study notebook 09's dictionaries on all ten fact models: the superposition test and its controls (shipped)
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished

@@ -33,17 +33,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from helpers import validate
-from helpers.memory import find_ffns, logits_of
+from helpers.memory import find_ffns, logits_of, prefix_mask, token_positions
 from helpers.progress import progress as progress_bar
 
 __all__ = ["topk_codes", "TopKDictionary", "random_dictionary", "train_dictionaries", "fvu", "l0",
-           "firing_counts", "ffn_io", "distinct_prefixes", "fact_labels", "replaced_ffn", "answer_scores",
-           "top_label_share", "tracking_rates"]
+           "firing_counts", "held_out_split", "ffn_io", "distinct_prefixes", "fact_labels", "Prefixes", "fact_prefixes", "replaced_ffn", "answer_scores",
+           "top_label_share", "firing_label_share", "without_features", "tracking_rates"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,42 +118,71 @@ def _check_pairs(x: torch.Tensor, y: torch.Tensor) -> None:
                          f"{tuple(x.shape)} and {tuple(y.shape)}")
 
 
-def _init(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) -> list[torch.Tensor]:
+def _random_start(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) -> list[torch.Tensor]:
     """Gaussian keys of unit norm, centred on the mean input; unit-norm random values; b_dec = mean output."""
     gen = torch.Generator().manual_seed(seed)
-    W_enc = torch.randn(n_features, x.shape[1], generator=gen)
+    W_enc = torch.randn(n_features, x.shape[1], generator=gen).to(x.dtype)
     W_enc = W_enc / W_enc.norm(dim=1, keepdim=True)
-    W_dec = torch.randn(y.shape[1], n_features, generator=gen)
+    W_dec = torch.randn(y.shape[1], n_features, generator=gen).to(y.dtype)
     W_dec = W_dec / W_dec.norm(dim=0, keepdim=True)
     return [W_enc, -(W_enc @ x.mean(0)), W_dec, y.mean(0).clone()]
 
 
+def _data_start(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) -> list[torch.Tensor]:
+    """Feature i starts as one remembered example r: key x_r/‖x_r‖, value y_r/‖y_r‖, both biases 0."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, x.shape[0], (n_features,), generator=gen)
+    W_enc = x[rows] / x[rows].norm(dim=1, keepdim=True).clamp_min(1e-12)
+    W_dec = (y[rows] / y[rows].norm(dim=1, keepdim=True).clamp_min(1e-12)).T.contiguous()
+    return [W_enc, torch.zeros(n_features), W_dec, torch.zeros(y.shape[1])]
+
+
+STARTS = {"data": _data_start, "random": _random_start}
+
+
 def random_dictionary(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seed: int = 0) -> TopKDictionary:
-    """The control: a dictionary exactly as ``train_dictionaries`` starts it for ``seed``, never trained.
+    """The control: a dictionary of random directions, never trained (``train_dictionaries``'s ``"random"`` start).
 
     Keys are random unit vectors (centred on the mean of ``x``), values random unit vectors, ``b_dec`` the
-    mean of ``y``. x: ``(N, d_in)``, y: ``(N, d_out)``.
+    mean of ``y``. x: ``(N, d_in)``, y: ``(N, d_out)``; float64 data give a float64 dictionary, else float32.
     """
     _check_pairs(x, y)
     validate.positive_int("n_features", n_features)
-    return TopKDictionary(*_init(x.float(), y.float(), n_features, validate.non_negative_int("seed", seed)), k)
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return TopKDictionary(*_random_start(x.to(dtype), y.to(dtype), n_features,
+                                         validate.non_negative_int("seed", seed)), k)
+
+
+def _per_seed(name: str, t: torch.Tensor, n_seeds: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(S, N, d)``: a shared ``(N, d)`` tensor repeated, or one ``(S, N, d)`` tensor with a slice per seed."""
+    validate.float_tensor(name, t, min_dims=2)
+    if t.dim() == 2:
+        return t.detach().to(dtype).expand(n_seeds, -1, -1)
+    if t.dim() != 3 or t.shape[0] != n_seeds:
+        raise ValueError(f"{name} must be (N, d) (shared) or ({n_seeds}, N, d) (one per seed), got {tuple(t.shape)}")
+    return t.detach().to(dtype)
 
 
 def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int | Sequence[int],
-                       seeds: Sequence[int], *,
-                       steps: int = 300, batch_size: int = 64, lr: float = 1e-2, progress: bool = True,
-                       desc: str = "dictionaries") -> list[TopKDictionary]:
-    """Train one TopK dictionary per seed to map ``x (N, d_in)`` to ``y (N, d_out)``; return them in seed order.
+                       seeds: Sequence[int], *, steps: int = 3000, batch_size: int = 64, lr: float = 3e-2,
+                       start: str | Sequence[str] = "data", dtype: torch.dtype = torch.float32,
+                       progress: bool = True, desc: str = "dictionaries") -> list[TopKDictionary]:
+    """Train one TopK dictionary per seed to map ``x`` to ``y``; return them in seed order.
 
-    ``k``: features kept per input, one int for all, or one per seed (to compare sparsities side by side).
+    ``x``: ``(N, d_in)`` shared by every seed, or ``(S, N, d_in)`` with one data set per seed (so a transcoder
+    and an autoencoder, or several toy models, train side by side); ``y`` likewise ``(N, d_out)`` or
+    ``(S, N, d_out)``. ``k``: features kept per input, one int for all, or one per seed.
 
-    Each seed fixes its starting point (``random_dictionary``) and its minibatches (``batch_size`` rows drawn
-    with replacement each step). Loss: ``Σ‖y − ŷ‖²`` over the batch divided by the batch size times the data's
-    variance ``Σ‖y − ȳ‖²/N`` (the batch's fraction of variance unexplained). Adam; after every step each value
-    (column of ``W_dec``) is scaled back to unit norm, so a code is the size of its feature's contribution. All
-    seeds train side by side as one batched computation. Deterministic on a given machine.
+    The recipe: each seed fixes its start and its minibatches (``batch_size`` rows drawn with replacement each
+    step), so a dictionary comes out the same (up to rounding) whichever other seeds train beside it. ``start="data"`` (the
+    default) starts feature i as one remembered example (key ``x_r/‖x_r‖``, value ``y_r/‖y_r‖``), which leaves
+    far fewer features dead than ``start="random"`` (one start for all seeds, or one per seed). Loss: ``Σ‖y − ŷ‖²`` over the batch divided by the batch
+    size times the data's variance ``Σ‖y − ȳ‖²/N`` (the batch's fraction of variance unexplained). Adam with
+    a learning rate that falls linearly from ``lr`` to 0 over the ``steps``; after every step each value
+    (column of ``W_dec``) is scaled back to unit norm, so a code is the size of its feature's contribution.
+    All seeds train as one batched computation, in ``dtype`` (float64 for small problems whose result should
+    not depend on the CPU's float32 kernels). Deterministic on a given machine.
     """
-    _check_pairs(x, y)
     validate.positive_int("n_features", n_features)
     validate.positive_int("steps", steps)
     validate.positive_int("batch_size", batch_size)
@@ -160,30 +190,60 @@ def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int
     seeds = [validate.non_negative_int("seed", s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
+    starts = [start] * len(seeds) if isinstance(start, str) else list(start)
+    if len(starts) != len(seeds):
+        raise ValueError(f"start must be a str or have one entry per seed ({len(seeds)}), got {len(starts)}")
+    starts = [validate.one_of("start", s, STARTS) for s in starts]
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    xs, ys = _per_seed("x", x, len(seeds), dtype), _per_seed("y", y, len(seeds), dtype)
+    if xs.shape[1] != ys.shape[1] or xs.shape[1] < 2:
+        raise ValueError(f"x and y must have the same number N >= 2 of rows, got {xs.shape[1]} and {ys.shape[1]}")
     ks = [k] * len(seeds) if isinstance(k, int) else list(k)
     if len(ks) != len(seeds):
         raise ValueError(f"k must be an int or have one entry per seed ({len(seeds)}), got {len(ks)}")
     ks = [validate.int_in_range("k", v, 1, n_features) for v in ks]
+    with torch.enable_grad():                                # trains even where the caller turned autograd off
+        params = _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progress, desc)
+    W_enc, b_enc, W_dec, b_dec = params
+    return [TopKDictionary(W_enc[i], b_enc[i], W_dec[i], b_dec[i], ks[i]).eval() for i in range(len(seeds))]
+
+
+def _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progress, desc) -> list[torch.Tensor]:
+    """``train_dictionaries``' loop: the stacked parameters ``(W_enc, b_enc, W_dec, b_dec)`` after training."""
     rank_ok = torch.arange(max(ks)) < torch.tensor(ks)[:, None, None]                  # (S, 1, k_max)
-    x, y = x.detach().float(), y.detach().float()
-    params = [torch.stack(p).requires_grad_() for p in zip(*(_init(x, y, n_features, s) for s in seeds))]
+    first = [[t.to(xs.dtype) for t in STARTS[how](xs[i], ys[i], n_features, s)]
+             for i, (how, s) in enumerate(zip(starts, seeds))]
+    params = [torch.stack(p).requires_grad_() for p in zip(*first)]
     W_enc, b_enc, W_dec, b_dec = params                      # (S, F, d_in), (S, F), (S, d_out, F), (S, d_out)
     gens = [torch.Generator().manual_seed(10_000 + s) for s in seeds]
-    variance = ((y - y.mean(0)) ** 2).sum(1).mean()
+    variance = ((ys - ys.mean(1, keepdim=True)) ** 2).sum(-1).mean(-1)                     # (S,)
+    which = torch.arange(len(seeds))[:, None]
     opt = torch.optim.Adam(params, lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
     for _ in progress_bar(range(steps), desc=desc, disable=not progress):
-        rows = torch.stack([torch.randint(0, x.shape[0], (batch_size,), generator=g) for g in gens])   # (S, B)
-        pre = torch.baddbmm(b_enc[:, None, :], x[rows], W_enc.transpose(1, 2))                       # (S, B, F)
+        rows = torch.stack([torch.randint(0, xs.shape[1], (batch_size,), generator=g) for g in gens])   # (S, B)
+        pre = torch.baddbmm(b_enc[:, None, :], xs[which, rows], W_enc.transpose(1, 2))                 # (S, B, F)
         top = pre.topk(max(ks), dim=-1)     # exact ties have probability 0 here, so no tie rule is needed
         codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values) * rank_ok)
         y_hat = torch.baddbmm(b_dec[:, None, :], codes, W_dec.transpose(1, 2))                     # (S, B, d_out)
-        loss = ((y_hat - y[rows]) ** 2).sum(-1).mean(-1) / variance                                # (S,)
+        loss = ((y_hat - ys[which, rows]) ** 2).sum(-1).mean(-1) / variance                        # (S,)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
+        schedule.step()
         with torch.no_grad():
             W_dec /= W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return [TopKDictionary(W_enc[i], b_enc[i], W_dec[i], b_dec[i], ks[i]).eval() for i in range(len(seeds))]
+    return [p.detach() for p in params]
+
+
+def held_out_split(n: int, held_out: float = 0.2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed random split of ``n`` rows: ``(train, test)`` index tensors, ``test`` a ``held_out`` share."""
+    validate.int_in_range("n", n, 2, 10**9)
+    validate.probability("held_out", held_out)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(validate.non_negative_int("seed", seed)))
+    n_test = min(n - 1, max(1, round(held_out * n)))
+    return order[n_test:].sort().values, order[:n_test].sort().values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,6 +341,33 @@ def fact_labels(data, rows: torch.Tensor, positions: torch.Tensor) -> dict[str, 
     return labels
 
 
+@dataclass
+class Prefixes:
+    """The fact model's distinct prefixes (``distinct_prefixes``) and what is known about each.
+
+    Attributes:
+        rows, positions: ``(M,)`` long, prefix m is ``data.ids[rows[m], :positions[m] + 1]``.
+        named: ``(M,)`` bool, the prefix contains its subject (the country), so its labels mean something.
+        answer: ``(M,)`` bool, the prefix ends where the answer is due.
+        labels: ``fact_labels`` of the named prefixes (relation, subject, answer, slot), in order.
+    """
+
+    rows: torch.Tensor
+    positions: torch.Tensor
+    named: torch.Tensor
+    answer: torch.Tensor
+    labels: dict[str, list[str]]
+
+
+def fact_prefixes(data) -> Prefixes:
+    """Every distinct prefix of a ``helpers.facts.FactDataset`` that has a next token, with its labels."""
+    rows, positions = distinct_prefixes(data.ids, prefix_mask(data.ids, data.vocab.pad_id))
+    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
+    named = positions >= subject_pos[rows]
+    answer = positions == data.answer_pos[rows]
+    return Prefixes(rows, positions, named, answer, fact_labels(data, rows[named], positions[named]))
+
+
 @contextmanager
 def replaced_ffn(model: nn.Module, layer: int,
                  replacement: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
@@ -341,6 +428,32 @@ def top_label_share(acts: torch.Tensor, labels: Sequence[object], q: int = 10, *
     top = _top_rows(acts, q) if _top is None else _top                               # (q, U)
     counts = torch.zeros(len(codes), acts.shape[1]).scatter_add_(0, label_ids[top], torch.ones(top.shape))
     return counts.max(0).values / q, (acts > 0).sum(0)
+
+
+def firing_label_share(acts: torch.Tensor, labels: Sequence[object]) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every unit (column of ``acts (M, U)``): the share of *all* the inputs it is positive on that carry
+    its most common label among them, and how many those are. The whole firing distribution, where
+    ``top_label_share`` reads only the top. Returns ``(share (U,) float, n_positive (U,) long)`` (share 0 for a
+    unit positive nowhere)."""
+    validate.float_tensor("acts", acts, min_dims=2)
+    if len(labels) != acts.shape[0]:
+        raise ValueError(f"labels must have one entry per row of acts ({acts.shape[0]}), got {len(labels)}")
+    codes = {value: i for i, value in enumerate(dict.fromkeys(labels))}
+    onehot = torch.nn.functional.one_hot(torch.tensor([codes[v] for v in labels]), len(codes)).double()  # (M, L)
+    counts = onehot.T @ (acts > 0).double()                                                          # (L, U)
+    n = counts.sum(0)
+    return counts.max(0).values / n.clamp_min(1), n.long()
+
+
+def without_features(dictionary: TopKDictionary, features: Sequence[int]) -> TopKDictionary:
+    """A copy of ``dictionary`` in which the listed features write nothing (their values set to 0): splice it
+    in to ablate those features and keep the rest."""
+    out = TopKDictionary(dictionary.W_enc, dictionary.b_enc, dictionary.W_dec, dictionary.b_dec, dictionary.k).eval()
+    for i in features:
+        validate.int_in_range("feature", i, 0, dictionary.n_features - 1)
+    with torch.no_grad():
+        out.W_dec[:, list(features)] = 0.0
+    return out
 
 
 def tracking_rates(acts: torch.Tensor, labels: Mapping[str, Sequence[object]], q: int = 10,

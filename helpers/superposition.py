@@ -34,7 +34,8 @@ import torch
 from helpers import validate
 from helpers.progress import progress as progress_bar
 
-__all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature"]
+__all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature",
+           "toy_hidden", "best_cosines"]
 
 
 @dataclass
@@ -47,7 +48,7 @@ class ToyModels:
         sparsity: ``(I,)`` the probability that a feature is 0.
         seed: ``(I,)`` the seed of its initial weights (shared by the copies of one seed).
         importance: ``(n,)`` the loss weight of each feature.
-        losses: the summed loss of all instances after each step.
+        losses: ``(steps, I)`` each instance's loss at each step (on that step's fresh batch).
     """
 
     W: torch.Tensor
@@ -55,7 +56,7 @@ class ToyModels:
     sparsity: torch.Tensor
     seed: torch.Tensor
     importance: torch.Tensor
-    losses: list[float]
+    losses: torch.Tensor
 
     def index(self, sparsity: float, seed: int) -> int:
         """The instance trained with ``sparsity`` (matched to 1e-9) and ``seed``."""
@@ -74,14 +75,19 @@ class ToyModels:
 
 
 def train_toy_models(n_features: int = 20, n_hidden: int = 5, sparsities: Sequence[float] = (0.0, 0.7, 0.9, 0.99),
-                     seeds: Sequence[int] = range(5), *, importance_decay: float = 0.9, steps: int = 400,
-                     batch_size: int = 128, lr: float = 2e-2, progress: bool = True) -> ToyModels:
+                     seeds: Sequence[int] = range(5), *, importance_decay: float = 0.9, steps: int = 1000,
+                     batch_size: int = 256, lr: float = 1e-2, dtype: torch.dtype = torch.float64,
+                     progress: bool = True) -> ToyModels:
     """Train one toy model per (sparsity, seed), all in one batched loop (AdamW, fresh data every step).
 
     Initial weights are Xavier-normal from ``torch.Generator().manual_seed(seed)``, the same for every sparsity
     of a seed; the data of all instances come from one generator seeded with ``min(seeds)``. Deterministic on a
-    given machine. Returns a ``ToyModels`` with ``len(sparsities) · len(seeds)`` instances, sparsity-major.
+    given machine; in float64 (the default) also the same on every CPU kernel to many digits, which float32's
+    vectorised kernels do not give after many steps. Returns a ``ToyModels`` with ``len(sparsities) · len(seeds)``
+    instances, sparsity-major.
     """
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     validate.int_in_range("n_hidden", n_hidden, 1, max(1, validate.positive_int("n_features", n_features) - 1))
     validate.positive_int("steps", steps)
     validate.positive_int("batch_size", batch_size)
@@ -96,24 +102,25 @@ def train_toy_models(n_features: int = 20, n_hidden: int = 5, sparsities: Sequen
     seed = torch.tensor(seeds).repeat(n_sparsities)                                # (I,)
     std = (2.0 / (n_features + n_hidden)) ** 0.5
     start = torch.stack([torch.randn(n_hidden, n_features, generator=torch.Generator().manual_seed(s)) * std
-                         for s in seeds])                                            # (n_seeds, m, n)
+                         for s in seeds]).to(dtype)                                  # (n_seeds, m, n)
     W = start.repeat(n_sparsities, 1, 1).requires_grad_()                           # (I, m, n)
-    b = torch.zeros(len(sparsity), n_features, requires_grad=True)                  # (I, n)
-    importance = importance_decay ** torch.arange(n_features, dtype=torch.float32)  # (n,)
-    keep = (1.0 - sparsity)[:, None, None]                                          # P(feature is on)
+    b = torch.zeros(len(sparsity), n_features, dtype=dtype, requires_grad=True)     # (I, n)
+    importance = importance_decay ** torch.arange(n_features, dtype=dtype)          # (n,)
+    keep = (1.0 - sparsity)[:, None, None].to(dtype)                                # P(feature is on)
     gen = torch.Generator().manual_seed(min(seeds))
     opt = torch.optim.AdamW([W, b], lr=lr)
     losses = []
     for _ in progress_bar(range(steps), desc="toy models", disable=not progress):
         shape = (len(sparsity), batch_size, n_features)
-        x = torch.rand(shape, generator=gen) * (torch.rand(shape, generator=gen) < keep)   # (I, B, n)
+        u = torch.rand(shape, generator=gen, dtype=dtype)                              # (I, B, n)
+        x = torch.where(u < keep, u / keep, 0.0)           # on with probability 1 - S, then uniform on [0, 1)
         out = torch.relu(torch.bmm(torch.bmm(x, W.transpose(1, 2)), W) + b[:, None, :])    # (I, B, n)
-        loss = (importance * (x - out) ** 2).mean(dim=1).sum()
+        loss = (importance * (x - out) ** 2).mean(dim=1).sum(-1)                            # (I,)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.sum().backward()
         opt.step()
-        losses.append(loss.item())
-    return ToyModels(W.detach(), b.detach(), sparsity, seed, importance, losses)
+        losses.append(loss.detach())
+    return ToyModels(W.detach(), b.detach(), sparsity, seed, importance, torch.stack(losses))
 
 
 def feature_norms(W: torch.Tensor) -> torch.Tensor:
@@ -140,3 +147,31 @@ def dimensions_per_feature(W: torch.Tensor) -> torch.Tensor:
     """``m / ‖W‖_F²``: ``(..., m, n) -> (...)``. 1 = a dimension per represented feature; ½ = antipodal pairs."""
     validate.float_tensor("W", W, min_dims=2)
     return W.shape[-2] / (W ** 2).sum(dim=(-2, -1))
+
+
+def toy_hidden(W: torch.Tensor, sparsity: float, n: int, seed: int = 0) -> torch.Tensor:
+    """``(n, m)``: the hidden vectors ``h = W x`` of ``n`` inputs drawn as the toy model's training data is
+    (each feature 0 with probability ``sparsity``, else uniform on [0, 1]), keeping only inputs with at least
+    one feature on. ``W``: ``(m, n_features)``, one model's weights."""
+    validate.float_tensor("W", W, min_dims=2)
+    validate.positive_int("n", n)
+    sparsity = validate.probability("sparsity", sparsity)
+    gen = torch.Generator().manual_seed(validate.non_negative_int("seed", seed))
+    kept: list[torch.Tensor] = []
+    while sum(len(k) for k in kept) < n:
+        shape = (4 * n, W.shape[1])
+        x = torch.rand(shape, generator=gen) * (torch.rand(shape, generator=gen) >= sparsity)
+        kept.append(x[(x > 0).any(1)])
+    return torch.cat(kept)[:n].to(W.dtype) @ W.T
+
+
+def best_cosines(true: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
+    """For every true direction (column of ``true (m, n)``), its largest cosine with any column of
+    ``found (m, F)``: ``(n,)``. 1 means a found direction points exactly along the true one."""
+    validate.float_tensor("true", true, min_dims=2)
+    validate.float_tensor("found", found, min_dims=2)
+    if true.shape[0] != found.shape[0]:
+        raise ValueError(f"true (m, n) and found (m, F) must have the same m, got {tuple(true.shape)} and "
+                         f"{tuple(found.shape)}")
+    unit = torch.nn.functional.normalize
+    return (unit(true, dim=0).T @ unit(found, dim=0)).max(dim=1).values

@@ -4,13 +4,15 @@ import copy
 import pytest
 import torch
 
-from helpers.dictionary import (TopKDictionary, answer_scores, distinct_prefixes, fact_labels, ffn_io,
-                                firing_counts, fvu, l0, random_dictionary, replaced_ffn, top_label_share,
-                                topk_codes, tracking_rates, train_dictionaries)
+from helpers.dictionary import (TopKDictionary, answer_scores, distinct_prefixes, fact_labels, fact_prefixes, ffn_io,
+                                firing_counts, firing_label_share, fvu, held_out_split, l0, random_dictionary,
+                                replaced_ffn, top_label_share, topk_codes, tracking_rates, train_dictionaries,
+                                without_features)
 from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import fact_model_config
 from helpers.memory import collect, find_ffns, prefix_mask
-from helpers.superposition import (dimensions_per_feature, feature_norms, interference, train_toy_models)
+from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, interference, toy_hidden,
+                                   train_toy_models)
 from helpers.transformer import TinyGPT
 
 
@@ -82,6 +84,43 @@ def test_training_reconstructs_a_sparse_map_and_is_deterministic():
         trained = [fvu(y, d(x)) for d in first]
     assert max(trained) < 0.35 < 1.0 < start, (trained, start)
     assert all(torch.allclose(d.W_dec.norm(dim=0), torch.ones(40)) for d in first)
+
+
+def test_the_data_start_remembers_one_example_per_feature_and_beats_the_random_start():
+    x, y = _sparse_problem()
+    start = train_dictionaries(x, y, 40, 2, [0], steps=1, lr=1e-12, progress=False)[0]    # (almost) untrained
+    keys = torch.nn.functional.normalize(x, dim=1)
+    values = torch.nn.functional.normalize(y, dim=1)
+    assert ((start.W_enc @ keys.T).max(1).values > 1 - 1e-5).all()          # every key is some x_r / ‖x_r‖
+    assert ((start.W_dec.T @ values.T).max(1).values > 1 - 1e-5).all()      # every value is some y_r / ‖y_r‖
+    assert start.b_enc.abs().max() < 1e-6 and start.b_dec.abs().max() < 1e-6
+    with torch.no_grad():
+        data = [fvu(y, d(x)) for d in train_dictionaries(x, y, 40, 2, [0, 1, 2], steps=150, progress=False)]
+        rand = [fvu(y, d(x)) for d in train_dictionaries(x, y, 40, 2, [0, 1, 2], steps=150, start="random",
+                                                             progress=False)]
+    assert sum(data) < sum(rand), (data, rand)
+    with pytest.raises(ValueError):
+        train_dictionaries(x, y, 40, 2, [0], steps=1, start="zeros", progress=False)
+
+
+def test_one_data_set_per_seed_trains_each_as_if_alone():
+    x, y = _sparse_problem(n=120)
+    x2, y2 = _sparse_problem(n=120, seed=1)
+    alone = train_dictionaries(x2, y2, 16, 2, [4], steps=30, dtype=torch.float64, progress=False)[0]
+    stacked = train_dictionaries(torch.stack([x, x2]), torch.stack([y, y2]), 16, 2, [3, 4], steps=30,
+                                 dtype=torch.float64, progress=False)
+    torch.testing.assert_close(stacked[1].W_dec, alone.W_dec, rtol=0, atol=1e-10)     # batched kernels: rounding only
+    with pytest.raises(ValueError):
+        train_dictionaries(torch.stack([x, x2]), y, 16, 2, [3], steps=1, progress=False)     # 2 data sets, 1 seed
+
+
+def test_held_out_split_is_fixed_disjoint_and_complete():
+    train, test = held_out_split(100, 0.2, seed=0)
+    assert len(test) == 20 and len(train) == 80
+    assert sorted(train.tolist() + test.tolist()) == list(range(100))
+    again = held_out_split(100, 0.2, seed=0)
+    assert torch.equal(again[0], train) and torch.equal(again[1], test)
+    assert not torch.equal(held_out_split(100, 0.2, seed=1)[1], test)
 
 
 def test_a_seed_trains_the_same_alone_or_beside_others_and_k_can_differ_per_seed():
@@ -164,6 +203,32 @@ def test_label_shares_and_tracking_rates():
     assert torch.allclose(share3, torch.tensor([2 / 3, 1.0, 1.0]))
     rates, judged = tracking_rates(acts, {"x": labels, "y": ["u", "v", "u", "v", "u"]}, q=3, threshold=0.8)
     assert judged == 3 and rates["x"] == pytest.approx(2 / 3) and rates["y"] == pytest.approx(0.0)
+    whole, n = firing_label_share(acts, labels)              # every positive row counts, not only the top
+    assert n.tolist() == [3, 3, 5]
+    assert torch.allclose(whole, torch.tensor([2 / 3, 1.0, 3 / 5], dtype=whole.dtype))
+    zero, none = firing_label_share(torch.zeros(5, 1), labels)
+    assert zero.tolist() == [0.0] and none.tolist() == [0]
+
+
+def test_without_features_zeroes_only_their_values():
+    d = TopKDictionary(torch.randn(6, 4), torch.randn(6), torch.randn(3, 6), torch.randn(3), 2)
+    cut = without_features(d, [1, 4])
+    assert cut.W_dec[:, [1, 4]].abs().max() == 0 and torch.equal(cut.W_dec[:, [0, 2, 3, 5]], d.W_dec[:, [0, 2, 3, 5]])
+    assert d.W_dec[:, 1].abs().max() > 0                                 # the original is untouched
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        codes = d.encode(x)
+        torch.testing.assert_close(cut(x), d(x) - codes[:, [1, 4]] @ d.W_dec[:, [1, 4]].T)
+    with pytest.raises(ValueError):
+        without_features(d, [6])
+
+
+def test_fact_prefixes(facts_and_model):
+    data, _ = facts_and_model
+    p = fact_prefixes(data)
+    assert len(p.rows) == 1681 and int(p.named.sum()) == 1672 and int(p.answer.sum()) == len(data.facts)
+    assert len(p.labels["slot"]) == int(p.named.sum())
+    assert sum(s == "answer" for s in p.labels["slot"]) == len(data.facts)
 
 
 
@@ -177,3 +242,18 @@ def test_toy_models_pack_more_features_when_sparse():
     assert (dimensions_per_feature(toys.W[dense]) > 0.9).all()
     with pytest.raises(ValueError):
         toys.index(0.5, 0)
+    assert toys.losses.shape == (150, 4)
+
+
+def test_toy_hidden_draws_the_toy_inputs_and_best_cosines_finds_planted_directions():
+    W = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    h = toy_hidden(W, 0.9, n=500, seed=1)
+    assert h.shape == (500, 3) and (h.norm(dim=1) > 0).all()          # inputs with no feature on are left out
+    x = torch.linalg.lstsq(W, h.T).solution                             # not unique, but W x = h must hold
+    torch.testing.assert_close(W @ x, h.T, rtol=1e-4, atol=1e-4)
+    found = torch.cat([-W[:, :2], 3 * W[:, 2:5], torch.randn(3, 4)], dim=1)
+    cos = best_cosines(W, found)
+    assert cos.shape == (8,) and torch.allclose(cos[2:5], torch.ones(3))
+    assert (cos[:2] < 1).all()                                          # opposite directions do not count
+    with pytest.raises(ValueError):
+        best_cosines(W, torch.randn(4, 2))

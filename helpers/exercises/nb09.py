@@ -2,10 +2,11 @@
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it on your function, e.g.
 ``check_topk_activation(topk_activation)``; it prints one line (not attempted / passed / what is wrong, with
-the likely mistake when one explains every failing case). The hidden cases are seeded and cover the extremes
-each statement allows: k = 1 and k = F (every feature), a batch of one, rows that are all zero, rows with fewer
-than k positive entries, ties at the k-th value (the stated rule: lower index kept), large and tiny magnitudes,
-an output mean far from zero.
+the likely mistake when one explains every failing case). Each exercise declares the domain its statement
+allows (``Domain``) and its seeded hidden cases reach every corner of it: k = 1 and k = F (every feature), a
+batch of one, one feature, rows that are all zero or have fewer than k positive entries, ties at the k-th value
+wider than the room left (the stated rule: lower index kept), in rows long enough that an unstable sort
+reorders them, large and tiny magnitudes, an output mean far from zero, a constant output dimension.
 
 Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): ``W_enc`` is ``(F, d_in)`` (row i = key of
 feature i), ``W_dec`` is ``(d_out, F)`` (column i = value of feature i), ``W2`` is ``(d_model, d_ff)``
@@ -16,7 +17,7 @@ checker                         kind       your function                        
 ==============================  =========  ========================================================  =================
 ``check_topk_activation``       build      ``topk_activation(pre, k)``                                ``(B, F)`` float32
 ``check_transcoder``            build      ``transcoder_forward(x, y, W_enc, b_enc, W_dec, b_dec, k)``  codes, ŷ, loss
-``check_fvu``                   invest.    ``fraction_of_variance_unexplained(y, y_hat)``             float
+``check_fvu``                   invest.    ``fraction_of_variance_unexplained(y, y_hat)``             float64
 ``check_top_sub_updates``       invest.    ``top_sub_updates(m, W2, b2, k)``                           ``(N, d_model)``
 ==============================  =========  ========================================================  =================
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.exercises.engine import Case, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -36,6 +37,33 @@ def _keep_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Bool mask of the k largest entries of each row; among equal values the lower index wins."""
     order = scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
     return torch.zeros_like(scores, dtype=torch.bool).scatter(-1, order, True)
+
+
+def _tie_overflow(scores: torch.Tensor, k: int, *, positive: bool = True) -> bool:
+    """Does some row have more entries equal to its k-th largest value than fit among the k kept (and, with
+    ``positive``, is that value above 0, so that which of them is kept shows in the answer)?"""
+    kth = scores.sort(dim=-1, descending=True).values[..., k - 1:k]
+    tied = (scores == kth).sum(-1)
+    room = k - (scores > kth).sum(-1)
+    hit = tied > room
+    if positive:
+        hit &= kth[..., 0] > 0
+    return bool(hit.any())
+
+
+def _wide_tie(scores: torch.Tensor, k: int) -> bool:
+    """Ties that do not fit, in rows of 32 or more entries, where an unstable sort reorders equal values."""
+    return scores.shape[-1] >= 32 and _tie_overflow(scores, k)
+
+
+def _corner(name: str, test) -> Corner:
+    """A ``Corner`` whose test may inspect the case's arguments freely (errors count as not reached)."""
+    def reached(case: Case) -> bool:
+        try:
+            return bool(test(*case.args))
+        except Exception:
+            return False
+    return Corner(name, reached)
 
 
 # ---------------------------------------------------------------- exercise 1: the TopK activation
@@ -72,7 +100,43 @@ def _topk_cases() -> list[Case]:
         Case((tiny, 2), note="tiny magnitudes (about 1e-6): pre (2, 5), k=2"),
         Case((torch.randn(2, 1, generator=g), 1), note="one feature: pre (2, 1), k=1"),
         Case((torch.randn(8, 3, generator=g), 2), note="more rows than features: pre (8, 3), k=2"),
+        Case((_wide_tie_rows(g), 3), note="ties at the k-th value in long rows: pre (3, 40), k=3"),
     ]
+
+
+def _wide_tie_rows(g: torch.Generator) -> torch.Tensor:
+    """Rows of 40 small integers: the k-th value is shared by about a third of each row (an unstable sort,
+    as torch's is for rows this long, keeps other tied entries than the lowest indices)."""
+    return torch.randint(0, 3, (3, 40), generator=g).float()
+
+
+_TOPK_DOMAIN = Domain(
+    allows="pre: float32 (B, F) with B >= 1, F >= 1, any finite values (either sign, |pre| from 0 to about 1e6 "
+           "and from about 1e-6 up), ties anywhere; k: int, 1 <= k <= F. Ties at the k-th value: the lowest indices "
+           "are kept. Answer: (B, F), the ReLU of the kept entries, 0 elsewhere (float32; float64 with the same "
+           "values passes).",
+    corners=(
+        _corner("k = 1", lambda pre, k: k == 1),
+        _corner("k = F (every feature kept)", lambda pre, k: k == pre.shape[-1] and pre.shape[-1] > 1),
+        _corner("a batch of one (B = 1)", lambda pre, k: pre.shape[0] == 1),
+        _corner("one feature (F = 1)", lambda pre, k: pre.shape[-1] == 1),
+        _corner("ties at a positive k-th value wider than the room left", lambda pre, k: _tie_overflow(pre, k)),
+        _corner("a row of equal positive values, k < F",
+                lambda pre, k: k < pre.shape[-1] and bool(((pre == pre[:, :1]) & (pre > 0)).all(1).any())),
+        _corner("such ties in rows of 32+ entries (where an unstable sort reorders them)", _wide_tie),
+        _corner("a row with fewer than k positive entries (a kept entry becomes 0)",
+                lambda pre, k: bool(((pre > 0).sum(1) < k).any() & ((pre > 0).sum(1) > 0).any())),
+        _corner("a row with no positive entry", lambda pre, k: bool((pre <= 0).all(1).any() & (pre != 0).any())),
+        _corner("an all-zero row", lambda pre, k: bool((pre == 0).all(1).any())),
+        _corner("a negative entry larger in size than every positive one in its row",
+                lambda pre, k: bool((pre.min(1).values.abs() > pre.max(1).values.clamp(min=0)).any()
+                                    & (pre > 0).any(1).any())),
+        _corner("large magnitudes (|pre| >= 1e6)", lambda pre, k: bool(pre.abs().max() >= 1e6)),
+        _corner("tiny magnitudes (0 < |pre| <= 1e-5 throughout)",
+                lambda pre, k: bool((pre.abs().max() <= 1e-5) & (pre != 0).any())),
+        _corner("more rows than features (B > F)", lambda pre, k: pre.shape[0] > pre.shape[1]),
+    ),
+)
 
 
 def _topk_wrong(kind: str):
@@ -96,6 +160,9 @@ def _topk_wrong(kind: str):
         if kind == "smallest":
             keep = _keep_mask(-pre, k)
             return torch.where(keep, torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+        if kind == "unstable argsort":
+            kept = pre.argsort(dim=-1, descending=True)[:, :k]
+            return torch.zeros_like(pre).scatter(-1, kept, torch.relu(pre.gather(-1, kept)))
         raise AssertionError(kind)
     return wrong
 
@@ -111,6 +178,8 @@ check_topk_activation = Exercise(
         ("entries equal to the k-th largest value were all kept; keep exactly k per row, the lowest indices "
          "first among equals.", _topk_wrong("all ties")),
         (TIE_HINT, _topk_wrong("torch.topk")),
+        (TIE_HINT.replace("torch.topk promises", "an unstable sort (argsort without stable=True) promises"),
+         _topk_wrong("unstable argsort")),
         ("a kept negative entry must become 0: apply ReLU to the k values you keep.", _topk_wrong("no relu")),
         ("you ranked by absolute value; TopK keeps the k *largest* pre-activations (a large negative one is "
          "not kept).", _topk_wrong("abs")),
@@ -120,7 +189,7 @@ check_topk_activation = Exercise(
          "only the k values.", _topk_wrong("values only")),
         ("you kept the k smallest entries; TopK keeps the k largest.", _topk_wrong("smallest")),
     ],
-    kind="build",
+    kind="build", domain=_TOPK_DOMAIN,
 )
 
 
@@ -166,7 +235,50 @@ def _transcoder_cases() -> list[Case]:
                        100.0 * torch.randn(5, 8, generator=g, dtype=torch.float64),
                        1e4 * torch.ones(5, dtype=torch.float64), 2),
                       note="large magnitudes: x ~ 100, y ~ 1e4, 8 features, k=2"))
+    # ties in long rows: b_enc of small integers shared by many features, x = 0 (an unstable sort reorders them)
+    b_enc = torch.randint(1, 3, (40,), generator=g).double()
+    cases.append(Case((torch.zeros(2, 3, dtype=torch.float64), torch.randn(2, 3, generator=g, dtype=torch.float64),
+                       torch.randn(40, 3, generator=g, dtype=torch.float64), b_enc,
+                       torch.randn(3, 40, generator=g, dtype=torch.float64),
+                       torch.randn(3, generator=g, dtype=torch.float64), 2),
+                      note="ties at the k-th value in long rows: x = 0, 40 features, b_enc of 1s and 2s, k=2"))
+    # fewer features than inputs and outputs, and one feature
+    cases.append(Case(tuple(torch.randn(*shape, generator=g, dtype=torch.float64) for shape in
+                            [(5, 6), (5, 4), (3, 6), (3,), (4, 3), (4,)]) + (2,),
+                      note="fewer features than inputs or outputs: x (5, 6), d_out=4, 3 features, k=2"))
+    cases.append(Case(tuple(torch.randn(*shape, generator=g, dtype=torch.float64) for shape in
+                            [(3, 2), (3, 2), (1, 2), (1,), (2, 1), (2,)]) + (1,),
+                      note="one feature: x (3, 2), k=1"))
     return cases
+
+
+def _pre(x, W_enc, b_enc):
+    return x @ W_enc.T + b_enc
+
+
+_TRANSCODER_DOMAIN = Domain(
+    allows="x (B, d_in), y (B, d_out), W_enc (F, d_in), b_enc (F,), W_dec (d_out, F), b_dec (d_out,), all float64 "
+           "with any finite values (up to about 1e4, either sign); B, d_in, d_out, F >= 1 in any relation to each "
+           "other; k: int, 1 <= k <= F; ties in the pre-activations at the k-th value keep the lowest indices. "
+           "Answer: codes (B, F), ŷ (B, d_out) float64, loss = mean over rows of the squared error summed over d_out.",
+    corners=(
+        _corner("k = 1", lambda *a: a[6] == 1),
+        _corner("k = F (every feature kept)", lambda *a: a[6] == a[2].shape[0] > 1),
+        _corner("a batch of one (B = 1)", lambda *a: a[0].shape[0] == 1),
+        _corner("one feature (F = 1)", lambda *a: a[2].shape[0] == 1),
+        _corner("d_in != d_out (a layout mistake shows)", lambda *a: a[0].shape[1] != a[1].shape[1]),
+        _corner("F below d_in and d_out", lambda *a: a[2].shape[0] < min(a[0].shape[1], a[1].shape[1])),
+        _corner("F = d_in", lambda *a: a[2].shape[0] == a[0].shape[1]),
+        _corner("F = d_out", lambda *a: a[2].shape[0] == a[1].shape[1]),
+        _corner("ties at a positive k-th pre-activation wider than the room left",
+                lambda *a: _tie_overflow(_pre(a[0], a[2], a[3]), a[6])),
+        _corner("such ties in rows of 32+ features", lambda *a: _wide_tie(_pre(a[0], a[2], a[3]), a[6])),
+        _corner("a kept pre-activation below 0 (fewer than k positive)",
+                lambda *a: bool(((_pre(a[0], a[2], a[3]) > 0).sum(1) < a[6]).any())),
+        _corner("an all-zero input x", lambda *a: bool((a[0] == 0).all())),
+        _corner("large magnitudes (|y| >= 1e3)", lambda *a: bool(a[1].abs().max() >= 1e3)),
+    ),
+)
 
 
 def _transcoder_wrong(kind: str):
@@ -174,6 +286,8 @@ def _transcoder_wrong(kind: str):
         pre = (x @ W_enc if kind == "encoder layout" else x @ W_enc.T) + b_enc
         if kind == "no relu":
             codes = torch.where(_keep_mask(pre, k), pre, torch.zeros((), dtype=pre.dtype))
+        elif kind == "dense relu":
+            codes = torch.relu(pre)
         elif kind == "torch.topk":
             top = pre.topk(k, dim=-1)
             codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
@@ -218,8 +332,10 @@ check_transcoder = Exercise(
         ("a kept negative pre-activation must become 0: apply ReLU to the k values you keep.",
          _transcoder_wrong("no relu")),
         (TIE_HINT + " (here the all-zero input leaves only b_enc, which has ties).", _transcoder_wrong("torch.topk")),
+        ("the codes keep every positive pre-activation (a plain ReLU): keep only the k largest per row, with "
+         "Exercise 1's TopK.", _transcoder_wrong("dense relu")),
     ],
-    atol=1e-9, rtol=1e-9, kind="build",
+    atol=1e-9, rtol=1e-9, kind="build", domain=_TRANSCODER_DOMAIN,
 )
 
 
@@ -251,7 +367,40 @@ def _fvu_cases() -> list[Case]:
                       note="the mean output as reconstruction: y_hat = mean of y"))
     y = torch.randn(12, 1, generator=g, dtype=torch.float64)
     cases.append(Case((y, torch.zeros(12, 1, dtype=torch.float64)), note="one output dimension, y_hat = 0"))
+    y = torch.randn(9, 4, generator=g, dtype=torch.float64)
+    y[:, 2] = 3.0                                                 # one output dimension never varies
+    cases.append(Case((y, y + 0.2 * torch.randn(9, 4, generator=g, dtype=torch.float64)),
+                      note="a constant output dimension: y (9, 4), column 2 always 3"))
+    y = torch.randn(3, 7, generator=g, dtype=torch.float64) + 2.0
+    cases.append(Case((y, -y), note="worse than the mean (FVU > 1), more dimensions than rows: y (3, 7), y_hat = -y"))
     return cases
+
+
+def _total_ss(y: torch.Tensor) -> torch.Tensor:
+    return ((y - y.mean(0)) ** 2).sum()
+
+
+_FVU_DOMAIN = Domain(
+    allows="y, y_hat: float64 (N, d) with N >= 2 and d >= 1 (N above or below d), any finite values (means up to "
+           "about 1e7, magnitudes down to about 1e-8, dimensions of very different spread, a dimension that never "
+           "varies), y not constant as a whole (Σ‖y − ȳ‖² > 0); y_hat anything of that shape, FVU 0 or above, "
+           "also above 1. Answer: a Python float or 0-dim float64 tensor.",
+    corners=(
+        _corner("N = 2 (the fewest rows)", lambda y, h: y.shape[0] == 2),
+        _corner("d = 1 (one output dimension)", lambda y, h: y.shape[1] == 1),
+        _corner("more dimensions than rows (N < d)", lambda y, h: y.shape[0] < y.shape[1]),
+        _corner("a mean far from zero (|ȳ| >= 1e6 × the spread)",
+                lambda y, h: bool(y.mean(0).abs().max() >= 1e6 * y.std(0).max())),
+        _corner("tiny magnitudes (|y| <= 1e-6)", lambda y, h: bool(y.abs().max() <= 1e-6)),
+        _corner("dimensions whose variances span 1e4 or more",
+                lambda y, h: bool(y.var(0).max() >= 1e4 * y.var(0).min() > 0)),
+        _corner("a constant output dimension (zero variance there)", lambda y, h: bool((y.var(0) == 0).any())),
+        _corner("a perfect reconstruction (FVU = 0)", lambda y, h: bool(torch.equal(y, h))),
+        _corner("the mean row as reconstruction (FVU = 1)",
+                lambda y, h: bool(torch.allclose(h, y.mean(0).expand_as(y), rtol=0, atol=1e-12))),
+        _corner("worse than the mean (FVU > 1)", lambda y, h: bool(((y - h) ** 2).sum() > _total_ss(y))),
+    ),
+)
 
 
 def _fvu_wrong(kind: str):
@@ -272,6 +421,10 @@ def _fvu_wrong(kind: str):
         if kind == "one pass":
             n = y.shape[0]
             return float(err.sum() / ((y ** 2).sum() - n * (y.mean(0) ** 2).sum()))
+        if kind == "pooled var":
+            return float(err.mean() / y.var())
+        if kind == "row means":
+            return float(err.sum() / ((y - y.mean(dim=1, keepdim=True)) ** 2).sum())
         raise AssertionError(kind)
     return wrong
 
@@ -294,8 +447,12 @@ check_fvu = Exercise(
         ("square the errors: FVU is a ratio of sums of squares, not of norms.", _fvu_wrong("norms")),
         ("Σy² − N·ȳ² loses all its digits when the mean is large (here 1e7): subtract the mean row first, "
          "then square.", _fvu_wrong("one pass")),
+        ("y.var() pools every entry of y around one number (and divides by N·d − 1): FVU's denominator is "
+         "Σ‖y_n − ȳ‖², each row's distance from the mean row ȳ = y.mean(dim=0).", _fvu_wrong("pooled var")),
+        ("you centred each row on its own mean (y.mean(dim=1)); ȳ is the mean row, the mean over the N rows "
+         "(y.mean(dim=0)).", _fvu_wrong("row means")),
     ],
-    atol=1e-12, rtol=1e-9, kind="investigate",
+    atol=1e-12, rtol=1e-9, kind="investigate", domain=_FVU_DOMAIN,
 )
 
 
@@ -333,7 +490,50 @@ def _sub_update_cases() -> list[Case]:
     cases.append(Case((torch.zeros(3, 6, dtype=torch.float64), torch.randn(4, 6, generator=g, dtype=torch.float64),
                        torch.randn(4, generator=g, dtype=torch.float64), 2),
                       note="all-zero coefficients: m (3, 6), k=2"))
+    # long rows of tied sizes: unit-norm values, coefficients ±1 or ±2 (an unstable sort reorders them)
+    W2 = torch.nn.functional.normalize(torch.randn(3, 40, generator=g, dtype=torch.float64), dim=0)
+    m = (torch.randint(1, 3, (2, 40), generator=g) * (2 * torch.randint(0, 2, (2, 40), generator=g) - 1)).double()
+    cases.append(Case((m, W2, torch.randn(3, generator=g, dtype=torch.float64), 3),
+                      note="ties in sub-update size in long rows: m (2, 40) of ±1 and ±2, unit values, k=3"))
+    # a neuron whose value is zero, one output dimension; and a single neuron
+    W2 = torch.randn(1, 6, generator=g, dtype=torch.float64)
+    W2[0, 1] = 0.0
+    m = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    m[:, 1] = 50.0                                                # the largest coefficient, writing nothing
+    cases.append(Case((m, W2, torch.randn(1, generator=g, dtype=torch.float64), 2),
+                      note="d_model=1 and a neuron with a zero value but the largest coefficient: m (4, 6), k=2"))
+    cases.append(Case((torch.randn(3, 1, generator=g, dtype=torch.float64),
+                       torch.randn(4, 1, generator=g, dtype=torch.float64),
+                       torch.randn(4, generator=g, dtype=torch.float64), 1), note="one neuron: m (3, 1), k=1"))
     return cases
+
+
+def _sizes(m, W2):
+    return m.abs() * W2.norm(dim=0)
+
+
+_SUB_UPDATE_DOMAIN = Domain(
+    allows="m: float64 (N, d_ff) of any sign and size; W2: float64 (d_model, d_ff), values of any norm (also 0); "
+           "b2: float64 (d_model,); N, d_model, d_ff >= 1; k: int, 1 <= k <= d_ff. Size of sub-update i: "
+           "|m_i|·‖W2[:, i]‖; ties in size keep the lowest indices. Answer: float64 (N, d_model).",
+    corners=(
+        _corner("k = 1", lambda m, W2, b2, k: k == 1),
+        _corner("k = d_ff (every neuron kept)", lambda m, W2, b2, k: k == m.shape[1] > 1),
+        _corner("a batch of one (N = 1)", lambda m, W2, b2, k: m.shape[0] == 1),
+        _corner("one neuron (d_ff = 1)", lambda m, W2, b2, k: m.shape[1] == 1),
+        _corner("one output dimension (d_model = 1)", lambda m, W2, b2, k: W2.shape[0] == 1),
+        _corner("ties in size at the k-th place wider than the room left (size > 0)",
+                lambda m, W2, b2, k: _tie_overflow(_sizes(m, W2), k)),
+        _corner("such ties in rows of 32+ neurons", lambda m, W2, b2, k: _wide_tie(_sizes(m, W2), k)),
+        _corner("all coefficients zero (every size tied at 0)", lambda m, W2, b2, k: bool((m == 0).all())),
+        _corner("negative coefficients larger in size than the positive ones",
+                lambda m, W2, b2, k: bool((m.min(1).values.abs() > m.max(1).values).any())),
+        _corner("value norms spanning 10x or more", lambda m, W2, b2, k:
+                bool(W2.norm(dim=0).max() >= 10 * W2.norm(dim=0).min() > 0)),
+        _corner("a value of norm 0 with the largest coefficient",
+                lambda m, W2, b2, k: bool(((W2.norm(dim=0) == 0) & (m.abs() == m.abs().max(1, keepdim=True).values)).any())),
+    ),
+)
 
 
 def _sub_update_wrong(kind: str):
@@ -343,9 +543,13 @@ def _sub_update_wrong(kind: str):
         if kind == "every neuron":
             return m @ W2.T + b2
         score = {"signed": m * W2.norm(dim=0), "coefficient only": m.abs(),
-                 "value only": W2.norm(dim=0).expand_as(m)}.get(kind, m.abs() * W2.norm(dim=0))
+                 "value only": W2.norm(dim=0).expand_as(m), "squared coefficient": m ** 2 * W2.norm(dim=0),
+                 "squared norm": m.abs() * W2.norm(dim=0) ** 2}.get(kind, m.abs() * W2.norm(dim=0))
         if kind == "torch.topk":
             keep = torch.zeros_like(m, dtype=torch.bool).scatter(-1, score.topk(k, dim=-1).indices, True)
+        elif kind == "unstable argsort":
+            keep = torch.zeros_like(m, dtype=torch.bool).scatter(
+                -1, score.argsort(dim=-1, descending=True)[:, :k], True)
         else:
             keep = _keep_mask(score, k)
         out = (m * keep) @ W2.T
@@ -373,8 +577,16 @@ check_top_sub_updates = Exercise(
          "torch.topk promises no order among ties, but a stable sort does "
          "(size.sort(dim=-1, descending=True, stable=True).indices[:, :k], with size = m.abs() * W2.norm(dim=0)).",
          _sub_update_wrong("torch.topk")),
+        ("among neurons whose sub-update size |m_i|·‖W2[:, i]‖ equals the k-th largest, keep the lowest indices: "
+         "an unstable sort (argsort without stable=True) promises no order among ties, but a stable sort does "
+         "(size.sort(dim=-1, descending=True, stable=True).indices[:, :k], with size = m.abs() * W2.norm(dim=0)).",
+         _sub_update_wrong("unstable argsort")),
+        ("the size of sub-update i is |m_i|·‖W2[:, i]‖, with no square: m_i² · ‖W2[:, i]‖ ranks coefficients "
+         "above values.", _sub_update_wrong("squared coefficient")),
+        ("the size of sub-update i is |m_i|·‖W2[:, i]‖, the length of the vector m_i·W2[:, i]: no square on the "
+         "norm.", _sub_update_wrong("squared norm")),
     ],
-    atol=1e-9, rtol=1e-9, kind="investigate",
+    atol=1e-9, rtol=1e-9, kind="investigate", domain=_SUB_UPDATE_DOMAIN,
 )
 
 

@@ -1,0 +1,440 @@
+r"""Sparse dictionaries on five shipped fact models: the runs too slow for notebook 09, shipped as a file.
+
+Notebook 09 trains one dictionary live (model seed 0, layer 1, dictionary seed 0) and checks it against this
+file; every verdict over models comes from here. For each of the shipped fact models ``MODELS``
+(``helpers.fact_model`` seeds 0-4) and the layers ``LAYERS`` (the last, layer 1), on the model's distinct
+prefixes split once into 80 % for fitting and 20 % held out (``held_out_split``), with ``RECIPE``'s TopK
+dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
+
+* **the superposition test**: the held-out fraction of variance unexplained (FVU) of
+
+  - the *transcoder* (``x -> y``: the FFN's input to its output, 8 of 256 features active per prefix),
+  - the best *affine map* from ``x`` (least squares): the dense map from the same input,
+  - *PCA-8 of y*: the best any code confined to 8 fixed dimensions can do, even one that sees ``y`` (an oracle),
+  - a sparse autoencoder on ``y`` and one on a *Gaussian with y's mean and covariance* (the moment-matched
+    control: how much a sparse code beats PCA-8 on data without sparse structure);
+
+* **convergence**: the transcoder's held-out FVU after 1/10, 1/3, 1 and 3 times the recipe's steps;
+* **splicing**: the model's answers with each transcoder in place of the FFN, the FFN removed, mean-ablated;
+* **features against neurons**: ``tracking_rates`` of the transcoder's features, the layer's neurons, an
+  autoencoder on ``x`` (the FFN's input), a random dictionary, and the untrained network's neurons;
+
+plus the toy models of ``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer
+than the notebook trains them, and optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
+
+Make the file (about 10 minutes of one CPU core), or a small run to see the format::
+
+    python -m helpers.dictionary_study
+    python -m helpers.dictionary_study --models 0 --layers 1 --seeds 2 --steps 60 --no-toy --out /tmp/small.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers import validate
+from helpers.dictionary import (answer_scores, fact_prefixes, ffn_io, firing_counts, fvu, held_out_split,
+                                random_dictionary, replaced_ffn, tracking_rates, train_dictionaries)
+from helpers.facts import load_facts, make_dataset
+from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact_model
+from helpers.memory import collect
+from helpers.stats import PairedDifference, paired_difference
+from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, toy_hidden,
+                                   train_toy_models)
+
+__all__ = ["RECIPE", "ARM_LR", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like", "layer_study",
+           "lr_sweep", "toy_recovery", "make_study", "load_study", "model_means", "superposition_family", "tracking_family",
+           "longest", "convergence_table", "sweep_table", "superposition_table", "tracking_table", "main"]
+
+STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
+
+#: the dictionaries of the study (and of notebook 09)
+RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2, "held_out": 0.2, "split_seed": 0,
+          "rank": 8}
+#: each arm's learning rate: the best held-out FVU on model seed 0 among ``SWEEP_LR`` (``lr_sweep``)
+ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2}
+SWEEP_LR = (1e-2, 3e-2, 1e-1)
+#: the training lengths of the convergence check, for a recipe of 3,000 steps (scaled to the recipe's length)
+STEPS = (300, 1000, 3000, 9000)
+#: the shipped file: the first five fact models, the last layer (notebook 09's)
+MODELS, LAYERS = tuple(FACT_MODEL_SEEDS[:5]), (1,)
+#: the units whose tracking rates are compared (values: how to get their activations)
+UNITS = ("transcoder", "neurons", "sae_x", "random", "untrained_neurons")
+
+
+# ---------------------------------------------------------------- dense yardsticks and the Gaussian control
+def pca_projection(y_train: torch.Tensor, y_test: torch.Tensor, rank: int) -> torch.Tensor:
+    """``y_test (M, d)`` projected on the mean and top ``rank`` principal directions of ``y_train (N, d)``
+    (float64): the best reconstruction from ``rank`` fixed dimensions, fitted on the training rows."""
+    validate.positive_int("rank", rank)
+    mean = y_train.double().mean(0)
+    basis = torch.linalg.svd(y_train.double() - mean, full_matrices=False).Vh[:rank]          # (rank, d)
+    return mean + (y_test.double() - mean) @ basis.T @ basis
+
+
+def pca_fvu(y_train: torch.Tensor, y_test: torch.Tensor, rank: int) -> float:
+    """Held-out FVU of ``pca_projection``: the best any code confined to ``rank`` fixed dimensions can do."""
+    return fvu(y_test.double(), pca_projection(y_train, y_test, rank))
+
+
+def affine_fvu(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor) -> float:
+    """Held-out FVU of the least-squares affine map ``x -> y`` fitted on the training rows (float64)."""
+    def ones(x):
+        return torch.cat([x.double(), torch.ones(len(x), 1, dtype=torch.float64)], 1)
+    solution = torch.linalg.lstsq(ones(x_train), y_train.double()).solution
+    return fvu(y_test.double(), ones(x_test) @ solution)
+
+
+def gaussian_like(y: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:
+    """``(n, d)`` float32 samples of a Gaussian with the mean and covariance of ``y (N, d)``."""
+    validate.positive_int("n", n)
+    y = y.double()
+    cov = torch.cov(y.T) + 1e-10 * torch.eye(y.shape[1], dtype=torch.float64)
+    noise = torch.randn(n, y.shape[1], generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (y.mean(0) + noise @ torch.linalg.cholesky(cov).T).float()
+
+
+def _r(values):
+    """Round for the file: 5 significant digits (floats), lists and dicts recursively."""
+    if isinstance(values, float):
+        return float(f"{values:.5g}") if math.isfinite(values) else None
+    if isinstance(values, (list, tuple)):
+        return [_r(v) for v in values]
+    if isinstance(values, dict):
+        return {k: _r(v) for k, v in values.items()}
+    return values
+
+
+# ---------------------------------------------------------------- one model, one layer
+def _dicts(x, y, seeds, lr, steps, desc):
+    return train_dictionaries(x, y, RECIPE["n_features"], RECIPE["k"], seeds, steps=steps, lr=lr,
+                              batch_size=RECIPE["batch_size"], progress=False, desc=desc)
+
+
+@torch.no_grad()
+def layer_study(model, untrained, data, layer: int, seeds: Sequence[int], steps: int = RECIPE["steps"],
+                convergence: Sequence[int] = STEPS) -> dict:
+    """Everything the file holds for one model's ``layer`` (see the module docstring). ``convergence``: the
+    other training lengths at which the transcoder's held-out FVU is measured."""
+    p = fact_prefixes(data)
+    inputs, outputs = ffn_io(model, data.ids)
+    x, y = inputs[layer][p.rows, p.positions], outputs[layer][p.rows, p.positions]
+    train, test = held_out_split(len(x), RECIPE["held_out"], RECIPE["split_seed"])
+    answers = test[p.answer[test]]                                         # held-out prefixes at an answer
+    rank, out = RECIPE["rank"], {}
+    gauss_train = gaussian_like(y[train], len(train), seed=1)
+    gauss_test = gaussian_like(y[train], len(test), seed=2)
+    out["dense"] = {"pca": pca_fvu(y[train], y[test], rank), "affine": affine_fvu(x[train], y[train], x[test], y[test]),
+                    "pca_answers": pca_fvu(y[train], y[answers], rank), "pca_gaussian": pca_fvu(gauss_train, gauss_test, rank),
+                    "pca_fit": pca_fvu(y[train], y[train], rank)}
+    with torch.enable_grad():
+        transcoders = _dicts(x[train], y[train], seeds, ARM_LR["transcoder"], steps, "transcoders")
+        sae_x = _dicts(x[train], x[train], seeds, ARM_LR["sae_x"], steps, "SAE on x")
+        sae_y = _dicts(y[train], y[train], seeds, ARM_LR["sae_y"], steps, "SAE on y")
+        sae_g = _dicts(gauss_train, gauss_train, seeds, ARM_LR["sae_gaussian"], steps, "SAE on a Gaussian")
+        lengths = {n: _dicts(x[train], y[train], seeds, ARM_LR["transcoder"], n, f"{n} steps")
+                   for n in convergence if n != steps}
+    codes = [d.encode(x) for d in transcoders]
+    out["transcoder"] = {
+        "held_out": [fvu(y[test], d(x[test])) for d in transcoders],
+        "fit": [fvu(y[train], d(x[train])) for d in transcoders],
+        "answers": [fvu(y[answers], d(x[answers])) for d in transcoders],
+        "used": [int((firing_counts(c) > 0).sum()) for c in codes],
+        "steps": {str(n): ([fvu(y[test], d(x[test])) for d in lengths[n]] if n in lengths else None)
+                  for n in convergence}}
+    out["transcoder"]["steps"][str(steps)] = out["transcoder"]["held_out"]
+    alive = [firing_counts(c) >= 10 for c in codes]                       # features active on >= 10 prefixes
+    patterns = [torch.nn.functional.normalize(c[:, a].T, dim=1) for c, a in zip(codes, alive)]
+    out["transcoder"]["near_copies"] = [float(((patterns[0] @ q.T).max(1).values > 0.9).double().mean())
+                                        for q in patterns[1:]]
+    out["sae_x"] = {"held_out": [fvu(x[test], d(x[test])) for d in sae_x],
+                    "used": [int((firing_counts(d.encode(x)) > 0).sum()) for d in sae_x]}
+    out["sae_y"] = {"held_out": [fvu(y[test], d(y[test])) for d in sae_y]}
+    out["sae_gaussian"] = {"held_out": [fvu(gauss_test, d(gauss_test)) for d in sae_g]}
+
+    scores = [answer_scores(model, data.ids, data.answer_pos, data.answer_id)]
+    for d in transcoders:
+        with replaced_ffn(model, layer, d):
+            scores.append(answer_scores(model, data.ids, data.answer_pos, data.answer_id))
+    with replaced_ffn(model, layer, lambda h: torch.zeros_like(h)):
+        removed = answer_scores(model, data.ids, data.answer_pos, data.answer_id)
+    mean_output = outputs[layer][torch.arange(len(data.facts)), data.answer_pos].mean(0)
+    with replaced_ffn(model, layer, lambda h: mean_output.expand_as(h)):
+        ablated = answer_scores(model, data.ids, data.answer_pos, data.answer_id)
+    out["splice"] = {"original": scores[0], "transcoder": scores[1:], "removed": removed, "mean_ablated": ablated}
+
+    xn = x[p.named]
+    acts = {"transcoder": [d.encode(xn) for d in transcoders],
+            "neurons": [collect(model, data.ids).coefficients[layer][p.rows, p.positions][p.named]],
+            "sae_x": [d.encode(xn) for d in sae_x],
+            "random": [random_dictionary(x[train], y[train], RECIPE["n_features"], RECIPE["k"], s).encode(xn)
+                       for s in seeds],
+            "untrained_neurons": [collect(untrained, data.ids).coefficients[layer][p.rows, p.positions][p.named]]}
+    out["tracking"] = {}
+    for name, sets in acts.items():
+        runs = [tracking_rates(a, p.labels) for a in sets]
+        out["tracking"][name] = [{**rates, "judged": judged} for rates, judged in runs]
+    return _r(out)
+
+
+def lr_sweep(model, data, layer: int, seeds: Sequence[int], steps: int = RECIPE["steps"],
+             lrs: Sequence[float] = SWEEP_LR) -> dict:
+    """Held-out FVU of every arm at every learning rate in ``lrs`` (the choice of ``ARM_LR``), and the features
+    each transcoder uses: ``{arm: {str(lr): [per seed]}}``."""
+    p = fact_prefixes(data)
+    inputs, outputs = ffn_io(model, data.ids)
+    x, y = inputs[layer][p.rows, p.positions], outputs[layer][p.rows, p.positions]
+    train, test = held_out_split(len(x), RECIPE["held_out"], RECIPE["split_seed"])
+    gauss_train, gauss_test = gaussian_like(y[train], len(train), seed=1), gaussian_like(y[train], len(test), seed=2)
+    pairs = {"transcoder": (x, y), "sae_x": (x, x), "sae_y": (y, y)}
+    out: dict = {arm: {} for arm in [*pairs, "sae_gaussian", "transcoder_used"]}
+    for lr in lrs:
+        for arm, (a, b) in pairs.items():
+            ds = _dicts(a[train], b[train], seeds, lr, steps, arm)
+            with torch.no_grad():
+                out[arm][str(lr)] = [fvu(b[test], d(a[test])) for d in ds]
+                if arm == "transcoder":
+                    out["transcoder_used"][str(lr)] = [int((firing_counts(d.encode(x)) > 0).sum()) for d in ds]
+        ds = _dicts(gauss_train, gauss_train, seeds, lr, steps, "sae_gaussian")
+        with torch.no_grad():
+            out["sae_gaussian"][str(lr)] = [fvu(gauss_test, d(gauss_test)) for d in ds]
+    return _r(out)
+
+
+def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: int = 40, n_inputs: int = 2000,
+                 steps: int = 2000, lr: float = 1e-2, threshold: float = 0.95, progress: bool = True) -> dict:
+    """Section 2 of notebook 09: sparse autoencoders (TopK, k = 1, ``n_directions`` directions) trained on the
+    hidden vectors ``h = W x`` of each toy model (``toys``: ``train_toy_models``' result) at ``sparsity``, from the
+    data start and from the random start, side by side; and random directions as the control.
+
+    Returns ``{"represented": [...], "recovered": {arm: [...]}, "used": {start: [...]}}``, one entry per seed:
+    the true features with ``‖W_i‖ > 0.5``, how many of them some direction matches at cosine > ``threshold``
+    (``best_cosines``), and how many directions each autoencoder uses (active on some input). The autoencoders
+    train in float64, so that the counts do not depend on the CPU's float32 kernels.
+    """
+    truth = [toys.W[toys.index(sparsity, seed=s)] for s in seeds]                          # (m, n) each
+    hidden = torch.stack([toy_hidden(W.double(), sparsity, n=n_inputs, seed=s) for s, W in zip(seeds, truth)])
+    both = torch.cat([hidden, hidden])
+    trained = train_dictionaries(both, both, n_directions, 1, [*seeds, *seeds], steps=steps, lr=lr,
+                                 start=["data"] * len(seeds) + ["random"] * len(seeds), dtype=torch.float64,
+                                 progress=progress, desc="toy autoencoders, data and random starts")
+    found = {"data start": trained[:len(seeds)], "random start": trained[len(seeds):]}
+    directions = {name: [d.W_dec.detach() for d in ds] for name, ds in found.items()}
+    directions["random directions"] = [torch.randn(W.shape[0], n_directions, generator=torch.Generator().manual_seed(s),
+                                                   dtype=torch.float64) for s, W in zip(seeds, truth)]
+    represented = [feature_norms(W) > 0.5 for W in truth]
+    truth = [W.double() for W in truth]
+    with torch.no_grad():
+        used = {name: [int((firing_counts(d.encode(h)) > 0).sum()) for d, h in zip(ds, hidden)]
+                for name, ds in found.items()}
+    return {"represented": [int(r.sum()) for r in represented],
+            "recovered": {name: [int((best_cosines(W[:, r], D) > threshold).sum())
+                                 for W, r, D in zip(truth, represented, dirs)] for name, dirs in directions.items()},
+            "used": used}
+
+
+def _toy_check(seeds: Sequence[int], steps: int) -> dict:
+    """The toy models of notebook 09's section 1, trained ``steps`` steps: represented features and dimensions
+    per feature, per sparsity and seed."""
+    toys = train_toy_models(sparsities=(0.0, 0.7, 0.9, 0.99), seeds=seeds, steps=steps, progress=False)
+    out = {str(s): {"represented": (feature_norms(toys.W[toys.at(s)]) > 0.5).sum(1).tolist(),
+                    "dims_per_feature": _r(dimensions_per_feature(toys.W[toys.at(s)]).tolist())}
+           for s in (0.0, 0.7, 0.9, 0.99)}
+    out["recovery"] = toy_recovery(toys, 0.99, seeds, steps=3 * 2000, progress=False)
+    return out
+
+
+# ---------------------------------------------------------------- the whole study
+def make_study(models: Sequence[int] = MODELS, layers: Sequence[int] = LAYERS, n_seeds: int = RECIPE["seeds"],
+               steps: int = RECIPE["steps"], sweep: bool = False, toy: bool = True, progress: bool = True) -> dict:
+    """Run ``layer_study`` for every model seed and layer (with ``sweep``, also ``lr_sweep`` on the first model;
+    with ``toy``, the toy models' 3× longer run); returns the dictionary ``main`` writes as JSON."""
+    from helpers.progress import progress as bar
+    seeds = list(range(validate.positive_int("n_seeds", n_seeds)))
+    data = make_dataset(load_facts())
+    convergence = sorted({max(1, round(steps * f / 3000)) for f in STEPS})
+    study = {"command": "python -m helpers.dictionary_study", "recipe": {**RECIPE, "steps": steps, "seeds": n_seeds},
+             "arm_lr": ARM_LR, "layers": list(layers), "models": {}}
+    for m in bar(list(models), desc="fact models", disable=not progress):
+        model, _ = load_fact_model(data, seed=m)
+        untrained = untrained_fact_model(data, seed=m)
+        study["models"][str(m)] = {str(L): layer_study(model, untrained, data, L, seeds, steps, convergence)
+                                   for L in layers}
+    if sweep:
+        model, _ = load_fact_model(data, seed=models[0])
+        study["lr_sweep"] = {"model": models[0], **{str(L): lr_sweep(model, data, L, seeds, steps) for L in layers}}
+    if toy:
+        study["toy_3x"] = _toy_check(range(5), 3 * 1000)
+    return study
+
+
+def load_study(path: str | Path | None = None) -> dict:
+    """The shipped study (``helpers/data/dictionary_study.json``), or the file at ``path``."""
+    path = STUDY_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no study file at {path}: make it with `python -m helpers.dictionary_study`")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- reading it: one value per model, verdict families
+def _layers(study: dict, layers: Sequence[int] | None) -> list[int]:
+    """The layers to read: ``layers``, or every layer in the file, the last first."""
+    return list(layers) if layers is not None else sorted(study["layers"], reverse=True)
+
+
+def model_means(study: dict, layer: int, get) -> list[float]:
+    """One value per model (in model order): ``get(entry)`` on the layer's entry, averaged if it is a list."""
+    values = []
+    for entry in study["models"].values():
+        v = get(entry[str(layer)])
+        values.append(sum(v) / len(v) if isinstance(v, list) else v)
+    return values
+
+
+def _relative(study: dict, layer: int, arm: str, baseline: str, steps: str | None = None) -> list[float]:
+    def get(e):
+        return e[arm]["held_out"] if steps is None else e[arm]["steps"][steps]
+    return [a / b for a, b in zip(model_means(study, layer, get),
+                                  model_means(study, layer, lambda e: e["dense"][baseline]))]
+
+
+def longest(study: dict) -> str:
+    """The longest training of the transcoders in the study (the 3× longer run), as its key in ``steps``."""
+    entry = next(iter(study["models"].values()))[str(study["layers"][0])]
+    return max(entry["transcoder"]["steps"], key=int)
+
+
+def superposition_family(study: dict, layers: Sequence[int] | None = None,
+                         steps: str | None = None) -> dict[str, PairedDifference]:
+    """The superposition test's comparisons, paired over models, in units of PCA-8's held-out FVU of y:
+    the transcoder against PCA-8 (an oracle: 1.0) and against the affine map from x, and the edge of an
+    autoencoder over PCA-8 on y against its edge on a Gaussian with y's mean and covariance. ``steps``: use
+    the transcoders trained that long (a key of ``steps`` in the file, e.g. ``longest(study)``)."""
+    layers = _layers(study, layers)
+    family = {}
+    for L in layers:
+        ours = _relative(study, L, "transcoder", "pca", steps)
+        affine = [a / b for a, b in zip(model_means(study, L, lambda e: e["dense"]["affine"]),
+                                        model_means(study, L, lambda e: e["dense"]["pca"]))]
+        family[f"layer {L}: transcoder − PCA-8 of y"] = paired_difference(ours, [1.0] * len(ours))
+        family[f"layer {L}: transcoder − affine map from x"] = paired_difference(ours, affine)
+        family[f"layer {L}: SAE on y − SAE on a Gaussian"] = paired_difference(
+            _relative(study, L, "sae_y", "pca"), _relative(study, L, "sae_gaussian", "pca_gaussian"))
+    return family
+
+
+def tracking_family(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer"),
+                    controls: Sequence[str] = ("neurons", "sae_x", "random")) -> dict[str, PairedDifference]:
+    """Transcoder features minus each control, the share of judged units that track each label, paired over
+    models (each model's value: the mean over its dictionary seeds)."""
+    layers = _layers(study, layers)
+    family = {}
+    for L in layers:
+        for label in labels:
+            ours = model_means(study, L, lambda e: [r[label] for r in e["tracking"]["transcoder"]])
+            for control in controls:
+                theirs = model_means(study, L, lambda e: [r[label] for r in e["tracking"][control]])
+                family[f"layer {L}, {label}: features − {control.replace('_', ' ')}"] = paired_difference(ours, theirs)
+    return family
+
+
+# ---------------------------------------------------------------- printed tables for the notebook
+def _spread(values: Sequence[float], scale: float = 100.0, digits: int = 2) -> str:
+    """``mean (min–max)`` of per-model values, times ``scale``."""
+    v = [scale * x for x in values]
+    return f"{sum(v) / len(v):.{digits}f} ({min(v):.{digits}f}–{max(v):.{digits}f})"
+
+
+def convergence_table(study: dict, layers: Sequence[int] | None = None) -> str:
+    """Held-out FVU (%) of the transcoder after each training length, mean over models (and seeds), beside
+    PCA-8 of y."""
+    layers = _layers(study, layers)
+    lengths = list(study["models"]["0"][str(layers[0])]["transcoder"]["steps"])
+    lines = ["held-out FVU %, mean over models   " + "".join(f"{int(n):>9,d}" for n in lengths)
+             + " steps   PCA-8 of y"]
+    for L in layers:
+        cells = [sum(v) / len(v) for v in (model_means(study, L, lambda e, n=n: e["transcoder"]["steps"][n])
+                                           for n in lengths)]
+        pca = model_means(study, L, lambda e: e["dense"]["pca"])
+        lines.append(f"  layer {L} transcoder" + " " * 14 + "".join(f"{100 * c:9.2f}" for c in cells)
+                     + f"{100 * sum(pca) / len(pca):15.2f}")
+    return "\n".join(lines)
+
+
+def sweep_table(study: dict, layer: int = 1) -> str:
+    """The learning-rate sweep on model 0: held-out FVU (%) of each arm at each rate, mean over seeds, and the
+    features each transcoder uses."""
+    sweep = study["lr_sweep"][str(layer)]
+    rates = list(sweep["transcoder"])
+    names = {"transcoder": "transcoder x -> y", "sae_x": "SAE on x", "sae_y": "SAE on y",
+             "sae_gaussian": "SAE on a Gaussian like y"}
+    lines = [f"learning-rate sweep, model {study['lr_sweep']['model']}, layer {layer}, held-out FVU %:"
+             + "".join(f"{'lr ' + r:>11s}" for r in rates)]
+    for arm, name in names.items():
+        lines.append(f"  {name:44s}" + "".join(f"{100 * sum(v) / len(v):11.2f}" for v in sweep[arm].values()))
+    used = [sum(v) / len(v) for v in sweep["transcoder_used"].values()]
+    lines.append(f"  {'transcoder: features used (of 256)':44s}" + "".join(f"{u:11.0f}" for u in used))
+    return "\n".join(lines)
+
+
+def superposition_table(study: dict, layers: Sequence[int] | None = None) -> str:
+    """Held-out FVU (%) of every arm of the superposition test, mean (range) over models."""
+    layers = _layers(study, layers)
+    rows = {"transcoder x -> y, 8 of 256 features": lambda e: e["transcoder"]["held_out"],
+            "affine map from x (dense, 48 dims)": lambda e: e["dense"]["affine"],
+            "PCA-8 of y (oracle: 8 fixed dims)": lambda e: e["dense"]["pca"],
+            "SAE on y, 8 of 256 features": lambda e: e["sae_y"]["held_out"],
+            "SAE on a Gaussian with y's moments": lambda e: e["sae_gaussian"]["held_out"],
+            "PCA-8 of that Gaussian": lambda e: e["dense"]["pca_gaussian"]}
+    lines = [f"held-out FVU %, mean (range) over {len(study['models'])} models" + "".join(
+        f"{'layer ' + str(L):>22s}" for L in layers)]
+    for name, get in rows.items():
+        lines.append(f"  {name:40s}" + "".join(f"{_spread(model_means(study, L, get)):>22s}" for L in layers))
+    return "\n".join(lines)
+
+
+def tracking_table(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer", "slot")) -> str:
+    """Share (%) of judged units whose 10 strongest prefixes share each label, mean over models, per layer."""
+    layers = _layers(study, layers)
+    names = {"transcoder": "transcoder features", "neurons": "neurons", "sae_x": "SAE-on-x features",
+             "random": "random dictionary", "untrained_neurons": "untrained network's neurons"}
+    head = "".join(f"{f'L{L} ' + label:>12s}" for L in layers for label in labels)
+    lines = [f"{'share tracking, mean over models':32s}{head}   judged units (L{layers[0]})"]
+    for unit, name in names.items():
+        cells = "".join(f"{100 * sum(v) / len(v):11.0f}%" for L in layers for label in labels
+                        for v in [model_means(study, L, lambda e, u=unit, a=label: [r[a] for r in e["tracking"][u]])])
+        judged = model_means(study, layers[0], lambda e, u=unit: [r["judged"] for r in e["tracking"][u]])
+        lines.append(f"  {name:30s}{cells}   {min(judged):.0f}–{max(judged):.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
+    parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
+    parser.add_argument("--seeds", type=int, default=RECIPE["seeds"], help="dictionary seeds per arm")
+    parser.add_argument("--steps", type=int, default=RECIPE["steps"])
+    parser.add_argument("--sweep", action="store_true", help="add the learning-rate sweep on the first model")
+    parser.add_argument("--no-toy", action="store_true", help="skip the toy models' 3x longer check")
+    parser.add_argument("--only-toy", action="store_true",
+                        help="recompute only the toy models' 3x check, in the existing file at --out")
+    parser.add_argument("--out", type=Path, default=STUDY_PATH)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.only_toy:
+        study = load_study(args.out)
+        study["toy_3x"] = _toy_check(range(5), 3 * 1000)
+    else:
+        study = make_study(args.models, args.layers, args.seeds, args.steps, sweep=args.sweep, toy=not args.no_toy)
+    args.out.write_text(json.dumps(study, indent=1) + "\n", encoding="utf-8")
+    return args.out
+
+
+if __name__ == "__main__":
+    print(main())

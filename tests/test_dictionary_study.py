@@ -1,0 +1,87 @@
+"""helpers.dictionary_study: the runs behind notebook 09's verdicts over models, a small run of the command, and the
+shipped file's shape and its agreement with the recipe the module states."""
+import json
+
+import pytest
+import torch
+
+from helpers.dictionary import fvu
+from helpers.dictionary_study import (ARM_LR, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu, convergence_table,
+                                      gaussian_like, load_study, longest, main, pca_fvu, pca_projection,
+                                      superposition_family, superposition_table, tracking_family, tracking_table)
+from helpers.stats import holm
+
+
+def test_dense_yardsticks():
+    gen = torch.Generator().manual_seed(0)
+    basis = torch.randn(3, 10, generator=gen, dtype=torch.float64)
+    y = torch.randn(200, 3, generator=gen, dtype=torch.float64) @ basis + 5.0    # lies in a 3-dim affine subspace
+    assert pca_fvu(y[:150], y[150:], 3) < 1e-20 and pca_fvu(y[:150], y[150:], 2) > 0.01
+    assert pca_projection(y[:150], y[150:], 3).shape == (50, 10)
+    x = torch.randn(200, 4, generator=gen, dtype=torch.float64)
+    A = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    assert affine_fvu(x[:150], x[:150] @ A + 1.0, x[150:], x[150:] @ A + 1.0) < 1e-20
+    assert affine_fvu(x[:150], torch.relu(x[:150] @ A), x[150:], torch.relu(x[150:] @ A)) > 0.05
+
+
+def test_gaussian_like_has_the_moments_of_its_model():
+    gen = torch.Generator().manual_seed(1)
+    y = torch.randn(3000, 4, generator=gen) @ torch.randn(4, 4, generator=gen) + torch.tensor([1.0, -2.0, 0.0, 3.0])
+    g = gaussian_like(y, 20_000, seed=3)
+    assert g.shape == (20_000, 4) and g.dtype == torch.float32
+    torch.testing.assert_close(g.mean(0), y.mean(0), atol=0.1, rtol=0)
+    torch.testing.assert_close(torch.cov(g.T), torch.cov(y.T), atol=0.15, rtol=0.05)
+    assert torch.equal(g, gaussian_like(y, 20_000, seed=3))
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study") / "small.json"
+    main(["--models", "0", "--layers", "1", "--seeds", "2", "--steps", "30", "--no-toy", "--out", str(out)])
+    return json.loads(out.read_text())
+
+
+def test_a_small_run_of_the_command_writes_every_field(small):
+    entry = small["models"]["0"]["1"]
+    assert small["recipe"]["steps"] == 30 and small["recipe"]["seeds"] == 2 and small["layers"] == [1]
+    assert set(entry) == {"dense", "transcoder", "sae_x", "sae_y", "sae_gaussian", "splice", "tracking"}
+    assert set(entry["transcoder"]["steps"]) == {"3", "10", "30", "90"}
+    assert entry["transcoder"]["steps"]["30"] == entry["transcoder"]["held_out"]
+    assert len(entry["transcoder"]["held_out"]) == 2 and len(entry["transcoder"]["near_copies"]) == 1
+    assert set(entry["tracking"]) == {"transcoder", "neurons", "sae_x", "random", "untrained_neurons"}
+    assert entry["tracking"]["neurons"][0]["judged"] == 192
+    assert entry["splice"]["original"][0] == 1.0                      # the shipped model knows every fact
+    d = entry["dense"]
+    assert 0 < d["pca_fit"] <= d["pca"] < d["affine"] < 1               # 8 fixed dims fit y better than x's map
+    assert longest(small) == "90"
+
+
+def test_the_shipped_file_covers_five_models_with_the_stated_recipe():
+    study = load_study()
+    assert STUDY_PATH.name == "dictionary_study.json"
+    assert study["recipe"] == RECIPE and study["arm_lr"] == ARM_LR
+    assert list(study["models"]) == [str(s) for s in MODELS] and len(MODELS) >= 5 and study["layers"] == list(LAYERS)
+    for entry in study["models"].values():
+        for layer in map(str, LAYERS):
+            runs = entry[layer]["transcoder"]
+            assert len(runs["held_out"]) == RECIPE["seeds"] and set(runs["steps"]) == {"100", "333", "1000", "3000"}
+    assert longest(study) == "3000"
+    assert set(study["toy_3x"]) == {"0.0", "0.7", "0.9", "0.99", "recovery"}
+
+
+def test_the_verdict_families_and_tables_read_the_file():
+    study = load_study()
+    family = superposition_family(study)
+    assert len(family) == 3 * len(LAYERS) and all(d.n == len(MODELS) for d in family.values())
+    assert len(holm(family)) == len(family)
+    assert len(tracking_family(study, labels=("relation", "answer", "slot"))) == 9 * len(LAYERS)
+    for table in (convergence_table(study), superposition_table(study), tracking_table(study)):
+        assert table.count("\n") >= len(LAYERS) and "nan" not in table
+    transcoder = [v for e in study["models"].values() for v in e["1"]["transcoder"]["held_out"]]
+    assert all(0 < v < 1 for v in transcoder)
+
+
+def test_fvu_in_the_file_is_the_course_fvu():
+    y = torch.randn(50, 3, dtype=torch.float64)
+    assert pca_fvu(y, y, 3) == pytest.approx(0.0, abs=1e-20)
+    assert pca_fvu(y, y, 1) == pytest.approx(fvu(y, pca_projection(y, y, 1)))
