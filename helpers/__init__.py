@@ -16,7 +16,7 @@ The course library
 ------------------
 env         setup for a notebook: seeds, device, Colab bootstrap, version line
 validate    argument checks with clear error messages
-stats       verdicts over seeds: paired and Welch t against their critical values
+stats       verdicts over seeds: paired and Welch t, Holm's step-down over a family
 activations ReLU, squared ReLU, GELU (exact and tanh), SiLU/Swish, sigmoid, by name
 dead_units  dead and silent hidden units: notebook 01's data, SGD, stuck shares, firing rates, stable lr
 ffn         the FFN (dense and gated by configuration), widths, parameter counts
@@ -32,6 +32,7 @@ memory      an FFN read as a key-value memory: triggers, values, agreement again
 interventions sub-updates, knock-outs with their controls, activation patching
 explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
+gate_plane  one gated unit over the plane of its two inputs (notebook 04's picture)
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
             experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
@@ -50,7 +51,7 @@ inference   arithmetic intensity on published hardware, decode vs prefill, an Mo
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
 superposition the toy model of superposition (n sparse features through m < n dimensions)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
-dictionary_study notebook 09's dictionaries on all ten fact models: the superposition test and its controls (shipped)
+dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished
