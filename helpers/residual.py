@@ -154,7 +154,8 @@ def residual_scale(n_residual_layers: int) -> float:
 
 
 def plot_stack_trace(trace: StackTrace, *, noise_floor: float = 1e-7, note: str = "") -> Figure:
-    """Three panels for one ``StackTrace``: the stream's std, the spread across tokens, each FFN's input std.
+    """Two panels for one ``StackTrace``: the stream's std with the spread across tokens (one log axis), and
+    each FFN's input std.
 
     The first two share a log scale; when they come near ``noise_floor`` (float32 rounding of vectors of
     size ~1), values below it are drawn at the floor, inside a grey band; otherwise the axis zooms in on the
