@@ -151,17 +151,44 @@ class BasisTests:
         i, j = self.ks.index(k_knockout), self.ks.index(k_keep)
         ko, keep = self.knockout, self.keep_only
         return {
-            f"recall, top {k_knockout} zeroed: neurons − random neurons": paired_difference(ko["neurons"][i],
+            f"top {k_knockout} zeroed: neurons − random neurons": paired_difference(ko["neurons"][i],
                                                                                        ko["random neurons"][i]),
-            f"recall, top {k_knockout} zeroed: neurons − rotated basis": paired_difference(ko["neurons"][i],
+            f"top {k_knockout} zeroed: neurons − rotated": paired_difference(ko["neurons"][i],
                                                                                       ko["rotated"][i]),
-            f"recall, only top {k_keep} kept: neurons − rotated basis": paired_difference(keep["neurons"][j],
+            f"only top {k_keep} kept: neurons − rotated": paired_difference(keep["neurons"][j],
                                                                                      keep["rotated"][j]),
-            "facts switching a unit on: trained − untrained": paired_difference(self.on_share["trained"].mean(dim=1),
+            "facts per unit: trained − untrained": paired_difference(self.on_share["trained"].mean(dim=1),
                                                                                 self.on_share["untrained"].mean(dim=1)),
-            "switched-on units writing towards v_n: trained − untrained": paired_difference(self.towards["trained"],
+            "writing towards v_n: trained − untrained": paired_difference(self.towards["trained"],
                                                                                           self.towards["untrained"]),
         }
+
+
+def lookup_table_ffn(keys: torch.Tensor, values: torch.Tensor) -> FFN:
+    """A hand-built FFN that stores a table as separate lookups: the positive control of the tests.
+
+    keys: ``(n_facts, d_model)``, values: ``(n_facts, d_model)``. Unit ``n`` (ReLU, ``d_ff = n_facts``) has key
+    ``k_n`` scaled, and a bias that puts its threshold halfway between ``k_n · k_n`` and the largest ``k_n · k_j``
+    of another key, so only fact ``n`` switches it on (with ``m = 1``); its value is ``v_n``; ``b2 = 0``. A key that
+    another key outscores on its own unit cannot be stored this way (random keys of width 16: rare).
+    """
+    validate.float_tensor("keys", keys, min_dims=2)
+    n, d_model = keys.shape
+    if keys.dim() != 2 or values.shape != keys.shape:
+        raise ValueError(f"keys and values must both be (n_facts, d_model), got {tuple(keys.shape)} and "
+                         f"{tuple(values.shape)}")
+    gram = keys @ keys.T
+    own = gram.diag()
+    other = gram.masked_fill(torch.eye(n, dtype=torch.bool), float("-inf")).max(dim=1).values if n > 1 else own - 2
+    threshold = (own + other) / 2
+    scale = 1 / (own - threshold).clamp_min(1e-3)          # m = 1 on the unit's own key
+    ffn = FFN(d_model, n, activation="relu").eval()
+    with torch.no_grad():
+        ffn.w1.weight.copy_(keys * scale[:, None])
+        ffn.w1.bias.copy_(-threshold * scale)
+        ffn.w2.weight.copy_(values.T)
+        ffn.w2.bias.zero_()
+    return ffn
 
 
 def basis_tests(ffns: Sequence[FFN], seeds: Sequence[int], *, n_facts: int = 256,
@@ -225,6 +252,7 @@ def basis_tests_figure(tests: BasisTests):
         ax.xaxis.set_minor_formatter(lambda v, _: "")
         ax.set(ylim=(-3, 103), xlabel=f"k (of {tests.d_ff} units)", ylabel="facts recalled (%)", title=title)
     ax_ko.legend(fontsize=9, loc="center right")
+    ax_keep.legend(fontsize=9, loc="lower right", bbox_to_anchor=(1, 0.06))
     bins = torch.linspace(0, 1, 26)
     for state, color, kind in (("untrained", "0.7", "stepfilled"), ("trained", "#0072B2", "step")):
         ax_on.hist(tests.on_share[state].flatten().numpy(), bins=bins.numpy(), color=color, histtype=kind, lw=2,
@@ -232,6 +260,7 @@ def basis_tests_figure(tests: BasisTests):
     ax_on.axvline(1 / tests.n_facts, color="#D55E00", ls=":", lw=2, label="a detector of one fact")
     ax_on.set(xlabel="share of the facts that switch the unit on", ylabel="units",
               title="Selective? Facts per unit")
+    ax_on.set_ylim(0, 1.4 * ax_on.get_ylim()[1])               # room for the legend above the bars
     ax_on.legend(fontsize=9, loc="upper right")
     fig.suptitle(f"Tests of the key–value reading: FFNs of {tests.d_ff} units trained on {tests.n_facts} facts, "
                  f"mean of {len(tests.seeds)} seeds", fontsize=11)

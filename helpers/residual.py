@@ -154,7 +154,8 @@ def residual_scale(n_residual_layers: int) -> float:
 
 
 def plot_stack_trace(trace: StackTrace, *, noise_floor: float = 1e-7, note: str = "") -> Figure:
-    """Three panels for one ``StackTrace``: the stream's std, the spread across tokens, each FFN's input std.
+    """Two panels for one ``StackTrace``: the stream's std with the spread across tokens (one log axis), and
+    each FFN's input std.
 
     The first two share a log scale; when they come near ``noise_floor`` (float32 rounding of vectors of
     size ~1), values below it are drawn at the floor, inside a grey band; otherwise the axis zooms in on the
@@ -247,8 +248,8 @@ def compare_gradients(layer_grad_norms, x: torch.Tensor, target: torch.Tensor, f
         label = f"{NORM_LABELS[norm]}, {'residual' if residual else 'no residual'}" + (", scaled W2" if scaled else "")
         shown = torch.where(values > 0, values, torch.full_like(values, float("nan"))).numpy()  # 0: underflow
         for ax in (ax_all, ax_res) if residual else (ax_all,):
-            ax.semilogy(range(1, depth + 1), shown, styles[norm], color=colors[(residual, scaled)], lw=2,
-                        label=label)
+            ax.semilogy(range(1, depth + 1), shown, styles[norm], color=colors[(residual, scaled)],
+                        lw=3 if norm == "post" else 2, label=label)         # dotted lines drawn thicker to be seen
     for ax in (ax_all, ax_res):
         ax.set_xlabel("layer (1 = where the input enters)")
         ax.set_ylabel("‖∂loss/∂W1‖ (log scale)")

@@ -318,7 +318,7 @@ def width_curves_figure(curves: WidthCurves, selected: int, *, lr: float = 1e-2)
         mean = curves.error[(w, lr)].mean(dim=1)
         ax_q.plot(steps, mean, "-", color=colors[w], lw=3 if w == w_sel else 1.2, alpha=1 if w == w_sel else 0.5,
                   label=f"{w // d}d (mean of {len(curves.seeds)} seeds)")
-    ax_q.plot(steps, curves.error[(w_sel, lr)], "-", color=colors[w_sel], lw=0.6, alpha=0.6)
+    ax_q.plot(steps, curves.error[(w_sel, lr)], "-", color=colors[w_sel], lw=1.0, alpha=0.8)
     others = sorted(r for w, r in curves.arms if w == w_sel and r != lr)
     for r, dash in zip(others, ["--", ":", "-."]):
         ax_q.plot(steps, curves.error[(w_sel, r)].mean(dim=1), dash, color=colors[w_sel], lw=2,
@@ -332,7 +332,7 @@ def width_curves_figure(curves: WidthCurves, selected: int, *, lr: float = 1e-2)
     ax_q.yaxis.set_minor_formatter(lambda v, _: "")
     ax_q.set(xlabel="Adam steps (full batch)", ylabel="error left (log scale)",
              title=f"What it buys: error left while training (lr {lr:g} unless marked)")
-    ax_q.legend(fontsize=8, loc="lower left")
+    ax_q.legend(fontsize=9, loc="lower left")
     last = curves.error[(w_sel, lr)][-1].mean().item()
     fig.suptitle(f"d_ff = {selected}d: {ffn_param_count(d, w_sel):,} parameters for {targets:,} numbers to store; "
                  f"error left after {steps[-1]:,} steps {last:.3f}", fontsize=11)

@@ -353,3 +353,37 @@ def test_untransposed_w2_fails_on_the_square_case_with_wrong_numbers_not_only_a_
 def test_every_exercise_declares_its_domain_and_reaches_every_corner(exercise):
     assert exercise.domain is not None and len(exercise.domain.corners) >= 5
     assert exercise.uncovered() == []
+
+
+def _gpt2_mlp_zeroing_its_bias(x, c_fc_w, c_fc_b, c_proj_w, c_proj_b):
+    out = F.gelu(x @ c_fc_w + c_fc_b, approximate="tanh") @ c_proj_w + c_proj_b
+    c_fc_b.zero_()                                       # changes an input after using it
+    return out
+
+
+def _stack_adding_in_place(x, ffns, norms, norm, residual):
+    for ffn, ln in zip(ffns, norms):
+        update = ffn(ln(x) if norm == "pre" else x)
+        if residual:
+            x += update                                  # the caller's tensor, on the first layer
+        else:
+            x = update
+        if norm == "post":
+            x = ln(x)
+    return x
+
+
+def _contributions_zeroing_x(ffn, x):
+    out = ffn.hidden(x).unsqueeze(-1) * ffn.w2.weight.T
+    x.mul_(0)
+    return out
+
+
+@pytest.mark.parametrize("name, answer, argument", [("forward", _gpt2_mlp_zeroing_its_bias, "c_fc_b"),
+                                                    ("stack", _stack_adding_in_place, "x"),
+                                                    ("contributions", _contributions_zeroing_x, "x")])
+def test_answers_that_change_their_inputs_fail_naming_the_argument(name, answer, argument):
+    """The review's in-place answers (round 1): right values, but they change an input the caller still holds."""
+    result = EXERCISES[name].evaluate(answer)
+    assert result.status == FAILED
+    assert argument in result.message

@@ -99,3 +99,20 @@ def test_figures_draw(sweep):
     fig = writers_figure(units, rotated(units, random_rotation(16, 0)), values, fact=3)
     assert len(fig.axes[0].get_lines()) == 3     # neurons, rotated, the zero line
     plt.close(fig)
+
+
+def test_the_lookup_table_ffn_is_the_positive_control():
+    """One ReLU unit per fact, switched on by its own key only: the tests must say "yes" for it."""
+    from helpers.neuron_basis import lookup_table_ffn
+
+    keys, values = random_facts(64, 16, 0)
+    ffn = lookup_table_ffn(keys, values)
+    assert (ffn.d_model, ffn.d_ff) == (16, 64)
+    on = switched_on(ffn, keys)
+    assert on.diagonal().float().mean() > 0.9 and on.sum().item() <= 64 + 4    # on for its own fact, rarely others
+    assert recall(ffn(keys).detach(), values) > 0.9
+    tests = basis_tests([ffn], [0], n_facts=64, ks=(1,))
+    assert tests.mean("knockout", "neurons", 1) < 0.2 < 0.8 < tests.mean("keep_only", "neurons", 1)
+    assert tests.mean("keep_only", "rotated", 1) < 0.2
+    with pytest.raises(ValueError, match="keys and values"):
+        lookup_table_ffn(keys, values[:3])
