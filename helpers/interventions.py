@@ -6,7 +6,8 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
 * ``sub_updates``: the FFN output at one position split into its terms ``m_i v_i`` (Geva et al. 2022),
   ``direct_logit_shifts``: what each term does to the next-token logits when it enters the final LayerNorm
   directly (exact for the last block, with the norm's scale held at its actual value), and
-  ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination);
+  ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination)
+  against a reference word (``shifts_by_reference``: several references from one pass);
 * ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
   position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
   neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
@@ -114,30 +115,56 @@ def direct_logit_shifts(model: nn.Module, vectors: torch.Tensor, residual: torch
 
 @torch.no_grad()
 def answer_and_rival_shifts(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: torch.Tensor,
-                            answer_id: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                            answer_id: torch.Tensor, groups: torch.Tensor,
+                            reference: str = "vocabulary") -> tuple[torch.Tensor, torch.Tensor]:
     """What ``layer``'s ``Σ_i m_i v_i`` (``b2`` left out) does, by its direct path, to each row's answer and to
     its rivals (the other answers of rows in the same group, e.g. the other capitals), at ``answer_pos``.
 
-    Returns two ``(N,)`` tensors of ``direct_logit_shifts`` measured against the average word of the
-    vocabulary: the answer's shift, and the rivals' mean shift. Positive: promoted above the average word;
-    negative: pushed below it. Exact for the last block; for an earlier one only its direct path.
+    Returns two ``(N,)`` tensors of ``direct_logit_shifts`` measured against a reference word: the answer's
+    shift, and the rivals' mean shift. Positive: promoted above the reference; negative: pushed below it.
+    A softmax ignores a shift common to every logit, so "promotion" and "elimination" exist only against a
+    reference. ``reference``: ``"vocabulary"`` the mean shift of every word; ``"outside"`` the mean shift of
+    the words that are neither the answer nor a rival (outside the contest, so pushing the rivals down does
+    not move it); ``"median"`` the median word's shift. Exact for the last block; for an earlier one only
+    its direct path. ``shifts_by_reference`` gives several references from one pass.
     """
+    return shifts_by_reference(model, layer, ids, answer_pos, answer_id, groups, (reference,))[reference]
+
+
+@torch.no_grad()
+def shifts_by_reference(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: torch.Tensor,
+                        answer_id: torch.Tensor, groups: torch.Tensor,
+                        references: Sequence[str] = ("outside", "vocabulary", "median"),
+                        ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``{reference: (answer, rivals)}``, ``answer_and_rival_shifts`` for each reference word, one pass."""
+    for reference in references:
+        if reference not in ("vocabulary", "outside", "median"):
+            raise ValueError(f"reference must be 'vocabulary', 'outside' or 'median', got {reference!r}")
     ffn = find_ffns(model).layer(layer)
     rows = torch.arange(ids.shape[0])
     trace = collect(model, ids)
     written = trace.outputs[layer][rows, answer_pos]
     if ffn.value_bias is not None:
         written = written - ffn.value_bias.detach()
-    shifts = direct_logit_shifts(model, written, final_residual(model, ids)[rows, answer_pos])       # (N, vocab)
-    shifts = shifts - shifts.mean(dim=1, keepdim=True)
-    answer = shifts[rows, answer_id]
-    rivals = torch.empty(ids.shape[0])
-    for g in groups.unique().tolist():
-        mine = torch.nonzero(groups == g)[:, 0]
-        candidates = answer_id[mine].unique()                                       # the group's answers
-        is_own = candidates[None, :] == answer_id[mine, None]                       # (n, C)
-        rivals[mine] = (shifts[mine][:, candidates] * ~is_own).sum(1) / (~is_own).sum(1).clamp_min(1)
-    return answer, rivals
+    raw = direct_logit_shifts(model, written, final_residual(model, ids)[rows, answer_pos])          # (N, vocab)
+    out = {}
+    for reference in references:
+        if reference == "median":
+            shifts = raw - raw.median(dim=1, keepdim=True).values
+        else:
+            shifts = raw - raw.mean(dim=1, keepdim=True)
+        rivals = torch.empty(ids.shape[0])
+        for g in groups.unique().tolist():
+            mine = torch.nonzero(groups == g)[:, 0]
+            candidates = answer_id[mine].unique()                                   # the group's answers
+            if reference == "outside":
+                outside = torch.ones(raw.shape[1], dtype=torch.bool)
+                outside[candidates] = False
+                shifts[mine] = raw[mine] - raw[mine][:, outside].mean(dim=1, keepdim=True)
+            is_own = candidates[None, :] == answer_id[mine, None]                   # (n, C)
+            rivals[mine] = (shifts[mine][:, candidates] * ~is_own).sum(1) / (~is_own).sum(1).clamp_min(1)
+        out[reference] = (shifts[rows, answer_id], rivals)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,15 +238,18 @@ def removed_write(activity: torch.Tensor, removed: torch.Tensor, values: torch.T
     return ((activity * removed).double() @ values.double()).norm(dim=1)
 
 
-def _size_matched(activity: torch.Tensor, values: torch.Tensor, target: torch.Tensor, first: int = 64) -> torch.Tensor:
+def _size_matched(activity: torch.Tensor, values: torch.Tensor, target: torch.Tensor, first: int = 64,
+                  priority: torch.Tensor | None = None) -> torch.Tensor:
     """The own neurons in order of activity, the last in part, until ``‖Σ share_i m_i v_i‖`` reaches ``target``.
 
-    Only the ``first`` most active neurons are summed (enough for almost every row); rows that need more are
-    done again with all of them.
+    ``priority``: optional ``(N, d_ff)``, another order (highest first; firing neurons must come before silent
+    ones), e.g. a random one. Only the ``first`` neurons in that order are summed (enough for almost every
+    row); rows that need more are done again with all of them.
     """
     N, d_ff = activity.shape
     K = min(first, d_ff)
-    ranked, order = activity.clamp_min(0).sort(dim=1, descending=True)                # (N, d_ff)
+    order = (activity.clamp_min(0) if priority is None else priority).sort(dim=1, descending=True).indices
+    ranked = activity.clamp_min(0).gather(1, order)                                     # (N, d_ff)
     parts = ranked[:, :K, None] * values[order[:, :K]]                                  # (N, K, d_model): m_i v_i
     after = parts.cumsum(dim=1)                                                         # removed up to neuron j
     reached = (after.norm(dim=-1) >= target[:, None]) & (ranked[:, :K] > 0)
@@ -237,13 +267,14 @@ def _size_matched(activity: torch.Tensor, values: torch.Tensor, target: torch.Te
     result = torch.zeros_like(share).scatter_(1, order, share)
     more = ~reached.any(dim=1) & (ranked[:, K - 1] > 0) if K < d_ff else torch.zeros(N, dtype=torch.bool)
     if more.any():                                                                       # firing neurons beyond K
-        result[more] = _size_matched(activity[more], values, target[more], first=d_ff)
+        result[more] = _size_matched(activity[more], values, target[more], first=d_ff,
+                                     priority=None if priority is None else priority[more])
     return result
 
 
 def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
                   generator: torch.Generator | None = None, values: torch.Tensor | None = None,
-                  rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                  rows: torch.Tensor | None = None, random_size_matched: bool = False) -> dict[str, torch.Tensor]:
     """The neuron sets a knock-out is judged against, one row per fact: ``{name: (N, d_ff) float}``, the share
     of each neuron's coefficient removed (1: off, 0: kept), for ``knock_out``.
 
@@ -255,6 +286,10 @@ def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
         values: optional ``(d_ff, d_model)``, the layer's values (``W2.T``); adds the "size-matched" set.
         rows: optional ``(R,)`` long, the facts to return sets for (default: all N); the sets are the same
             as ``knockout_sets(...)[name][rows]`` (the random draw included), computed only where needed.
+        random_size_matched: with ``values``, also ``"random size-matched"``: the firing neurons in a random
+            order, the last in part, until the vector removed is as long as the one "other" removes (every
+            firing neuron where it never is). It asks whether *any* neurons removing that much write do what
+            "other" does (drawn after the other sets, so they are unchanged).
     Returns:
         ``"own"``: the fact's ``n_off`` most active neurons; ``"other"``: the donor's ``n_off`` most active;
         ``"matched"``: the fact's own neurons in order of activity, the last one removed only in part, so that
@@ -291,6 +326,11 @@ def knockout_sets(activity: torch.Tensor, donor: torch.Tensor, n_off: int,
     if values is not None:
         size = removed_write(activity[rows], sets["other"], values)                   # (R,) what "other" removes
         sets["size-matched"] = _size_matched(activity[rows].double(), values.double(), size).float()
+        if random_size_matched:
+            firing = (activity > 0).double()
+            priority = (firing * (1 + torch.rand(N, d_ff, generator=generator, dtype=torch.float64)))[rows]
+            sets["random size-matched"] = _size_matched(activity[rows].double(), values.double(), size,
+                                                        priority=priority).float()
     return sets
 
 

@@ -369,6 +369,10 @@ NATURAL_WRONG = [
     ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i]), "you took row i of w2.weight"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True)), "unbiased variance"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False)), "leaves out ε"),
+    ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False, both=False)),
+     "with biases=False your LayerNorm by hand leaves out ε"),
+    ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True, both=False)),
+     "with biases=False your LayerNorm by hand uses the unbiased variance"),
     ("agreement", _agreement_at_the_peak, "off by one"),
     ("agreement", _agreement_floor, "integer division"),
     ("agreement", ex._agreement_with(lambda c, valid: ex._trigger_max(c, valid, fill=0.0)), "with 0"),
@@ -402,3 +406,13 @@ def test_the_new_corners_catch_what_the_old_cases_let_through():
     tiny = [c for c in ex.check_value_logits.cases() if c.args[0].w2.weight[:, c.args[1]].abs().max() < 1e-2]
     assert tiny, "a value small enough for ε"
     assert any(ex._agreement_rate(*c.args) == 1.0 for c in ex.check_agreement_rate.cases())
+
+
+@pytest.mark.parametrize("name, answer", [
+    ("coefficients", lambda x, W1, b1: F.gelu(x.double() @ W1.double().T + b1.double())),   # any float dtype
+    ("triggers", lambda *a: tuple(t.int() for t in ex._top_triggers(*a))),                   # any integer dtype
+    ("agreement", lambda *a: torch.tensor(ex._agreement_rate(*a))),                           # a 0-d tensor
+])
+def test_the_relaxed_output_dtypes_pass(name, answer):
+    """Each statement allows these result types (Ex 1: any float dtype; Ex 2: any integer dtype; Ex 4: a number)."""
+    assert EXERCISES[name].evaluate(answer).status == PASSED

@@ -6,7 +6,7 @@ import torch
 from helpers.interventions import (_size_matched, answer_and_rival_shifts, direct_logit_shifts, final_residual,
                                    knock_out, knockout_drops, knockout_sets, patched_ffn_output, patching_effect,
                                    removed_activity, removed_write,
-                                   same_group_donors, sub_updates)
+                                   same_group_donors, shifts_by_reference, sub_updates)
 from helpers.memory import answer_probability, collect
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -274,6 +274,45 @@ def test_answer_and_rival_shifts_are_the_direct_logit_shifts_against_the_average
         others = [int(a) for a in answer_id[groups == groups[n]].unique() if a != answer_id[n]]
         expected = shifts[n, others].mean() if others else torch.tensor(0.0)
         assert torch.allclose(rivals[n], expected, atol=1e-6)
+
+
+def test_shifts_by_reference_measure_against_the_outside_words_the_vocabulary_or_the_median():
+    model, ids = tiny(), toy_ids()
+    answer_pos, answer_id, groups = torch.full((6,), 3), ids[:, 4], torch.tensor([0, 0, 0, 1, 1, 1])
+    by_reference = shifts_by_reference(model, 1, ids, answer_pos, answer_id, groups)
+    trace, rows = collect(model, ids), torch.arange(6)
+    written = trace.outputs[1][rows, 3] - model.blocks[1].ffn.w2.bias.detach()
+    raw = direct_logit_shifts(model, written, final_residual(model, ids)[rows, 3])
+    for n in range(6):
+        contest = answer_id[groups == groups[n]].unique()
+        outside = torch.ones(raw.shape[1], dtype=torch.bool)
+        outside[contest] = False
+        others = [int(a) for a in contest if a != answer_id[n]]
+        for reference, ref in [("outside", raw[n, outside].mean()), ("vocabulary", raw[n].mean()),
+                               ("median", raw[n].median())]:
+            answer, rivals = by_reference[reference]
+            assert torch.allclose(answer[n], raw[n, answer_id[n]] - ref, atol=1e-5)
+            expected = raw[n, others].mean() - ref if others else torch.tensor(0.0)
+            assert torch.allclose(rivals[n], expected, atol=1e-5)
+    plain = answer_and_rival_shifts(model, 1, ids, answer_pos, answer_id, groups, reference="outside")
+    assert all(torch.equal(a, b) for a, b in zip(plain, by_reference["outside"]))
+    with pytest.raises(ValueError, match="reference"):
+        answer_and_rival_shifts(model, 1, ids, answer_pos, answer_id, groups, reference="mode")
+
+
+def test_random_size_matched_removes_as_long_a_write_as_the_other_set_and_leaves_the_other_sets():
+    g = torch.Generator().manual_seed(3)
+    activity, values = torch.randn(12, 16, generator=g).relu(), torch.randn(16, 5, generator=g)
+    donor = torch.arange(12).roll(1)
+    plain = knockout_sets(activity, donor, 4, generator=torch.Generator().manual_seed(1), values=values)
+    sets = knockout_sets(activity, donor, 4, generator=torch.Generator().manual_seed(1), values=values,
+                         random_size_matched=True)
+    assert all(torch.equal(plain[name], sets[name]) for name in plain)
+    share = sets["random size-matched"]
+    assert ((share >= 0) & (share <= 1)).all() and (share[activity <= 0] == 0).all()
+    target, got = removed_write(activity, sets["other"], values), removed_write(activity, share, values)
+    reached = removed_write(activity, torch.ones_like(activity), values) >= target
+    assert torch.allclose(got[reached], target[reached], atol=1e-4)
 
 
 def test_patched_ffn_output_replaces_one_position_per_row():

@@ -76,7 +76,7 @@ check_memory_coefficients = Exercise(
     _coefficient_cases,
     domain=Domain(
         allows="x (B, T, d_model), W1 (d_ff, d_model), b1 (d_ff,), all float32, every size from 1, any finite values; "
-               "the answer (B, T, d_ff), the exact GELU, checked to float32 precision (its dtype is not checked)",
+               "the answer (B, T, d_ff) in any float dtype, the exact GELU, checked to float32 precision",
         corners=(
             Corner("B = T = 1", lambda c: c.args[0].shape[:2] == (1, 1)),
             Corner("d_model = 1", lambda c: c.args[0].shape[2] == 1),
@@ -225,7 +225,8 @@ check_top_triggers = Exercise(
     domain=Domain(
         allows="coefficients (N, T, d_ff) float32, any finite values with no ties (in a row's allowed values or "
                "between examples' peaks); valid (N, T) bool with at least one True per row, the last position "
-               "included or not; neuron in [0, d_ff); 1 <= k <= N; the answer: two int64 (k,) tensors, strongest first",
+               "included or not; neuron in [0, d_ff); 1 <= k <= N; the answer: two (k,) integer tensors (any integer "
+               "dtype), strongest first",
         corners=TRIGGER_CORNERS),
     mistakes=[
         ("you took the smallest coefficients (argmin / largest=False); trigger prefixes are where the neuron "
@@ -308,11 +309,14 @@ def _right_read(v, ln, head, biases):
     return head(ln(v)) if biases else _ln_no_beta(v, ln) @ head.weight.T
 
 
-def _norm_by_hand(correction: int, eps: bool):
-    """A LayerNorm written out by hand, with the variance's divisor d - correction and with or without ε."""
+def _norm_by_hand(correction: int, eps: bool, both: bool = True):
+    """A LayerNorm written out by hand, with the variance's divisor d - correction and with or without ε; in both
+    modes, or (``both=False``) only without the biases, where no one-call form exists (``lm_head(ln_f(v))`` with)."""
     def read(v, ln, head, biases):
         z = (v - v.mean()) / torch.sqrt(v.var(correction=correction) + (ln.eps if eps else 0.0)) * ln.weight
-        return F.linear(z + ln.bias, head.weight, head.bias) if biases else z @ head.weight.T
+        if biases:
+            return F.linear(z + ln.bias, head.weight, head.bias) if both else head(ln(v))
+        return z @ head.weight.T
     return read
 
 
@@ -346,6 +350,12 @@ check_value_logits = Exercise(
          "for a small value), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=0, eps=False))),
         ("your LayerNorm by hand uses the unbiased variance (divisor d - 1, torch.var's default); LayerNorm divides "
          "by d: var(correction=0), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=1, eps=True))),
+        ("with biases=False your LayerNorm by hand leaves out ε (the biases=True read-out is right): normalise by "
+         "sqrt(var + ln_f.eps), as nn.LayerNorm does, or call F.layer_norm(v, shape, ln_f.weight, None, ln_f.eps).",
+         _values_with_read(_norm_by_hand(correction=0, eps=False, both=False))),
+        ("with biases=False your LayerNorm by hand uses the unbiased variance (torch.var's default divisor d - 1; "
+         "the biases=True read-out is right): LayerNorm divides by d, var(correction=0), or call F.layer_norm.",
+         _values_with_read(_norm_by_hand(correction=1, eps=True, both=False))),
     ],
     domain=Domain(
         allows="ffn a float32 helpers.ffn.FFN (d_model >= 2, d_ff >= 1), neuron in [0, d_ff), ln_f any "
@@ -485,7 +495,8 @@ check_agreement_rate = Exercise(
     domain=Domain(
         allows="coefficients (N, T, d_ff) float32, any finite values, each neuron's allowed values all different; "
                "ids (N, T) int64; valid (N, T) bool, at least one True per row, never the last position; "
-               "value_logits (d_ff, vocab) float32 with one top token per row; the answer a Python float in [0, 1]",
+               "value_logits (d_ff, vocab) float32 with one top token per row; the answer a number in [0, 1] (a "
+               "Python float or a 0-d tensor)",
         corners=(
             Corner("N = 1 (a single example)", lambda c: c.args[0].shape[0] == 1),
             Corner("d_ff = 1", lambda c: c.args[0].shape[2] == 1),
