@@ -421,14 +421,37 @@ def balancing_in(module: nn.Module, family: str) -> str:
     return "none in transformers (config field unused)" if hasattr(config, "router_aux_loss_coef") else "none"
 
 
-def conventions_table(modules: dict[str, nn.Module]) -> str:
+def tokens_moved_by_grouping(x: torch.Tensor, seeds=range(6), *, n_routed: int = 16, top_k: int = 4,
+                             d_ff: int = 32, bias_std: float = 0.3, n_group: int = 4, topk_group: int = 2) -> list[int]:
+    """How many tokens group-limited routing reroutes, over random DeepSeek-style layers.
+
+    ``x``: (N, d) tokens. For each seed, a fresh ``MoE`` with sigmoid scores, one shared and ``n_routed`` routed
+    experts of width ``d_ff``, ``top_k`` routed per token and a selection bias drawn with spread ``bias_std``,
+    run as ``DeepseekV3MoE`` with one group and with the ``topk_group`` best of ``n_group``. Returns, per seed,
+    the number of tokens whose output changes (max |Δ| > 1e-6). The global random state is left as it was.
+    """
+    moved = []
+    with torch.random.fork_rng():
+        for seed in seeds:
+            torch.manual_seed(seed)
+            layer = MoE(x.shape[-1], n_routed + 1, top_k + 1, d_ff=d_ff, n_shared=1, score="sigmoid").eval()
+            with torch.no_grad():
+                layer.selection_bias.copy_(bias_std * torch.randn(n_routed))
+            change = (run(deepseek_v3_moe(layer, n_group=n_group, topk_group=topk_group), x)
+                      - run(deepseek_v3_moe(layer), x))
+            moved.append(int((change.abs().amax(-1) > 1e-6).sum()))
+    return moved
+
+
+def conventions_table(modules: dict[str, nn.Module], footnote: bool = True) -> str:
     """One row per family: layout, activation, scoring, renormalisation, shared experts, balancing.
 
     ``modules``: family -> a tiny instance. Read from transformers' modeling file: the activation (the field
     the file reads, with its default value) and the balancing (whether the file calls the aux loss or holds a
     correction bias). Read from the configuration class's defaults: ``norm_topk_prob``,
     ``routed_scaling_factor`` and the shared experts. Written by the course from each module's ``forward``
-    (``_FROM_CODE``): the layout note, the scores and when renormalisation happens.
+    (``_FROM_CODE``): the layout note, the scores and when renormalisation happens. ``footnote=False`` leaves
+    out the two lines saying so (for a page that says it in prose).
     """
     head = (f"{'family':<12}{'layout*':<29}{'activation':<27}{'scores*':<18}{'renormalise*':<27}{'shared':<8}"
             "balancing")
@@ -444,9 +467,10 @@ def conventions_table(modules: dict[str, nn.Module]) -> str:
         rows.append(f"{family:<12}{layout:<29}{activation_read_by(module, family):<27}{scoring:<18}{renorm:<27}"
                     f"{shared:<8}{balancing_in(module, family)}")
     rows.insert(1, "-" * max(len(row) for row in rows))
-    rows.append("* typed by the course from each module's forward (transformers 5.23). activation, balancing: found "
-                "in the modeling file's source,")
-    rows.append("  values from the configuration defaults. norm_topk_prob, ×γ, shared: the configuration defaults.")
+    if footnote:
+        rows.append("* typed by the course from each module's forward (transformers 5.23). activation, balancing: "
+                    "found in the modeling file's source,")
+        rows.append("  values from the configuration defaults. norm_topk_prob, ×γ, shared: the configuration defaults.")
     return "\n".join(rows)
 
 

@@ -227,3 +227,17 @@ def test_conventions_table_reads_what_the_modules_use():
     assert real_code.balancing_in(ds, "DeepSeek-V3") == "bias (loaded; no update in transformers)"
     table = real_code.conventions_table({"Llama 4": l4, "gpt-oss": oss})
     assert "clamp 7" in table and "config field unused" in table
+
+
+def test_tokens_moved_by_grouping_counts_rerouted_tokens_and_keeps_the_random_state():
+    """One group containing every expert reroutes nothing; four groups of which two are kept reroute some
+    tokens; the caller's random stream is untouched."""
+    torch.manual_seed(0)
+    x = torch.randn(20, 8)
+    state = torch.random.get_rng_state()
+    assert real_code.tokens_moved_by_grouping(x, seeds=[0, 1], n_group=1, topk_group=1) == [0, 0]
+    moved = real_code.tokens_moved_by_grouping(x, seeds=[0, 1])
+    assert len(moved) == 2 and all(0 < m <= 20 for m in moved)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert "typed by the course" not in real_code.conventions_table(
+        {"gpt-oss": real_code.gpt_oss_mlp(MoE(8, 4, 2, d_ff=16, bias=True).eval())}, footnote=False)
