@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from helpers import validate
@@ -156,7 +157,7 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
         ent = torch.stack([log.load_entropy() for log in runs])
         n_experts = max(n_experts, runs[0].counts.shape[-1])
         steps = torch.arange(mom.shape[1]).numpy()
-        suffix = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
+        suffix = f" (mean of {len(runs)} seeds)" if len(runs) > 1 else ""
         for layer in range(mom.shape[2]):
             label = f"{name}, layer {layer}{suffix}"
             for ax, values in ((left, mom[:, :, layer]), (right, ent[:, :, layer])):
@@ -174,6 +175,9 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
     right.set_title("Load entropy (1 = even, 0 = one expert)")
     right.set_ylim(0, 1.05)
     handles, labels = left.get_legend_handles_labels()
+    if any(len(_as_runs(value)) > 1 for value in logs.values()):
+        handles.append(Patch(color="0.5", alpha=0.3, lw=0))
+        labels.append("shaded: lowest to highest seed")
     fig.legend(handles, labels, loc="lower center", ncol=min(2, len(labels)), fontsize=11, frameon=False)
     rows = -(-len(labels) // 2)                                   # legend rows under the panels
     fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
