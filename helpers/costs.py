@@ -362,7 +362,9 @@ def layer_cost(layer: nn.Module, x: torch.Tensor) -> LayerCost:
     if isinstance(layer, FFN):
         matrices = 3 if layer.gated else 2
         return LayerCost(flops, weight_bytes, weight_bytes, matrices, 0, float(n))
-    if not isinstance(layer, RoutedLayer):
+    # hasattr, not isinstance(layer, RoutedLayer): from Python 3.12 a Protocol check looks attributes up
+    # statically and misses an nn.Module's submodules (they live in its _modules dictionary)
+    if not all(hasattr(layer, name) for name in ("route", "router", "experts", "shared")):
         raise TypeError(f"layer must be an FFN or an MoE, got {type(layer).__name__}")
     routing = layer.route(x)
     used = routing.tokens_per_expert() > 0
