@@ -11,8 +11,8 @@ from helpers.gating import (GROUP, RACE_LRS, RACE_RESULTS_PATH, RACE_SEEDS, RACE
                             FusedGate, VariantComparison, answer_loss, compare_variants, fused_gate_forward,
                             gate_gradients, load_race, main, make_race, race_comparisons, race_data, race_family, run_race,
                             saved_activation_names, save_race, shazeer_family, stalled, sweep_lr, sweep_table,
-                            welch_from_summary)
-from helpers.stats import holm, welch
+                            welch_from_summary, interval_line, failed_runs, LrSweep)
+from helpers.stats import holm, paired_difference, welch
 from helpers.transformer import GPTConfig, TinyGPT
 
 
@@ -308,3 +308,24 @@ def test_race_family_reads_each_variant_against_relu_and_the_groups():
     assert len(race_family(race.select([0, 1]))) == 8
     assert stalled(race, threshold=4.15) == {v: (4 if i >= 5 else (2 if i == 4 else 0)) for i, v in
                                              enumerate(RACE_VARIANTS)}
+
+
+def test_interval_line_is_mean_plus_minus_the_critical_t_times_se():
+    family = {"a": paired_difference([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])}
+    line = interval_line(family, ["a"])
+    assert line.endswith("a: +2.00 ± 2.48 nats (t = +3.46)")          # sd 1, se 1/sqrt 3, t_{0.975,2} = 4.303
+    with pytest.raises(TypeError, match="names"):
+        interval_line(family, [3])
+
+
+def test_failed_runs_counts_run_means_above_the_threshold():
+    sweep = LrSweep(["relu", "swiglu"], [0.01, 0.05], [0, 1, 2],
+                    {"relu": torch.tensor([[5.0, 1.0, 1.0], [1.0, 1.0, 1.0]]),
+                     "swiglu": torch.tensor([[1.0, 1.0, 1.0], [4.5, 1.0, 4.01]])})
+    assert failed_runs(sweep, 0.05) == {"relu": 0, "swiglu": 2}
+    assert failed_runs(sweep, 0.01) == {"relu": 1, "swiglu": 0}
+    with pytest.raises(ValueError, match="lr"):
+        failed_runs(sweep, 0.02)
+    stored = failed_runs(load_race().lr_sweep, 0.056)
+    assert sum(stored[v] for v in ("bilinear", "reglu", "geglu", "swiglu")) == 9
+    assert sum(stored[v] for v in ("relu", "gelu", "swish")) == 0
