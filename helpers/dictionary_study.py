@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from helpers import validate
-from helpers.dictionary import (answer_scores, fact_prefixes, ffn_io, firing_counts, fvu, held_out_split,
+from helpers.dictionary import (STARTS, answer_scores, fact_prefixes, ffn_io, firing_counts, fvu, held_out_split,
                                 random_dictionary, replaced_ffn, tracking_rates, train_dictionaries)
 from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact_model
@@ -215,7 +215,8 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
 
     Returns ``{"represented": [...], "recovered": {arm: [...]}, "used": {start: [...]}}``, one entry per seed:
     the true features with ``‖W_i‖ > 0.5``, how many of them some direction matches at cosine > ``threshold``
-    (``best_cosines``), and how many directions each autoencoder uses (active on some input). The autoencoders
+    (``best_cosines``), and how many directions each autoencoder uses (active on some input). The arm "data start,
+    untrained" scores the data start's directions at step 0 (what training adds is the difference). The autoencoders
     train in float64, so that the counts do not depend on the CPU's float32 kernels.
     """
     truth = [toys.W[toys.index(sparsity, seed=s)] for s in seeds]                          # (m, n) each
@@ -225,7 +226,8 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
                                  start=["data"] * len(seeds) + ["random"] * len(seeds), dtype=torch.float64,
                                  progress=progress, desc="toy autoencoders, data and random starts")
     found = {"data start": trained[:len(seeds)], "random start": trained[len(seeds):]}
-    directions = {name: [d.W_dec.detach() for d in ds] for name, ds in found.items()}
+    directions = {"data start, untrained": [STARTS["data"](h, h, n_directions, s)[2] for s, h in zip(seeds, hidden)],
+                  **{name: [d.W_dec.detach() for d in ds] for name, ds in found.items()}}
     directions["random directions"] = [torch.randn(W.shape[0], n_directions, generator=torch.Generator().manual_seed(s),
                                                    dtype=torch.float64) for s, W in zip(seeds, truth)]
     represented = [feature_norms(W) > 0.5 for W in truth]

@@ -85,3 +85,15 @@ def test_fvu_in_the_file_is_the_course_fvu():
     y = torch.randn(50, 3, dtype=torch.float64)
     assert pca_fvu(y, y, 3) == pytest.approx(0.0, abs=1e-20)
     assert pca_fvu(y, y, 1) == pytest.approx(fvu(y, pca_projection(y, y, 1)))
+
+
+def test_toy_recovery_scores_the_data_start_before_training():
+    from helpers.dictionary_study import toy_recovery
+    from helpers.superposition import train_toy_models
+    toys = train_toy_models(sparsities=(0.99,), seeds=(0, 1), steps=200, progress=False)
+    out = toy_recovery(toys, 0.99, (0, 1), n_directions=40, steps=5, progress=False)
+    assert list(out["recovered"]) == ["data start, untrained", "data start", "random start", "random directions"]
+    for name, counts in out["recovered"].items():
+        assert all(0 <= c <= r for c, r in zip(counts, out["represented"])), name
+    again = toy_recovery(toys, 0.99, (0, 1), n_directions=40, steps=50, progress=False)
+    assert again["recovered"]["data start, untrained"] == out["recovered"]["data start, untrained"]   # no training in it
