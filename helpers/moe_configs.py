@@ -4,7 +4,7 @@
 of the whole model (embeddings included), routed experts per MoE layer, shared experts every token uses, the
 number k of routed experts per token, how the router weighs them and how the load is balanced.
 ``published_table`` prints it with two derived columns, the active share and the sets of routed experts a token
-can be sent to, C(E, k). ``expert_combinations`` counts those sets for DeepSeekMoE's fine-grained (m) and
+can be sent to, C(E, k); ``width_table`` prints the widths. ``expert_combinations`` counts those sets for DeepSeekMoE's fine-grained (m) and
 shared (s) experts, and ``configuration_figure`` draws both knobs for one layer.
 """
 
@@ -31,18 +31,24 @@ class Published:
     k: int
     weights: str
     balancing: str
+    d_model: int = 0           # the model width
+    expert_width: int = 0      # one routed expert's hidden width
+    moe_layers: str = ""       # which of the decoder layers are MoE layers
 
 
 PUBLISHED: tuple[Published, ...] = (
-    Published("Mixtral 8x7B", 46.7, 12.9, 8, 0, 2, "softmax over the top 2", "not described in the paper"),
+    Published("Mixtral 8x7B", 46.7, 12.9, 8, 0, 2, "softmax over the top 2", "not described in the paper",
+              4096, 14336, "all 32"),
     Published("DeepSeek-V3", 671, 37, 256, 1, 8, "sigmoid, normalised over the 8",
-              "selection bias ±γ + sequence-wise loss"),
+              "selection bias ±γ + sequence-wise loss", 7168, 2048, "58 of 61 (first 3 dense)"),
     Published("Qwen3-235B-A22B", 235, 22, 128, 0, 8, "softmax, top 8 renormalised",
-              "balance loss over the global batch"),
-    Published("Llama 4 Scout", 109, 17, 16, 1, 1, "sigmoid of the top-1 logit", "not described"),
-    Published("Llama 4 Maverick", 400, 17, 128, 1, 1, "sigmoid of the top-1 logit", "not described"),
-    Published("gpt-oss-120b", 116.8, 5.1, 128, 0, 4, "softmax over the top 4", "not described"),
-    Published("gpt-oss-20b", 20.9, 3.6, 32, 0, 4, "softmax over the top 4", "not described"),
+              "balance loss over the global batch", 4096, 1536, "all 94"),
+    Published("Llama 4 Scout", 109, 17, 16, 1, 1, "sigmoid of the top-1 logit", "not described",
+              5120, 8192, "all 48"),
+    Published("Llama 4 Maverick", 400, 17, 128, 1, 1, "sigmoid of the top-1 logit", "not described",
+              5120, 8192, "24 of 48 (alternating)"),
+    Published("gpt-oss-120b", 116.8, 5.1, 128, 0, 4, "softmax over the top 4", "not described", 2880, 2880, "all 36"),
+    Published("gpt-oss-20b", 20.9, 3.6, 32, 0, 4, "softmax over the top 4", "not described", 2880, 2880, "all 24"),
 )
 
 
@@ -55,6 +61,15 @@ def published_table(models: Sequence[Published] = PUBLISHED) -> list[str]:
         lines.append(f"{m.name:<18}{m.total_b:>7g}B{m.active_b:>7g}B{m.active_b / m.total_b:>7.0%}{m.routed:>10}"
                      f"{m.shared:>8}{m.k:>3}{sets if sets < 10**5 else f'{sets:.1e}':>10}  {m.weights:<32}"
                      f"{m.balancing}")
+    return lines
+
+
+def width_table(models: Sequence[Published] = PUBLISHED) -> list[str]:
+    """Each model's width, its routed experts' width and their ratio (the granularity one can read off a
+    configuration), and which layers are MoE layers."""
+    lines = [f"{'model':<18}{'d_model':>8}{'expert width':>14}{'width / d_model':>17}  MoE layers"]
+    lines += [f"{m.name:<18}{m.d_model:>8,}{m.expert_width:>14,}{m.expert_width / m.d_model:>17.2f}  {m.moe_layers}"
+              for m in models]
     return lines
 
 

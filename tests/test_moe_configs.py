@@ -6,7 +6,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from helpers.moe_configs import PUBLISHED, configuration_figure, expert_combinations, published_table
+from helpers.moe_configs import PUBLISHED, configuration_figure, expert_combinations, published_table, width_table
 
 
 def test_published_table_derives_the_share_and_the_sets():
@@ -16,6 +16,13 @@ def test_published_table_derives_the_share_and_the_sets():
     assert " 6%" in v3 and "4.1e+14" in v3 and f"{math.comb(256, 8):.1e}" == "4.1e+14"
     assert "35960" in next(line for line in lines if line.startswith("gpt-oss-20b"))
     assert all(m.k <= m.routed for m in PUBLISHED)
+
+
+def test_width_table_reads_the_granularity_off_the_configurations():
+    lines = width_table()
+    assert len(lines) == len(PUBLISHED) + 1 and all(m.d_model and m.expert_width and m.moe_layers for m in PUBLISHED)
+    assert "0.29" in next(line for line in lines if line.startswith("DeepSeek-V3"))        # 2,048 / 7,168
+    assert "3.50" in next(line for line in lines if line.startswith("Mixtral"))            # 14,336 / 4,096
 
 
 def test_expert_combinations():

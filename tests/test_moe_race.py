@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.facts import load_facts
-from helpers.moe_race import (ARMS, BALANCE_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS, SETTINGS, SWEEP_SEEDS,
-                              TRAINABLE_ARMS, Sweep, balancing_figure, convergence_lines, load_family, load_race,
+from helpers.moe_race import (ARMS, BALANCE_PAIRS, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
+                              SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, convergence_lines, load_family, load_race,
                               loss_family, main, race_figure, rerun_lines, run_race, save_race, seed_count_lines,
                               sweep, train_arm)
 from helpers.stats import holm
@@ -175,6 +175,12 @@ def test_the_verdicts_notebook_07_states(race):
     assert v["300 steps: DeepSeekMoE − fine-grained"] == "not resolved"
     assert v["100 steps: MoE − dense, width 64"] == "not resolved"
     assert v["300 steps: MoE − dense, width 64"] == "higher"
+    for r in (race, load_race(KERNEL_RERUN_PATH)):      # granularity, both accountings, on both kernels
+        g = {x.name: x.verdict for x in holm(loss_family(r, GRANULARITY_PAIRS))}
+        assert g == {f"{s:>3} steps: fine-grained − {b}": v for s in (100, 300)
+                     for b, v in (("MoE", "lower"), ("MoE, top-2", "not resolved"))}, g
+    full, three = loss_family(race, RACE_PAIRS), loss_family(race, RACE_PAIRS, n_seeds=3)   # exercise 4's answer
+    assert sum((full[n].mean > 0) != (three[n].mean > 0) for n in full) == 3
     b = {x.name: x.verdict for x in holm({**load_family(race, BALANCE_PAIRS), **loss_family(race, BALANCE_PAIRS)})}
     for s in (100, 300):
         assert b[f"{s:>3} steps: Switch loss, sigmoid − MoE"] == "higher"          # the scoring costs fit
