@@ -67,6 +67,8 @@ class Hardware:
 #: NVIDIA H100 SXM datasheet: BF16 Tensor Core 1,979 TFLOP/s "with sparsity" (dense: half, 989),
 #: GPU memory bandwidth 3.35 TB/s (HBM3). Ridge ≈ 295 FLOPs per byte.
 H100_SXM = Hardware("H100 SXM, bf16 dense", 989e12, 3.35e12)
+#: H100 SXM datasheet: 80 GB of HBM3 per GPU.
+H100_SXM_MEMORY = 80e9
 #: NVLink 4 on an H100 SXM: 900 GB/s per GPU in total, 450 GB/s in each direction (datasheet).
 NVLINK4_PER_DIRECTION = 450e9
 #: One InfiniBand NDR port (ConnectX-7): 400 Gb/s = 50 GB/s in each direction.
@@ -289,6 +291,13 @@ class DecodeStep:
     ffn_bytes: float
     kv_bytes: float
     flops: float
+    held_bytes: float = 0.0
+
+    @property
+    def memory_bytes(self) -> float:
+        """Bytes the device must hold for the step: every weight (``held_bytes``, the whole embedding too) and
+        every sequence's cache."""
+        return self.held_bytes + self.kv_bytes
 
     @property
     def total_bytes(self) -> float:
@@ -322,7 +331,7 @@ def decode_step(batch: int, context: int, config: dict[str, int] | None = None, 
     kv = batch * context * kv_cache_bytes_per_token(c["n_layers"], c["n_kv_heads"], c["head_dim"],
                                                      bytes_per_number=bytes_per_number)
     return DecodeStep(batch, context, weights_read * bytes_per_number, counts["ffn"] * bytes_per_number, kv,
-                      batch * (2 * multiplied + attention))
+                      batch * (2 * multiplied + attention), counts["total"] * bytes_per_number)
 
 
 def decode_intensity_limit(context: int, config: dict[str, int] | None = None, *, bytes_per_number: float = 2) -> float:
@@ -335,3 +344,33 @@ def decode_intensity_limit(context: int, config: dict[str, int] | None = None, *
     c = dict(LLAMA3_8B_CONFIG if config is None else config)
     one = decode_step(1, context, c, bytes_per_number=bytes_per_number)
     return one.flops / one.kv_bytes
+
+
+def largest_batch_that_fits(context: int, memory: float = H100_SXM_MEMORY, config: dict[str, int] | None = None, *,
+                            bytes_per_number: float = 2) -> int:
+    """Most sequences of ``context`` tokens whose caches fit in ``memory`` bytes beside every weight; 0 if none.
+
+    ``floor((memory − s·N_total) / (context · kv_cache_bytes_per_token))``; Llama-3-8B in bf16 on 80 GB leaves
+    63.9 GB for the cache.
+    """
+    validate.positive_int("context", context)
+    validate.positive_float("memory", memory)
+    step = decode_step(1, context, config, bytes_per_number=bytes_per_number)
+    return max(0, int((memory - step.held_bytes) // step.kv_bytes))
+
+
+def ridge_context_that_fits(hardware: Hardware = H100_SXM, memory: float = H100_SXM_MEMORY,
+                            config: dict[str, int] | None = None, *, bytes_per_number: float = 2) -> tuple[int, int]:
+    """The longest context at which a batch that fits in ``memory`` reaches ``hardware``'s ridge, and that batch.
+
+    Returns ``(context, batch)``; ``(0, 0)`` if even one token of context fails. Intensity grows with the batch,
+    so the largest batch that fits is the one to try; it shrinks as the context grows, and so does its intensity.
+    """
+    best = (0, 0)
+    for context in range(1, 1 << 17):
+        batch = largest_batch_that_fits(context, memory, config, bytes_per_number=bytes_per_number)
+        if batch == 0 or decode_step(batch, context, config,
+                                     bytes_per_number=bytes_per_number).intensity < hardware.ridge:
+            return best
+        best = (context, batch)
+    return best

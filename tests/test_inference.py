@@ -5,7 +5,7 @@ import pytest
 
 from helpers.inference import (H100_SXM, INFINIBAND_NDR, LLAMA3_8B_CONFIG, MIXTRAL_ACTIVE_PARAMS, MIXTRAL_CONFIG,
                                MIXTRAL_TOTAL_PARAMS, NVLINK4_PER_DIRECTION, Hardware, balanced_experts_touched,
-                               batch_for_intensity, decode_intensity_limit, decode_step, dense_param_counts, expected_experts_touched,
+                               batch_for_intensity, decode_intensity_limit, largest_batch_that_fits, ridge_context_that_fits, H100_SXM_MEMORY, decode_step, dense_param_counts, expected_experts_touched,
                                ffn_intensity, kv_cache_bytes_per_token, mixtral_param_counts, mixtral_params_read,
                                moe_intensity, roofline)
 
@@ -136,3 +136,22 @@ def test_sample_routing_draws_distinct_experts_with_each_router_s_load():
     assert abs(sum(touched) / len(touched) - expected_experts_touched(3, 8, 2)) < 0.05
     with pytest.raises(ValueError, match="router"):
         sample_routing(4, 8, 2, "uniform")
+
+
+def test_decode_memory_is_every_weight_plus_every_cache_and_capacity_binds_before_bandwidth():
+    counts = dense_param_counts()
+    step = decode_step(64, 8192)
+    assert step.memory_bytes == 2 * counts["total"] + 64 * 8192 * 131072          # 84.8 GB: over one H100's 80
+    assert step.memory_bytes > H100_SXM_MEMORY > decode_step(512, 128).memory_bytes
+    fits = largest_batch_that_fits(384)
+    assert decode_step(fits, 384).memory_bytes <= H100_SXM_MEMORY < decode_step(fits + 1, 384).memory_bytes
+    assert largest_batch_that_fits(10 ** 6) == 0
+    context, batch = ridge_context_that_fits()
+    assert batch == largest_batch_that_fits(context)
+    assert decode_step(batch, context).intensity >= H100_SXM.ridge
+    assert decode_step(largest_batch_that_fits(context + 1), context + 1).intensity < H100_SXM.ridge
+    assert context < 393 and context == 317                 # below the bandwidth-only crossover (Exercise 6)
+    assert ridge_context_that_fits(memory=1e12)[0] > context                           # more memory, longer reach
+    assert ridge_context_that_fits(memory=16e9) == (0, 0)                              # the weights alone overflow
+    with pytest.raises(ValueError, match="memory"):
+        largest_batch_that_fits(10, memory=0)
