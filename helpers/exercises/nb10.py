@@ -130,7 +130,7 @@ check_threshold_for_share = Exercise(
         ("the share skipped counts |m_i| <= τ: the entries equal to τ are skipped too.", _threshold_wrong("strict")),
         ("one τ for the whole layer, the ⌈s·n⌉-th smallest of all N·d_ff magnitudes, not one per token.",
          _threshold_wrong("per row")),
-        *[("torch.quantile estimates a quantile (it interpolates, or takes the entry at s·(n−1) counted from 0); "
+        *[(f"torch.quantile (interpolation='{how}') estimates a quantile at the position s·(n−1), counted from 0; "
            "it does not count: τ is the ⌈s·n⌉-th smallest |m_i| itself (kthvalue).", _threshold_wrong(f"quantile {how}"))
           for how in ("linear", "lower", "higher", "nearest", "midpoint")],
     ],
