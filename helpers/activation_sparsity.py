@@ -167,7 +167,8 @@ def scored_kept(model: nn.Module, data, rules: Sequence[Rule]) -> tuple[float, l
 
 
 #: the rules of ``threshold_sweep``, as the notebook names them
-SKIP_RULES = {"threshold": "threshold", "top_k": "top-k", "matched": "top-k, matched", "random": "random"}
+SKIP_RULES = {"threshold": "threshold", "top_k": "top-k", "matched": "top-k, matched where scored",
+              "random": "random"}
 
 
 def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequence[float], seed: int = 0) -> dict:
@@ -176,8 +177,9 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
     * ``"threshold"``: ``|m_i| > τ``, one ``τ`` per layer skipping ``s`` of all ``valid`` entries (TEAL, CATS);
       the count kept varies from token to token;
     * ``"top_k"``: each token's ``round((1 − s)·d_ff)`` largest ``|m_i|``, the same count for every token;
-    * ``"matched"``: each token's largest ``|m_i|``, as many as the threshold keeps on average at the scored
-      positions of that layer (a fixed count, matched where the loss is measured);
+    * ``"matched"``: top-k, except at the scored positions (``data.answer_pos``), where each token keeps its
+      largest ``|m_i|``, as many as the threshold keeps there on average in that layer: top-k with the threshold's
+      count only where the loss is measured (every other position keeps top-k's count);
     * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random.
 
     Returns ``{"dense": loss, "by_share": {"0.7": {"loss": {rule: loss}, "kept": {rule: [mean per layer]},
@@ -185,6 +187,8 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
     """
     states = layer_states(model, data.ids, valid)
     d_ff, out = states[0].m.shape[-1], {}
+    scored_at = torch.zeros(data.ids.shape, dtype=torch.bool)                 # (N, T): the scored positions
+    scored_at[torch.arange(len(data)), data.answer_pos] = True
     for share in shares:
         gen = torch.Generator().manual_seed(seed)
         taus = [calibrate_threshold(s.m, share) for s in states]
@@ -194,7 +198,8 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
                  "random": [lambda x, m, t=t: random_like(m.abs() > t, gen) for t in taus]}
         scored = {"threshold": scored_kept(model, data, rules["threshold"])}
         matched = [round(c.double().mean().item()) for c in scored["threshold"][1]]
-        rules["matched"] = [lambda x, m, n=n: top_k_mask(m.abs(), n) for n in matched]
+        rules["matched"] = [lambda x, m, n=n: torch.where(scored_at[..., None], top_k_mask(m.abs(), n),
+                                                          top_k_mask(m.abs(), k)) for n in matched]
         for rule in ("top_k", "matched", "random"):
             scored[rule] = scored_kept(model, data, rules[rule])
         out[f"{share:g}"] = {"loss": {rule: scored[rule][0] for rule in SKIP_RULES},

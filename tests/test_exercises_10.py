@@ -69,24 +69,27 @@ def test_threshold_wrong_answers_fail_with_their_hints():
         assert result.status == FAILED and words in result.hint, fn.__name__
 
 
+def test_threshold_quantile_answers_fail_with_the_quantile_hint():
+    def quantile(how, dtype):                          # torch.quantile interpolates, or indexes s·(n − 1)
+        def answer(m, s):
+            magnitudes = m.abs().flatten().to(dtype)
+            tau = torch.quantile(magnitudes, s, interpolation=how).item()
+            return tau, (magnitudes <= tau).double().mean().item()
+        return answer
+
+    for how in ("linear", "lower", "higher", "nearest", "midpoint"):
+        for dtype in (torch.float32, torch.float64):
+            result = check_threshold_for_share.evaluate(quantile(how, dtype))
+            assert result.status == FAILED and "torch.quantile" in result.hint, (how, dtype)
+
+
 def test_threshold_answers_without_a_named_mistake_fail():
-    def quantile_higher(m, s):                         # interpolates over n - 1 gaps: a larger tau than needed
-        magnitudes = m.abs().flatten()
-        tau = torch.quantile(magnitudes, s, interpolation="higher").item()
-        return tau, (magnitudes <= tau).double().mean().item()
-
-    def quantile_linear(m, s):                         # not one of the |m| values
-        magnitudes = m.abs().flatten()
-        tau = torch.quantile(magnitudes, s).item()
-        return tau, (magnitudes <= tau).double().mean().item()
-
     def signed(m, s):
         values = m.flatten()
         tau = values.kthvalue(math.ceil(s * values.numel())).values.item()
         return tau, (values.abs() <= tau).double().mean().item()
 
-    for fn in (quantile_higher, quantile_linear, signed):
-        assert check_threshold_for_share.evaluate(fn).status == FAILED, fn.__name__
+    assert check_threshold_for_share.evaluate(signed).status == FAILED
 
 
 def test_threshold_cases_keep_distinct_magnitudes_apart():

@@ -83,6 +83,10 @@ def _threshold_cases() -> list[Case]:
 
 def _threshold_wrong(kind: str):
     def wrong(m, s):
+        if kind.startswith("quantile"):                              # torch.quantile(|m|, s, interpolation=...)
+            magnitudes = m.abs().flatten()
+            tau = torch.quantile(magnitudes, s, interpolation=kind.split()[1]).item()
+            return tau, (magnitudes <= tau).double().mean().item()
         magnitudes = m.flatten() if kind == "no abs" else m.abs().flatten()
         n = magnitudes.numel()
         k = {"round": round(s * n), "round, -1 for none": round(s * n), "floor": int(s * n),
@@ -126,6 +130,9 @@ check_threshold_for_share = Exercise(
         ("the share skipped counts |m_i| <= τ: the entries equal to τ are skipped too.", _threshold_wrong("strict")),
         ("one τ for the whole layer, the ⌈s·n⌉-th smallest of all N·d_ff magnitudes, not one per token.",
          _threshold_wrong("per row")),
+        *[(f"torch.quantile (interpolation='{how}') estimates a quantile at the position s·(n−1), counted from 0; "
+           "it does not count: τ is the ⌈s·n⌉-th smallest |m_i| itself (kthvalue).", _threshold_wrong(f"quantile {how}"))
+          for how in ("linear", "lower", "higher", "nearest", "midpoint")],
     ],
     atol=1e-12, rtol=1e-6, kind="build",
     domain=Domain(
