@@ -16,7 +16,8 @@ non-linear target) with the course's ``FFN(16, 256)`` trained by full-batch SGD 
   removes each unit's mean first, a control for how much of ``λ_max`` the shared positive mean makes;
 * ``shove_below_zero_``: lowers each unit's bias until it is ``≤ -margin`` on every example (the "same shove"
   control);
-* ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit.
+* ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit;
+  ``plot_firing_rates`` draws them as a histogram with the dead units as a separate bar left of 0.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from helpers.activations import get_activation, slope
 from helpers.ffn import FFN
 
 __all__ = ["experiment_data", "sgd", "pre_activations", "dead_units", "stuck_fraction", "negative_everywhere",
-           "firing_rates", "last_layer_lr_limit", "shove_below_zero_"]
+           "firing_rates", "plot_firing_rates", "last_layer_lr_limit", "shove_below_zero_"]
 
 
 def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,6 +115,34 @@ def negative_everywhere(model: FFN, x: torch.Tensor) -> float:
 def firing_rates(model: FFN, x: torch.Tensor) -> torch.Tensor:
     """``(d_ff,)`` float64: for each unit, the share of the examples of ``x`` on which ``h > 0``."""
     return (pre_activations(model, x) > 0).double().mean(dim=0)
+
+
+def plot_firing_rates(rates: dict[str, torch.Tensor], colors: list[str], bins: int = 20, ax=None):
+    """Histogram of ``firing_rates`` for several networks side by side: ``rates`` maps a label to a ``(d_ff,)``
+    tensor of shares in ``[0, 1]``, ``colors`` gives one matplotlib colour per label. The live units (rate > 0)
+    fall into ``bins`` bins over ``(0, 1]``; the dead units (rate exactly 0) get their own bar left of 0, labelled
+    with their count. Returns the matplotlib ``Axes``."""
+    import matplotlib.pyplot as plt
+
+    if len(colors) != len(rates):
+        raise ValueError(f"colors must give one colour per network ({len(rates)}), got {len(colors)}")
+    validate.positive_int("bins", bins)
+    if ax is None:
+        ax = plt.subplots(figsize=(7.5, 3.5))[1]
+    width = 1.0 / bins / len(rates)                     # the networks' bars share each bin
+    dead_x = -1.5 / bins                                # the "dead" bar sits left of 0
+    for k, ((label, r), color) in enumerate(zip(rates.items(), colors)):
+        r = r.detach().double().flatten()
+        n_dead = int((r == 0).sum())
+        counts = torch.histc(r[r > 0], bins=bins, min=0, max=1)
+        ax.bar((torch.arange(bins) / bins + width * (k + 0.5)).tolist(), counts.tolist(), width=width, color=color,
+               label=label)
+        ax.bar(dead_x + width * (k - (len(rates) - 1) / 2), n_dead, width=width, color=color)
+        ax.text(dead_x + width * (k - (len(rates) - 1) / 2), n_dead + 2, str(n_dead), ha="center", fontsize=9)
+    ax.set_xticks([dead_x, 0, 0.25, 0.5, 0.75, 1], ["dead", "0", "0.25", "0.5", "0.75", "1"])
+    ax.set(xlabel="share of the examples on which a unit is on (h > 0)", ylabel="hidden units")
+    ax.legend()
+    return ax
 
 
 def last_layer_lr_limit(model: FFN, x: torch.Tensor, centred: bool = False) -> float:

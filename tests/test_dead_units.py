@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.dead_units import (dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
+                                plot_firing_rates,
                                 pre_activations, sgd, shove_below_zero_, stuck_fraction)
 from helpers.ffn import FFN
 
@@ -205,3 +206,29 @@ def test_centring_the_hidden_outputs_lifts_relus_last_layer_limit():
     assert centred > 5 * plain
     with pytest.raises(TypeError, match="centred"):
         last_layer_lr_limit(model, x, centred=1)
+
+
+def test_plot_firing_rates_draws_the_live_histogram_and_a_dead_bar_per_network():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = {"a": torch.tensor([0.0, 0.0, 0.5, 1.0]), "b": torch.tensor([0.25, 0.25, 0.75, 0.0])}
+    ax = plot_firing_rates(rates, ["0.5", "C1"], bins=4)
+    heights = [p.get_height() for p in ax.patches]
+    assert len(heights) == 2 * (4 + 1)                  # per network: 4 bins and the dead bar
+    assert heights[:5] == [0, 0, 1, 1, 2] and heights[5:] == [0, 2, 0, 1, 1]
+    assert [t.get_text() for t in ax.texts] == ["2", "1"]
+    with pytest.raises(ValueError, match="colors"):
+        plot_firing_rates(rates, ["0.5"])
+    plt.close("all")
+
+
+def test_a_slow_ramp_lowers_the_curvature_and_constant_small_steps_do_not():
+    """Section 7's mechanism: after a 100-step ramp to lr 2.0 the last layer's limit is well above 2.0; after 100
+    steps at a constant lr 0.1 it is still below 1."""
+    x, y = experiment_data()
+    ramp, const = _model(), _model()
+    sgd(ramp, x, y, 2.0, 0, warmup=100)
+    sgd(const, x, y, 0.1, 100)
+    assert last_layer_lr_limit(ramp, x) > 4 and last_layer_lr_limit(const, x) < 1
