@@ -512,3 +512,24 @@ def test_dead_after_no_death_hint_names_every_cause_it_can_have(wrong):
     result = check_dead_after.evaluate(wrong)
     assert result.status == FAILED
     assert "activation=\"relu\"" in result.message and "`lr`" in result.message
+
+
+def test_fit_beta_a_search_finer_than_needed_is_told_so_when_it_runs_out_of_time(monkeypatch):
+    """Trial 2026-11-27 (P7): a correct, vectorised grid of step 1e-5 ran out of time and was told only to look
+    for an endless loop or a Python loop over single elements; the message now also names a search finer than
+    the tolerance needs, and the precision that is enough (here under a 1 s limit)."""
+    from helpers.exercises.timelimit import TIME_LIMIT_ENV
+    monkeypatch.setenv(TIME_LIMIT_ENV, "1")
+
+    def fine_grid(x):
+        target, best, best_loss = F.gelu(x), None, math.inf
+        for betas in torch.arange(1.5, 3.5, 1e-5, dtype=torch.float64).split(20_000):
+            loss = ((x * torch.sigmoid(betas[:, None] * x) - target) ** 2).sum(dim=1)
+            i = int(loss.argmin())
+            if float(loss[i]) < best_loss:
+                best, best_loss = float(betas[i]), float(loss[i])
+        return best
+
+    result = check_fit_beta.evaluate(fine_grid)
+    assert result.status == FAILED and "time limit" in result.message, result.message
+    assert "finer than the answer needs" in result.message and "1e-4 is enough" in result.message, result.message

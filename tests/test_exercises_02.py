@@ -387,3 +387,18 @@ def test_answers_that_change_their_inputs_fail_naming_the_argument(name, answer,
     result = EXERCISES[name].evaluate(answer)
     assert result.status == FAILED
     assert argument in result.message
+
+
+def test_layer_grad_norms_in_float64_fails_naming_float32():
+    """Trial 2026-11-27 (P4): the statement says "return a float32 tensor of shape (L,)"; a float64 result with the
+    right values fails once the values pass, naming the dtype wanted."""
+    def in_float64(x, target, ffns, norms, norm, residual):
+        weights = [ffn.w1.weight for ffn in ffns]
+        with torch.enable_grad():
+            out = stack_forward(x, ffns, norms, norm=norm, residual=residual)
+            grads = torch.autograd.grad(F.mse_loss(out, target), weights)
+        return torch.tensor([g.double().norm().item() for g in grads], dtype=torch.float64)
+
+    result = ex.check_layer_grad_norms.evaluate(in_float64)
+    assert result.status == FAILED and "float64 tensor" in result.message and "float32" in result.message, \
+        result.message

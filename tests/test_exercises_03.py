@@ -416,3 +416,12 @@ def test_the_new_corners_catch_what_the_old_cases_let_through():
 def test_the_relaxed_output_dtypes_pass(name, answer):
     """Each statement allows these result types (Ex 1: any float dtype; Ex 2: any integer dtype; Ex 4: a number)."""
     assert EXERCISES[name].evaluate(answer).status == PASSED
+
+
+def test_top_triggers_int32_passes_and_a_float_result_fails_naming_integer_tensors():
+    """Trial 2026-11-27 (P4): int32 is allowed (the statement says any integer dtype); a float tensor of the same
+    values is not an integer tensor and fails, naming the dtype."""
+    assert ex.check_top_triggers.evaluate(lambda *a: tuple(t.int() for t in ex._top_triggers(*a))).status == PASSED
+    result = ex.check_top_triggers.evaluate(lambda *a: tuple(t.float() for t in ex._top_triggers(*a)))
+    assert result.status == FAILED and "float32 tensor" in result.message and "integer tensors" in result.message, \
+        result.message

@@ -146,6 +146,18 @@ def changed_with_helpers(expert_index, n_experts, capacity_factor):
                                          full[t]) for t in range(n)])
 
 
+def balance_loss_bincount_no_minlength(probs, expert_index):
+    """Trial 2026-11-27 (P1): bincount without minlength; its counts are short when the last expert gets no slot."""
+    f = torch.bincount(expert_index.reshape(-1)).float() / expert_index.numel()
+    return probs.shape[-1] * (f * probs.mean(0)).sum()
+
+
+def balance_loss_bincount_sliced(probs, expert_index):
+    """Correct: bincount without minlength, P sliced to the experts counted (the rest have f = 0)."""
+    f = torch.bincount(expert_index.reshape(-1)).float() / expert_index.numel()
+    return probs.shape[-1] * (f * probs.mean(0)[: f.numel()]).sum()
+
+
 OTHER_CORRECT = [
     (check_moe_forward, moe_forward_sorted),
     (check_moe_forward, moe_forward_other_tie_break_float64),
@@ -154,6 +166,7 @@ OTHER_CORRECT = [
     (check_capacity_keep, capacity_keep_loops),
     (check_balance_loss, balance_loss_with_one_hot),
     (check_balance_loss, balance_loss_float64),
+    (check_balance_loss, balance_loss_bincount_sliced),
     (check_balance_loss, moe.load_balancing_loss),
     (check_z_loss, z_grad_by_autograd),
     (check_z_loss, z_grad_by_hand_float64),
@@ -252,6 +265,8 @@ TRIAL_SLIPS = {
     "05 Ex6 .all() over a token's slots": (check_later_tokens, later_tokens_all_slots, "ANY of its slots"),
     "05 Ex5 softmax over dim 0": (check_noisy_top_k, noisy_gates_softmax_over_tokens, "softmax ran over the tokens"),
     "05 Ex3 first choice only": (check_balance_loss, balance_loss_first_choice, "only each token's first choice"),
+    "05 Ex3 bincount without minlength (trial 2026-11-27)": (check_balance_loss, balance_loss_bincount_no_minlength,
+                                                             "minlength=E"),
     "05 Ex4 shifted by the max, never added back": (check_z_loss, z_grad_shift_not_added_back, "did not add it back"),
     "05 Ex4 exp overflows": (check_z_loss, z_grad_naive_exp, "subtract each row's maximum"),
     "05 Ex1 softmax by exp overflows": (check_moe_forward, moe_forward_naive_softmax, "overflows"),

@@ -6,6 +6,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -59,13 +60,19 @@ def test_flops_cases_cover_every_attention_layout_and_the_extremes():
     assert any(a[1] >= 16384 and a[5] >= 131072 for a in args), "a large model at a long context"
 
 
-def test_flops_accepts_float_arithmetic_and_the_llama3_8b_figure():
+def test_flops_a_float_result_fails_naming_the_python_int_and_the_llama3_8b_figure():
+    """Trial 2026-11-27 (P4): the head size by `/` gives a float with the right value; the statement fixes a
+    Python int, so it fails once its values pass, naming the type (int(...) of the same arithmetic passes)."""
     def with_floats(n_layers, d_model, n_heads, n_kv_heads, d_ff, n_ctx, training):
         head = d_model / n_heads
         per_layer = 2.0 * (2 * d_model ** 2 + 2 * d_model * n_kv_heads * head + 3 * d_model * d_ff + 2 * n_ctx * d_model)
         return n_layers * per_layer * (3 if training else 1)
 
-    assert ex.check_model_flops.evaluate(with_floats).status == PASSED
+    result = ex.check_model_flops.evaluate(with_floats)
+    assert result.status == FAILED and "returns a Python float" in result.message and "Python int" in result.message
+    for other in (lambda *a: np.int64(ex.model_flops_reference(*a)), lambda *a: torch.tensor(ex.model_flops_reference(*a))):
+        result = ex.check_model_flops.evaluate(other)
+        assert result.status == FAILED and "int(...)" in result.message, result.message
     cfg = ex.LLAMA3_8B
     n_matrix = cfg["n_layers"] * (2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
     assert n_matrix == 6_979_321_856                                   # Llama-3-8B without embeddings and norms

@@ -315,6 +315,21 @@ def test_group_small_negative_fills_are_caught_as_the_same_class_of_bug():
         assert not re.search(FIXES["group_limited_topk"], result.message), result.message
 
 
+def test_group_fill_of_minus_100_fails_where_a_tiny_score_rounds_to_the_bias():
+    """Trial 2026-11-27 (P2): "bias >= -100 and scores > 0, so -100 always loses". In float32 a score below about
+    4e-6 on a bias of -100 gives exactly -100.0, which ties with the fill: the cases with such scores fail it,
+    with the symptom first and then the bug's class, never the fix."""
+    check = nb08.check_group_limited
+    check.forget()
+    first = check.evaluate(_with_fill(-100.0))
+    assert first.status == FAILED and "rounds to -100" in first.message, first.message
+    assert first.hint is None and CLUE_PREFIX not in first.message, first.message
+    second = _after_a_failure(check).evaluate(_with_fill(-100.0))
+    assert second.status == FAILED and check.bug_class in second.message, second.message
+    assert not re.search(FIXES["group_limited_topk"], second.message), second.message
+    check.forget()
+
+
 def test_group_another_ranking_is_not_told_the_masking_class():
     """Groups ranked by their best score (DeepSeek-V2's rule) with a -inf mask: the mask is right, so the
     masking class is not offered as the lead."""

@@ -15,7 +15,7 @@ exception, on purpose: it reads weights stored the way GPT-2's checkpoints store
 
 Dtypes: every tensor handed over is float32 and every answer is wanted in float32; as everywhere in the
 engine, values are compared at the task's (float32) tolerance, so a float64 answer passes too (exercise 1's
-statement says so).
+statement says so), except in exercise 4, whose statement fixes "a float32 tensor" and whose checker holds it.
 
 ==========================  ===============  =========================================================
 checker                     kind             the learner writes
@@ -43,7 +43,7 @@ from torch import nn
 
 from helpers.exercises import engine
 from helpers.exercises.cases import randint
-from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise, Result, compare
+from helpers.exercises.engine import FAILED, PASSED, Case, Corner, Domain, Exercise, Result, compare
 from helpers.ffn import FFN
 from helpers.residual import NORMS, block_step
 
@@ -535,8 +535,26 @@ def _backward_then(read: Callable[[nn.Module], torch.Tensor], *, loss: str = "me
     return layer_grad_norms
 
 
+class _Float32ResultExercise(Exercise):
+    """The statement fixes the dtype: once every value is right, a result that is not float32 (a float64 tensor,
+    say) fails, naming the case and the dtype wanted."""
+
+    def evaluate(self, fn: Any) -> Result:
+        result = super().evaluate(fn)
+        if result.status != PASSED or not callable(fn):
+            return result
+        for case in self.cases():
+            value = fn(*case.args, **case.kwargs)
+            if isinstance(value, torch.Tensor) and value.dtype != torch.float32:
+                return self._result(FAILED, f"the values are right, but your function returns a "
+                                            f"{str(value.dtype).replace('torch.', '')} tensor (on {case.describe()}); "
+                                            f"the statement asks for a float32 tensor of shape (L,): keep x's dtype "
+                                            f"(or convert the result with .float()).", "wrong")
+        return result
+
+
 check_layer_grad_norms = _make(
-    Exercise,
+    _Float32ResultExercise,
     "Exercise 4 (gradients through depth)",
     _grad_norms,
     _grad_cases,

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.exercises.cases import below_minus_one, negative_rows, randint, spd, valid_mask
-from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.engine import FAILED, PASSED, Case, Corner, Domain, Exercise
 from helpers.ffn import FFN
 
 
@@ -218,7 +218,27 @@ TRIGGER_CORNERS = (
 )
 
 
-check_top_triggers = Exercise(
+class _IntegerTensorsExercise(Exercise):
+    """The statement asks for integer tensors (any integer dtype): once every value is right, a floating-point
+    result (whole numbers in a float tensor cannot index ids) fails, naming the dtype."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if result.status != PASSED:
+            return result
+        for case in self.cases():
+            values = fn(*case.args, **case.kwargs)
+            for name, value in zip(("examples", "positions"), values):
+                if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+                    return self._result(FAILED, f"the values are right, but {name} is a "
+                                                f"{str(value.dtype).replace('torch.', '')} tensor (on "
+                                                f"{case.describe()}); the statement asks for integer tensors "
+                                                f"(int64 from topk/argmax; a float tensor cannot index ids).",
+                                        "wrong")
+        return result
+
+
+check_top_triggers = _IntegerTensorsExercise(
     "Exercise 2 (top-k trigger prefixes)",
     _top_triggers,
     _trigger_cases,

@@ -39,7 +39,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise
+from helpers.exercises.compare import compare
+from helpers.exercises.engine import FAILED, HINT_PREFIX, Case, Corner, Domain, Exercise
 
 
 class _AfterPassExercise(Exercise):
@@ -56,6 +57,46 @@ class _AfterPassExercise(Exercise):
             return result
         problem = self.after(fn)
         return result if problem is None else self._result(FAILED, problem, "wrong")
+
+
+class _BalanceExercise(_AfterPassExercise):
+    """A failure by an exception gets the hint of a listed mistake that raises the same exception on exactly
+    the cases the learner's function raises on and agrees with it elsewhere (the engine names a mistake only
+    from a wrong value; bincount without minlength gives none: its counts are too short, and it raises)."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if result.passed or result.hint or result.reason != "error":
+            return result
+        hint = self._raising_mistake(fn)
+        return result if hint is None else self._result(FAILED, f"{result.message} {HINT_PREFIX}{hint}", "error",
+                                                         hint)
+
+    def _raising_mistake(self, fn) -> str | None:
+        cases = self.cases()
+        learner = [_outcome(fn, c) for c in cases]
+        for hint, model in self.mistakes:
+            modelled = [_outcome(model, c) for c in cases]
+            if any(isinstance(m, Exception) for m in modelled) and all(_same(g, m) for g, m in zip(learner, modelled)):
+                return hint
+        return None
+
+
+def _outcome(fn, case: Case):
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
+    try:
+        return fn(*args)
+    except Exception as err:  # the learner's exception is the outcome compared
+        return err
+
+
+def _same(got, modelled) -> bool:
+    if isinstance(got, Exception) or isinstance(modelled, Exception):
+        return type(got) is type(modelled)
+    try:
+        return compare(got, modelled) is None
+    except Exception:
+        return False
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -378,7 +419,25 @@ def _balance_cases() -> list[Case]:
     probs = torch.tensor([[0.51, 0.49], [0.51, 0.49], [0.51, 0.49], [0.01, 0.99]])
     cases.append(Case((probs, probs.argmax(-1, keepdim=True)), note="section 5's example: three of four tokens on "
                       "expert 0, whose mean probability is the lower (the loss is below 1)"))
+    probs = torch.softmax(torch.randn(10, 5, generator=g), -1)
+    probs[:, 4] = 1e-3                                        # the last expert gets no slot (its P is not zero)
+    probs = probs / probs.sum(-1, keepdim=True)
+    cases.append(Case((probs, probs.topk(2, dim=-1).indices), note="probs (10, 5), k=2, the last expert (4) gets "
+                      "no slot"))
+    probs = torch.softmax(torch.randn(9, 6, generator=g), -1)
+    probs[:, 2] = 1e-3                                        # a middle expert and the last one get no slot
+    probs[:, 5] = 2e-3
+    probs = probs / probs.sum(-1, keepdim=True)
+    cases.append(Case((probs, probs.topk(1, dim=-1).indices), note="probs (9, 6), k=1, experts 2 and 5 (the last) "
+                      "get no slot"))
     return cases
+
+
+def _counts_up_to_the_largest_index(probs, expert_index):
+    """bincount without minlength: the counts stop at the largest expert id chosen (shorter than E when the
+    last experts get no slot)."""
+    f = torch.bincount(expert_index.reshape(-1)).to(probs.dtype) / expert_index.numel()
+    return probs.shape[-1] * (f * probs.mean(0)).sum()
 
 
 def _f_from_probs(probs, expert_index):
@@ -437,10 +496,14 @@ BALANCE_DOMAIN = Domain(
         Corner("f and P anti-correlated (a value below 1)", lambda c: float(_balance_loss(*c.args)) < 1 - 1e-6),
         Corner("the last expert chosen by every token", lambda c: bool((c.args[1] == c.args[0].shape[1] - 1)
                                                                         .any(-1).all())),
+        Corner("the last expert gets no slot (counts by expert id stop short of E)",
+               lambda c: int(c.args[1].max()) < c.args[0].shape[1] - 1),
+        Corner("a middle expert gets no slot", lambda c: bool((torch.bincount(
+            c.args[1].reshape(-1), minlength=c.args[0].shape[1])[1:-1] == 0).any())),
     ))
 
 
-check_balance_loss = _AfterPassExercise(
+check_balance_loss = _BalanceExercise(
     "Exercise 3 (load-balancing loss)",
     _balance_loss,
     _balance_cases,
@@ -460,6 +523,9 @@ check_balance_loss = _AfterPassExercise(
          "every column of expert_index.", lambda probs, idx: _balance_loss(probs, idx[:, :1])),
         ("P_i averaged only over the slots routed to expert i; average expert i's probability over all N "
          "tokens.", _p_over_routed_slots_only),
+        ("the counts of slots per expert stop at the largest expert id that was chosen, so they are shorter than "
+         "E when the last experts get no slot: count over all E experts (torch.bincount(..., minlength=E), or "
+         "one_hot with num_classes=E).", _counts_up_to_the_largest_index),
         ("P came from the counts too (Σ f_i·f_i); P_i is the mean router probability of expert i over the "
          "tokens, the differentiable part that carries the gradient.", _p_from_counts),
     ],

@@ -375,6 +375,29 @@ def _group_cases() -> list[Case]:
             bias = -100.0 + 0.5 * torch.rand(e, generator=g)
         cases.append(Case((scores, bias, k, n_group, topk_group),
                           note=f"N={n}, E={e}, k={k}, {n_group} groups keep {topk_group}, {bias_kind} bias"))
+    cases += _rounding_cases(g)
+    return cases
+
+
+def _rounding_cases(g: torch.Generator) -> list[Case]:
+    """The bias at -100 and scores below float32's resolution there (about 4e-6): score + bias is exactly -100.0,
+    so a finite fill of -100 ties with the kept experts; k takes every expert of the kept groups. Each row's one
+    or two high scores sit in groups first and last, on either expert of a group, so whichever way topk breaks
+    the tie some row picks a dropped expert."""
+    cases = []
+    for n, e, k, n_group, topk_group, highs in [(8, 8, 2, 4, 1, 1), (6, 12, 8, 3, 2, 2)]:
+        scores = 1e-8 + 3e-6 * torch.rand(n, e, generator=g)
+        size = e // n_group
+        for row in range(n):
+            groups = torch.randperm(n_group, generator=g)[:highs].tolist()
+            if row < 2:                              # the first and the last group kept, on both rows' sides
+                groups[0] = 0 if row == 0 else n_group - 1
+            for grp in groups:
+                scores[row, grp * size + (row // 2) % size] = 0.5 + 0.4 * float(torch.rand(1, generator=g))
+        bias = torch.full((e,), -100.0)
+        cases.append(Case((scores, bias, k, n_group, topk_group),
+                          note=f"N={n}, E={e}, k={k}, {n_group} groups keep {topk_group}, bias -100 with scores "
+                               f"below 4e-6 (score + bias rounds to -100)"))
     return cases
 
 
@@ -466,7 +489,9 @@ check_group_limited = Exercise(
                  Corner("every group kept (topk_group = n_group > 1)", lambda c: c.args[4] == c.args[3] > 1),
                  Corner("one group kept of several", lambda c: c.args[4] == 1 < c.args[3]),
                  Corner("2 experts per group (the fewest allowed)", lambda c: c.args[0].shape[1] // c.args[3] == 2),
-                 Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1))),
+                 Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1),
+                 Corner("a score lost in float32 rounding on a bias of -100 (score + bias == -100.0)",
+                        lambda c: bool(((c.args[0] + c.args[1]) == -100.0).any())))),
     bug_class="a masked entry that does not always lose: whether an expert of a dropped group can be chosen "
               "depends on the biases",
     bug_shows=_group_bug_shows,
