@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from helpers.activation_sparsity import calibrate_threshold
 
 from helpers.exercises.engine import FAILED, PASSED
+from helpers.exercises.nb10 import _entries_for_share, _threshold_for_share
 from helpers.exercises.nb10 import (EXERCISES, check_expected_union, check_recall, check_skip_swiglu,
                                     check_threshold_for_share)
 
@@ -193,3 +194,23 @@ def test_recall_wrong_answers_fail():
         assert check_recall.evaluate(fn).status == FAILED
     result = check_recall.evaluate(lambda p, a: float((p == a).double().mean()))
     assert "accuracy" in result.hint
+
+
+def test_skip_swiglu_count_that_is_not_a_python_int_fails_naming_the_type(capsys):
+    """The trial learner's answer: right values, weights_read returned as a 0-d tensor (the statement says an int)."""
+    ref = check_skip_swiglu.reference
+
+    def tensor_count(*args):
+        y, count = ref(*args)
+        return y, torch.tensor(count)
+
+    result = check_skip_swiglu.evaluate(tensor_count)
+    assert result.status == FAILED and "Python int" in result.message
+
+
+def test_share_counts_entries_as_a_learner_does_when_s_times_n_rounds_up():
+    """s = 0.28, n = 25: s·n is 7.000000000000001 in float, yet 7 / 25 == 0.28, so 7 entries make the share."""
+    assert _entries_for_share(0.28, 25) == 7
+    assert [_entries_for_share(s, 10) for s in (0.01, 0.1, 0.5, 0.99, 1.0)] == [1, 1, 5, 10, 10]
+    tau, share = _threshold_for_share(torch.arange(1, 26, dtype=torch.float64), 0.28)
+    assert (tau, share) == (7.0, 0.28)

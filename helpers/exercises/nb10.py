@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -35,9 +35,16 @@ def _generator(seed: int) -> torch.Generator:
 
 
 # ---------------------------------------------------------------- exercise 1: a threshold that skips a share s
+def _entries_for_share(s: float, n: int) -> int:
+    """The fewest entries k with k / n >= s, read as a learner computes it: ceil(s·n) can round up past an exact
+    share (s = 0.28, n = 25: s·n = 7.000000000000001, yet 7 / 25 == 0.28), so one step down is taken when it holds."""
+    k = math.ceil(s * n)
+    return k - 1 if k > 1 and (k - 1) / n >= s else k
+
+
 def _threshold_for_share(m: torch.Tensor, s: float):
     magnitudes = m.abs().flatten()
-    tau = magnitudes.kthvalue(math.ceil(s * magnitudes.numel())).values.item()
+    tau = magnitudes.kthvalue(_entries_for_share(s, magnitudes.numel())).values.item()
     return tau, (magnitudes <= tau).double().mean().item()
 
 
@@ -90,7 +97,7 @@ def _threshold_wrong(kind: str):
         magnitudes = m.flatten() if kind == "no abs" else m.abs().flatten()
         n = magnitudes.numel()
         k = {"round": round(s * n), "round, -1 for none": round(s * n), "floor": int(s * n),
-             "floor, at least 1": max(int(s * n), 1), "floor + 1": int(s * n) + 1}.get(kind, math.ceil(s * n))
+             "floor, at least 1": max(int(s * n), 1), "floor + 1": int(s * n) + 1}.get(kind, _entries_for_share(s, n))
         if kind == "per row":
             tau = m.abs().kthvalue(math.ceil(s * m.shape[-1]), dim=-1).values
             return tau, (m.abs() <= tau[:, None]).double().mean(dim=-1)
@@ -240,7 +247,26 @@ def _skip_wrong(kind: str):
     return wrong
 
 
-check_skip_swiglu = Exercise(
+class _IntCountExercise(Exercise):
+    """The statement fixes weights_read's type: once every value is right, a count that is not a Python int (a 0-d
+    tensor, a float) fails, naming the case and the type."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if not result.passed:
+            return result
+        for case in self.cases():
+            count = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in case.args], **case.kwargs)[1]
+            if not isinstance(count, int) or isinstance(count, bool):
+                return self._result(FAILED, f"the values are right, but weights_read is a "
+                                            f"{type(count).__module__.replace('builtins', 'Python')} "
+                                            f"{type(count).__name__} ({count!r} on {case.describe()}); the "
+                                            f"statement asks for a Python int: return int(...) of the count.",
+                                    "wrong")
+        return result
+
+
+check_skip_swiglu = _IntCountExercise(
     "Exercise 2 (skipping a SwiGLU FFN's silent neurons)",
     _skip_swiglu,
     _skip_cases,
