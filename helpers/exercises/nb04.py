@@ -484,34 +484,42 @@ def _saved_when_frozen(variant: str, d_model: int, d_ff: int) -> int:
     return FROZEN_D_FF_TENSORS[variant] * d_ff
 
 
-FROZEN_DOMAIN = Domain(
-    allows="variant: one of the eight names of section 3; d_model, d_ff: Python ints >= 1 (up to 4096 and 11008); "
-           "returns a Python int",
-    corners=tuple(Corner(f"variant {v!r}", lambda c, v=v: c.args[0] == v) for v in ALL_VARIANTS) + (
+def _variant_size_cases(seed: int, variants, fixed) -> list[Case]:
+    """One case per variant at random sizes (d_ff != d_model), then the fixed (variant, d_model, d_ff) corners."""
+    g = _generator(seed)
+    sizes = []
+    for variant in variants:
+        d = _randint(g, 4, 300)
+        f = _randint(g, 8, 900)
+        while f == d:
+            f = _randint(g, 8, 900)
+        sizes.append((variant, d, f))
+    return [Case((v, d, f), note=f"variant={v!r}, d_model={d}, d_ff={f}") for v, d, f in [*sizes, *fixed]]
+
+
+def _variant_size_corners(variants) -> tuple[Corner, ...]:
+    """Every variant, the smallest sizes, d_ff below, equal to and above d_model, LLaMA-7B's sizes."""
+    return tuple(Corner(f"variant {v!r}", lambda c, v=v: c.args[0] == v) for v in variants) + (
         Corner("d_model = 1", lambda c: c.args[1] == 1),
         Corner("d_ff = 1", lambda c: c.args[2] == 1),
         Corner("d_ff < d_model", lambda c: c.args[2] < c.args[1]),
         Corner("d_ff = d_model", lambda c: c.args[2] == c.args[1]),
         Corner("d_ff > d_model", lambda c: c.args[2] > c.args[1]),
         Corner("LLaMA-7B's sizes (4096, 11008)", lambda c: c.args[1:] == (4096, 11008)),
-    ),
+    )
+
+
+FROZEN_DOMAIN = Domain(
+    allows="variant: one of the eight names of section 3; d_model, d_ff: Python ints >= 1 (up to 4096 and 11008); "
+           "returns a Python int",
+    corners=_variant_size_corners(ALL_VARIANTS),
 )
 
 
 def _frozen_cases() -> list[Case]:
-    g = _generator(404)
-    cases = []
-    for variant in ALL_VARIANTS:
-        d = _randint(g, 4, 300)
-        f = _randint(g, 8, 900)
-        while f == d:
-            f = _randint(g, 8, 900)
-        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
     # the smallest sizes, a wide layer, d_ff below and equal to d_model
-    for variant, d, f in [("swiglu", 1, 3), ("relu", 2, 1), ("reglu", 4096, 11008), ("gelu", 768, 64),
-                          ("glu", 1, 1), ("geglu", 40, 40)]:
-        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
-    return cases
+    return _variant_size_cases(404, ALL_VARIANTS, [("swiglu", 1, 3), ("relu", 2, 1), ("reglu", 4096, 11008),
+                                                   ("gelu", 768, 64), ("glu", 1, 1), ("geglu", 40, 40)])
 
 
 def _frozen_wrong(change):
@@ -572,30 +580,13 @@ def _saved_with_fused_gate(variant: str, d_model: int, d_ff: int) -> int:
 FUSED_SAVED_DOMAIN = Domain(
     allows="variant: one of 'glu', 'bilinear', 'reglu', 'geglu', 'swiglu'; d_model, d_ff: Python ints >= 1 (up to "
            "4096 and 11008); trainable weights, an input that needs a gradient; returns a Python int",
-    corners=tuple(Corner(f"variant {v!r}", lambda c, v=v: c.args[0] == v) for v in GATED) + (
-        Corner("d_model = 1", lambda c: c.args[1] == 1),
-        Corner("d_ff = 1", lambda c: c.args[2] == 1),
-        Corner("d_ff < d_model", lambda c: c.args[2] < c.args[1]),
-        Corner("d_ff = d_model", lambda c: c.args[2] == c.args[1]),
-        Corner("d_ff > d_model", lambda c: c.args[2] > c.args[1]),
-        Corner("LLaMA-7B's sizes (4096, 11008)", lambda c: c.args[1:] == (4096, 11008)),
-    ),
+    corners=_variant_size_corners(GATED),
 )
 
 
 def _fused_saved_cases() -> list[Case]:
-    g = _generator(405)
-    cases = []
-    for variant in GATED:
-        d = _randint(g, 4, 300)
-        f = _randint(g, 8, 900)
-        while f == d:
-            f = _randint(g, 8, 900)
-        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
-    for variant, d, f in [("swiglu", 1, 3), ("reglu", 2, 1), ("geglu", 4096, 11008), ("glu", 768, 64),
-                          ("bilinear", 1, 1), ("swiglu", 40, 40)]:
-        cases.append(Case((variant, d, f), note=f"variant={variant!r}, d_model={d}, d_ff={f}"))
-    return cases
+    return _variant_size_cases(405, GATED, [("swiglu", 1, 3), ("reglu", 2, 1), ("geglu", 4096, 11008),
+                                            ("glu", 768, 64), ("bilinear", 1, 1), ("swiglu", 40, 40)])
 
 
 _UNFUSED_GATED = {v: _TRAINABLE_D_FF_TENSORS[v] for v in GATED}
