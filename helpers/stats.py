@@ -275,20 +275,27 @@ class Verdict:
     def resolved(self) -> bool:
         return self.verdict != "not resolved"
 
-    def line(self, width: int = 0, unit: str = "", digits: int = 3, t_cap: float | None = None) -> str:
+    def line(self, width: int = 0, unit: str = "", digits: int = 3, t_cap: float | None = None,
+             compact: bool = False) -> str:
         """``name  mean  seeds lower/higher  t  (Holm threshold)  → verdict``, one line.
 
         ``t_cap``: print a ``|t|`` above it as a bound (``> +20``), for a t whose later digits move with the
-        CPU's rounding (a difference far larger than its spread); the verdict is unchanged."""
+        CPU's rounding (a difference far larger than its spread); the verdict is unchanged. ``compact``: a
+        shorter line, ``name  mean  l lower, h higher of n  t … vs threshold  → verdict`` (fits ~100 columns)."""
         c = self.comparison
         if isinstance(c, PairedDifference):
             mean, seeds = c.mean, f"lower in {c.lower:>2}/{c.n}, higher in {c.higher:>2}/{c.n}"
+            if compact:
+                seeds = f"{c.lower:>2} lower, {c.higher:>2} higher of {c.n}"
         else:
             mean, seeds = c.diff, f"{c.n_a} vs {c.n_b} runs"
         if t_cap is not None and math.isfinite(c.t) and abs(c.t) > t_cap:
             t = f"{'>' if c.t > 0 else '<'} {math.copysign(t_cap, c.t):+g}".rjust(6)
         else:
             t = f"{c.t:+6.2f}" if math.isfinite(c.t) else "   nan"
+        if compact:
+            return (f"{self.name:<{width}}  {mean:+.{digits}f}{unit}  {seeds}  t {t} vs {self.threshold:.2f}  "
+                    f"→ {self.verdict}")
         return (f"{self.name:<{width}}  {mean:+.{digits}f}{unit}  {seeds}  t {t} (Holm threshold "
                 f"{self.threshold:.2f})  → {self.verdict}")
 
@@ -332,15 +339,16 @@ def holm(comparisons: Mapping[str, Comparison], level: float = 0.05) -> list[Ver
 
 
 def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: int = 3,
-               level: float = 0.05, t_cap: float | None = None) -> str:
+               level: float = 0.05, t_cap: float | None = None, compact: bool = False) -> str:
     """``holm``'s verdicts as printed lines: a header naming the family's size, then one line per comparison.
 
-    ``t_cap`` (optional): a ``|t|`` above it prints as a bound, ``> +20`` (``Verdict.line``)."""
+    ``t_cap`` (optional): a ``|t|`` above it prints as a bound, ``> +20`` (``Verdict.line``). ``compact``
+    (optional): shorter lines, each t followed by ``vs`` its Holm threshold (named in the header)."""
     if t_cap is not None:
         validate.positive_float("t_cap", t_cap)
     verdicts = holm(comparisons, level)
     width = max(len(v.name) for v in verdicts)
     resolved = sum(v.resolved for v in verdicts)
     head = (f"Holm's step-down over {len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''} "
-            f"({100 * level:g} % two-sided): {resolved} resolved")
-    return "\n".join([head] + ["  " + v.line(width, unit, digits, t_cap) for v in verdicts])
+            f"({100 * level:g} % two-sided{'; t vs its Holm threshold' if compact else ''}): {resolved} resolved")
+    return "\n".join([head] + ["  " + v.line(width, unit, digits, t_cap, compact) for v in verdicts])

@@ -149,3 +149,15 @@ def test_holm_table_can_print_a_large_t_as_a_bound():
     assert holm_table(family, t_cap=None) == plain
     with pytest.raises(ValueError, match="t_cap"):
         holm_table(family, t_cap=-1)
+
+
+def test_holm_table_compact_keeps_the_numbers_and_verdicts_in_shorter_lines():
+    """compact=True prints the same means, t, thresholds and verdicts, each row shorter than the plain one."""
+    family = {"up": paired_difference([1.0, 2.0, 3.1, 4.0, 5.0], [0.0, 1.1, 2.0, 3.0, 4.1]),
+              "same": paired_difference([1.0, 2.0, 3.0, 4.0, 5.0], [1.1, 2.0, 3.2, 4.0, 5.0])}
+    plain, compact = holm_table(family).splitlines(), holm_table(family, compact=True).splitlines()
+    assert "t vs its Holm threshold" in compact[0] and len(compact) == len(plain)
+    for verdict, p, c in zip(holm(family), plain[1:], compact[1:]):
+        assert len(c) < len(p) and c.split("→")[-1] == p.split("→")[-1]
+        assert f"{verdict.comparison.t:+6.2f}" in c and f"vs {verdict.threshold:.2f}" in c
+    assert " 0 lower,  5 higher of 5" in compact[1]
