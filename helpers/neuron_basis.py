@@ -149,18 +149,15 @@ class BasisTests:
     def family(self, k_knockout: int = 1, k_keep: int = 8) -> dict[str, PairedDifference]:
         """The section's comparisons, paired by seed (each "A − B"), for ``helpers.stats.holm_table``."""
         i, j = self.ks.index(k_knockout), self.ks.index(k_keep)
-        ko, keep = self.knockout, self.keep_only
+        ko, keep, on = self.knockout, self.keep_only, self.on_share
         return {
-            f"top {k_knockout} zeroed: neurons − random neurons": paired_difference(ko["neurons"][i],
-                                                                                       ko["random neurons"][i]),
-            f"top {k_knockout} zeroed: neurons − rotated": paired_difference(ko["neurons"][i],
-                                                                                      ko["rotated"][i]),
-            f"only top {k_keep} kept: neurons − rotated": paired_difference(keep["neurons"][j],
-                                                                                     keep["rotated"][j]),
-            "facts per unit: trained − untrained": paired_difference(self.on_share["trained"].mean(dim=1),
-                                                                                self.on_share["untrained"].mean(dim=1)),
-            "writing towards v_n: trained − untrained": paired_difference(self.towards["trained"],
-                                                                                          self.towards["untrained"]),
+            f"top {k_knockout} zeroed: neurons − random ones": paired_difference(ko["neurons"][i],
+                                                                                  ko["random neurons"][i]),
+            f"top {k_knockout} zeroed: neurons − rotated": paired_difference(ko["neurons"][i], ko["rotated"][i]),
+            f"top {k_keep} kept: neurons − rotated": paired_difference(keep["neurons"][j], keep["rotated"][j]),
+            "facts per unit: trained − untrained": paired_difference(on["trained"].mean(dim=1),
+                                                                     on["untrained"].mean(dim=1)),
+            "towards v_n: trained − untrained": paired_difference(self.towards["trained"], self.towards["untrained"]),
         }
 
 
@@ -170,7 +167,8 @@ def lookup_table_ffn(keys: torch.Tensor, values: torch.Tensor) -> FFN:
     keys: ``(n_facts, d_model)``, values: ``(n_facts, d_model)``. Unit ``n`` (ReLU, ``d_ff = n_facts``) has key
     ``k_n`` scaled, and a bias that puts its threshold halfway between ``k_n · k_n`` and the largest ``k_n · k_j``
     of another key, so only fact ``n`` switches it on (with ``m = 1``); its value is ``v_n``; ``b2 = 0``. A key that
-    another key outscores on its own unit cannot be stored this way (random keys of width 16: rare).
+    another key outscores on its own unit (``k_n · k_j >= k_n · k_n``; see ``outscored``) cannot be stored along
+    ``k_n``: its unit is silenced (key 0, bias -1), so every unit passes its own key or none.
     """
     validate.float_tensor("keys", keys, min_dims=2)
     n, d_model = keys.shape
@@ -181,14 +179,26 @@ def lookup_table_ffn(keys: torch.Tensor, values: torch.Tensor) -> FFN:
     own = gram.diag()
     other = gram.masked_fill(torch.eye(n, dtype=torch.bool), float("-inf")).max(dim=1).values if n > 1 else own - 2
     threshold = (own + other) / 2
-    scale = 1 / (own - threshold).clamp_min(1e-3)          # m = 1 on the unit's own key
+    silent = other >= own                                  # outscored: no threshold along k_n passes k_n alone
+    scale = torch.where(silent, 0.0, 1 / (own - threshold).clamp_min(1e-3))   # m = 1 on the unit's own key
     ffn = FFN(d_model, n, activation="relu").eval()
     with torch.no_grad():
         ffn.w1.weight.copy_(keys * scale[:, None])
-        ffn.w1.bias.copy_(-threshold * scale)
+        ffn.w1.bias.copy_(torch.where(silent, -1.0, -threshold * scale))
         ffn.w2.weight.copy_(values.T)
         ffn.w2.bias.zero_()
     return ffn
+
+
+def outscored(keys: torch.Tensor) -> torch.Tensor:
+    """``(n_facts,)`` bool: key ``n`` is outscored on its own direction, ``max_{j != n} k_n · k_j >= k_n · k_n``.
+
+    keys: ``(n_facts, d_model)``. Such a key cannot switch on a ReLU unit along ``k_n`` without another key doing so.
+    """
+    validate.float_tensor("keys", keys, min_dims=2)
+    gram = keys @ keys.T
+    others = gram.masked_fill(torch.eye(len(keys), dtype=torch.bool), float("-inf"))
+    return others.max(dim=1).values >= gram.diag()
 
 
 def basis_tests(ffns: Sequence[FFN], seeds: Sequence[int], *, n_facts: int = 256,
@@ -235,10 +245,10 @@ _LABEL = {"neurons": "neurons (top writers)", "rotated": "random orthogonal basi
           "random neurons": "random neurons"}
 
 
-def basis_tests_figure(tests: BasisTests):
+def basis_tests_figure(tests: BasisTests, steps: int | None = None):
     """Three panels: recall with each fact's top-k writers zeroed, recall with only them kept (mean over seeds,
-    every basis), and the share of facts that switch each neuron on, trained against untrained. Returns the
-    figure (not shown)."""
+    every basis), and the share of facts that switch each neuron on, trained against untrained. ``steps``
+    (optional): the training steps, named in the title. Returns the figure (not shown)."""
     import matplotlib.pyplot as plt
 
     fig, (ax_ko, ax_keep, ax_on) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -262,7 +272,8 @@ def basis_tests_figure(tests: BasisTests):
               title="Selective? Facts per unit")
     ax_on.set_ylim(0, 1.4 * ax_on.get_ylim()[1])               # room for the legend above the bars
     ax_on.legend(fontsize=9, loc="upper right")
-    fig.suptitle(f"Tests of the key–value reading: FFNs of {tests.d_ff} units trained on {tests.n_facts} facts, "
+    trained = "trained" if steps is None else f"trained {steps} steps"
+    fig.suptitle(f"Tests of the key–value reading: FFNs of {tests.d_ff} units {trained} on {tests.n_facts} facts, "
                  f"mean of {len(tests.seeds)} seeds", fontsize=11)
     fig.tight_layout()
     return fig
@@ -280,6 +291,7 @@ def writers_figure(neurons: Units, pseudo: Units, targets: torch.Tensor, fact: i
         ax.plot(range(len(c)), c.numpy(), style[0] + "-", color=color, ms=3, lw=1, label=_LABEL[basis].split(" (")[0])
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set(xlabel=f"unit, sorted by what it writes (all {neurons.coefficients.shape[1]})",
-           ylabel=f"c[{fact}, i]: share of v_{fact} written", title=f"Fact {fact}: what each unit writes along its value")
+           ylabel=f"c[{fact}, i]: share of v_{fact} written",
+           title=f"Fact {fact}: what each unit writes along v_{fact}")
     ax.legend(fontsize=9)
     return fig
