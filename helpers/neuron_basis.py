@@ -245,10 +245,11 @@ _LABEL = {"neurons": "neurons (top writers)", "rotated": "random orthogonal basi
           "random neurons": "random neurons"}
 
 
-def basis_tests_figure(tests: BasisTests, steps: int | None = None):
+def basis_tests_figure(tests: BasisTests, steps: int | None = None, control: BasisTests | None = None):
     """Three panels: recall with each fact's top-k writers zeroed, recall with only them kept (mean over seeds,
     every basis), and the share of facts that switch each neuron on, trained against untrained. ``steps``
-    (optional): the training steps, named in the title. Returns the figure (not shown)."""
+    (optional): the training steps, named in the title. ``control`` (optional): the same tests, same ``ks``, of
+    the lookup tables (``lookup_table_ffn``), its neurons drawn in black on the first two panels. Returns the figure (not shown)."""
     import matplotlib.pyplot as plt
 
     fig, (ax_ko, ax_keep, ax_on) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -257,12 +258,18 @@ def basis_tests_figure(tests: BasisTests, steps: int | None = None):
         for basis, rows in table.items():
             color, style = _STYLE[basis]
             ax.plot(tests.ks, 100 * rows.mean(dim=1), style, color=color, lw=2, ms=5, label=_LABEL[basis])
+        if control is not None:
+            if list(control.ks) != list(tests.ks):
+                raise ValueError(f"control must use the same ks as tests, got {control.ks} and {tests.ks}")
+            rows = getattr(control, "knockout" if ax is ax_ko else "keep_only")["neurons"]
+            ax.plot(tests.ks, 100 * rows.mean(dim=1), "D-", color="black", lw=1.5, ms=4, mfc="white",
+                    label=f"lookup table's neurons (top writers, of {control.d_ff})")
         ax.set_xscale("log", base=2)
         ax.set_xticks(tests.ks, [str(k) for k in tests.ks])
         ax.xaxis.set_minor_formatter(lambda v, _: "")
         ax.set(ylim=(-3, 103), xlabel=f"k (of {tests.d_ff} units)", ylabel="facts recalled (%)", title=title)
-    ax_ko.legend(fontsize=9, loc="center right")
-    ax_keep.legend(fontsize=9, loc="lower right", bbox_to_anchor=(1, 0.06))
+    fig.legend(*ax_ko.get_legend_handles_labels(), fontsize=9, loc="lower center", ncol=4, frameon=False,
+               bbox_to_anchor=(0.36, -0.01))
     bins = torch.linspace(0, 1, 26)
     for state, color, kind in (("untrained", "0.7", "stepfilled"), ("trained", "#0072B2", "step")):
         ax_on.hist(tests.on_share[state].flatten().numpy(), bins=bins.numpy(), color=color, histtype=kind, lw=2,
@@ -275,7 +282,7 @@ def basis_tests_figure(tests: BasisTests, steps: int | None = None):
     trained = "trained" if steps is None else f"trained {steps} steps"
     fig.suptitle(f"Tests of the key–value reading: FFNs of {tests.d_ff} units {trained} on {tests.n_facts} facts, "
                  f"mean of {len(tests.seeds)} seeds", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))                 # room for the shared legend below
     return fig
 
 

@@ -94,6 +94,17 @@ def test_figures_draw(sweep):
     fig = basis_tests_figure(tests)
     assert len(fig.axes) == 3 and "24 facts" in fig._suptitle.get_text()
     plt.close(fig)
+    from helpers.neuron_basis import lookup_table_ffn
+
+    control = basis_tests([lookup_table_ffn(*random_facts(24, 4, s)) for s in sweep.seeds], sweep.seeds, n_facts=24,
+                          ks=(1, 2))
+    fig = basis_tests_figure(tests, steps=150, control=control)
+    assert "trained 150 steps" in fig._suptitle.get_text()
+    assert len(fig.axes[0].get_lines()) == len(fig.axes[1].get_lines()) == 4    # three bases and the table's neurons
+    plt.close(fig)
+    with pytest.raises(ValueError, match="same ks"):
+        basis_tests_figure(tests, control=basis_tests([lookup_table_ffn(*random_facts(24, 4, 0))], [0], n_facts=24,
+                                                      ks=(1,)))
     keys, values = random_facts(24, 4, 0)
     units = neuron_units(sweep.ffns[16][0], keys)
     fig = writers_figure(units, rotated(units, random_rotation(16, 0)), values, fact=3)
