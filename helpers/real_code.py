@@ -302,7 +302,7 @@ def gpt_oss_mlp(moe: MoE, *, alpha: float = 1.0, limit: float = math.inf) -> nn.
 # --------------------------------------------------------------------------- conventions, read from the code
 @dataclass(frozen=True)
 class Published:
-    """One released model's FFN sizes, as its paper or model card gives them."""
+    """One released model's FFN sizes; ``source`` credits the paper, model card, code or configuration giving each."""
 
     model: str
     d_model: int
@@ -311,14 +311,15 @@ class Published:
     source: str
 
 
-#: The released models behind each family (checked against their papers and model cards; see notebook 08).
+#: The released models behind each family (checked against their papers, model cards, reference code and released
+#: configurations; see notebook 08).
 PUBLISHED: dict[str, Published] = {
-    "GPT-2": Published("GPT-2 small", 768, 3072, "dense", "Radford et al. 2019"),
-    "LLaMA": Published("LLaMA-7B", 4096, 11008, "dense", "Touvron et al. 2023"),
+    "GPT-2": Published("GPT-2 small", 768, 3072, "dense", "d: Radford et al. 2019; width: OpenAI's code"),
+    "LLaMA": Published("LLaMA-7B", 4096, 11008, "dense", "d: Touvron et al. 2023; width: Meta's code"),
     "Mixtral": Published("Mixtral 8x7B", 4096, 14336, "8, top-2", "Jiang et al. 2024"),
-    "Qwen3-MoE": Published("Qwen3-30B-A3B", 2048, 768, "128, top-8", "Qwen3 report 2025"),
+    "Qwen3-MoE": Published("Qwen3-30B-A3B", 2048, 768, "128, top-8", "Qwen3 report 2025; d, width: config"),
     "DeepSeek-V3": Published("DeepSeek-V3", 7168, 2048, "256 + 1 shared, top-8", "DeepSeek-AI 2024"),
-    "Llama 4": Published("Llama 4 Scout", 5120, 8192, "16 + 1 shared, top-1", "Meta 2025"),
+    "Llama 4": Published("Llama 4 Scout", 5120, 8192, "16 + 1 shared, top-1", "Meta 2025; d, width: config"),
     "gpt-oss": Published("gpt-oss-120b", 2880, 2880, "128, top-4", "OpenAI 2025"),
 }
 
