@@ -6,7 +6,8 @@ through φ) and ``b = W3 x`` (the content, linear). Its derivatives couple the t
     ∂h/∂b = φ(a)           the content branch learns only as much as the gate is open
     ∂h/∂a = φ'(a) · b      the gate learns only as much as there is content to pass
 
-``gate_gradients`` computes both by autograd. ``FusedGate`` is ``φ(a) · b`` as one operation that keeps only
+``gate_gradients`` computes both by autograd; ``catch_gate_gradients`` catches what autograd delivers
+inside a real gated ``FFN``. ``FusedGate`` is ``φ(a) · b`` as one operation that keeps only
 ``a`` and ``b`` for the backward pass and recomputes ``φ(a)`` there (what fused kernels such as Liger Kernel's
 ``LigerSiLUMulFunction`` do); ``fused_gate_forward`` runs a course ``FFN`` with it.
 
@@ -98,6 +99,47 @@ def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
         h = phi(a) * b
         grad_a, grad_b = torch.autograd.grad(h, (a, b), grad_outputs=grad_h.detach())
     return grad_a, grad_b
+
+
+@dataclass(frozen=True)
+class GateCatch:
+    """What one backward pass delivered inside a gated FFN: values and gradients, each ``(..., d_ff)``."""
+    a: torch.Tensor              # W1 x, the gate's pre-activation
+    b: torch.Tensor              # W3 x, the content
+    grad_a: torch.Tensor         # ∂L/∂a, as autograd computed it
+    grad_b: torch.Tensor         # ∂L/∂b
+    grad_hidden: torch.Tensor    # ∂L/∂h at the hidden vector entering W2
+
+
+def catch_gate_gradients(ffn: FFN, x: torch.Tensor, target: torch.Tensor) -> GateCatch:
+    """Run ``F.mse_loss(ffn(x), target).backward()`` with forward hooks on ``w1``, ``w3`` and ``w2``'s input.
+
+    ``ffn``: a gated course ``FFN``; ``x``, ``target``: ``(..., d_model)``. The hooks keep ``a``, ``b`` and the
+    hidden vector ``h = φ(a) · b`` and ask autograd to retain their gradients, so the gradients autograd really
+    delivered can be compared with the closed forms of ``gate_gradients``. The hooks are removed afterwards.
+    """
+    if not isinstance(ffn, FFN) or not ffn.gated:
+        raise ValueError("ffn must be a gated helpers.ffn.FFN (e.g. FFN.from_variant('swiglu', d))")
+    validate.float_tensor("x", x, last_dim=ffn.d_model)
+    validate.float_tensor("target", target, last_dim=ffn.d_model)
+    caught: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(module, inputs, output):
+            tensor = inputs[0] if name == "hidden" else output
+            tensor.retain_grad()
+            caught[name] = tensor
+        return hook
+
+    handles = [ffn.w1.register_forward_hook(keep("a")), ffn.w3.register_forward_hook(keep("b")),
+               ffn.w2.register_forward_hook(keep("hidden"))]
+    try:
+        F.mse_loss(ffn(x), target).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return GateCatch(caught["a"].detach(), caught["b"].detach(), caught["a"].grad, caught["b"].grad,
+                     caught["hidden"].grad)
 
 
 # ---------------------------------------------------------------- a fused gate: keep a and b, recompute φ(a)

@@ -329,3 +329,20 @@ def test_failed_runs_counts_run_means_above_the_threshold():
     stored = failed_runs(load_race().lr_sweep, 0.056)
     assert sum(stored[v] for v in ("bilinear", "reglu", "geglu", "swiglu")) == 9
     assert sum(stored[v] for v in ("relu", "gelu", "swish")) == 0
+
+
+def test_catch_gate_gradients_matches_the_closed_forms_and_removes_its_hooks():
+    from helpers.gating import catch_gate_gradients
+    torch.manual_seed(0)
+    ffn = FFN.from_variant("swiglu", d_model=8, bias=True)
+    x, target = torch.randn(5, 8), torch.randn(5, 8)
+    caught = catch_gate_gradients(ffn, x, target)
+    assert caught.a.shape == caught.grad_b.shape == caught.grad_hidden.shape == (5, ffn.d_ff)
+    expected_a, expected_b = gate_gradients(caught.a, caught.b, caught.grad_hidden)
+    torch.testing.assert_close(caught.grad_a, expected_a)
+    torch.testing.assert_close(caught.grad_b, expected_b)
+    assert not ffn.w1._forward_hooks and not ffn.w2._forward_hooks and not ffn.w3._forward_hooks
+    with pytest.raises(ValueError, match="gated"):
+        catch_gate_gradients(FFN.from_variant("relu", d_model=8), x, target)
+    with pytest.raises((TypeError, ValueError), match="target"):
+        catch_gate_gradients(ffn, x, torch.randn(5, 3))
