@@ -423,5 +423,21 @@ def test_top_triggers_int32_passes_and_a_float_result_fails_naming_integer_tenso
     values is not an integer tensor and fails, naming the dtype."""
     assert ex.check_top_triggers.evaluate(lambda *a: tuple(t.int() for t in ex._top_triggers(*a))).status == PASSED
     result = ex.check_top_triggers.evaluate(lambda *a: tuple(t.float() for t in ex._top_triggers(*a)))
-    assert result.status == FAILED and "float32 tensor" in result.message and "integer tensors" in result.message, \
+    assert result.status == FAILED and "float32 tensor" in result.message and "integer tensor" in result.message, \
         result.message
+
+
+def test_value_logits_geva_style_read_without_ln_gets_its_hint():
+    """Geva et al. (2021) read values with no norm at all: left out only for biases=False, it is named."""
+    @torch.no_grad()
+    def geva(ffn, i, ln, head, biases=True):
+        v = ffn.w2.weight[:, i]
+        return head(ln(v)) if biases else v @ head.weight.T
+    result = ex.check_value_logits.evaluate(geva)
+    assert not result.passed and "Geva" in (result.hint or "")
+
+
+def test_edit_spill_first_differing_key_is_one_c_changes():
+    """The first value a wrong answer gets wrong differs visibly (not -2.580 against -2.575)."""
+    result = ex.check_edit_spill.evaluate(lambda C, k, K: K @ k / (k @ k))
+    assert "index (1,): expected -0.799414, got -0.750513" in result.message
