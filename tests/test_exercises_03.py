@@ -365,7 +365,7 @@ NATURAL_WRONG = [
     ("triggers", ex._triggers_off_by_one, "off by one"),
     ("values", lambda f, i, ln, head, biases=True: ex._value_to_vocab(f, i, ln, head, True) if biases else
      head(ex._ln_no_beta(f.w2.weight[:, i].detach(), ln)).detach(), "you kept lm_head's bias"),
-    ("values", _values_geva_raw, None),
+    ("values", _values_geva_raw, "Geva"),
     ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i]), "you took row i of w2.weight"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True)), "unbiased variance"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False)), "leaves out ε"),
@@ -425,16 +425,6 @@ def test_top_triggers_int32_passes_and_a_float_result_fails_naming_integer_tenso
     result = ex.check_top_triggers.evaluate(lambda *a: tuple(t.float() for t in ex._top_triggers(*a)))
     assert result.status == FAILED and "float32 tensor" in result.message and "integer tensor" in result.message, \
         result.message
-
-
-def test_value_logits_geva_style_read_without_ln_gets_its_hint():
-    """Geva et al. (2021) read values with no norm at all: left out only for biases=False, it is named."""
-    @torch.no_grad()
-    def geva(ffn, i, ln, head, biases=True):
-        v = ffn.w2.weight[:, i]
-        return head(ln(v)) if biases else v @ head.weight.T
-    result = ex.check_value_logits.evaluate(geva)
-    assert not result.passed and "Geva" in (result.hint or "")
 
 
 def test_edit_spill_first_differing_key_is_one_c_changes():
