@@ -533,3 +533,31 @@ def test_fit_beta_a_search_finer_than_needed_is_told_so_when_it_runs_out_of_time
     result = check_fit_beta.evaluate(fine_grid)
     assert result.status == FAILED and "time limit" in result.message, result.message
     assert "finer than the answer needs" in result.message and "1e-4 is enough" in result.message, result.message
+
+
+def _dead_after_loop(zero_grad: bool = True, reduction: str = "mean"):
+    """A learner's own training loop for Exercise 5 (the statement's recipe, with one slip or none)."""
+    import torch.nn.functional as F
+    from helpers.ffn import FFN
+
+    def dead_after(lr, steps, X, Y, seed):
+        torch.manual_seed(seed)
+        model = FFN(16, 256, activation="relu")
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for _ in range(steps):
+            if zero_grad:
+                opt.zero_grad()
+            F.mse_loss(model(X), Y, reduction=reduction).backward()
+            opt.step()
+        with torch.no_grad():
+            return (model.w1(X) <= 0).all(0).float().mean().item()
+    return dead_after
+
+
+def test_dead_after_training_loop_slips_get_their_hints():
+    from helpers.exercises.nb01 import check_dead_after
+    assert check_dead_after.evaluate(_dead_after_loop()).passed
+    forgot = check_dead_after.evaluate(_dead_after_loop(zero_grad=False))
+    assert not forgot.passed and "zero_grad" in (forgot.hint or "")
+    summed = check_dead_after.evaluate(_dead_after_loop(reduction="sum"))
+    assert not summed.passed and "diverged" in (summed.hint or "") and "mean" in summed.hint

@@ -365,7 +365,7 @@ NATURAL_WRONG = [
     ("triggers", ex._triggers_off_by_one, "off by one"),
     ("values", lambda f, i, ln, head, biases=True: ex._value_to_vocab(f, i, ln, head, True) if biases else
      head(ex._ln_no_beta(f.w2.weight[:, i].detach(), ln)).detach(), "you kept lm_head's bias"),
-    ("values", _values_geva_raw, None),
+    ("values", _values_geva_raw, "Geva"),
     ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i]), "you took row i of w2.weight"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True)), "unbiased variance"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False)), "leaves out ε"),
@@ -423,5 +423,11 @@ def test_top_triggers_int32_passes_and_a_float_result_fails_naming_integer_tenso
     values is not an integer tensor and fails, naming the dtype."""
     assert ex.check_top_triggers.evaluate(lambda *a: tuple(t.int() for t in ex._top_triggers(*a))).status == PASSED
     result = ex.check_top_triggers.evaluate(lambda *a: tuple(t.float() for t in ex._top_triggers(*a)))
-    assert result.status == FAILED and "float32 tensor" in result.message and "integer tensors" in result.message, \
+    assert result.status == FAILED and "float32 tensor" in result.message and "integer tensor" in result.message, \
         result.message
+
+
+def test_edit_spill_first_differing_key_is_one_c_changes():
+    """The first value a wrong answer gets wrong differs visibly (not -2.580 against -2.575)."""
+    result = ex.check_edit_spill.evaluate(lambda C, k, K: K @ k / (k @ k))
+    assert "index (1,): expected -0.799414, got -0.750513" in result.message

@@ -199,11 +199,12 @@ def test_llama_width_cases_cover_the_edges_of_the_statement():
     assert all(isinstance(d, int) and isinstance(m, int) and d >= 1 and m >= 1 for d, m, _ in cases)
 
 
-def test_llama_width_returns_accepted_as_float_whole_numbers_and_one_more_multiple_is_named():
-    def as_float(d, m, k=None):
+def test_llama_width_float_whole_numbers_fail_naming_the_type_and_one_more_multiple_is_named():
+    def as_float(d, m, k=None):                        # the statement asks for a Python int
         return float(check_llama_width.reference(d, m, k))
 
-    assert check_llama_width.evaluate(as_float).status == PASSED
+    result = check_llama_width.evaluate(as_float)
+    assert (result.status, result.reason) == (FAILED, "type") and "Python float" in result.message
 
     def one_more(d, m, k=None):
         w = int(8 * d / 3) if k is None else int(k * int(8 * d / 3))

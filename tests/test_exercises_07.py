@@ -243,13 +243,22 @@ def test_paired_other_correct_forms_pass():
         d = [x - y for x, y in zip(a.tolist(), b.tolist())]
         return statistics.mean(d) / (statistics.stdev(d) / math.sqrt(len(d))), len(d) - 1
 
+    def numpy_floats(a, b):
+        d = (a - b).numpy()
+        return d.mean() / (d.std(ddof=1) / len(d) ** 0.5), float(len(d) - 1)
+
+    for fn in (with_statistics, numpy_floats):
+        status, hint, message = _status(nb07.check_paired_t, fn)
+        assert status == "passed" and hint is None, message
+
+
+def test_paired_tensors_fail_naming_the_type():
+    """The statement asks for two Python floats: 0-d tensors with the right values fail, naming t."""
     def tensors_out(a, b):
         d = a - b
         return d.mean() / (d.std() / d.numel() ** 0.5), torch.tensor(d.numel() - 1.0)
-
-    for fn in (with_statistics, tensors_out):
-        status, hint, message = _status(nb07.check_paired_t, fn)
-        assert status == "passed" and hint is None, message
+    result = nb07.check_paired_t.evaluate(tensors_out)
+    assert result.reason == "type" and "t is a 0-d float64 tensor" in result.message, result.message
 
 
 def test_paired_float32_arithmetic_is_told_the_exercise_wants_float64():

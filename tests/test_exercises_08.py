@@ -239,7 +239,7 @@ def test_padding_other_correct_forms_pass():
         one_hot = torch.nn.functional.one_hot(expert_index, e).double().sum(1)   # (N, E) slots per token
         f = (one_hot * m[:, None]).sum(0) / (m.sum() * expert_index.shape[1])
         p = (probs * m[:, None]).sum(0) / m.sum()
-        return e * (f * p).sum()
+        return (e * (f * p).sum()).float()             # computed in float64, returned as the float32 asked for
 
     def float32_bool(router_logits, expert_index, attention_mask):
         keep = attention_mask == 1
@@ -251,6 +251,8 @@ def test_padding_other_correct_forms_pass():
     for fn in (weighted, float32_bool):
         result = nb08.check_padding_balance.evaluate(fn)
         assert result.status == PASSED, result.message
+    float64 = nb08.check_padding_balance.evaluate(lambda *a: weighted(*a).double())
+    assert float64.reason == "type" and "float64 tensor" in float64.message, float64.message
 
 
 def test_padding_wrong_fixes_get_their_hints():
@@ -399,10 +401,12 @@ def test_group_cases_cover_one_group_all_groups_and_k_at_its_limit():
 
 
 # ------------------------------------------------------------------ exercises 5 and 6: investigate
-def test_topk_mass_float32_and_tensor_answers_pass():
-    def float32(logits, k):
+def test_topk_mass_float32_passes_and_a_tensor_fails_naming_the_type():
+    def tensor(logits, k):
         return torch.softmax(logits, -1).topk(k, -1).values.sum(-1).mean()        # a 0-d float32 tensor
-    assert nb08.check_topk_mass.evaluate(float32).status == PASSED
+    assert nb08.check_topk_mass.evaluate(lambda *a: tensor(*a).item()).status == PASSED
+    result = nb08.check_topk_mass.evaluate(tensor)
+    assert result.reason == "type" and "Python float" in result.message, result.message
 
 
 def test_topk_mass_at_zero_logits_is_k_over_e():

@@ -38,7 +38,7 @@ def test_arrays_lists_dicts_and_nesting():
     layers = [(torch.ones(2), torch.zeros(2)), (torch.ones(2), torch.zeros(2))]
     changed = copy.deepcopy(layers)
     changed[1][0].add_(1)
-    assert describe_change(layers, changed) == "item [1]: item [0]: 2 of 2 values changed, first at index (0,): " \
+    assert describe_change(layers, changed) == "item [1][0]: 2 of 2 values changed, first at index (0,): " \
         "was 1, now 2"
     assert describe_change([1, 2], [1, 2, 3]) == "its length changed from 2 to 3"
     assert describe_change({"w": torch.ones(1)}, {"w": torch.ones(1), "b": 0}) == "its keys changed: 'b' added"

@@ -10,7 +10,8 @@ Agreement depends on what is compared:
   reference result's): tight for float64, looser for float32 (``DTYPE_TOLERANCES``),
   unless an exercise sets ``atol``/``rtol``;
 * integers and booleans (counts, indices, masks) agree only exactly; a float that is a
-  whole number is accepted for an int;
+  whole number is accepted for an int (an exercise whose statement fixes the type
+  declares it: ``Exercise(returns=...)``);
 * sequences and dicts agree item by item.
 
 **Precision.** A gap that a lower precision explains is told apart from a wrong answer:

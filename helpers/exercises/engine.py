@@ -21,6 +21,9 @@ The rules that decide a failure's message:
   when every failing case agrees with the reference to float32's *relative* precision and the task wants
   float64, the message says so and how to keep float64 (``helpers.exercises.compare``). An answer wrong beyond
   that on any case is told what is wrong, with no precision note.
+* **A type the statement fixes is held** (``returns=``, ``helpers.exercises.returns``): values are compared
+  leniently (a whole float matches an int), so once every value is right, each case's result (the one already
+  returned, no second call) must have the type the statement names (a Python int, a float32 tensor, ...).
 * **A mistake is named only when it explains the answer.** A listed mistake's hint ("Likely mistake: ...") is
   given when the mistake model reproduces the learner's function on *every* hidden case (values to float32
   precision, or the same type of exception) and differs from the reference on each case the learner gets wrong.
@@ -63,6 +66,7 @@ from helpers.exercises import timelimit
 from helpers.exercises.cases import Case, Corner, Domain
 from helpers.exercises.compare import DTYPE_TOLERANCES, Difference, compare, difference, dtype_name, one_line
 from helpers.exercises.mutation import changed_input
+from helpers.exercises.returns import Returns
 from helpers.exercises.sandbox import checking_state, course_defaults, guard_evaluate, outermost, record_timeout, \
     submitted
 from helpers.exercises.timelimit import DEFAULT_TIME_LIMIT, TIME_LIMIT_ENV, CheckTimeout, TimeLimit, \
@@ -160,6 +164,10 @@ class Exercise:
         points: what the exercise is worth in the grader's gradebook (default ``DEFAULT_POINTS[kind]``).
         domain: the inputs the statement allows and their corners (``Domain``); every corner must be reached
             by at least one hidden case (``uncovered``).
+        returns: the type the statement fixes for the answer (``helpers.exercises.returns``: a Python int, a
+            float32 tensor, ...), one ``Returns`` or several; checked on every case's result once every value
+            is right (values alone are compared leniently: a whole float matches an int).
+        slow_hint: a sentence added to the time-limit verdict, naming this exercise's way of running slow.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -174,7 +182,8 @@ class Exercise:
                  buggy: Callable[..., Any] | None = None, bug_class: str | None = None,
                  bug_shows: Callable[[Callable[..., Any], tuple, Any], bool] | None = None,
                  points: float | None = None, domain: Domain | None = None,
-                 precision: torch.dtype | None = None) -> None:
+                 precision: torch.dtype | None = None, returns: Returns | Sequence[Returns] | None = None,
+                 slow_hint: str | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit >= 0):
@@ -198,7 +207,13 @@ class Exercise:
         if precision is not None and precision not in DTYPE_TOLERANCES:
             raise ValueError(f"precision= must be one of {[dtype_name(d) for d in DTYPE_TOLERANCES]}, got "
                              f"{precision!r}")
+        returns = () if returns is None else (returns,) if isinstance(returns, Returns) else \
+            tuple(returns) if isinstance(returns, (tuple, list)) else (returns,)
+        if not all(isinstance(r, Returns) for r in returns):
+            raise ValueError("returns= must be a Returns (helpers.exercises.returns) or a sequence of them")
         self.title = title
+        self.returns = returns
+        self.slow_hint = slow_hint
         self.reference = reference
         self._cases = cases
         self.mistakes = list(mistakes)
@@ -319,7 +334,8 @@ class Exercise:
             " and was stopped"
         result = self._result(FAILED, f"time limit: your function {took} in total on the hidden cases{where}. "
                                       f"Look for a loop that never ends, or a Python loop over single elements "
-                                      f"where one tensor operation would do.", "timeout")
+                                      f"where one tensor operation would do."
+                                      + (f" {self.slow_hint}" if self.slow_hint else ""), "timeout")
         record_timeout(result)
         return result
 
@@ -396,7 +412,7 @@ class Exercise:
         if changed and not wrong:
             return self._changed_result(changed, total)
         if not wrong and not near:
-            return self._result(PASSED, f"passed ({_plural(total, 'hidden test case')})")
+            return self._type_result(outcomes) or self._result(PASSED, f"passed ({_plural(total, 'hidden test case')})")
         if not wrong:
             return self._precision_result(near, total)
         symptom = self._symptom(wrong, total, changed)
@@ -405,6 +421,15 @@ class Exercise:
             return self._debug_verdict(fn, outcomes, wrong, symptom, reason)
         hint = self._diagnose(outcomes)
         return self._result(FAILED, f"{symptom} {HINT_PREFIX}{hint}" if hint else symptom, reason, hint)
+
+    def _type_result(self, outcomes: list[_Outcome]) -> Result | None:
+        """Every value is right: does each result have the type the statement fixes (``returns=``)?"""
+        for outcome in outcomes:
+            for spec in self.returns:
+                problem = spec.problem(outcome.value, outcome.case.describe())
+                if problem is not None:
+                    return self._result(FAILED, f"the values are right, but {problem}", "type")
+        return None
 
     def _symptom(self, wrong: list[_Outcome], total: int, changed: list[_Outcome]) -> str:
         """What differs, on which case, how many cases fail (and an input changed in place, if one was)."""

@@ -114,6 +114,11 @@ def _module_change(before: torch.nn.Module, after: torch.nn.Module) -> str | Non
     return None
 
 
+def _at(index: str, change: str) -> str:
+    """``item [1][1]: ...`` for a change inside a nested item (not ``item [1]: item [1]: ...``)."""
+    return f"item {index}{change[len('item '):]}" if change.startswith("item [") else f"item {index}: {change}"
+
+
 def describe_change(before: Any, after: Any, depth: int = 0) -> str | None:
     """How ``after`` (the copy the learner's function got) differs from ``before`` (the case's original),
     in words, or ``None`` when nothing that is compared changed."""
@@ -135,7 +140,7 @@ def describe_change(before: Any, after: Any, depth: int = 0) -> str | None:
         for i, (old, new) in enumerate(zip(before, after)):
             change = describe_change(old, new, depth + 1)
             if change:
-                return f"item [{i}]: {change}"
+                return _at(f"[{i}]", change)
         return None
     if isinstance(before, dict):
         if not isinstance(after, dict):
@@ -146,7 +151,7 @@ def describe_change(before: Any, after: Any, depth: int = 0) -> str | None:
         for key, old in before.items():
             change = describe_change(old, after[key], depth + 1)
             if change:
-                return f"item [{key!r}]: {change}"
+                return _at(f"[{key!r}]", change)
         return None
     if (dataclasses.is_dataclass(before) and not isinstance(before, type)) or \
             isinstance(before, types.SimpleNamespace):

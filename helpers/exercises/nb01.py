@@ -381,19 +381,12 @@ _FIT_DOMAIN = Domain(
 )
 
 
-class _FitBetaExercise(Exercise):
-    """The time-limit verdict also names the other way to run out of time here: a search finer than the
-    tolerance needs (the statement says how fine is enough)."""
-
-    def _timeout_result(self, *args, **kwargs):  # type: ignore[override]
-        result = super()._timeout_result(*args, **kwargs)
-        extra = (" Or a search finer than the answer needs: β is checked to within 5e-4, so a step of 1e-4 is "
-                 "enough, and one grid of 1e-5 over [1.5, 3.5] on 2,001 points is 400 million evaluations per case (10 hidden cases share 10 s): "
-                 "refine a coarse grid around its best β instead.")
-        return self._result(result.status, result.message + extra, result.reason, result.hint)
+_FIT_BETA_SLOW = ("Or a search finer than the answer needs: β is checked to within 5e-4, so a step of 1e-4 is "
+                  "enough, and one grid of 1e-5 over [1.5, 3.5] on 2,001 points is 400 million evaluations per "
+                  "case (10 hidden cases share 10 s): refine a coarse grid around its best β instead.")
 
 
-check_fit_beta = _FitBetaExercise(
+check_fit_beta = Exercise(
     "Exercise 3 (refit the constant 1.702)",
     _fit_beta,
     _fit_cases,
@@ -408,6 +401,7 @@ check_fit_beta = _FitBetaExercise(
          _fit_beta_l1),
     ],
     atol=5e-4, rtol=0.0, kind="investigate", domain=_FIT_DOMAIN,
+    slow_hint=_FIT_BETA_SLOW,
 )
 
 
@@ -539,17 +533,27 @@ check_dead_fraction = Exercise(
 _TRAINED: dict[tuple, torch.Tensor] = {}
 
 
-def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: int = 0,
+                 slip: str | None = None) -> torch.Tensor:
     """Pre-activations ``(n, 256)`` of section 6's ReLU FFN (init ``torch.manual_seed(seed)``) after ``steps``
-    full-batch SGD steps at ``lr`` (``helpers.dead_units.sgd``).
+    full-batch SGD steps at ``lr`` (``helpers.dead_units.sgd``); ``slip`` models a training-loop mistake
+    (``"no zero_grad"``: gradients pile up across steps; ``"sum"``: the squared errors summed, not averaged).
 
     Cached by the inputs' values, so the reference and the mistake models train once per hidden case.
     """
-    key = (float(lr), int(steps), int(seed), tuple(x.shape), x.double().sum().item(), y.double().sum().item())
+    key = (float(lr), int(steps), int(seed), tuple(x.shape), x.double().sum().item(), y.double().sum().item(), slip)
     if key not in _TRAINED:
         torch.manual_seed(seed)
         model = FFN(x.shape[1], 256, activation="relu")
-        sgd(model, x, y, lr, steps)
+        if slip is None:
+            sgd(model, x, y, lr, steps)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+            for _ in range(steps):
+                F.mse_loss(model(x), y, reduction="sum" if slip == "sum" else "mean").backward()
+                opt.step()
+                if slip != "no zero_grad":
+                    opt.zero_grad()
         with torch.no_grad():
             _TRAINED[key] = model.w1(x)
     return _TRAINED[key].clone()
@@ -617,6 +621,15 @@ check_dead_after = Exercise(
          lambda lr, steps, x, y, seed: int((_trained_pre(lr, steps, x, y, seed) <= 0).all(dim=0).sum())),
         ("a unit is dead when it is ≤ 0 on EVERY example (.all over the examples), not on some of them.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed) <= 0).any(dim=0).double().mean().item()),
+        ("the gradients pile up across steps: .backward() adds to .grad, so call opt.zero_grad() (or "
+         "model.zero_grad()) before each backward().",
+         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "no zero_grad") <= 0).all(dim=0)
+         .double().mean().item()),
+        ("your network diverged (its pre-activations are NaN, and NaN <= 0 is False, so nothing counts as dead): "
+         "the loss is the mean squared error, F.mse_loss(model(X), Y), not the sum, which scales every step "
+         "by the N·16 entries.",
+         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum") <= 0).all(dim=0)
+         .double().mean().item()),
         ("no unit died in any case, as in an untrained model: check that you build the FFN with "
          "activation=\"relu\" and run `steps` SGD steps at the given `lr` before you count.",
          lambda lr, steps, x, y, seed: _dead_after(lr, 0, x, y, seed)),

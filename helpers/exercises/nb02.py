@@ -43,7 +43,8 @@ from torch import nn
 
 from helpers.exercises import engine
 from helpers.exercises.cases import randint
-from helpers.exercises.engine import FAILED, PASSED, Case, Corner, Domain, Exercise, Result, compare
+from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise, Result, compare
+from helpers.exercises.returns import tensor_dtype
 from helpers.ffn import FFN
 from helpers.residual import NORMS, block_step
 
@@ -535,26 +536,8 @@ def _backward_then(read: Callable[[nn.Module], torch.Tensor], *, loss: str = "me
     return layer_grad_norms
 
 
-class _Float32ResultExercise(Exercise):
-    """The statement fixes the dtype: once every value is right, a result that is not float32 (a float64 tensor,
-    say) fails, naming the case and the dtype wanted."""
-
-    def evaluate(self, fn: Any) -> Result:
-        result = super().evaluate(fn)
-        if result.status != PASSED or not callable(fn):
-            return result
-        for case in self.cases():
-            value = fn(*case.args, **case.kwargs)
-            if isinstance(value, torch.Tensor) and value.dtype != torch.float32:
-                return self._result(FAILED, f"the values are right, but your function returns a "
-                                            f"{str(value.dtype).replace('torch.', '')} tensor (on {case.describe()}); "
-                                            f"the statement asks for a float32 tensor of shape (L,): keep x's dtype "
-                                            f"(or convert the result with .float()).", "wrong")
-        return result
-
-
 check_layer_grad_norms = _make(
-    _Float32ResultExercise,
+    Exercise,
     "Exercise 4 (gradients through depth)",
     _grad_norms,
     _grad_cases,
@@ -576,6 +559,7 @@ check_layer_grad_norms = _make(
     ],
     atol=1e-7, rtol=1e-4,
     domain=_grad_domain(),
+    returns=tensor_dtype(torch.float32, advice="Keep x's dtype (or convert the result with .float())."),
 )
 
 # --------------------------------------------------------------------------------------------

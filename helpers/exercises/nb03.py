@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.exercises.cases import below_minus_one, negative_rows, randint, spd, valid_mask
-from helpers.exercises.engine import FAILED, PASSED, Case, Corner, Domain, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.returns import integer_tensor
 from helpers.ffn import FFN
 
 
@@ -218,27 +219,7 @@ TRIGGER_CORNERS = (
 )
 
 
-class _IntegerTensorsExercise(Exercise):
-    """The statement asks for integer tensors (any integer dtype): once every value is right, a floating-point
-    result (whole numbers in a float tensor cannot index ids) fails, naming the dtype."""
-
-    def evaluate(self, fn):  # type: ignore[override]
-        result = super().evaluate(fn)
-        if result.status != PASSED:
-            return result
-        for case in self.cases():
-            values = fn(*case.args, **case.kwargs)
-            for name, value in zip(("examples", "positions"), values):
-                if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
-                    return self._result(FAILED, f"the values are right, but {name} is a "
-                                                f"{str(value.dtype).replace('torch.', '')} tensor (on "
-                                                f"{case.describe()}); the statement asks for integer tensors "
-                                                f"(int64 from topk/argmax; a float tensor cannot index ids).",
-                                        "wrong")
-        return result
-
-
-check_top_triggers = _IntegerTensorsExercise(
+check_top_triggers = Exercise(
     "Exercise 2 (top-k trigger prefixes)",
     _top_triggers,
     _trigger_cases,
@@ -265,6 +246,9 @@ check_top_triggers = _IntegerTensorsExercise(
         ("you sorted the peaks in ascending order and kept the first k: those are the k WEAKEST examples; sort "
          "descending (or use topk) to keep the strongest.", _triggers_ascending_first_k),
     ],
+    returns=tuple(integer_tensor(i, name, advice="Any integer dtype will do (topk and argmax give int64); a float "
+                                                 "tensor cannot index ids.")
+                  for i, name in enumerate(("examples", "positions"))),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -348,6 +332,10 @@ check_value_logits = Exercise(
         ("you forgot ln_f: the model always normalises the residual stream before the unembedding, so read "
          "the value through ln_f (with biases) or through its normalisation and scale γ (without).",
          _values_with_read(lambda v, ln, head, b: head(v) if b else v @ head.weight.T)),
+        ("with biases=False you left ln_f out altogether, as Geva et al. (2021) read values: this exercise keeps "
+         "what the model does to every vector, its normalisation and scale γ, and drops only what is the same for "
+         "every neuron (β and lm_head's bias): F.layer_norm(v, shape, ln_f.weight, None, ln_f.eps) @ lm_head.weight.T.",
+         _values_with_read(lambda v, ln, head, b: head(ln(v)) if b else v @ head.weight.T)),
         ("you used the key (row i of w1.weight); the value is column i of w2.weight, w2.weight[:, i].",
          _values_with_read(_right_read, lambda f, i: f.w1.weight[i])),
         ("you took row i of w2.weight; w2.weight is (d_model, d_ff), so value i is its column, w2.weight[:, i].",
@@ -556,7 +544,8 @@ def _spill_cases() -> list[Case]:
         u = torch.linalg.solve(C, k_star)
         if M >= 3 and d > 1:
             keys[0] = k_star                                             # α = 1
-            keys[1] = -2.5 * k_star + 0.1 * keys[1]                      # α < 0
+            keys[-2] = -2.5 * k_star + 0.1 * keys[-2]                    # α < 0 (last but one: the first key that
+                                                                         # differs is then one C changes a lot)
             keys[-1] = keys[-1] - (keys[-1] @ u) / (u @ u) * u           # α = 0
         if scale == "span":
             keys = keys * torch.logspace(-4, 3, M, dtype=torch.float64)[:, None]

@@ -9,8 +9,8 @@ where a derivative has a kink, a = ±30, the multiplier's ends 0.5 and 2, a mult
 width, a width that already is a multiple), so a function that only handles the notebook's example
 will not pass.
 
-Dtypes, as each statement says: exercises 1, 4 and 5 take and return Python ints (a float
-that is a whole number is accepted); exercises 2 and 3 take float64 tensors and want
+Dtypes, as each statement says: exercises 1, 4 and 5 take and return Python ints (a float,
+even a whole one, fails once the values are right: ``returns=python_int()``); exercises 2 and 3 take float64 tensors and want
 float64 answers, compared to about 1e-9 (a float32 answer gets a dtype note, not a pass).
 
 =========================  ======  ===========================================================  ================
@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.exercises.engine import NOT_ATTEMPTED, Case, Corner, Domain, Exercise
+from helpers.exercises.returns import python_int
 
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
 ALL_VARIANTS = ("relu", "gelu", "swish") + GATED
@@ -210,6 +211,7 @@ check_llama_width = Exercise(
     ],
     kind="build",
     domain=LLAMA_WIDTH_DOMAIN,
+    returns=python_int(),
 )
 
 
@@ -564,6 +566,7 @@ check_frozen_saved = Exercise(
         -1, ("gelu", "swish", "geglu", "swiglu"), [("gelu", "swish"), ("geglu", "swiglu")]),
     kind="investigate",
     domain=FROZEN_DOMAIN,
+    returns=python_int(),
 )
 
 
@@ -610,6 +613,7 @@ check_fused_saved = Exercise(
     ],
     kind="investigate",
     domain=FUSED_SAVED_DOMAIN,
+    returns=python_int(),
 )
 
 

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from helpers.exercises.compare import compare
 from helpers.exercises.engine import FAILED, HINT_PREFIX, Case, Corner, Domain, Exercise
+from helpers.exercises.returns import tensor_dtype
 
 
 class _AfterPassExercise(Exercise):
@@ -313,14 +314,6 @@ def _capacity_cases() -> list[Case]:
     return cases
 
 
-def _mask_dtype(fn) -> str | None:
-    kept = fn(torch.tensor([[0, 1], [1, 0]]), 2, 0.5)
-    if isinstance(kept, torch.Tensor) and kept.dtype != torch.bool:
-        return (f"the slots kept are right, but the mask is {kept.dtype}; the statement asks for a bool mask "
-                f"(a comparison such as `rank < capacity` gives one, or call `.bool()`).")
-    return None
-
-
 def _cap_of(c: Case) -> int:
     idx, e, f = c.args
     return _capacity(f, idx.shape[0], idx.shape[1], e)
@@ -355,7 +348,7 @@ CAPACITY_DOMAIN = Domain(
     ))
 
 
-check_capacity_keep = _AfterPassExercise(
+check_capacity_keep = Exercise(
     "Exercise 2 (capacity and dropped slots)",
     _capacity_keep,
     _capacity_cases,
@@ -376,7 +369,8 @@ check_capacity_keep = _AfterPassExercise(
          lambda idx, e, f: _keep(idx, e, _capacity(1.0, *idx.shape, e))),
     ],
     kind="build",
-    after=_mask_dtype,
+    returns=tensor_dtype(torch.bool, name="the mask",
+                         advice="A comparison such as `rank < capacity` gives one, or call `.bool()`."),
     domain=CAPACITY_DOMAIN,
 )
 

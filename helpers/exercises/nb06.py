@@ -15,34 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from helpers.costs import saved_per_token
-from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.returns import python_int
 from helpers.expert_parallel import split_sizes
 
 # ----------------------------------------------------------------------------- 1. FLOPs per token, Llama-style
-class _PythonIntExercise(Exercise):
-    """The statement fixes the type: once every value is right, a result that is not a Python int (a float from
-    ``/``, a NumPy or 0-d torch integer) fails, naming the case and the type."""
-
-    def evaluate(self, fn):  # type: ignore[override]
-        result = super().evaluate(fn)
-        if not result.passed:
-            return result
-        for case in self.cases():
-            value = fn(*case.args, **case.kwargs)
-            if not isinstance(value, int) or isinstance(value, bool):
-                return self._result(FAILED, f"the values are right, but your function returns a "
-                                            f"{type(value).__module__.replace('builtins', 'Python')} "
-                                            f"{type(value).__name__} ({value!r} on {case.describe()}); the "
-                                            f"statement asks for a Python int. " + (
-                                                "Keep the arithmetic in integers (// for the head size, not /): a "
-                                                "float is exact only up to 2**53." if isinstance(value, float) else
-                                                "Return int(...) of it, or count with Python ints throughout."),
-                                    "wrong")
-        return result
-
-
-
-
 def _llama_flops(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int, n_ctx: int,
                  training: bool, *, mac: int = 2, kv: str = "gqa", scores: str = "full", ffn_matrices: int = 3,
                  factor: int | None = None, layers: bool = True) -> int:
@@ -118,7 +95,7 @@ FLOPS_DOMAIN = Domain(
     ))
 
 
-check_model_flops = _PythonIntExercise(
+check_model_flops = Exercise(
     "Exercise 1 (FLOPs per token of a Llama-style model)",
     model_flops_reference,
     _flops_cases,
@@ -146,7 +123,7 @@ check_model_flops = _PythonIntExercise(
         ("multiply the per-layer count by n_layers.",
          lambda *a: _llama_flops(*a, layers=False)),
     ],
-    atol=0, rtol=0, domain=FLOPS_DOMAIN,
+    atol=0, rtol=0, domain=FLOPS_DOMAIN, returns=python_int(),
 )
 
 # ----------------------------------------------------------------------------- 2. the fewest checkpointed chunks

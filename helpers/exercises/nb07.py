@@ -44,6 +44,7 @@ import math
 import torch
 
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.returns import python_float, python_int
 from helpers.stats import paired_difference, welch
 
 #: exercises 1 and 2: the same logic in float32 or float64 passes; every listed mistake is off by far more
@@ -372,6 +373,7 @@ check_expert_combinations = Exercise(
                                                          * math.factorial(m * n - m * k))),
     ],
     kind="investigate", domain=COMB_DOMAIN,
+    returns=python_int(),
 )
 
 
@@ -465,6 +467,7 @@ check_paired_t = Exercise(
          _paired_wrong("df n")),
     ],
     atol=0.0, rtol=1e-6, kind="investigate", domain=PAIRED_DOMAIN,
+    returns=(python_float(0, "t"), python_float(1, "df")),
 )
 
 

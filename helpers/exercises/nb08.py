@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.returns import python_float, tensor_dtype
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -299,6 +300,7 @@ check_padding_balance = Exercise(
                  Corner("most padding tokens choose one expert first (as in real runs)", _padding_to_one_expert))),
     bug_class="padding counted as data: tokens whose attention_mask is 0 still enter the averages",
     bug_shows=_padding_bug_shows,
+    returns=tensor_dtype(torch.float32, advice="Keep the arithmetic in router_logits' dtype."),
 )
 
 
@@ -543,6 +545,7 @@ check_topk_mass = Exercise(
                         lambda c: float(c.args[0].abs().max()) > 710),
                  Corner("small logits (|logit| < 0.1: near k/E)",
                         lambda c: 0 < float(c.args[0].abs().max()) < 0.1))),
+    returns=python_float(),
 )
 
 
@@ -591,6 +594,7 @@ check_score_on_input = Exercise(
                  Corner("one token (N = 1)", lambda c: c.args[3].shape[0] == 1),
                  Corner("d_model = d_ff = 1", lambda c: c.args[0].shape == (1, 1)),
                  Corner("d_ff < d_model", lambda c: c.args[0].shape[0] < c.args[0].shape[1]))),
+    returns=python_float(),
 )
 
 

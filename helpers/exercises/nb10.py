@@ -27,7 +27,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import FAILED, Case, Corner, Domain, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.returns import python_int
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -146,8 +147,8 @@ check_threshold_for_share = Exercise(
         allows="m: float32 (N, d_ff), N >= 1, d_ff >= 1, any finite values of either sign (signed zeros and ties "
                "included), distinct magnitudes at least 1e-5 apart relatively; s: a Python float, 0 < s <= 1, and "
                "s·N·d_ff a whole number only where that product is exact in binary (s = 0.5, 1), else at least "
-               "0.01 from one; the answer: (tau, skipped), tau the ⌈s·N·d_ff⌉-th smallest |m_i| (a float), skipped "
-               "the share of entries with |m_i| <= tau (a float)",
+               "0.01 from one; the answer: (tau, skipped), tau the ⌈s·N·d_ff⌉-th smallest |m_i|, skipped the "
+               "share of entries with |m_i| <= tau (each a float: a Python float or a 0-d tensor)",
         corners=(
             Corner("s·n just above a whole number (round up, not to the nearest)",
                    lambda c: 0 < _fraction(c) < 0.5 and _count(c) > 1),
@@ -247,26 +248,7 @@ def _skip_wrong(kind: str):
     return wrong
 
 
-class _IntCountExercise(Exercise):
-    """The statement fixes weights_read's type: once every value is right, a count that is not a Python int (a 0-d
-    tensor, a float) fails, naming the case and the type."""
-
-    def evaluate(self, fn):  # type: ignore[override]
-        result = super().evaluate(fn)
-        if not result.passed:
-            return result
-        for case in self.cases():
-            count = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in case.args], **case.kwargs)[1]
-            if not isinstance(count, int) or isinstance(count, bool):
-                return self._result(FAILED, f"the values are right, but weights_read is a "
-                                            f"{type(count).__module__.replace('builtins', 'Python')} "
-                                            f"{type(count).__name__} ({count!r} on {case.describe()}); the "
-                                            f"statement asks for a Python int: return int(...) of the count.",
-                                    "wrong")
-        return result
-
-
-check_skip_swiglu = _IntCountExercise(
+check_skip_swiglu = Exercise(
     "Exercise 2 (skipping a SwiGLU FFN's silent neurons)",
     _skip_swiglu,
     _skip_cases,
@@ -304,6 +286,7 @@ check_skip_swiglu = _IntCountExercise(
             Corner("d_model = 1", lambda c: c.args[1].shape[1] == 1),
             Corner("large magnitudes (|x| >= 50)", lambda c: float(c.args[0].abs().max()) >= 50),
         )),
+    returns=python_int(item=1, name="weights_read"),
 )
 
 
@@ -363,7 +346,7 @@ check_expected_union = Exercise(
     atol=1e-12, rtol=1e-6, kind="investigate",
     domain=Domain(
         allows="rates: float64 (d_ff,), d_ff >= 1, each in [0, 1]; batch: an int from 1 to 1,000,000; the answer: a "
-               "float, the expected share of neurons fired by at least one of batch independent tokens",
+               "float (a Python float or a 0-d tensor), the expected share of neurons fired by at least one of batch independent tokens",
         corners=(
             Corner("batch = 1", lambda c: c.args[1] == 1),
             Corner("batch = 1,000,000", lambda c: c.args[1] == 1_000_000),
@@ -448,7 +431,7 @@ check_recall = Exercise(
     atol=1e-12, rtol=1e-6, kind="investigate",
     domain=Domain(
         allows="predicted, active: bool (N, d_ff) of the same shape, N >= 1, d_ff >= 1, any pattern; the answer: a "
-               "float, Σ (predicted ∧ active) / Σ active pooled over all tokens, 1.0 when nothing is active",
+               "float (a Python float or a 0-d tensor), Σ (predicted ∧ active) / Σ active pooled over all tokens, 1.0 when nothing is active",
         corners=(
             Corner("nothing active anywhere", lambda c: not bool(c.args[1].any())),
             Corner("every neuron predicted", lambda c: bool(c.args[0].all())),

@@ -49,7 +49,8 @@ class Result:
     """Outcome of checking one exercise.
 
     ``reason`` says why a check failed, for programs (``""`` when it passed or was not attempted):
-    ``"wrong"``, ``"precision"`` (right to a lower precision only), ``"error"`` (the function raised),
+    ``"wrong"``, ``"precision"`` (right to a lower precision only), ``"type"`` (right values, but not the type
+    the statement fixes), ``"error"`` (the function raised),
     ``"unchanged"`` (a debug exercise's function still does what the function as given does),
     ``"changed input"`` (it edited an argument in place), ``"checker's code"`` (it is the checker's own
     reference or mistake model), ``"incomplete"``, ``"timeout"``, ``"not callable"`` or ``"checker"`` (the
