@@ -33,7 +33,7 @@ import torch
 
 from helpers.fact_lookup import LookupData, build_lookup, ffn_params, lookup_data, train_lookup
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, holm, paired_difference
+from helpers.stats import PairedDifference, Verdict, holm, paired_difference
 
 
 # ----------------------------------------------------------------------------- the race's arms and settings
@@ -427,6 +427,30 @@ def race_figure(race: Race, arms: Sequence[str], colors: Sequence[str], styles: 
     right.set(ylabel="answer loss at the end (nats, log scale)",
               title=" and ".join(f"{b} steps ({m})" for b, m in zip(budgets, ("squares", "dots"))) + ", every seed")
     right.grid(axis="x", visible=False)
+    fig.tight_layout()
+    return fig
+
+
+def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats"):
+    """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
+    difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the
+    comparison is resolved (filled marker) and contains it when not (open marker)."""
+    import matplotlib.pyplot as plt
+
+    from helpers.plotting import PALETTE
+
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(verdicts) + 1.2))
+    for i, v in enumerate(verdicts):
+        c = v.comparison
+        half = v.threshold * c.se
+        color = {"lower": PALETTE[0], "higher": PALETTE[1]}.get(v.verdict, "#777777")
+        ax.errorbar(c.mean, i, xerr=half, fmt="o", color=color, mfc=color if v.resolved else "white", capsize=3)
+    ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(verdicts)), [v.name.strip() for v in verdicts], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE",
+           title="Filled: resolved (blue lower, orange higher); open: not resolved")
+    ax.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig
 

@@ -193,3 +193,19 @@ def test_the_verdicts_notebook_07_states(race):
     assert b["100 steps: bias, sigmoid − Switch loss, sigmoid"] == "lower"
     assert b["300 steps: bias, sigmoid − Switch loss, sigmoid"] == "not resolved"
     assert b["100 steps: no balancing − MoE"] == "higher" and b["300 steps: no balancing − MoE"] == "not resolved"
+
+
+def test_verdict_figure_draws_one_row_per_verdict_and_its_interval_crosses_zero_only_when_not_resolved(race):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.moe_race import verdict_figure
+    verdicts = holm(loss_family(race, RACE_PAIRS))
+    fig = verdict_figure(verdicts)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [v.name.strip() for v in verdicts]
+    for v in verdicts:
+        half = v.threshold * v.comparison.se
+        assert (abs(v.comparison.mean) > half) == v.resolved, v.name
+    plt.close(fig)
