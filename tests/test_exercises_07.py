@@ -241,7 +241,7 @@ def test_paired_hidden_cases_stay_in_the_domain():
 def test_paired_other_correct_forms_pass():
     def with_statistics(a, b):
         d = [x - y for x, y in zip(a.tolist(), b.tolist())]
-        return statistics.mean(d) / (statistics.stdev(d) / math.sqrt(len(d))), len(d) - 1
+        return statistics.mean(d) / (statistics.stdev(d) / math.sqrt(len(d))), float(len(d) - 1)
 
     def numpy_floats(a, b):
         d = (a - b).numpy()
@@ -259,6 +259,8 @@ def test_paired_tensors_fail_naming_the_type():
         return d.mean() / (d.std() / d.numel() ** 0.5), torch.tensor(d.numel() - 1.0)
     result = nb07.check_paired_t.evaluate(tensors_out)
     assert result.reason == "type" and "t is a 0-d float64 tensor" in result.message, result.message
+    int_df = nb07.check_paired_t.evaluate(lambda a, b: (float(tensors_out(a, b)[0]), a.numel() - 1))
+    assert int_df.reason == "type" and "df is a Python int" in int_df.message, int_df.message
 
 
 def test_paired_float32_arithmetic_is_told_the_exercise_wants_float64():

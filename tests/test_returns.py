@@ -19,9 +19,9 @@ def test_python_int_accepts_only_a_python_int(value, ok):
     assert (python_int().problem(value) is None) == ok
 
 
-@pytest.mark.parametrize("value,ok", [(0.5, True), (2, True), (np.float64(0.5), True), (np.float32(0.5), False),
+@pytest.mark.parametrize("value,ok", [(0.5, True), (2, False), (np.float64(0.5), True), (np.float32(0.5), False),
                                       (torch.tensor(0.5), False), (False, False)])
-def test_python_float_accepts_floats_and_ints(value, ok):
+def test_python_float_accepts_only_floats(value, ok):
     assert (python_float().problem(value) is None) == ok
 
 
@@ -80,7 +80,8 @@ DECLARED = {
     nb06.check_model_flops: "a Python int", nb07.check_expert_combinations: "an exact Python int",
     nb07.check_paired_t: "(t, df) as Python floats", nb08.check_padding_balance: "a 0-d float32 tensor",
     nb08.check_topk_mass: "a Python float", nb08.check_score_on_input: "a Python float",
-    nb10.check_skip_swiglu: "weights_read a Python int",
+    nb10.check_skip_swiglu: "weights_read a Python int", nb05.check_balance_loss: "a 0-dim float32 tensor",
+    nb06.check_fewest_chunks: "a Python int", nb06.check_moe_intensity: "a Python float",
 }
 
 

@@ -630,8 +630,9 @@ check_dead_after = Exercise(
          "by the N·16 entries.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum") <= 0).all(dim=0)
          .double().mean().item()),
-        ("no unit died in any case, as in an untrained model: check that you build the FFN with "
-         "activation=\"relu\" and run `steps` SGD steps at the given `lr` before you count.",
+        ("no unit counts as dead in any case, as in an untrained model: check your test (dead: pre-activation "
+         "<= 0, so a ReLU output of exactly 0, on every example; an output < 0 never happens), that you build the "
+         "FFN with activation=\"relu\", and that you run `steps` SGD steps at the given `lr` before you count.",
          lambda lr, steps, x, y, seed: _dead_after(lr, 0, x, y, seed)),
     ],
     atol=1e-6, rtol=0.0, kind="investigate", domain=_DEAD_AFTER_DOMAIN,

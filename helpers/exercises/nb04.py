@@ -116,6 +116,9 @@ LLAMA_WIDTH_DOMAIN = Domain(
                and _llama_width(*_width_args(c)) != _width_mistake("multiplier before truncation")(*_width_args(c))),
         Corner("rounding to the nearest multiple would round down",
                lambda c: _llama_width(*_width_args(c)) != _width_mistake("round to nearest multiple")(*_width_args(c))),
+        Corner("a product that floating point puts just below a whole number (0.57 · 200 -> 113)",
+               lambda c: _width_args(c)[2] is not None and _llama_width(*_width_args(c))
+               != _width_mistake("exact product")(*_width_args(c))),
         Corner("a released size (d_model 8192, multiple_of 4096)", lambda c: _width_args(c)[:2] == (8192, 4096)),
     ),
 )
@@ -142,6 +145,8 @@ def _llama_width_cases() -> list[Case]:
         if not _ambiguous(d, k):
             fixed.append((d, m, k))
     assert not any(_ambiguous(d, k) for d, _, k in fixed)
+    # The statement's "in floating point": 0.57 · 200 is 113.99999999999999 there (113), 114 exactly.
+    fixed.append((75, 1, 0.57))
     return [Case((d, m, k), note=f"d_model={d}, multiple_of={m}, ffn_dim_multiplier={k}") for d, m, k in fixed]
 
 
@@ -165,6 +170,9 @@ def _width_mistake(order: str):
         if order == "no truncation":
             exact = 8 * d / 3 * (k if k is not None else 1)
             return m * math.ceil(exact / m)
+        if order == "exact product":
+            width = int(Fraction(str(k)) * width) if k is not None else width
+            return _round_up(width, m)
         if order == "ignore multiple":
             return int(k * width) if k is not None else width
         if order == "always one more multiple":
@@ -198,6 +206,9 @@ check_llama_width = Exercise(
         ("you rounded the fraction up without truncating it first: take int(2·4·d/3) (d_model = 2 gives 5, "
          "not 6), apply the multiplier and int() again, then round up to the multiple.",
          _width_mistake("no truncation")),
+        ("you computed multiplier × width exactly (Fraction or Decimal); the statement, like the released code, "
+         "multiplies in floating point, int(ffn_dim_multiplier * width), where 0.57 × 200 is 113.99999999999999: "
+         "113, not 114.", _width_mistake("exact product")),
         ("multiple_of was ignored: round the width up to the next multiple of multiple_of.",
          _width_mistake("ignore multiple")),
         ("a width that already is a multiple of multiple_of must stay as it is (768 -> 2048 with multiple 256); "

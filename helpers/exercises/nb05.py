@@ -526,6 +526,7 @@ check_balance_loss = _BalanceExercise(
     kind="build",
     after=_balance_gradient,
     domain=BALANCE_DOMAIN,
+    returns=tensor_dtype(torch.float32, advice="Keep probs' dtype (float32)."),
 )
 
 

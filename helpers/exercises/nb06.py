@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from helpers.costs import saved_per_token
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
-from helpers.exercises.returns import python_int
+from helpers.exercises.returns import python_float, python_int
 from helpers.expert_parallel import split_sizes
 
 # ----------------------------------------------------------------------------- 1. FLOPs per token, Llama-style
@@ -248,6 +248,7 @@ check_fewest_chunks = Exercise(
          lambda *a: _fewest(*a, bytes_per_element=1)),
     ],
     atol=0, rtol=0, domain=CHUNKS_DOMAIN,
+    returns=python_int(),
 )
 
 # ----------------------------------------------------------------------------- 3. a tensor-parallel split
@@ -590,6 +591,7 @@ check_moe_intensity = Exercise(
          lambda *a: _intensity(*a, floor=True)),
     ],
     atol=0, rtol=1e-6, kind="investigate", domain=INTENSITY_DOMAIN,
+    returns=python_float(),
 )
 
 # ----------------------------------------------------------------------------- 6. the decode batch that reaches a target

@@ -91,11 +91,11 @@ def python_int(item: int | None = None, name: str | None = None) -> Returns:
 
 
 def _is_python_float(value: Any) -> bool:
-    return isinstance(value, (float, int)) and not isinstance(value, bool)
+    return isinstance(value, float)
 
 
 def python_float(item: int | None = None, name: str | None = None) -> Returns:
-    """A Python ``float`` (an ``int`` or NumPy's float64 will do; not a tensor, not a float32 scalar)."""
+    """A Python ``float`` (NumPy's float64 is one; not an int, a tensor or a float32 scalar)."""
     return Returns("a Python float", _is_python_float, item, name,
                    "Return float(...) of it (.item() of a one-element tensor).")
 
