@@ -146,6 +146,7 @@ class NeuronExplorer:
         ko_ax.set_yticks(ys, labels, fontsize=9)
         ko_ax.invert_yaxis()
         ko_ax.axvline(0, color="0.4", lw=0.8)
+        quiet = "\n(every change below 0.005: no bar to see)" if max(abs(c) for c in change) < 0.005 else ""
         ko_ax.set(xlim=(-limit, limit), xlabel="change in P(answer)",
-                  title=f"Only it off: its top {len(rows)} facts")
+                  title=f"Only it off: its top {len(rows)} facts{quiet}")
         return fig

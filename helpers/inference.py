@@ -67,6 +67,8 @@ class Hardware:
 #: NVIDIA H100 SXM datasheet: BF16 Tensor Core 1,979 TFLOP/s "with sparsity" (dense: half, 989),
 #: GPU memory bandwidth 3.35 TB/s (HBM3). Ridge ≈ 295 FLOPs per byte.
 H100_SXM = Hardware("H100 SXM, bf16 dense", 989e12, 3.35e12)
+#: The same datasheet's FP8 Tensor Core peak, 3,958 TFLOP/s "with sparsity" (dense: half, 1,979): twice bf16's.
+H100_SXM_FP8 = Hardware("H100 SXM, fp8 dense", 1979e12, 3.35e12)
 #: H100 SXM datasheet: 80 GB of HBM3 per GPU.
 H100_SXM_MEMORY = 80e9
 #: NVLink 4 on an H100 SXM: 900 GB/s per GPU in total, 450 GB/s in each direction (datasheet).

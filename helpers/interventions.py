@@ -361,6 +361,37 @@ def knockout_drops(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: 
     return drops
 
 
+def knockouts_at_sites(model: nn.Module, coefficients: Sequence[torch.Tensor], ids: torch.Tensor,
+                       answer_pos: torch.Tensor, answer_id: torch.Tensor, groups: torch.Tensor,
+                       sites: dict[str, tuple[int, torch.Tensor]], n_off: int, n_facts: int,
+                       seed: int) -> dict[tuple[str, str], tuple[torch.Tensor, ...] | torch.Tensor]:
+    """Every ``knockout_sets`` set (random size-matched included) removed at each site, for ``n_facts`` random facts.
+
+    Args:
+        coefficients: per layer ``(N, T, d_ff)``, the model's coefficients on ``ids`` (``collect(...).coefficients``).
+        groups: ``(N,)`` integer labels; each fact's donor is another fact of its group (``same_group_donors``).
+        sites: name -> ``(layer, positions)``, ``positions`` ``(N,)`` long: where each fact is knocked out.
+        seed: seeds the facts drawn, the donors and the random sets, in that order.
+    Returns:
+        ``{(site, set name): (drop in P(answer), activity silenced, length of the vector removed, neurons
+        touched)}``, each ``(n_facts,)``; and ``(site, "shared")``: ``(n_facts,)``, the share of "own" also in
+        "other".
+    """
+    g = torch.Generator().manual_seed(seed)
+    rows, donor = torch.randperm(len(ids), generator=g)[:n_facts], same_group_donors(groups, g)
+    out: dict[tuple[str, str], tuple[torch.Tensor, ...] | torch.Tensor] = {}
+    for site, (layer, pos) in sites.items():
+        activity = coefficients[layer][torch.arange(len(ids)), pos]                       # (N, d_ff) where it is read
+        values = find_ffns(model).layer(layer).values.detach()                           # (d_ff, d_model): value i
+        sets = knockout_sets(activity, donor, n_off, generator=g, values=values, rows=rows, random_size_matched=True)
+        drops = knockout_drops(model, layer, ids[rows], answer_pos[rows], answer_id[rows], pos[rows], sets)
+        for name, share in sets.items():
+            out[site, name] = (drops[name], removed_activity(activity[rows], share),
+                               removed_write(activity[rows], share, values), (share > 0).sum(1).float())
+        out[site, "shared"] = (sets["own"] * sets["other"]).sum(1) / n_off                # own ∩ other, per fact
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Activation patching
 # ---------------------------------------------------------------------------------------------

@@ -42,5 +42,8 @@ def test_neuron_explorer_shows_what_the_helpers_compute(facts_data):
     fig = explorer.figure(0, 191)
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("Layer 0, neuron 191:")
     plt.close(fig)
+    _, before, after = explorer.knock_out_effect(0, 191)          # a panel of invisible bars says so in its title
+    quiet = (after - before).abs().max().item() < 0.005
+    assert ("no bar to see" in fig.axes[-1].get_title()) == quiet
     with pytest.raises(ValueError, match=r"neuron must be an int in \[0, 191\], got 192"):
         explorer.figure(1, 192)

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from helpers.inference import (H100_SXM, INFINIBAND_NDR, LLAMA3_8B_CONFIG, MIXTRAL_ACTIVE_PARAMS, MIXTRAL_CONFIG,
+from helpers.inference import (H100_SXM, H100_SXM_FP8, INFINIBAND_NDR, LLAMA3_8B_CONFIG, MIXTRAL_ACTIVE_PARAMS, MIXTRAL_CONFIG,
                                MIXTRAL_TOTAL_PARAMS, NVLINK4_PER_DIRECTION, Hardware, balanced_experts_touched,
                                batch_for_intensity, decode_intensity_limit, largest_batch_that_fits, ridge_context_that_fits, H100_SXM_MEMORY, decode_step, dense_param_counts, expected_experts_touched,
                                ffn_intensity, kv_cache_bytes_per_token, mixtral_param_counts, mixtral_params_read,
@@ -23,6 +23,8 @@ def test_published_figures_and_ridges():
     assert H100_SXM.ridge == pytest.approx(295.2, abs=0.1)             # 989 TFLOP/s / 3.35 TB/s
     assert H100_SXM.link_ridge(NVLINK4_PER_DIRECTION) == pytest.approx(2197.8, abs=0.1)
     assert H100_SXM.link_ridge(INFINIBAND_NDR) == pytest.approx(19780)
+    assert H100_SXM_FP8.flops == pytest.approx(2 * H100_SXM.flops, rel=1e-3)   # the datasheet's FP8 dense peak: twice bf16's
+    assert H100_SXM_FP8.link_ridge(INFINIBAND_NDR) == pytest.approx(39580)
     assert Hardware("toy", 100.0, 10.0).ridge == 10
     assert roofline(1.0, 100e9, 10e9) == 10e9
     assert roofline([1.0, 100.0], 100e9, 10e9) == [10e9, 100e9]

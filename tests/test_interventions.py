@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from helpers.interventions import (_size_matched, answer_and_rival_shifts, direct_logit_shifts, final_residual,
-                                   knock_out, knockout_drops, knockout_sets, patched_ffn_output, patching_effect,
-                                   removed_activity, removed_write,
-                                   same_group_donors, shifts_by_reference, sub_updates)
+                                   knock_out, knockout_drops, knockout_sets, knockouts_at_sites, patched_ffn_output,
+                                   patching_effect, removed_activity, removed_write, same_group_donors,
+                                   shifts_by_reference, sub_updates)
 from helpers.memory import answer_probability, collect
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -375,3 +375,24 @@ def test_gpt2_sub_updates_knock_out_and_patching(gpt2):
     assert not torch.allclose(base, silenced)
     effect = patching_effect(gpt2, ids, torch.full((4,), 3), torch.tensor([1, 2, 3, 4]), ids.roll(1, dims=0))
     assert effect.shape == (3, 6) and not torch.isnan(effect[:, :4]).any()
+
+
+def test_knockouts_at_sites_are_the_sets_and_drops_of_each_site_for_the_drawn_facts():
+    model, ids = tiny(), toy_ids()
+    answer_pos, answer_id, groups = torch.full((6,), 3), ids[:, 4], torch.tensor([0, 0, 0, 1, 1, 1])
+    coefficients = collect(model, ids).coefficients
+    sites = {"L1 at 3": (1, answer_pos), "L0 at 2": (0, torch.full((6,), 2))}
+    got = knockouts_at_sites(model, coefficients, ids, answer_pos, answer_id, groups, sites, 4, n_facts=4, seed=3)
+    g = torch.Generator().manual_seed(3)
+    rows, donor = torch.randperm(6, generator=g)[:4], same_group_donors(groups, g)
+    for site, (layer, pos) in sites.items():
+        activity = coefficients[layer][torch.arange(6), pos]
+        values = model.blocks[layer].ffn.w2.weight.detach().T
+        sets = knockout_sets(activity, donor, 4, generator=g, values=values, rows=rows, random_size_matched=True)
+        drops = knockout_drops(model, layer, ids[rows], answer_pos[rows], answer_id[rows], pos[rows], sets)
+        for name, share in sets.items():
+            drop, silenced, size, touched = got[site, name]
+            assert torch.equal(drop, drops[name]) and torch.equal(touched, (share > 0).sum(1).float())
+            assert torch.equal(silenced, removed_activity(activity[rows], share))
+            assert torch.equal(size, removed_write(activity[rows], share, values))
+        assert torch.equal(got[site, "shared"], (sets["own"] * sets["other"]).sum(1) / 4)

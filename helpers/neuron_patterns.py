@@ -1,0 +1,75 @@
+"""What a layer's neurons' top triggers share, read against a baseline (notebook 03, sections 2 and Exercise 6).
+
+A neuron's top-k triggers (``memory.top_triggers``) "share" a label when at least ``threshold`` of them carry it.
+Prompts of one template share words and positions, so even an untrained network's neurons pass that test often:
+these functions return the numbers to compare across trained and untrained networks, never a verdict.
+"""
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from helpers import validate
+from helpers.memory import pattern_neuron_share, pattern_share, top_triggers
+
+
+def pattern_share_table(coefficients: Sequence[torch.Tensor], valid: torch.Tensor,
+                        labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]],
+                        k: int = 10, threshold: float = 0.8) -> torch.Tensor:
+    """``(n_models, n_labellings)`` float32: per model and labelling, the share of neurons whose top-k triggers carry
+    one label in at least ``threshold`` of them (``memory.pattern_neuron_share``).
+
+    Args:
+        coefficients: one ``(N, T, d_ff)`` tensor per model (one layer each), on the same N prompts.
+        valid: ``(N, T)`` bool, the positions that count as prefix ends.
+        labellings: name -> ``(rows, labels)``: ``rows`` an ``(N,)`` bool mask of the prompts counted (``None``:
+            all), ``labels`` one label per counted prompt (e.g. the subject's continent on prompts not asking it).
+    """
+    if not labellings:
+        raise ValueError("labellings must name at least one (rows, labels) pair, got none")
+    table = []
+    for c in coefficients:
+        row = []
+        for name, (rows, labels) in labellings.items():
+            c_rows, valid_rows = (c, valid) if rows is None else (c[rows], valid[rows])
+            if len(labels) != c_rows.shape[0]:
+                raise ValueError(f"labellings[{name!r}] must give one label per counted prompt "
+                                 f"({c_rows.shape[0]}), got {len(labels)}")
+            row.append(pattern_neuron_share(c_rows, valid_rows, labels, k, threshold))
+        table.append(row)
+    return torch.tensor(table)
+
+
+def random_set_share(labels: Sequence[object], k: int, n_sets: int, threshold: float,
+                     generator: torch.Generator) -> float:
+    """Share of ``n_sets`` random sets of ``k`` prompts (without replacement) in which at least ``threshold`` of
+    the prompts carry one label: how often chance alone passes the test ``pattern_share_table`` applies."""
+    validate.int_in_range("k", k, 1, len(labels))
+    validate.int_in_range("n_sets", n_sets, 1, 10**7)
+    sets = torch.stack([torch.randperm(len(labels), generator=generator)[:k] for _ in range(n_sets)])   # (n_sets, k)
+    return (pattern_share(sets, labels) >= threshold).float().mean().item()
+
+
+def selective_share(coefficients: torch.Tensor, profile: torch.Tensor, valid: torch.Tensor,
+                    relation: torch.Tensor, k: int = 10, threshold: float = 0.8) -> float:
+    """Of a layer's *relation neurons*, the share that are *selective*.
+
+    A relation neuron's top-k triggers share a relation in at least ``threshold`` of them and its mean peak on
+    that (majority) relation is positive; it is selective when its mean peak on every other relation is below half
+    of that.
+
+    Args:
+        coefficients: ``(N, T, d_ff)`` one layer's coefficients; ``valid``: ``(N, T)`` bool.
+        profile: ``(d_ff, R)`` mean peak per relation (Exercise 6's ``relation_profile``).
+        relation: ``(N,)`` int64, each prompt's relation in ``0..R-1``.
+    """
+    validate.float_tensor("profile", profile, min_dims=2)
+    examples = top_triggers(coefficients, k, valid).examples                         # (d_ff, k)
+    own = torch.mode(relation[examples], dim=1).values                               # (d_ff,) majority relation
+    own_mean = profile.gather(1, own[:, None])[:, 0]
+    relation_neuron = (pattern_share(examples, relation.tolist()) >= threshold) & (own_mean > 0)
+    best_other = profile.scatter(1, own[:, None], float("-inf")).max(dim=1).values
+    n_relation = relation_neuron.sum().item()
+    if n_relation == 0:
+        raise ValueError("no neuron of this layer is a relation neuron: the share of selective ones is undefined")
+    return ((best_other < 0.5 * own_mean) & relation_neuron).sum().item() / n_relation

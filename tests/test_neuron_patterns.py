@@ -1,0 +1,48 @@
+import pytest
+import torch
+
+from helpers.memory import pattern_neuron_share
+from helpers.neuron_patterns import pattern_share_table, random_set_share, selective_share
+
+
+def _coefficients(n=12, t=3, d_ff=4, seed=0):
+    return torch.randn(n, t, d_ff, generator=torch.Generator().manual_seed(seed))
+
+
+def test_pattern_share_table_is_pattern_neuron_share_per_model_and_labelling():
+    valid = torch.ones(12, 3, dtype=torch.bool)
+    labels = ["a", "b", "c"] * 4
+    rows = torch.arange(12) % 2 == 0
+    models = [_coefficients(seed=s) for s in range(3)]
+    table = pattern_share_table(models, valid, {"all": (None, labels), "even": (rows, labels[::2])}, k=4,
+                                threshold=0.5)
+    assert table.shape == (3, 2)
+    for m, c in enumerate(models):
+        assert table[m, 0].item() == pytest.approx(pattern_neuron_share(c, valid, labels, 4, 0.5))
+        assert table[m, 1].item() == pytest.approx(pattern_neuron_share(c[rows], valid[rows], labels[::2], 4, 0.5))
+
+
+def test_pattern_share_table_names_a_labelling_of_the_wrong_length():
+    with pytest.raises(ValueError, match="labellings\\['x'\\]"):
+        pattern_share_table([_coefficients()], torch.ones(12, 3, dtype=torch.bool), {"x": (None, ["a"] * 5)})
+
+
+def test_random_set_share_one_label_always_and_distinct_labels_never():
+    g = torch.Generator().manual_seed(0)
+    assert random_set_share(["a"] * 20, 5, 50, 0.8, g) == 1.0
+    assert random_set_share(list(range(20)), 5, 50, 0.8, g) == 0.0
+
+
+def test_selective_share_counts_relation_neurons_whose_other_relations_stay_below_half():
+    # 4 prompts of relation 0 then 4 of relation 1; neuron 0 fires on relation 0 only, neuron 1 on relation 1 only
+    relation = torch.tensor([0] * 4 + [1] * 4)
+    c = torch.zeros(8, 1, 2)
+    c[:4, 0, 0] = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    c[4:, 0, 1] = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    valid = torch.ones(8, 1, dtype=torch.bool)
+    selective = torch.tensor([[2.5, 0.0], [0.0, 2.5]])           # (d_ff, R): each silent on the other relation
+    assert selective_share(c, selective, valid, relation, k=4, threshold=0.8) == 1.0
+    half_selective = torch.tensor([[2.5, 2.0], [0.0, 2.5]])      # neuron 0 fires at 0.8 of its own elsewhere
+    assert selective_share(c, half_selective, valid, relation, k=4, threshold=0.8) == 0.5
+    with pytest.raises(ValueError, match="relation neuron"):
+        selective_share(c, -selective, valid, relation, k=4, threshold=0.8)   # no positive own mean
