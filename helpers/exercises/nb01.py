@@ -324,6 +324,10 @@ def _fit_beta_minimax(x):
     return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().amax(dim=-1))
 
 
+def _fit_beta_tanh(x):
+    return _fit(x, lambda x, beta: ((x * torch.sigmoid(beta * x) - F.gelu(x, approximate="tanh")) ** 2).sum(dim=-1))
+
+
 def _fit_beta_l1(x):
     return _fit(x, lambda x, beta: (x * torch.sigmoid(beta * x) - F.gelu(x)).abs().sum(dim=-1))
 
@@ -397,6 +401,8 @@ check_fit_beta = Exercise(
          "point's gate error by x².", _fit_beta_gates),
         ("you minimised the largest error (a minimax fit); least squares minimises the sum of squared errors.",
          _fit_beta_minimax),
+        ("you fitted to the tanh approximation of GELU (approximate=\"tanh\"); the task fits the exact GELU, "
+         "x·Φ(x) (F.gelu's default).", _fit_beta_tanh),
         ("you minimised the sum of absolute errors; least squares minimises the sum of SQUARED errors.",
          _fit_beta_l1),
     ],
@@ -545,7 +551,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
     if key not in _TRAINED:
         torch.manual_seed(seed)
         model = FFN(x.shape[1], 256, activation="relu")
-        if slip is None:
+        if slip in (None, "no bias"):
             sgd(model, x, y, lr, steps)
         else:
             opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -555,7 +561,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
                 if slip != "no zero_grad":
                     opt.zero_grad()
         with torch.no_grad():
-            _TRAINED[key] = model.w1(x)
+            _TRAINED[key] = x @ model.w1.weight.T if slip == "no bias" else model.w1(x)
     return _TRAINED[key].clone()
 
 
@@ -629,6 +635,9 @@ check_dead_after = Exercise(
          "the loss is the mean squared error, F.mse_loss(model(X), Y), not the sum, which scales every step "
          "by the N·16 entries.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum") <= 0).all(dim=0)
+         .double().mean().item()),
+        ("a unit's pre-activation includes its bias: W1 x + b1 (model.w1(X)), not X @ W1ᵀ alone.",
+         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "no bias") <= 0).all(dim=0)
          .double().mean().item()),
         ("no unit counts as dead in any case, as in an untrained model: check your test (dead: pre-activation "
          "<= 0, so a ReLU output of exactly 0, on every example; an output < 0 never happens), that you build the "
