@@ -561,3 +561,27 @@ def test_dead_after_training_loop_slips_get_their_hints():
     assert not forgot.passed and "zero_grad" in (forgot.hint or "")
     summed = check_dead_after.evaluate(_dead_after_loop(reduction="sum"))
     assert not summed.passed and "diverged" in (summed.hint or "") and "mean" in summed.hint
+
+
+def test_dead_after_without_the_bias_and_fit_to_tanh_gelu_get_their_hints():
+    from helpers.exercises.nb01 import check_dead_after, check_fit_beta
+    import torch.nn.functional as F
+    from helpers.ffn import FFN
+
+    def no_bias(lr, steps, X, Y, seed):
+        torch.manual_seed(seed)
+        model = FFN(16, 256, activation="relu")
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for _ in range(steps):
+            opt.zero_grad()
+            F.mse_loss(model(X), Y).backward()
+            opt.step()
+        with torch.no_grad():
+            return (X @ model.w1.weight.T <= 0).all(0).float().mean().item()
+    assert "bias" in (check_dead_after.evaluate(no_bias).hint or "")
+
+    def tanh_fit(x):
+        x = x.double()
+        betas = torch.linspace(1.5, 3.5, 20001, dtype=torch.float64)[:, None]
+        return betas[((x * torch.sigmoid(betas * x) - F.gelu(x, approximate="tanh")) ** 2).sum(1).argmin()].item()
+    assert "tanh" in (check_fit_beta.evaluate(tanh_fit).hint or "")

@@ -551,7 +551,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
     if key not in _TRAINED:
         torch.manual_seed(seed)
         model = FFN(x.shape[1], 256, activation="relu")
-        if slip in (None, "no bias"):
+        if slip is None:
             sgd(model, x, y, lr, steps)
         else:
             opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -561,7 +561,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
                 if slip != "no zero_grad":
                     opt.zero_grad()
         with torch.no_grad():
-            _TRAINED[key] = x @ model.w1.weight.T if slip == "no bias" else model.w1(x)
+            _TRAINED[key] = model.w1(x)
     return _TRAINED[key].clone()
 
 
@@ -636,11 +636,9 @@ check_dead_after = Exercise(
          "by the N·16 entries.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum") <= 0).all(dim=0)
          .double().mean().item()),
-        ("a unit's pre-activation includes its bias: W1 x + b1 (model.w1(X)), not X @ W1ᵀ alone.",
-         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "no bias") <= 0).all(dim=0)
-         .double().mean().item()),
-        ("no unit counts as dead in any case, as in an untrained model: check your test (dead: pre-activation "
-         "<= 0, so a ReLU output of exactly 0, on every example; an output < 0 never happens), that you build the "
+        ("no unit counts as dead in any case, as in an untrained model: check your test (dead: a pre-activation "
+         "W1 x + b1, bias included, <= 0 on every example, so a ReLU output of exactly 0; an output < 0 never "
+         "happens), that you build the "
          "FFN with activation=\"relu\", and that you run `steps` SGD steps at the given `lr` before you count.",
          lambda lr, steps, x, y, seed: _dead_after(lr, 0, x, y, seed)),
     ],
