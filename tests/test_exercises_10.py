@@ -214,3 +214,14 @@ def test_share_counts_entries_as_a_learner_does_when_s_times_n_rounds_up():
     assert [_entries_for_share(s, 10) for s in (0.01, 0.1, 0.5, 0.99, 1.0)] == [1, 1, 5, 10, 10]
     tau, share = _threshold_for_share(torch.arange(1, 26, dtype=torch.float64), 0.28)
     assert (tau, share) == (7.0, 0.28)
+
+
+def test_threshold_round_with_at_least_one_gets_the_ceil_hint():
+    """Review 10-round4: max(round(s·n), 1), the course helper's rule made safe for s·n < ½, is named."""
+    def rounded(m, s):
+        v = m.abs().flatten().sort().values
+        k = max(int(round(s * v.numel())), 1)
+        tau = v[k - 1].item()
+        return tau, (m.abs() <= tau).double().mean().item()
+    result = check_threshold_for_share.evaluate(rounded)
+    assert result.status == FAILED and "⌈s·n⌉" in (result.hint or ""), result.message

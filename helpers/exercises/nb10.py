@@ -97,7 +97,8 @@ def _threshold_wrong(kind: str):
             return tau, (magnitudes <= tau).double().mean().item()
         magnitudes = m.flatten() if kind == "no abs" else m.abs().flatten()
         n = magnitudes.numel()
-        k = {"round": round(s * n), "round, -1 for none": round(s * n), "floor": int(s * n),
+        k = {"round": round(s * n), "round, -1 for none": round(s * n), "round, at least 1": max(round(s * n), 1),
+             "floor": int(s * n),
              "floor, at least 1": max(int(s * n), 1), "floor + 1": int(s * n) + 1}.get(kind, _entries_for_share(s, n))
         if kind == "per row":
             tau = m.abs().kthvalue(math.ceil(s * m.shape[-1]), dim=-1).values
@@ -123,6 +124,9 @@ check_threshold_for_share = Exercise(
     [
         ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉ (rounding to the nearest skips less "
          "than s when s·n has a fraction below ½).", _threshold_wrong("round")),
+        ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉ (rounding to the nearest skips less "
+         "than s when s·n has a fraction below ½; max(round(s·n), 1) only mends s·n < ½).",
+         _threshold_wrong("round, at least 1")),
         ("at least a share s means at least s·n entries: round up, k = ⌈s·n⌉ (rounding to the nearest skips less "
          "than s when s·n has a fraction below ½; helpers' calibrate_threshold aims at about s, not at least s).",
          _threshold_wrong("round, -1 for none")),
