@@ -7,8 +7,10 @@ import torch
 
 from helpers.dictionary import TopKDictionary, fvu
 from helpers.dictionary_study import (ARM_LR, CONTROL_STEPS, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu,
-                                      control_lengths, convergence_table, floor_table, gaussian_like, load_study, longest, main, pca_fvu, pca_projection,
-                                      superposition_family, superposition_table, tracking_family, tracking_table)
+                                      control_lengths, convergence_table, floor_table, gaussian_like, load_study,
+                                      longest, main, pca_fvu, pca_projection,
+                                      sparse_structure_family, sparse_structure_table, superposition_family,
+                                      superposition_table, tracking_family, tracking_table)
 from helpers.stats import holm
 
 
@@ -89,11 +91,12 @@ def test_the_control_is_in_the_file_at_every_longer_length_and_read_by_the_verdi
             assert set(runs) == {"sae_y", "sae_gaussian"}
             assert all(set(r) == {str(n) for n in CONTROL_STEPS} and all(len(v) == RECIPE["seeds"] and 0 < min(v)
                        for v in r.values()) for r in runs.values())
-    longer = superposition_family(study, control_steps=str(CONTROL_STEPS[-1]))
+    assert superposition_family is sparse_structure_family and superposition_table is sparse_structure_table
+    longer = sparse_structure_family(study, control_steps=str(CONTROL_STEPS[-1]))
     assert [d.n for d in longer.values()] == [len(MODELS)] * 3
     table = floor_table(study)
     assert table.count("\n") == 2 and f"{CONTROL_STEPS[-1]:,}" in table and "nan" not in table
-    assert "10,000 st." in superposition_table(study, control_steps="10000")
+    assert "10,000 st." in sparse_structure_table(study, control_steps="10000")
 
 
 def test_control_lengths_trains_both_autoencoders_at_each_length():
