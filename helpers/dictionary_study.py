@@ -6,7 +6,7 @@ file; every verdict over models comes from here. For each of the shipped fact mo
 prefixes split once into 80 % for fitting and 20 % held out (``held_out_split``), with ``RECIPE``'s TopK
 dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
 
-* **the superposition test**: the held-out fraction of variance unexplained (FVU) of
+* **the test of sparse structure** (section 4): the held-out fraction of variance unexplained (FVU) of
 
   - the *transcoder* (``x -> y``: the FFN's input to its output, 8 of 256 features active per prefix),
   - the best *affine map* from ``x`` (least squares): the dense map from the same input,
@@ -14,7 +14,8 @@ dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
   - a sparse autoencoder on ``y`` and one on a *Gaussian with y's mean and covariance* (the moment-matched
     control: how much a sparse code beats PCA-8 on data without sparse structure);
 
-* **convergence**: the transcoder's held-out FVU after 1/10, 1/3, 1 and 3 times the recipe's steps;
+* **convergence**: the transcoder's held-out FVU after 1/10, 1/3, 1 and 3 times the recipe's steps, and the
+  two autoencoders of the control after 3 and 10 times (``control_lengths``, ``--only-control``);
 * **splicing**: the model's answers with each transcoder in place of the FFN, the FFN removed, mean-ablated;
 * **features against neurons**: ``tracking_rates`` of the transcoder's features, the layer's neurons, an
   autoencoder on ``x`` (the FFN's input), a random dictionary, and the untrained network's neurons;
@@ -26,6 +27,7 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
 
     python -m helpers.dictionary_study
     python -m helpers.dictionary_study --models 0 --layers 1 --seeds 2 --steps 60 --no-toy --out /tmp/small.json
+    python -m helpers.dictionary_study --only-control      # the control's longer runs, into the file (~10 min)
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ from helpers.dictionary import (STARTS, answer_scores, fact_prefixes, ffn_io, fi
 from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact_model
 from helpers.memory import collect
+from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
 from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, toy_hidden,
                                    train_toy_models)
 
-__all__ = ["RECIPE", "ARM_LR", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like", "layer_study",
-           "lr_sweep", "toy_recovery", "make_study", "load_study", "model_means", "superposition_family", "tracking_family",
-           "longest", "convergence_table", "sweep_table", "superposition_table", "tracking_table", "main"]
+__all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
+           "layer_study", "lr_sweep", "control_lengths", "toy_recovery", "make_study", "load_study", "model_means",
+           "sparse_structure_family", "superposition_family", "tracking_family", "longest", "convergence_table",
+           "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
 
 STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
 
@@ -62,6 +66,8 @@ ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2
 SWEEP_LR = (1e-2, 3e-2, 1e-1)
 #: the training lengths of the convergence check, for a recipe of 3,000 steps (scaled to the recipe's length)
 STEPS = (300, 1000, 3000, 9000)
+#: the longer trainings of the control's two autoencoders (SAE on y, SAE on a Gaussian like y)
+CONTROL_STEPS = (3000, 10000)
 #: the shipped file: the first five fact models, the last layer (notebook 09's)
 MODELS, LAYERS = tuple(FACT_MODEL_SEEDS[:5]), (1,)
 #: the units whose tracking rates are compared (values: how to get their activations)
@@ -241,6 +247,26 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
             "used": used}
 
 
+@torch.no_grad()
+def control_lengths(model, data, layer: int, seeds: Sequence[int], lengths: Sequence[int] = CONTROL_STEPS) -> dict:
+    """Held-out FVU of the control's two autoencoders (on ``y`` and on the Gaussian like ``y``, each at its
+    ``ARM_LR``) trained each of ``lengths`` steps: ``{"sae_y": {"3000": [per seed], ...}, "sae_gaussian": ...}``.
+    The same split, data and recipe as ``layer_study``; only the number of steps changes."""
+    p = fact_prefixes(data)
+    _, outputs = ffn_io(model, data.ids)
+    y = outputs[layer][p.rows, p.positions]
+    train, test = held_out_split(len(y), RECIPE["held_out"], RECIPE["split_seed"])
+    arms = {"sae_y": (y[train], y[test]), "sae_gaussian": (gaussian_like(y[train], len(train), seed=1),
+                                                           gaussian_like(y[train], len(test), seed=2))}
+    out = {arm: {} for arm in arms}
+    for n in lengths:
+        for arm, (fit, held) in arms.items():
+            with torch.enable_grad():
+                ds = _dicts(fit, fit, seeds, ARM_LR[arm], n, arm)
+            out[arm][str(n)] = [fvu(held, d(held)) for d in ds]
+    return _r(out)
+
+
 def _toy_check(seeds: Sequence[int], steps: int) -> dict:
     """The toy models of notebook 09's section 1, trained ``steps`` steps: represented features and dimensions
     per feature, per sparsity and seed."""
@@ -312,12 +338,22 @@ def longest(study: dict) -> str:
     return max(entry["transcoder"]["steps"], key=int)
 
 
-def superposition_family(study: dict, layers: Sequence[int] | None = None,
-                         steps: str | None = None) -> dict[str, PairedDifference]:
-    """The superposition test's comparisons, paired over models, in units of PCA-8's held-out FVU of y:
+def _control(study: dict, layer: int, arm: str, baseline: str, control_steps: str | None) -> list[float]:
+    """One control arm's held-out FVU over its own PCA-8, per model: the recipe's run, or the one trained
+    ``control_steps`` steps (a key of ``control_steps`` in the file)."""
+    if control_steps is None:
+        return _relative(study, layer, arm, baseline)
+    return [a / b for a, b in zip(model_means(study, layer, lambda e: e["control_steps"][arm][control_steps]),
+                                  model_means(study, layer, lambda e: e["dense"][baseline]))]
+
+
+def sparse_structure_family(study: dict, layers: Sequence[int] | None = None,
+                         steps: str | None = None, control_steps: str | None = None) -> dict[str, PairedDifference]:
+    """Section 4's comparisons (sparse structure), paired over models, in units of PCA-8's held-out FVU of y:
     the transcoder against PCA-8 (an oracle: 1.0) and against the affine map from x, and the edge of an
     autoencoder over PCA-8 on y against its edge on a Gaussian with y's mean and covariance. ``steps``: use
-    the transcoders trained that long (a key of ``steps`` in the file, e.g. ``longest(study)``)."""
+    the transcoders trained that long (a key of ``steps`` in the file, e.g. ``longest(study)``);
+    ``control_steps``: the two autoencoders trained that long (a key of ``control_steps``, e.g. "10000")."""
     layers = _layers(study, layers)
     family = {}
     for L in layers:
@@ -327,7 +363,8 @@ def superposition_family(study: dict, layers: Sequence[int] | None = None,
         family[f"layer {L}: transcoder − PCA-8 of y"] = paired_difference(ours, [1.0] * len(ours))
         family[f"layer {L}: transcoder − affine map from x"] = paired_difference(ours, affine)
         family[f"layer {L}: SAE on y − SAE on a Gaussian"] = paired_difference(
-            _relative(study, L, "sae_y", "pca"), _relative(study, L, "sae_gaussian", "pca_gaussian"))
+            _control(study, L, "sae_y", "pca", control_steps),
+            _control(study, L, "sae_gaussian", "pca_gaussian", control_steps))
     return family
 
 
@@ -369,6 +406,20 @@ def convergence_table(study: dict, layers: Sequence[int] | None = None) -> str:
     return "\n".join(lines)
 
 
+def floor_table(study: dict, layer: int = 1) -> str:
+    """Each autoencoder's held-out FVU over its own PCA-8 (the floor a trained TopK-8 dictionary with F >= 16
+    cannot lose to on its fitting data), mean (range) over models, at the recipe's length and each longer one."""
+    entry = study["models"]["0"][str(layer)]
+    lengths = [str(study["recipe"]["steps"]), *entry["control_steps"]["sae_y"]]
+    lines = ["held-out FVU / its own PCA-8, mean (range) over models" + "".join(
+        f"{int(n):>18,d}" for n in lengths) + " steps"]
+    for arm, base, name in (("sae_y", "pca", "SAE on y"), ("sae_gaussian", "pca_gaussian", "SAE on a Gaussian")):
+        cells = [_spread(_control(study, layer, arm, base, None if n == lengths[0] else n), 1.0)
+                 for n in lengths]
+        lines.append(f"  {name:52s}" + "".join(f"{c:>18s}" for c in cells))
+    return "\n".join(lines)
+
+
 def sweep_table(study: dict, layer: int = 1) -> str:
     """The learning-rate sweep on model 0: held-out FVU (%) of each arm at each rate, mean over seeds, and the
     features each transcoder uses."""
@@ -385,20 +436,30 @@ def sweep_table(study: dict, layer: int = 1) -> str:
     return "\n".join(lines)
 
 
-def superposition_table(study: dict, layers: Sequence[int] | None = None) -> str:
-    """Held-out FVU (%) of every arm of the superposition test, mean (range) over models."""
+def sparse_structure_table(study: dict, layers: Sequence[int] | None = None, control_steps: str | None = None) -> str:
+    """Held-out FVU (%) of every arm of section 4, mean (range) over models; ``control_steps``: the two
+    autoencoders trained that long (a key of ``control_steps``)."""
     layers = _layers(study, layers)
+
+    def sae(arm):
+        return (lambda e: e[arm]["held_out"]) if control_steps is None else (
+            lambda e: e["control_steps"][arm][control_steps])
+    at = "" if control_steps is None else f", {int(control_steps):,} st."
     rows = {"transcoder x -> y, 8 of 256 features": lambda e: e["transcoder"]["held_out"],
             "affine map from x (dense, 48 dims)": lambda e: e["dense"]["affine"],
             "PCA-8 of y (oracle: 8 fixed dims)": lambda e: e["dense"]["pca"],
-            "SAE on y, 8 of 256 features": lambda e: e["sae_y"]["held_out"],
-            "SAE on a Gaussian with y's moments": lambda e: e["sae_gaussian"]["held_out"],
+            f"SAE on y, 8 of 256 features{at}": sae("sae_y"),
+            f"SAE on a Gaussian like y{at}": sae("sae_gaussian"),
             "PCA-8 of that Gaussian": lambda e: e["dense"]["pca_gaussian"]}
     lines = [f"held-out FVU %, mean (range) over {len(study['models'])} models" + "".join(
         f"{'layer ' + str(L):>22s}" for L in layers)]
     for name, get in rows.items():
         lines.append(f"  {name:40s}" + "".join(f"{_spread(model_means(study, L, get)):>22s}" for L in layers))
     return "\n".join(lines)
+
+
+#: the names of an earlier version (section 4 tests sparse structure, not superposition)
+superposition_family, superposition_table = sparse_structure_family, sparse_structure_table
 
 
 def tracking_table(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer", "slot")) -> str:
@@ -426,12 +487,22 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--no-toy", action="store_true", help="skip the toy models' 3x longer check")
     parser.add_argument("--only-toy", action="store_true",
                         help="recompute only the toy models' 3x check, in the existing file at --out")
+    parser.add_argument("--only-control", action="store_true",
+                        help="recompute only the control's longer runs (CONTROL_STEPS), in the existing file at --out")
     parser.add_argument("--out", type=Path, default=STUDY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.only_toy:
         study = load_study(args.out)
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)
+    elif args.only_control:
+        study = load_study(args.out)
+        data = make_dataset(load_facts())
+        for m in progress_bar(args.models, desc="control, longer runs"):
+            model = load_fact_model(data, seed=m)[0]
+            for L in args.layers:
+                study["models"][str(m)][str(L)]["control_steps"] = control_lengths(
+                    model, data, L, range(study["recipe"]["seeds"]))
     else:
         study = make_study(args.models, args.layers, args.seeds, args.steps, sweep=args.sweep, toy=not args.no_toy)
     args.out.write_text(json.dumps(study, indent=1) + "\n", encoding="utf-8")

@@ -5,10 +5,12 @@ import json
 import pytest
 import torch
 
-from helpers.dictionary import fvu
-from helpers.dictionary_study import (ARM_LR, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu, convergence_table,
-                                      gaussian_like, load_study, longest, main, pca_fvu, pca_projection,
-                                      superposition_family, superposition_table, tracking_family, tracking_table)
+from helpers.dictionary import TopKDictionary, fvu
+from helpers.dictionary_study import (ARM_LR, CONTROL_STEPS, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu,
+                                      control_lengths, convergence_table, floor_table, gaussian_like, load_study,
+                                      longest, main, pca_fvu, pca_projection,
+                                      sparse_structure_family, sparse_structure_table, superposition_family,
+                                      superposition_table, tracking_family, tracking_table)
 from helpers.stats import holm
 
 
@@ -79,6 +81,44 @@ def test_the_verdict_families_and_tables_read_the_file():
         assert table.count("\n") >= len(LAYERS) and "nan" not in table
     transcoder = [v for e in study["models"].values() for v in e["1"]["transcoder"]["held_out"]]
     assert all(0 < v < 1 for v in transcoder)
+
+
+def test_the_control_is_in_the_file_at_every_longer_length_and_read_by_the_verdicts():
+    study = load_study()
+    for entry in study["models"].values():
+        for layer in map(str, LAYERS):
+            runs = entry[layer]["control_steps"]
+            assert set(runs) == {"sae_y", "sae_gaussian"}
+            assert all(set(r) == {str(n) for n in CONTROL_STEPS} and all(len(v) == RECIPE["seeds"] and 0 < min(v)
+                       for v in r.values()) for r in runs.values())
+    assert superposition_family is sparse_structure_family and superposition_table is sparse_structure_table
+    longer = sparse_structure_family(study, control_steps=str(CONTROL_STEPS[-1]))
+    assert [d.n for d in longer.values()] == [len(MODELS)] * 3
+    table = floor_table(study)
+    assert table.count("\n") == 2 and f"{CONTROL_STEPS[-1]:,}" in table and "nan" not in table
+    assert "10,000 st." in sparse_structure_table(study, control_steps="10000")
+
+
+def test_control_lengths_trains_both_autoencoders_at_each_length():
+    from helpers.facts import load_facts, make_dataset
+    from helpers.fact_model import load_fact_model
+    data = make_dataset(load_facts())
+    out = control_lengths(load_fact_model(data, seed=0)[0], data, 1, [0, 1], lengths=(5, 20))
+    assert set(out) == {"sae_y", "sae_gaussian"} and all(set(r) == {"5", "20"} for r in out.values())
+    assert all(len(v) == 2 and 0 < min(v) for r in out.values() for v in r.values())
+
+
+def test_a_topk_8_dictionary_of_16_atoms_is_pca_8_exactly():
+    """The floor of section 4: atoms ±v_1..±v_8 (the principal directions), encoder = decoder transpose, biases
+    centring on the mean: exactly 8 of the 16 pre-activations are positive, so TopK-8 returns the PCA-8 projection."""
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randn(300, 12, generator=gen, dtype=torch.float64) * torch.linspace(3, 0.2, 12, dtype=torch.float64) + 1.5
+    mean = y.mean(0)
+    v = torch.linalg.svd(y - mean, full_matrices=False).Vh[:8].T                        # (12, 8)
+    atoms = torch.cat([v, -v], dim=1)                                                  # (12, 16)
+    d = TopKDictionary(atoms.T.clone(), -(atoms.T @ mean), atoms.clone(), mean.clone(), 8)
+    with torch.no_grad():
+        assert fvu(y, d(y)) == pytest.approx(pca_fvu(y, y, 8), rel=1e-9)
 
 
 def test_fvu_in_the_file_is_the_course_fvu():
