@@ -15,8 +15,8 @@ a fact is *recalled* when the output lies closer to ``v_n`` than to any other va
   neuron basis, in a random orthogonal basis, and ``k`` random neurons as the floor;
 * **sufficiency** (``keep_only``): keep only each fact's ``k`` largest writers, zero every other unit;
 * **selectivity** (``switched_on``, ``towards_when_on``): how many facts switch each neuron on (pre-activation
-  above 0), and, of the units a fact switches on, how many write towards its value; the control is the same
-  FFN before training.
+  above 0), and, of the units a fact switches on (weighted by how strongly), how many write towards its value;
+  the control is the same FFN before training.
 """
 
 from __future__ import annotations
@@ -114,10 +114,14 @@ def switched_on(ffn: FFN, keys: torch.Tensor) -> torch.Tensor:
 
 def towards_when_on(ffn: FFN, keys: torch.Tensor, targets: torch.Tensor) -> float:
     """Of the (fact, unit) pairs where the fact switches the unit on, the share where the unit writes towards the
-    fact's value (``c[n, i] > 0``): 1 if every switched-on unit wrote its facts' values, about ½ by chance."""
+    fact's value (``c[n, i] > 0``), each pair weighted by how strongly the unit is on (its coefficient
+    ``m[n, i]``: a barely-on unit writes almost nothing): 1 if every switched-on unit wrote its facts' values,
+    about ½ by chance."""
     on = switched_on(ffn, keys)
-    c = writes_along(neuron_units(ffn, keys), targets)
-    return ((c > 0) & on).sum().item() / max(on.sum().item(), 1)
+    units = neuron_units(ffn, keys)
+    c = writes_along(units, targets)
+    weight = units.coefficients.clamp(min=0) * on
+    return ((weight * (c > 0)).sum() / weight.sum().clamp(min=1e-300)).item()
 
 
 @dataclass

@@ -63,8 +63,11 @@ def test_selectivity_measures():
     with torch.no_grad():
         assert (on == (ffn.w1(keys) > 0)).float().mean() > 0.99     # float64 here, float32 there: ties may differ
     share = towards_when_on(ffn, keys, values)
-    c = writes_along(neuron_units(ffn, keys), values)
-    assert share == pytest.approx(((c > 0) & on).sum().item() / on.sum().item())
+    units = neuron_units(ffn, keys)
+    c = writes_along(units, values)
+    weight = units.coefficients.clamp(min=0) * on                   # weighted by how strongly each unit is on
+    assert share == pytest.approx(((weight * (c > 0)).sum() / weight.sum()).item())
+    assert 0 <= share <= 1
 
 
 def test_basis_tests_over_seeds_and_the_family(sweep):
