@@ -44,7 +44,7 @@ from helpers.progress import progress as progress_bar
 
 __all__ = ["topk_codes", "TopKDictionary", "random_dictionary", "train_dictionaries", "fvu", "l0",
            "firing_counts", "held_out_split", "ffn_io", "distinct_prefixes", "fact_labels", "Prefixes", "fact_prefixes", "replaced_ffn", "answer_scores",
-           "top_label_share", "firing_label_share", "without_features", "tracking_rates"]
+           "top_label_share", "firing_label_share", "strongest_label_share", "without_features", "tracking_rates"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,6 +443,20 @@ def firing_label_share(acts: torch.Tensor, labels: Sequence[object]) -> tuple[to
     counts = onehot.T @ (acts > 0).double()                                                          # (L, U)
     n = counts.sum(0)
     return counts.max(0).values / n.clamp_min(1), n.long()
+
+
+def strongest_label_share(acts: torch.Tensor, labels: Sequence[object]) -> torch.Tensor:
+    """For every unit (column of ``acts (M, U)``): the share of *all* the inputs it is positive on that carry the
+    label of its *strongest* input, the label its top list suggests (``firing_label_share`` takes the most common
+    label instead). Returns ``(U,)`` float64 (0 for a unit positive nowhere)."""
+    validate.float_tensor("acts", acts, min_dims=2)
+    if len(labels) != acts.shape[0]:
+        raise ValueError(f"labels must have one entry per row of acts ({acts.shape[0]}), got {len(labels)}")
+    codes = {value: i for i, value in enumerate(dict.fromkeys(labels))}
+    code = torch.tensor([codes[v] for v in labels])                                                   # (M,)
+    positive = acts > 0
+    same = code[:, None] == code[acts.argmax(0)][None, :]                                            # (M, U)
+    return (positive & same).sum(0).double() / positive.sum(0).clamp_min(1).double()
 
 
 def without_features(dictionary: TopKDictionary, features: Sequence[int]) -> TopKDictionary:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers.dictionary import (TopKDictionary, answer_scores, distinct_prefixes, fact_labels, fact_prefixes, ffn_io,
-                                firing_counts, firing_label_share, fvu, held_out_split, l0, random_dictionary,
+                                firing_counts, firing_label_share, strongest_label_share, fvu, held_out_split, l0, random_dictionary,
                                 replaced_ffn, top_label_share, topk_codes, tracking_rates, train_dictionaries,
                                 without_features)
 from helpers.facts import load_facts, make_dataset
@@ -206,6 +206,8 @@ def test_label_shares_and_tracking_rates():
     whole, n = firing_label_share(acts, labels)              # every positive row counts, not only the top
     assert n.tolist() == [3, 3, 5]
     assert torch.allclose(whole, torch.tensor([2 / 3, 1.0, 3 / 5], dtype=whole.dtype))
+    strongest = strongest_label_share(torch.cat([acts, torch.tensor([[5.0], [0.0], [1.0], [1.0], [1.0]])], 1), labels)
+    assert torch.allclose(strongest, torch.tensor([2 / 3, 1.0, 3 / 5, 1 / 4], dtype=torch.float64))  # last: a, not b
     zero, none = firing_label_share(torch.zeros(5, 1), labels)
     assert zero.tolist() == [0.0] and none.tolist() == [0]
 
