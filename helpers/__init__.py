@@ -30,6 +30,7 @@ facts       the course's fact table and its tokenised data set
 fact_model  notebook 03's trained fact models (ten seeds and a retrain, shipped) and the command that makes them
 memory      an FFN read as a key-value memory: triggers, values, agreement against mismatched pairs
 interventions sub-updates, knock-outs with their controls, activation patching
+neuron_patterns how many neurons share a relation's pattern, against random sets and the untrained twin
 explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
 gate_plane  one gated unit over the plane of its two inputs (notebook 04's picture)

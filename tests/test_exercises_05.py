@@ -98,10 +98,15 @@ def balance_loss_with_one_hot(probs, expert_index):
     return n_experts * torch.dot(f, probs.mean(0))
 
 
-def balance_loss_float64(probs, expert_index):
+def balance_loss_float64(probs, expert_index):               # computed in float64, returned as float32
     probs = probs.double()
     f = torch.bincount(expert_index.reshape(-1), minlength=probs.shape[-1]).double() / expert_index.numel()
-    return probs.shape[-1] * (f * probs.mean(0)).sum()
+    return (probs.shape[-1] * (f * probs.mean(0)).sum()).float()
+
+
+def test_balance_loss_in_float64_fails_naming_the_float32_the_statement_asks_for():
+    result = check_balance_loss.evaluate(lambda p, i: balance_loss_float64(p, i).double())
+    assert result.reason == "type" and "float32 tensor" in result.message, result.message
 
 
 def z_grad_by_autograd(logits):
