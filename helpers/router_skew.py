@@ -19,7 +19,7 @@ control                    router input
 ``matched Gaussian``       Gaussian vectors with the inputs' mean and covariance: no duplicates, no words
 ``mean removed``           the real inputs minus their mean (the shared direction gone, the low rank kept)
 ``isotropic Gaussian``     N(0, I) vectors, as many as the inputs: no shared direction, every direction equal
-``noise alone``            the real inputs, noisy top-k (Shazeer et al. 2017) with W_noise = 0 (std softplus(0))
+``router + noise``         the real inputs, noisy top-k (Shazeer et al. 2017) with W_noise = 0 (std softplus(0))
 ``W_g = 0, noise``         the same with the router's weights zeroed too, the paper's initialisation ("no
                            signal and some noise"): the noise alone decides
 =========================  =======================================================================================
@@ -40,7 +40,7 @@ from helpers import validate
 from helpers.moe import MoE, load_max_over_mean
 
 CONTROLS = ("all positions", "distinct inputs", "matched Gaussian", "mean removed", "isotropic Gaussian",
-            "noise alone", "W_g = 0, noise")
+            "router + noise", "W_g = 0, noise")
 
 
 def moe_inputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
@@ -141,7 +141,7 @@ def layer_controls(layer: MoE, x: torch.Tensor, *, generator: torch.Generator, d
                "mean removed": _top1_load(layer, x - x.mean(0)),
                "isotropic Gaussian": _top1_load(layer, torch.randn(n, x.shape[1], generator=generator))}
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
-        out["noise alone"] = _noisy_load(layer, x, draws, zero_router=False)
+        out["router + noise"] = _noisy_load(layer, x, draws, zero_router=False)
         out["W_g = 0, noise"] = _noisy_load(layer, x, draws, zero_router=True)
     return out
 
