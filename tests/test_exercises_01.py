@@ -487,17 +487,21 @@ def test_tanh_written_with_exp_is_named_only_where_it_overflows():
         assert result.status == FAILED and "overflows" in result.message
 
 
-def _dead_after_trained_with(lr, steps, x, y, seed, activation="relu", lr_used=None):
-    """Trains section 5's FFN with a chosen activation or learning rate, then counts units <= 0 everywhere."""
+def _dead_after_trained_with(lr, steps, x, y, seed, activation="relu", lr_used=None, zero_grad=True,
+                             reduction="mean", bias=True):
+    """Trains section 5's FFN with a chosen activation or learning rate (or a training-loop slip: no zero_grad, a
+    summed loss, the bias left out of the count), then counts units <= 0 everywhere."""
     torch.manual_seed(seed)
     model = FFN(16, 256, activation=activation)
     opt = torch.optim.SGD(model.parameters(), lr=lr if lr_used is None else lr_used)
     for _ in range(steps):
-        opt.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        if zero_grad:
+            opt.zero_grad()
+        F.mse_loss(model(x), y, reduction=reduction).backward()
         opt.step()
     with torch.no_grad():
-        return (model.w1(x) <= 0).all(dim=0).double().mean().item()
+        pre = model.w1(x) if bias else x @ model.w1.weight.T
+        return (pre <= 0).all(dim=0).double().mean().item()
 
 
 @pytest.mark.parametrize("wrong", [
@@ -535,50 +539,17 @@ def test_fit_beta_a_search_finer_than_needed_is_told_so_when_it_runs_out_of_time
     assert "finer than the answer needs" in result.message and "1e-4 is enough" in result.message, result.message
 
 
-def _dead_after_loop(zero_grad: bool = True, reduction: str = "mean"):
-    """A learner's own training loop for Exercise 5 (the statement's recipe, with one slip or none)."""
-    import torch.nn.functional as F
-    from helpers.ffn import FFN
-
-    def dead_after(lr, steps, X, Y, seed):
-        torch.manual_seed(seed)
-        model = FFN(16, 256, activation="relu")
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for _ in range(steps):
-            if zero_grad:
-                opt.zero_grad()
-            F.mse_loss(model(X), Y, reduction=reduction).backward()
-            opt.step()
-        with torch.no_grad():
-            return (model.w1(X) <= 0).all(0).float().mean().item()
-    return dead_after
-
-
 def test_dead_after_training_loop_slips_get_their_hints():
-    from helpers.exercises.nb01 import check_dead_after
-    assert check_dead_after.evaluate(_dead_after_loop()).passed
-    forgot = check_dead_after.evaluate(_dead_after_loop(zero_grad=False))
+    assert check_dead_after.evaluate(lambda *a: _dead_after_trained_with(*a)).passed
+    forgot = check_dead_after.evaluate(lambda *a: _dead_after_trained_with(*a, zero_grad=False))
     assert not forgot.passed and "zero_grad" in (forgot.hint or "")
-    summed = check_dead_after.evaluate(_dead_after_loop(reduction="sum"))
+    summed = check_dead_after.evaluate(lambda *a: _dead_after_trained_with(*a, reduction="sum"))
     assert not summed.passed and "diverged" in (summed.hint or "") and "mean" in summed.hint
 
 
 def test_dead_after_without_the_bias_and_fit_to_tanh_gelu_get_their_hints():
-    from helpers.exercises.nb01 import check_dead_after, check_fit_beta
-    import torch.nn.functional as F
-    from helpers.ffn import FFN
-
-    def no_bias(lr, steps, X, Y, seed):
-        torch.manual_seed(seed)
-        model = FFN(16, 256, activation="relu")
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for _ in range(steps):
-            opt.zero_grad()
-            F.mse_loss(model(X), Y).backward()
-            opt.step()
-        with torch.no_grad():
-            return (X @ model.w1.weight.T <= 0).all(0).float().mean().item()
-    assert "bias" in (check_dead_after.evaluate(no_bias).hint or "")
+    no_bias = check_dead_after.evaluate(lambda *a: _dead_after_trained_with(*a, bias=False))
+    assert "bias" in (no_bias.hint or "")
 
     def tanh_fit(x):
         x = x.double()
