@@ -249,3 +249,59 @@ def favourite_expert_shares(first_choice: torch.Tensor, group: torch.Tensor, oth
     favourite = torch.bincount(first_choice[group], minlength=n_experts).argmax()
     return (float((first_choice[group] == favourite).double().mean()),
             float((first_choice[others] == favourite).double().mean()))
+
+
+def plot_dispatch(ax: Axes, expert_index: torch.Tensor, n_experts: int, capacity: int, *,
+                  title: str | None = None) -> Axes:
+    """Draw dispatch with a capacity: tokens on the left, each expert's ``capacity`` slots on the right.
+
+    ``expert_index``: ``(N, k)`` or ``(N,)`` long, best choice first. Each slot is drawn where
+    ``arrival_rank`` puts it (the rule ``MoE`` applies): a line from its token to its place in the
+    expert's queue, or, when the queue is full, to the dropped row (that slot adds 0; the residual
+    carries the token on). Slot labels are the token ids; colour marks the first or later choice.
+    """
+    index = expert_index[:, None] if expert_index.dim() == 1 else expert_index
+    if index.dim() != 2 or index.numel() == 0:
+        raise ValueError(f"expert_index must be a non-empty (N, k) or (N,) tensor, got shape {tuple(expert_index.shape)}")
+    n_experts, capacity = validate.positive_int("n_experts", n_experts), validate.positive_int("capacity", capacity)
+    n, k = index.shape
+    rank = arrival_rank(index, n_experts)
+    height = max(n, 1.5 * (n_experts + 1))
+    token_y = [height - 1 - t * (height - 1) / max(n - 1, 1) for t in range(n)]
+    row_y = [height - 1 - e * (height - 1) / n_experts for e in range(n_experts + 1)]   # the last row: dropped
+    colors = [PALETTE[0], PALETTE[2], PALETTE[4], PALETTE[3]]
+    x_in, step = 2.2, 0.7                                          # where a row's queue begins, slot spacing
+    ax.text(0, height, "tokens", ha="right", fontsize=9, weight="bold")
+    ax.text(x_in, height, f"{capacity} slots per expert, first come, first served", fontsize=9,
+            weight="bold")
+    for t in range(n):
+        ax.text(0, token_y[t], f"token {t}", ha="right", va="center", fontsize=9)
+    for e in range(n_experts + 1):
+        label = f"expert {e}" if e < n_experts else "dropped (adds 0; the residual carries the token)"
+        ax.text(x_in, row_y[e] + 0.42, label, fontsize=9, color="0.2" if e < n_experts else PALETTE[1])
+        for r in range(capacity if e < n_experts else 0):
+            ax.add_patch(plt.Rectangle((x_in + 0.1 + r * step, row_y[e] - 0.27), 0.54, 0.54, fill=False,
+                                       ec="0.6", ls=":"))
+    n_dropped = 0
+    for j in range(k):                                            # arrival order: choice by choice, token order
+        for t in range(n):
+            e, r = int(index[t, j]), int(rank[t, j])
+            kept = r < capacity
+            row, place = (e, r) if kept else (n_experts, n_dropped)
+            n_dropped += not kept
+            ax.annotate("", xy=(x_in, row_y[row]), xytext=(0.15, token_y[t]),
+                        arrowprops=dict(arrowstyle="-|>", color=colors[j % 4], lw=1, alpha=0.6,
+                                        ls="-" if kept else "--", shrinkA=0, shrinkB=2))
+            ax.text(x_in + 0.37 + place * step, row_y[row], str(t), ha="center", va="center", fontsize=9,
+                    color="white" if kept else PALETTE[1], weight="bold",
+                    bbox=dict(boxstyle="round,pad=0.3", lw=1.5, fc=colors[j % 4] if kept else "white",
+                              ec=colors[j % 4]))
+    if k > 1:
+        ax.legend(handles=[Patch(color=colors[j % 4], label=f"choice {j + 1}") for j in range(k)],
+                  loc="center right", fontsize=9)
+    ax.set_xlim(-1.3, x_in + max(capacity, n_dropped, 5) * step + 0.4)
+    ax.set_ylim(-0.6, height + 0.5)
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
+    return ax

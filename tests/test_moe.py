@@ -582,3 +582,26 @@ def test_routing_plots_analysis_helpers():
     first = torch.tensor([3, 3, 1, 3, 2, 3])
     group = torch.tensor([True, True, True, False, False, False])
     assert favourite_expert_shares(first, group, ~group, 4) == (pytest.approx(2 / 3), pytest.approx(2 / 3))
+
+
+def test_plot_dispatch_puts_each_slot_where_arrival_rank_does():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.routing_plots import plot_dispatch
+    index = torch.tensor([[2, 3], [3, 2], [2, 3], [0, 1], [2, 0], [2, 0]])   # top-2, 4 experts, C = 3
+    fig, ax = plt.subplots()
+    plot_dispatch(ax, index, 4, 3, title="t")
+    slots = [t for t in ax.texts if t.get_text().isdigit()]
+    assert len(slots) == index.numel()
+    rows: dict[float, list[str]] = {}
+    for t in slots:
+        rows.setdefault(round(t.get_position()[1], 6), []).append(t.get_text())
+    by_row = [sorted(rows[y]) for y in sorted(rows, reverse=True)]          # experts 0, 1, 2, 3, then dropped
+    assert by_row == [["3", "4", "5"], ["3"], ["0", "2", "4"], ["0", "1", "2"], ["1", "5"]]
+    with pytest.raises(ValueError, match="capacity must be a positive int"):
+        plot_dispatch(ax, index, 4, 0)
+    with pytest.raises(ValueError, match="expert_index must be a non-empty"):
+        plot_dispatch(ax, torch.zeros(0, 2, dtype=torch.long), 4, 3)
+    plt.close(fig)
