@@ -186,6 +186,42 @@ def roofline(intensity: float | Sequence[float], peak_flops: float, bandwidth: f
     return [min(peak_flops, bandwidth * i) for i in intensity]
 
 
+def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, str, Sequence[tuple[float, str]]]],
+                  *, intensity_range: tuple[float, float] = (0.5, 2e4)):
+    """Draw the roofline of each device on ``ax`` and place points on the first device's roof.
+
+    Log-log axes: attainable TFLOP/s ``min(peak, bandwidth · I)`` against the intensity ``I`` (FLOPs per byte)
+    over ``intensity_range``, one line per device, its ridge dotted. ``groups`` holds
+    ``(legend label, colour, [(intensity, point label), ...])``: each point is drawn at the first device's
+    attainable FLOP/s for its intensity and labelled beside it. Returns ``ax``.
+    """
+    if not hardware:
+        raise ValueError("hardware: expected at least one Hardware, got an empty sequence")
+    low, high = intensity_range
+    validate.positive_float("intensity_range[0]", low)
+    if not high > low:
+        raise ValueError(f"intensity_range: expected (low, high) with high > low, got {intensity_range}")
+    for index, device in enumerate(hardware):
+        xs = [low, device.ridge, high]
+        style = dict(color="black", lw=2) if index == 0 else dict(color="0.55", lw=1.5, ls="--")
+        ax.plot(xs, [f / 1e12 for f in roofline(xs, device.flops, device.memory_bandwidth)],
+                label=f"{device.name} roof (ridge {device.ridge:,.0f})", **style)
+        ax.axvline(device.ridge, color=style["color"], ls=":", lw=1)
+    first = hardware[0]
+    for index, (label, color, points) in enumerate(groups):
+        xs = [i for i, _ in points]
+        ys = [f / 1e12 for f in roofline(xs, first.flops, first.memory_bandwidth)]
+        ax.plot(xs, ys, "o", color=color, ms=8, mec="black", label=label, zorder=3)
+        for x, y, (_, text) in zip(xs, ys, points):
+            ax.annotate(text, (x, y), textcoords="offset points", fontsize=8, color=color,
+                        xytext=(-8, 7) if index % 2 == 0 else (6, -13), ha="right" if index % 2 == 0 else "left")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlim=intensity_range, xlabel="arithmetic intensity (FLOPs per byte read from memory)",
+           ylabel="attainable TFLOP/s")
+    return ax
+
+
 # ----------------------------------------------------------------------------- Mixtral 8x7B, counted
 
 #: Mixtral 8×7B's published configuration (Hugging Face ``mistralai/Mixtral-8x7B-v0.1`` config.json; Jiang

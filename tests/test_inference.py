@@ -157,3 +157,27 @@ def test_decode_memory_is_every_weight_plus_every_cache_and_capacity_binds_befor
     assert ridge_context_that_fits(memory=16e9) == (0, 0)                              # the weights alone overflow
     with pytest.raises(ValueError, match="memory"):
         largest_batch_that_fits(10, memory=0)
+
+
+def test_plot_roofline_draws_each_roof_and_places_points_on_the_first():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.inference import plot_roofline
+
+    fig, ax = plt.subplots()
+    toy = Hardware("toy", 100e12, 10e12)                               # ridge 10
+    plot_roofline(ax, [toy, Hardware("toy x2", 200e12, 10e12)],
+                  [("points", "C0", [(1.0, "low"), (100.0, "high")])], intensity_range=(0.5, 1000))
+    roof, _ridge, roof2, _ridge2, points = ax.lines
+    assert list(roof.get_xdata()) == [0.5, 10, 1000] and list(roof.get_ydata()) == [5, 100, 100]    # TFLOP/s
+    assert list(roof2.get_ydata()) == [5, 200, 200]
+    assert list(points.get_ydata()) == [10, 100]                        # on the first roof: 10 TB/s × 1, then the peak
+    assert [t.get_text() for t in ax.texts] == ["low", "high"]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="hardware"):
+        plot_roofline(ax, [], [])
+    with pytest.raises(ValueError, match="intensity_range"):
+        plot_roofline(ax, [toy], [], intensity_range=(10, 1))
+    plt.close(fig)
