@@ -160,7 +160,7 @@ def difference(got: Any, expected: Any, atol: float | None = None, rtol: float |
     In a sequence or dict, the first item that is wrong beyond precision is reported, else
     the first that differs only in precision.
     """
-    label = f"{where}: " if where else ""
+    label = _label(where)
     if isinstance(expected, (torch.Tensor, np.ndarray)):
         return _compare_arrays(got, expected, atol, rtol, label, precision)
     if isinstance(expected, (bool, np.bool_)) or isinstance(expected, str) or expected is None:
@@ -183,6 +183,19 @@ def difference(got: Any, expected: Any, atol: float | None = None, rtol: float |
         return _first_of(difference(g, e, atol, rtol, where=f"{where}[{i}]", precision=precision)
                          for i, (g, e) in enumerate(zip(got, expected)))
     return None if got == expected else Difference(f"{label}expected {expected!r}, got {got!r}")
+
+
+def _label(where: str) -> str:
+    """``"2nd returned value: "`` for ``where="[1]"`` (``"2nd returned value[0]: "`` deeper in), so a learner
+    reads which output is wrong; dict keys and deeper paths keep their brackets."""
+    if not where:
+        return ""
+    head, _, rest = where[1:].partition("]")
+    if not head.isdigit():
+        return f"{where}: "
+    n = int(head) + 1
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix} returned value{rest}: "
 
 
 def _first_of(found: Any) -> Difference | None:

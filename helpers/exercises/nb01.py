@@ -543,7 +543,8 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
                  slip: str | None = None) -> torch.Tensor:
     """Pre-activations ``(n, 256)`` of section 6's ReLU FFN (init ``torch.manual_seed(seed)``) after ``steps``
     full-batch SGD steps at ``lr`` (``helpers.dead_units.sgd``); ``slip`` models a training-loop mistake
-    (``"no zero_grad"``: gradients pile up across steps; ``"sum"``: the squared errors summed, not averaged).
+    (``"no zero_grad"``: gradients pile up across steps; ``"sum"``: the squared errors summed, not averaged;
+    ``"momentum"``: SGD with momentum 0.9).
 
     Cached by the inputs' values, so the reference and the mistake models train once per hidden case.
     """
@@ -554,7 +555,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
         if slip is None:
             sgd(model, x, y, lr, steps)
         else:
-            opt = torch.optim.SGD(model.parameters(), lr=lr)
+            opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if slip == "momentum" else 0.0)
             for _ in range(steps):
                 F.mse_loss(model(x), y, reduction="sum" if slip == "sum" else "mean").backward()
                 opt.step()
@@ -635,6 +636,10 @@ check_dead_after = Exercise(
          "the loss is the mean squared error, F.mse_loss(model(X), Y), not the sum, which scales every step "
          "by the N·16 entries.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum") <= 0).all(dim=0)
+         .double().mean().item()),
+        ("that is SGD with momentum (0.9?): the statement's torch.optim.SGD is plain SGD, its default "
+         "momentum=0, so each step moves by lr × the gradient alone.",
+         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "momentum") <= 0).all(dim=0)
          .double().mean().item()),
         ("no unit counts as dead in any case, as in an untrained model: check your test (dead: a pre-activation "
          "W1 x + b1, bias included, <= 0 on every example, so a ReLU output of exactly 0; an output < 0 never "

@@ -318,6 +318,10 @@ check_step_flops = _make(
         ("you always counted the full 12·n·d·d_ff: which gradients are needed changes the backward pass "
          "(frozen weights need no weight gradients; an input that needs no gradient needs no product for it).",
          lambda n, d, f, i, w: 12 * n * d * f),
+        ("\"backward = 2 × forward\" holds only when both the input and the weights need gradients: each matrix's "
+         "backward has two products (its weight's gradient, its input's gradient), and a gradient nobody needs "
+         "is not computed.",
+         lambda n, d, f, i, w: 12 * n * d * f if (i or w) else 4 * n * d * f),
         ("with input_grad=False you dropped the backward through W2 as well; only W1's input gradient is "
          "skipped: the gradient of the hidden layer (through W2) is still needed to reach W1, so "
          "forward 4 + weights 4 + hidden 2 = 10·n·d·d_ff.",

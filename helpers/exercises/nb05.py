@@ -517,9 +517,15 @@ check_balance_loss = _BalanceExercise(
          "every column of expert_index.", lambda probs, idx: _balance_loss(probs, idx[:, :1])),
         ("P_i averaged only over the slots routed to expert i; average expert i's probability over all N "
          "tokens.", _p_over_routed_slots_only),
+        ("P_i kept only the chosen probabilities (the others zeroed before the mean); P_i is the mean of expert "
+         "i's probability over all N tokens, chosen or not: it is what pushes probability away from busy experts.",
+         lambda probs, idx: probs.shape[-1] * (_slot_counts(probs, idx) / idx.numel()
+                                              * (probs * torch.zeros_like(probs).scatter(1, idx, 1.0)).mean(0)).sum()),
         ("the counts of slots per expert stop at the largest expert id that was chosen, so they are shorter than "
          "E when the last experts get no slot: count over all E experts (torch.bincount(..., minlength=E), or "
          "one_hot with num_classes=E).", _counts_up_to_the_largest_index),
+        ("the value is right, but a Python float (float() or .item()) has no gradient: return the 0-dim tensor, "
+         "so the loss still pushes the router through P.", lambda probs, idx: float(_balance_loss(probs, idx))),
         ("P came from the counts too (Σ f_i·f_i); P_i is the mean router probability of expert i over the "
          "tokens, the differentiable part that carries the gradient.", _p_from_counts),
     ],
@@ -724,7 +730,7 @@ check_noisy_top_k = Exercise(
 
 # ---------------------------------------------------------------- exercise 6: do later tokens change earlier ones?
 def _changed(expert_index, n_experts, capacity_factor, *, fixed_capacity=False, first_only=False,
-             full_batch_drops=False, skip_first_token=False, every_slot=False):
+             full_batch_drops=False, skip_first_token=False, every_slot=False, direction=None):
     n, k = expert_index.shape
     full = _keep(expert_index, n_experts, _capacity(capacity_factor, n, k, n_experts))
     if full_batch_drops:
@@ -734,7 +740,11 @@ def _changed(expert_index, n_experts, capacity_factor, *, fixed_capacity=False, 
         cap = _capacity(capacity_factor, n if fixed_capacity else t + 1, k, n_experts)
         alone = _keep(expert_index[: t + 1], n_experts, cap)[t]
         a, b = (alone[:1], full[t, :1]) if first_only else (alone, full[t])
-        changed[t] = bool((a != b).all() if every_slot else (a != b).any())
+        if direction is not None:                       # "lost": kept alone, dropped in full; "gained": the reverse
+            a, b = (a, b) if direction == "lost" else (b, a)
+            changed[t] = bool((a & ~b).any())
+        else:
+            changed[t] = bool((a != b).all() if every_slot else (a != b).any())
     return changed
 
 
@@ -809,6 +819,12 @@ check_later_tokens = Exercise(
          "the keep mask).", lambda idx, e, f: _changed(idx, e, f, first_only=True)),
         ("a token counts as changed when ANY of its slots differs (.any() over its row), not only when all do.",
          lambda idx, e, f: _changed(idx, e, f, every_slot=True)),
+        ("you counted only the slots a token loses when later tokens arrive; a slot can also be gained (the full "
+         "batch's capacity is larger): compare the rows both ways, any slot that differs.",
+         lambda idx, e, f: _changed(idx, e, f, direction="lost")),
+        ("you counted only the slots a token gains in the full batch (its larger capacity); later first choices "
+         "can also take a slot away: compare the rows both ways, any slot that differs.",
+         lambda idx, e, f: _changed(idx, e, f, direction="gained")),
         ("you returned the tokens that lose a slot in the full batch; the question is whether their slots "
          "differ from what they get in the batch that ends with them.",
          lambda idx, e, f: _changed(idx, e, f, full_batch_drops=True)),

@@ -501,6 +501,8 @@ def _intensity(expert_index, n_experts, d_model, d_ff, gated, bytes_per_element,
         experts_read = n * k
     elif read == "expected":
         experts_read = n_experts * (1 - (1 - k / n_experts) ** n)
+    elif read == "balanced":                            # as if the B·k slots were spread evenly
+        experts_read = min(n_experts, n * k)
     else:
         experts_read = int(torch.unique(expert_index).numel())
     n_bytes = experts_read * matrices * d_model * d_ff * (bytes_per_element if use_bytes else 1)
@@ -580,6 +582,9 @@ check_moe_intensity = Exercise(
         ("count the experts this routing actually uses (e.g. torch.unique(expert_index)), not the "
          "uniform-routing average E·(1 − (1 − k/E)^N).",
          lambda *a: _intensity(*a, read="expected")),
+        ("count the experts this routing actually uses (e.g. torch.unique(expert_index)), not min(E, B·k) as if "
+         "the slots were spread evenly: tokens often share experts.",
+         lambda *a: _intensity(*a, read="balanced")),
         ("a multiply-add is 2 FLOPs; you counted it as 1.",
          lambda *a: _intensity(*a, mac=1)),
         ("the answer is FLOPs per *byte*: multiply the elements read by bytes_per_element.",

@@ -438,13 +438,14 @@ def _paired_wrong(kind: str):
         if kind == "welch":
             w = welch(a, b)
             return w.t, w.df
-        if kind == "student":
+        if kind.startswith("student"):                                 # unpaired: pooled variance of a and b
             pooled = (a.var() + b.var()) / 2
-            return float(d.mean() / (pooled * 2 / n).sqrt()), float(2 * n - 2)
+            return float(d.mean() / (pooled * 2 / n).sqrt()), float(n - 1 if kind.endswith("n - 1") else 2 * n - 2)
         sd = d.std(correction=0) if kind == "population sd" else d.std()
         se = sd if kind == "sd not se" else sd / math.sqrt(n)
         t = float(d.mean() / se)
-        return (-t if kind == "reversed" else t), float(n if kind == "df n" else n - 1)
+        df = {"df n": n, "df 2n - 2": 2 * n - 2}.get(kind, n - 1)
+        return (-t if kind == "reversed" else t), float(df)
     return wrong
 
 
@@ -459,6 +460,10 @@ check_paired_t = Exercise(
         ("that is Student's unpaired t (pooled variance, n_a + n_b − 2 degrees of freedom); the runs are paired: "
          "take the differences a − b seed by seed, t = mean(d) / (sd(d)/√n), df = n − 1.",
          _paired_wrong("student")),
+        ("that is an unpaired t (the spread of a and of b, each on its own); the runs are paired: take the "
+         "differences a − b seed by seed, t = mean(d) / (sd(d)/√n).", _paired_wrong("student, df n - 1")),
+        ("the t is right; a paired t has n − 1 degrees of freedom (n differences, one mean), not 2n − 2 (that is "
+         "the unpaired count, two samples of n).", _paired_wrong("df 2n - 2")),
         ("use the sample standard deviation of the differences (divide by n − 1, torch's default `std()`).",
          _paired_wrong("population sd")),
         ("that divides by the spread of single differences; the uncertainty of their *mean* is sd(d)/√n.",

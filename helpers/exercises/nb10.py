@@ -100,6 +100,9 @@ def _threshold_wrong(kind: str):
         k = {"round": round(s * n), "round, -1 for none": round(s * n), "round, at least 1": max(round(s * n), 1),
              "floor": int(s * n),
              "floor, at least 1": max(int(s * n), 1), "floor + 1": int(s * n) + 1}.get(kind, _entries_for_share(s, n))
+        if kind == "index k":                                        # sorted[⌈s·n⌉], counted from 0
+            tau = magnitudes.sort().values[math.ceil(s * n)].item()
+            return tau, (magnitudes <= tau).double().mean().item()
         if kind == "per row":
             tau = m.abs().kthvalue(math.ceil(s * m.shape[-1]), dim=-1).values
             return tau, (m.abs() <= tau[:, None]).double().mean(dim=-1)
@@ -136,6 +139,8 @@ check_threshold_for_share = Exercise(
          "fraction, and max(int(s·n), 1) only mends s·n < 1).", _threshold_wrong("floor, at least 1")),
         ("when s·n is a whole number, exactly s·n entries already make the share s: k = ⌈s·n⌉, not "
          "int(s·n) + 1.", _threshold_wrong("floor + 1")),
+        ("τ is the ⌈s·n⌉-th smallest |m_i|, counted from 1: in a sorted tensor, counted from 0, that is index "
+         "⌈s·n⌉ − 1 (index ⌈s·n⌉ is one entry too far, and out of range at s = 1).", _threshold_wrong("index k")),
         ("rank the magnitudes |m_i|: a large negative coefficient is not silent.", _threshold_wrong("no abs")),
         ("return the share τ really skips, the entries with |m_i| <= τ over all entries: entries tied with τ "
          "are skipped too, so it can be more than s.", _threshold_wrong("asked share")),
@@ -397,6 +402,11 @@ def _recall_wrong(kind: str):
         hits, total = (predicted & active).sum(dim=-1).double(), active.sum(dim=-1).double()
         if kind == "per row":
             return float((hits / total.clamp(min=1)).mean())
+        if kind == "per row, empty 1":
+            return float(torch.where(total > 0, hits / total.clamp(min=1), torch.ones_like(total)).mean())
+        if kind == "per neuron":
+            hits, total = (predicted & active).sum(dim=0).double(), active.sum(dim=0).double()
+            return float(torch.where(total > 0, hits / total.clamp(min=1), torch.ones_like(total)).mean())
         if kind == "per row, active rows":
             rows = total > 0
             return float((hits[rows] / total[rows]).mean()) if rows.any() else 1.0
@@ -424,6 +434,11 @@ check_recall = Exercise(
          "recalls weighs a token with 1 active neuron like one with 9.", _recall_wrong("per row")),
         ("pool over the tokens (Σ hits / Σ active over the whole batch); a mean of per-token recalls weighs a token "
          "with 1 active neuron like one with 9.", _recall_wrong("per row, active rows")),
+        ("pool over the tokens (Σ hits / Σ active over the whole batch); a mean of per-token recalls weighs a token "
+         "with 1 active neuron like one with 9 (and 1.0 is for a batch with nothing active, not for each silent "
+         "token).", _recall_wrong("per row, empty 1")),
+        ("pool over all entries (Σ hits / Σ active over the whole batch); a mean of per-neuron recalls weighs a "
+         "neuron that fires once like one that fires on every token.", _recall_wrong("per neuron")),
         ("that is the precision (hits / predicted); recall divides by the active neurons: Σ (predicted ∧ active) / "
          "Σ active.", _recall_wrong("precision")),
         ("that is the accuracy over all entries (it counts correctly predicted silent neurons too); recall is "
