@@ -336,7 +336,8 @@ check_step_flops = _make(
          lambda n, d, f, i, w: _step_flops(1, d, f, i, w)),
         ("a multiply-add is 2 FLOPs; you counted it as 1 (your count is half the right one).",
          lambda n, d, f, i, w: _step_flops(n, d, f, i, w) // 2),
-        ("your count is a float: return an int (integer arithmetic; // rather than /). Above 2**53 a float cannot "
+        ("your count went through floating point (a float, or an int made from one): return an int (integer "
+         "arithmetic; // rather than /). Above 2**53 a float cannot "
          "hold every integer, and the count is rounded.",
          lambda n, d, f, i, w: float(_step_flops(n, d, f, i, w))),
     ],
@@ -649,6 +650,7 @@ check_contributions = _make(
          _without_grad(lambda f, x: f.hidden(x).unsqueeze(-1) * f.w2.weight)),
     ],
     domain=_CONTRIBUTION_DOMAIN,
+    returns=tensor_dtype(torch.float32, advice="Keep x's dtype (or convert the result with .float())."),
 )
 
 #: every exercise of notebook 02, in the notebook's order

@@ -35,7 +35,7 @@ from torch import nn
 
 from helpers.exercises.cases import below_minus_one, negative_rows, randint, spd, valid_mask
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
-from helpers.exercises.returns import integer_tensor
+from helpers.exercises.returns import integer_tensor, tensor_dtype
 from helpers.ffn import FFN
 
 
@@ -609,7 +609,8 @@ def _profile_cases() -> list[Case]:
     cases = []
     # (N, T, d_ff, R, rows whose allowed values are all negative)
     for N, T, d_ff, R, negative in [(13, 6, 5, 3, True), (9, 4, 7, 4, False), (20, 7, 3, 2, True),
-                                     (5, 5, 6, 1, False), (11, 8, 4, 5, True), (4, 5, 1, 4, "below")]:
+                                     (5, 5, 6, 1, False), (11, 8, 4, 5, True), (4, 5, 1, 4, "below"),
+                                     (10, 6, 4, 4, False)]:                 # square: d_ff = n_relations
         coefficients = torch.randn(N, T, d_ff, generator=gen)      # the last case: one neuron, each relation once
         valid = valid_mask(gen, N, T, last_allowed=True)
         if negative == "below":
@@ -791,6 +792,7 @@ check_best_match = Exercise(
             Corner("activations near 1e4 with a spread of about 1e-2", lambda c: bool(
                 c.args[0].mean() > 1e3 and c.args[0].std(dim=0).max() < 1e-1)),
         )),
+    returns=tensor_dtype(torch.int64, 0, "index", advice="argmax and topk give int64 indices."),
 )
 
 EXERCISES = [check_memory_coefficients, check_top_triggers, check_value_logits, check_agreement_rate, check_edit_spill,

@@ -102,7 +102,8 @@ def python_float(item: int | None = None, name: str | None = None) -> Returns:
 
 def tensor_dtype(dtype: torch.dtype, item: int | None = None, name: str | None = None, advice: str = "") -> Returns:
     """A tensor of exactly ``dtype``."""
-    wanted = f"a {str(dtype).replace('torch.', '')} tensor"
+    name_of = str(dtype).replace('torch.', '')
+    wanted = f"{'an' if name_of[0] in 'ai' else 'a'} {name_of} tensor"
     return Returns(wanted, lambda v: isinstance(v, torch.Tensor) and v.dtype == dtype, item, name, advice)
 
 
