@@ -7,7 +7,8 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
   ``direct_logit_shifts``: what each term does to the next-token logits when it enters the final LayerNorm
   directly (exact for the last block, with the norm's scale held at its actual value), and
   ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination)
-  against a reference word (``shifts_by_reference``: several references from one pass);
+  against a reference word (``shifts_by_reference``: several references from one pass; ``seed_means`` and
+  ``promotion_by_group``: their means over seeds, and the verdict's family split by relation);
 * ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
   position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
   neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
@@ -30,6 +31,7 @@ from torch import nn
 
 from helpers import validate
 from helpers.memory import _check_neurons, _ids, answer_probability, collect, find_ffns, logits_of
+from helpers.stats import PairedDifference, paired_difference
 
 # ---------------------------------------------------------------------------------------------
 # Sub-updates: one FFN output, neuron by neuron
@@ -165,6 +167,43 @@ def shifts_by_reference(model: nn.Module, layer: int, ids: torch.Tensor, answer_
             rivals[mine] = (shifts[mine][:, candidates] * ~is_own).sum(1) / (~is_own).sum(1).clamp_min(1)
         out[reference] = (shifts[rows, answer_id], rivals)
     return out
+
+
+def seed_means(by_seed: Sequence[dict[str, tuple[torch.Tensor, torch.Tensor]]], reference: str = "outside",
+               rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(answer, rivals)``, two ``(n_seeds,)`` tensors: the mean over ``rows`` (a bool mask ``(N,)``; ``None``:
+    every row) of each seed's answer and rival shifts against ``reference``. ``by_seed``: one
+    ``shifts_by_reference`` result per seed."""
+    if rows is None:
+        rows = torch.ones_like(by_seed[0][reference][0], dtype=torch.bool)
+    answer = torch.stack([shifts[reference][0][rows].mean() for shifts in by_seed])
+    rivals = torch.stack([shifts[reference][1][rows].mean() for shifts in by_seed])
+    return answer, rivals
+
+
+def promotion_by_group(by_seed: Sequence[dict[str, tuple[torch.Tensor, torch.Tensor]]], groups: torch.Tensor,
+                       names: Sequence[str], reference: str = "outside") -> dict[str, PairedDifference]:
+    """Promotion and elimination split by group (e.g. relation), as a family for ``helpers.stats.holm``.
+
+    A mean over every row is the groups' means weighted by their sizes, so one group can carry it. For group
+    ``g`` (rows with ``groups == g``, named ``names[g]``), three paired differences over the seeds of
+    ``by_seed`` (one ``shifts_by_reference`` result per seed): ``"<name>: answer"`` and ``"<name>: rivals"``
+    (their mean shift against ``reference``, each against 0) and ``"<name>: |answer| − |rivals|"`` (positive:
+    more promotion than elimination).
+    """
+    if groups.shape != by_seed[0][reference][0].shape:
+        raise ValueError(f"groups must have one entry per row, shape {tuple(by_seed[0][reference][0].shape)}, "
+                         f"got {tuple(groups.shape)}")
+    if groups.min() < 0 or groups.max() >= len(names):
+        raise ValueError(f"groups must hold indices into names, 0..{len(names) - 1}, got {groups.min()}..{groups.max()}")
+    family = {}
+    for g, name in enumerate(names):
+        answer, rivals = seed_means(by_seed, reference, groups == g)
+        zero = torch.zeros_like(answer)
+        family |= {f"{name}: answer": paired_difference(answer, zero),
+                   f"{name}: rivals": paired_difference(rivals, zero),
+                   f"{name}: |answer| − |rivals|": paired_difference(answer.abs(), rivals.abs())}
+    return family
 
 
 # ---------------------------------------------------------------------------------------------

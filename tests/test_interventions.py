@@ -396,3 +396,25 @@ def test_knockouts_at_sites_are_the_sets_and_drops_of_each_site_for_the_drawn_fa
             assert torch.equal(silenced, removed_activity(activity[rows], share))
             assert torch.equal(size, removed_write(activity[rows], share, values))
         assert torch.equal(got[site, "shared"], (sets["own"] * sets["other"]).sum(1) / 4)
+
+
+def test_promotion_by_group_splits_the_seed_means_by_group():
+    from helpers.interventions import promotion_by_group, seed_means
+    g = torch.Generator().manual_seed(0)
+    groups = torch.tensor([0, 0, 1, 1, 1])
+    by_seed = [{"outside": (torch.randn(5, generator=g), torch.randn(5, generator=g))} for _ in range(4)]
+    answer, rivals = seed_means(by_seed)
+    assert torch.allclose(answer, torch.stack([s["outside"][0].mean() for s in by_seed]))
+    family = promotion_by_group(by_seed, groups, ["a", "b"])
+    assert list(family) == ["a: answer", "a: rivals", "a: |answer| − |rivals|",
+                            "b: answer", "b: rivals", "b: |answer| − |rivals|"]
+    b_answer, b_rivals = seed_means(by_seed, rows=groups == 1)
+    assert torch.allclose(family["b: rivals"].diffs.float(), b_rivals)
+    assert torch.allclose(family["b: |answer| − |rivals|"].diffs.float(), b_answer.abs() - b_rivals.abs())
+    # the pooled mean is the groups' means weighted by their sizes
+    a_answer, _ = seed_means(by_seed, rows=groups == 0)
+    assert torch.allclose(answer, (2 * a_answer + 3 * b_answer) / 5)
+    with pytest.raises(ValueError, match="groups must have one entry per row"):
+        promotion_by_group(by_seed, groups[:4], ["a", "b"])
+    with pytest.raises(ValueError, match="groups must hold indices into names"):
+        promotion_by_group(by_seed, groups, ["a"])
