@@ -15,12 +15,20 @@ non-linear target) with the course's ``FFN(16, 256)`` trained by full-batch SGD 
   weights, ``2 / λ_max`` of that layer's curvature (the whole network's limit is no higher); ``centred=True``
   removes each unit's mean first, a control for how much of ``λ_max`` the shared positive mean makes;
 * ``shove_below_zero_``: lowers each unit's bias until it is ``≤ -margin`` on every example (the "same shove"
-  control);
+  control); ``shoved_run`` shoves a freshly seeded ``FFN`` and trains it, returning what section 6 prints;
+  ``deep_shove_study`` runs its deep arm (GELU and SiLU shoved to ``-3``) over five seeds, too slow to run live:
+  ``python -m helpers.dead_units --deep-shove`` stores it in ``helpers/data/deep_shove.json`` (``load_deep_shove``);
 * ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit;
   ``plot_firing_rates`` draws them as a histogram with the dead units as a separate bar left of 0.
 """
 
 from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +38,8 @@ from helpers.activations import get_activation, slope
 from helpers.ffn import FFN
 
 __all__ = ["experiment_data", "sgd", "pre_activations", "dead_units", "stuck_fraction", "negative_everywhere",
-           "firing_rates", "plot_firing_rates", "last_layer_lr_limit", "shove_below_zero_"]
+           "firing_rates", "plot_firing_rates", "last_layer_lr_limit", "shove_below_zero_", "ShovedRun", "shoved_run",
+           "deep_shove_study", "save_deep_shove", "load_deep_shove", "DEEP_SHOVE_PATH"]
 
 
 def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,3 +187,87 @@ def shove_below_zero_(model: FFN, x: torch.Tensor, margin: float = 0.5) -> None:
     h = pre_activations(model, x)
     with torch.no_grad():
         model.w1.bias -= h.max(dim=0).values + margin
+
+
+@dataclass(frozen=True)
+class ShovedRun:
+    """One ``shoved_run``: ``losses`` (the loss before each SGD step), ``grad_w1`` (``‖∂loss/∂W1‖`` right after the
+    shove), ``stuck`` (``stuck_fraction`` right after the shove) and ``units_up`` (units with ``h > 0`` on at least
+    one example at the end)."""
+
+    losses: list[float]
+    grad_w1: float
+    stuck: float
+    units_up: int
+
+
+def shoved_run(activation: str, x: torch.Tensor, y: torch.Tensor, seed: int, margin: float = 0.5, lr: float = 1.0,
+               steps: int = 300, d_ff: int = 256, freeze_w1: bool = False) -> ShovedRun:
+    """Section 6's "same shove": ``torch.manual_seed(seed)``, a fresh ``FFN(d, d_ff, activation)`` (``d`` from
+    ``x (N, d)``), every unit shoved to ``h ≤ -margin`` on every example (``shove_below_zero_``), then ``steps`` of
+    ``sgd`` at ``lr`` on ``(x, y)``. ``freeze_w1=True`` trains only ``W2, b2`` (``W1, b1`` stay as shoved): the
+    control for "the last layer reads the small negative outputs" against "``W1`` learns through the slope"."""
+    validate.non_negative_int("seed", seed)
+    if not isinstance(freeze_w1, bool):
+        raise TypeError(f"freeze_w1 must be True or False, got {freeze_w1!r}")
+    torch.manual_seed(seed)
+    model = FFN(x.shape[-1], d_ff, activation=activation)
+    shove_below_zero_(model, x, margin=margin)
+    stuck = stuck_fraction(model, activation, x)
+    with torch.enable_grad():
+        model.zero_grad()
+        F.mse_loss(model(x), y).backward()
+    grad_w1 = model.w1.weight.grad.norm().item()
+    model.zero_grad()
+    model.w1.requires_grad_(not freeze_w1)
+    losses = sgd(model, x, y, lr, steps)
+    return ShovedRun(losses, grad_w1, stuck, int((firing_rates(model, x) > 0).sum()))
+
+
+DEEP_SHOVE_PATH = Path(__file__).parent / "data" / "deep_shove.json"
+
+
+def deep_shove_study(activations: Sequence[str] = ("gelu", "silu"), seeds: Sequence[int] = range(5),
+                     margin: float = 3.0, steps: int = 300, d_ff: int = 256) -> dict:
+    """Section 6's deep arm: ``shoved_run`` on ``experiment_data()`` for every activation and seed, at ``margin``.
+    Returns a JSON-ready record: the settings and, per activation, one ``asdict(ShovedRun)`` per seed."""
+    x, y = experiment_data()
+    runs = {name: [asdict(shoved_run(name, x, y, seed, margin=margin, steps=steps, d_ff=d_ff)) for seed in seeds]
+            for name in activations}
+    return {"margin": margin, "steps": steps, "d_ff": d_ff, "seeds": list(seeds), "runs": runs}
+
+
+def save_deep_shove(record: dict, path: str | Path = DEEP_SHOVE_PATH) -> Path:
+    """Write ``deep_shove_study``'s record as JSON (losses rounded to 7 decimals) and return the path."""
+    path = Path(path)
+    for runs in record["runs"].values():
+        for run in runs:
+            run["losses"] = [round(v, 7) for v in run["losses"]]
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_deep_shove(path: str | Path | None = None) -> tuple[dict, dict[str, list[ShovedRun]]]:
+    """Read the stored deep arm: ``(settings, {activation: [ShovedRun per seed]})``."""
+    record = json.loads(Path(path or DEEP_SHOVE_PATH).read_text(encoding="utf-8"))
+    runs = {name: [ShovedRun(**run) for run in rs] for name, rs in record.pop("runs").items()}
+    return record, runs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.dead_units --deep-shove``: run notebook 01's deep-shove arm and store it."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.dead_units", description=main.__doc__)
+    parser.add_argument("--deep-shove", action="store_true", required=True,
+                        help="GELU and SiLU shoved to -3, 300 SGD steps at lr 1.0, seeds 0-4")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(5)))
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--out", default=str(DEEP_SHOVE_PATH), help=f"default: {DEEP_SHOVE_PATH}")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    record = deep_shove_study(seeds=args.seeds, steps=args.steps)
+    print(f"wrote {len(record['seeds'])} seeds to {save_deep_shove(record, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.dead_units import (dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
+from helpers.dead_units import (deep_shove_study, load_deep_shove, main, save_deep_shove, dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
                                 plot_firing_rates,
-                                pre_activations, sgd, shove_below_zero_, stuck_fraction)
+                                pre_activations, sgd, shove_below_zero_, shoved_run, stuck_fraction)
 from helpers.ffn import FFN
 
 
@@ -232,3 +232,63 @@ def test_a_slow_ramp_lowers_the_curvature_and_constant_small_steps_do_not():
     sgd(ramp, x, y, 2.0, 0, warmup=100)
     sgd(const, x, y, 0.1, 100)
     assert last_layer_lr_limit(ramp, x) > 4 and last_layer_lr_limit(const, x) < 1
+
+
+def test_shoved_run_is_the_notebooks_loop_written_out():
+    x, y = experiment_data(n=64)
+    model = _model(seed=3, activation="silu", d_ff=32)
+    shove_below_zero_(model, x, margin=0.5)
+    F.mse_loss(model(x), y).backward()
+    grad = model.w1.weight.grad.norm().item()
+    losses = sgd(model, x, y, 1.0, 20)
+    run = shoved_run("silu", x, y, seed=3, d_ff=32, steps=20)
+    assert run.losses == losses and run.grad_w1 == grad
+    assert run.units_up == int((firing_rates(model, x) > 0).sum())
+
+
+def test_shoved_run_relu_gets_no_gradient_and_a_frozen_w1_keeps_every_unit_below_zero():
+    x, y = experiment_data(n=64)
+    relu = shoved_run("relu", x, y, seed=0, d_ff=32, steps=20)
+    assert relu.grad_w1 == 0.0 and relu.stuck == 1.0 and relu.units_up == 0
+    frozen = shoved_run("gelu", x, y, seed=0, d_ff=32, steps=20, freeze_w1=True)
+    assert frozen.units_up == 0 and frozen.losses[-1] < frozen.losses[0]
+
+
+def test_a_deep_gelu_unit_gets_far_less_gradient_than_a_silu_unit_though_neither_is_stuck():
+    x, y = experiment_data(n=64)
+    gelu = shoved_run("gelu", x, y, seed=0, d_ff=32, margin=3.0, steps=1)
+    silu = shoved_run("silu", x, y, seed=0, d_ff=32, margin=3.0, steps=1)
+    assert gelu.stuck == 0.0 and silu.stuck == 0.0
+    assert gelu.grad_w1 < silu.grad_w1 / 10
+
+
+def test_shoved_run_names_its_bad_arguments():
+    x, y = experiment_data(n=8)
+    with pytest.raises(ValueError, match="seed"):
+        shoved_run("gelu", x, y, seed=-1)
+    with pytest.raises(TypeError, match="freeze_w1"):
+        shoved_run("gelu", x, y, seed=0, freeze_w1=1)
+    with pytest.raises(ValueError, match="margin"):
+        shoved_run("gelu", x, y, seed=0, margin=0.0)
+
+
+def test_the_deep_shove_study_round_trips_through_its_file(tmp_path):
+    record = deep_shove_study(seeds=[0, 1], steps=3, d_ff=8)
+    settings, runs = load_deep_shove(save_deep_shove(record, tmp_path / "deep.json"))
+    assert settings == {"margin": 3.0, "steps": 3, "d_ff": 8, "seeds": [0, 1]}
+    assert sorted(runs) == ["gelu", "silu"] and len(runs["gelu"]) == 2 and len(runs["silu"][1].losses) == 3
+    x, y = experiment_data()
+    assert runs["silu"][1].losses == pytest.approx(shoved_run("silu", x, y, 1, margin=3.0, steps=3, d_ff=8).losses,
+                                                   abs=1e-6)
+    assert main(["--deep-shove", "--seeds", "0", "--steps", "2", "--out", str(tmp_path / "cli.json")]) == 0
+    assert load_deep_shove(tmp_path / "cli.json")[0]["seeds"] == [0]
+
+
+def test_the_stored_deep_shove_starts_where_a_live_run_does():
+    settings, runs = load_deep_shove()
+    assert settings["margin"] == 3.0 and settings["steps"] == 300 and settings["seeds"] == [0, 1, 2, 3, 4]
+    x, y = experiment_data()
+    for name in ("gelu", "silu"):
+        live = shoved_run(name, x, y, 0, margin=3.0, steps=5)
+        assert live.losses == pytest.approx(runs[name][0].losses[:5], abs=1e-5)
+        assert runs[name][0].stuck == 0.0
