@@ -5,7 +5,8 @@ of the whole model (embeddings included), routed experts per MoE layer, shared e
 number k of routed experts per token, how the router weighs them and how the load is balanced.
 ``published_table`` prints it with two derived columns, the active share and the sets of routed experts a token
 can be sent to, C(E, k); ``width_table`` prints the widths. ``expert_combinations`` counts those sets for DeepSeekMoE's fine-grained (m) and
-shared (s) experts, and ``configuration_figure`` draws both knobs for one layer.
+shared (s) experts, and ``configuration_figure`` draws both knobs for one layer. ``weight_bytes_per_token``
+counts what a batch's decode step reads per token, and ``bytes_per_token_figure`` draws it against the batch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 from helpers import validate
 from helpers.costs import moe_layer_cost
+from helpers.ffn import ffn_param_count
+from helpers.inference import expected_experts_touched
 
 
 @dataclass(frozen=True)
@@ -126,3 +129,54 @@ def configuration_figure(d_model: int, n_experts: int, top_k: int, d_ff: int, gr
     return fig
 
 
+
+
+def weight_bytes_per_token(batch: int, d_model: int, d_ff: int, n_experts: int = 1, top_k: int = 1, *,
+                           granularity: int = 1, n_shared: int = 0, bytes_per_weight: int = 4) -> float:
+    """Weight bytes one forward step over ``batch`` tokens reads, per token, for a SwiGLU layer (no biases).
+
+    ``n_experts = 1``: a dense FFN of width ``d_ff``, all of it read once. Otherwise an ``MoE`` as built
+    (``moe_layer_cost``'s conventions): the router (``d_model`` weights per routed expert), the shared FFN, and the
+    routed experts the batch reaches, ``E'(1 − (1 − k'/E')^B)`` of the ``E' = mE − s`` routed experts of width
+    ``d_ff/m`` with ``k' = mk − s`` per token (``expected_experts_touched``: tokens routed evenly at random). The
+    bytes are divided by ``B``: a dense layer's fall as 1/B, an MoE's fall more slowly until the batch reaches
+    every expert, then it reads ``E/k`` times the dense layer's.
+    """
+    b = validate.positive_int("batch", batch)
+    if validate.positive_int("n_experts", n_experts) == 1:
+        return ffn_param_count(d_model, d_ff, gated=True, bias=False) * bytes_per_weight / b
+    m, s = granularity, n_shared
+    cost = moe_layer_cost(d_model, n_experts, top_k, d_ff, granularity=m, n_shared=s)
+    routed, routed_k, width = m * n_experts - s, m * top_k - s, d_ff // m
+    shared = ffn_param_count(d_model, s * width, gated=True, bias=False) if s else 0
+    expert = (cost.expert_total_params - shared) // routed
+    reached = expected_experts_touched(b, routed, routed_k)
+    read = d_model * routed + shared + reached * expert
+    return read * bytes_per_weight / b
+
+
+def bytes_per_token_figure(layers: dict[str, dict], batches: Sequence[int] = tuple(2 ** i for i in range(13)),
+                           colors: Sequence[str] = ("#000000", "#0072B2", "#D55E00")):
+    """Weight bytes read per token against the batch ``B`` for each layer of ``layers`` (label → the keyword
+    arguments of ``weight_bytes_per_token`` but ``batch``; the first is the reference, a dense FFN): the bytes
+    (left, log-log) and each layer's bytes over the first's (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0))
+    reads = {label: [weight_bytes_per_token(b, **kw) for b in batches] for label, kw in layers.items()}
+    base = next(iter(reads.values()))
+    for (label, read), color in zip(reads.items(), colors):
+        left.plot(batches, [r / 1e3 for r in read], marker="o", ms=3, color=color, label=label)
+        right.plot(batches, [r / d for r, d in zip(read, base)], marker="o", ms=3, color=color, label=label)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens in the batch, B")
+    left.set_yscale("log")
+    left.set_ylabel("weight kB read per token")
+    left.set_title("weights read per token")
+    left.legend(frameon=False, fontsize=9)
+    right.set_ylabel("relative to the dense FFN")
+    right.set_ylim(0, None)
+    right.set_title("the MoE's extra read grows with B to E/k")
+    fig.tight_layout()
+    return fig

@@ -53,13 +53,13 @@ ARMS: dict[str, dict] = {
     "bias, softmax": {**_MOE, "balance_coef": 0.0, "bias_update": 0.01},
     "bias, sigmoid": {**_MOE, "balance_coef": 0.0, "score": "sigmoid", "bias_update": 0.01},
 }
-#: Section 4's comparisons (value − baseline): each MoE against the dense FFN of its FLOPs per fact (router
-#: included), granularity at equal FLOPs, a shared expert, and all the parameters active; section 5's (the
-#: same pairs judged on the load and on the loss).
+#: Section 4's comparisons (value − baseline), one Holm family: each MoE against the dense FFN of its FLOPs per
+#: fact (router included), granularity at equal expert work and at equal FLOPs, a shared expert, and all the
+#: parameters active; section 5's (the same pairs judged on the load and on the loss).
 RACE_PAIRS: tuple[tuple[str, str], ...] = (
     ("dense, width 11", "no FFN (control)"), ("MoE", "dense, width 11"), ("MoE, top-2", "dense, width 19"),
-    ("fine-grained", "dense, width 19"), ("DeepSeekMoE", "dense, width 19"), ("fine-grained", "MoE, top-2"),
-    ("DeepSeekMoE", "fine-grained"), ("MoE", "dense, width 64"))
+    ("fine-grained", "dense, width 19"), ("DeepSeekMoE", "dense, width 19"), ("fine-grained", "MoE"),
+    ("fine-grained", "MoE, top-2"), ("DeepSeekMoE", "fine-grained"), ("MoE", "dense, width 64"))
 #: Granularity under two accountings, a family of its own: the fine-grained arm against the top-1 MoE it was cut
 #: from (the same expert parameters and expert FLOPs: DeepSeekMoE's comparison) and against the top-2 MoE (the
 #: same FLOPs per fact once its 256-weight router, 57 % of its 448, is counted).
@@ -81,6 +81,11 @@ RACE_PATH = Path(__file__).parent / "data" / "moe_race.json"
 #:     ATEN_CPU_CAPABILITY=default python -m helpers.moe_race --results --rates-from helpers/data/moe_race.json \
 #:         --out helpers/data/moe_race_default_kernel.json
 KERNEL_RERUN_PATH = Path(__file__).parent / "data" / "moe_race_default_kernel.json"
+#: Section 5's arms trained again at the same rates on twenty fresh seeds (200 to 219, used nowhere else)::
+#:     python -m helpers.moe_race --results --rates-from helpers/data/moe_race.json --seeds $(seq 200 219) \
+#:         --arms "no balancing" MoE "bias, softmax" "Switch loss, sigmoid" "bias, sigmoid" \
+#:         --out helpers/data/moe_race_fresh_seeds.json
+FRESH_SEEDS_PATH = Path(__file__).parent / "data" / "moe_race_fresh_seeds.json"
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes
 
 
@@ -354,22 +359,32 @@ def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[
             for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
 
 
-def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]]) -> list[str]:
+def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, loads: bool = False,
+                fresh: Race | None = None) -> list[str]:
     """The same family judged twice: on ``race`` and on ``other`` (the same seeds at the same rates, trained on
     another CPU kernel), mean difference and Holm's verdict side by side; then how many single runs of the arms
-    compared ended more than 0.01 nats apart."""
-    mine, theirs = holm(loss_family(race, pairs)), holm(loss_family(other, pairs))
-    width = max(len(v.name) for v in mine) + 2
-    kernels = [r.environment.get("cpu_capability", "?") for r in (race, other)]
-    head = f"{'':<{width}}" + "".join(f"{k + ' kernel: mean, verdict':>30}" for k in kernels)
-    rows = [f"{a.name:<{width}}" + "".join(f"{v.comparison.mean:>+16.3f}  {v.verdict:>12}" for v in (a, b))
-            for a, b in zip(mine, theirs)]
+    compared ended more than 0.01 nats apart. ``loads``: the family is the late load's comparisons and then the
+    loss's (section 5's); ``fresh``: a third column, the family judged on other seeds trained at the same rates."""
+    def family(r: Race) -> dict[str, PairedDifference]:
+        return {**load_family(r, pairs), **loss_family(r, pairs)} if loads else loss_family(r, pairs)
+
+    judged = [holm(family(r)) for r in (race, other) + (() if fresh is None else (fresh,))]
+    width = max(len(v.name) for v in judged[0]) + 2
+    labels = [r.environment.get("cpu_capability", "?") + " kernel" for r in (race, other)]
+    if fresh is not None:
+        seeds = fresh.runs[fresh.budgets[0]][pairs[0][0]].seeds
+        labels.append(f"seeds {seeds[0]}–{seeds[-1]}")
+    head = f"{'':<{width}}" + "".join(f"{label + ': mean, verdict':>30}" for label in labels)
+    rows = [f"{row[0].name:<{width}}" + "".join(f"{v.comparison.mean:>+16.3f}  {v.verdict:>12}" for v in row)
+            for row in zip(*judged)]
     arms = sorted({arm for pair in pairs for arm in pair})
     gaps = torch.cat([(race.runs[s][arm].final() - other.runs[s][arm].final()).abs()
                       for s in race.budgets for arm in arms])
-    same = sum(a.verdict == b.verdict for a, b in zip(mine, theirs))
-    tail = (f"same verdict in {same} of {len(mine)}; single runs more than 0.01 nats apart: "
+    same = [sum(a.verdict == b.verdict for a, b in zip(judged[0], v)) for v in judged[1:]]
+    tail = (f"same verdict in {same[0]} of {len(judged[0])}; single runs more than 0.01 nats apart: "
             f"{int((gaps > 0.01).sum())} of {gaps.numel()}")
+    if fresh is not None:
+        tail += f"; on the fresh seeds, same verdict in {same[1]} of {len(judged[0])}"
     return [head] + rows + [tail]
 
 

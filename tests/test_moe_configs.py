@@ -6,7 +6,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from helpers.moe_configs import PUBLISHED, configuration_figure, expert_combinations, published_table, width_table
+from helpers.moe_configs import (PUBLISHED, bytes_per_token_figure, configuration_figure, expert_combinations,
+                                 published_table, weight_bytes_per_token, width_table)
 
 
 def test_published_table_derives_the_share_and_the_sets():
@@ -39,3 +40,33 @@ def test_configuration_figure():
         fig = configuration_figure(64, 8, 2, 128, m, s)
         assert len(fig.axes) == 2
         plt.close(fig)
+
+
+def test_weight_bytes_per_token_counts_the_experts_a_batch_reaches():
+    import torch
+
+    from helpers.costs import layer_cost
+    from helpers.ffn import FFN
+    from helpers.moe import MoE
+    x = torch.randn(4096, 64)
+    dense = layer_cost(FFN.from_variant("swiglu", 64, 128, bias=False), x).read_bytes
+    assert weight_bytes_per_token(4096, 64, 128) * 4096 == dense == 3 * 64 * 128 * 4
+    for m, s in ((1, 0), (4, 1)):      # a batch this large reaches every expert: what layer_cost reads
+        moe = layer_cost(MoE(64, 8, 1, d_ff=128, granularity=m, n_shared=s), x).read_bytes
+        assert weight_bytes_per_token(4096, 64, 128, 8, 1, granularity=m, n_shared=s) * 4096 == pytest.approx(moe)
+    # one token reads the router and its k experts only; two tokens reach 1 + 7/8 experts on average
+    assert weight_bytes_per_token(1, 64, 128, 8, 2) == 64 * 8 * 4 + 2 * dense
+    assert weight_bytes_per_token(2, 64, 128, 8, 1) * 2 == pytest.approx(64 * 8 * 4 + (1 + 7 / 8) * dense)
+    with pytest.raises(ValueError, match="batch"):
+        weight_bytes_per_token(0, 64, 128)
+
+
+def test_bytes_per_token_figure_draws_each_layer_and_its_ratio():
+    import matplotlib.pyplot as plt
+
+    fig = bytes_per_token_figure({"dense": dict(d_model=8, d_ff=16), "moe": dict(d_model=8, d_ff=16, n_experts=4)},
+                                 batches=(1, 2, 64))
+    left, right = fig.axes
+    assert len(left.lines) == len(right.lines) == 2
+    assert list(right.lines[0].get_ydata()) == [1.0, 1.0, 1.0] and right.lines[1].get_ydata()[-1] == pytest.approx(4 + 32 / 384)     # E/k and the router
+    plt.close(fig)

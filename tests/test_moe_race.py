@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.facts import load_facts
-from helpers.moe_race import (ARMS, BALANCE_PAIRS, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
+from helpers.moe_race import (ARMS, BALANCE_PAIRS, FRESH_SEEDS_PATH, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
                               SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, convergence_lines, load_family, load_race,
                               loss_family, main, race_figure, rerun_lines, run_race, save_race, seed_count_lines,
                               sweep, train_arm)
@@ -86,6 +86,17 @@ def test_race_save_load_and_the_results_command(tmp_path, capsys):
     assert second.runs[6]["dense, width 11"].lr == race.runs[6]["dense, width 11"].lr
     assert torch.equal(second.sweeps[4].loss["MoE"], race.sweeps[4].loss["MoE"]) and not second.trainable.frozen
     torch.testing.assert_close(second.runs[4]["MoE"].loss, r.loss, atol=1e-5, rtol=0)
+    # the fresh-seed control: other seeds at the same rates, a third column beside the two kernels
+    fresh = tmp_path / "fresh.json"
+    assert main(["--results", "--arms", "MoE", "dense, width 11", "--seeds", "5", "6", "--budgets", "4", "6",
+                 "--rates-from", str(out), "--out", str(fresh)]) == 0
+    third = load_race(fresh)
+    assert third.runs[4]["MoE"].seeds == [5, 6] and third.runs[4]["MoE"].lr == r.lr
+    pair = [("MoE", "dense, width 11")]
+    assert rerun_lines(race, second, pair) == rerun_lines(race, second, pair, loads=False, fresh=None)
+    lines = rerun_lines(race, second, pair, fresh=third)
+    assert len(lines) == 2 + 2 and "seeds 5–6: mean, verdict" in lines[0] and lines[1].count("  ") > 3
+    assert " of 2; single runs more than 0.01 nats apart: " in lines[-1] and "on the fresh seeds, same verdict in" in lines[-1]
     with pytest.raises(ValueError, match="rates_from has sweeps"):
         run_race(["MoE"], [0], rates_from=race, budgets=(5,))
     with pytest.raises(ValueError, match="unknown settings"):
@@ -106,6 +117,10 @@ def test_figures(tmp_path):
     fig = balancing_figure([race.runs[3]["MoE"], race.runs[3]["bias, sigmoid"]], ["C0", "C1"])
     assert len(fig.axes) == 5                                         # 2 × 2 panels and the colour bar
     plt.close(fig)
+    lines = rerun_lines(race, race, [("bias, sigmoid", "MoE")], loads=True, fresh=race)     # section 5's family
+    assert len(lines) == 4 + 2 and "seeds 0–1: mean, verdict" in lines[0]
+    assert [line.split(":")[0].strip() for line in lines[1:5]] == ["3 steps, load", "5 steps, load", "3 steps", "5 steps"]
+    assert lines[-1].endswith("on the fresh seeds, same verdict in 4 of 4")
 
 
 # ----------------------------------------------------------------------------- the shipped race
@@ -139,11 +154,29 @@ def test_the_kernel_rerun_is_the_same_race_on_the_default_kernel(race):
             assert (r.spec, r.lr, r.seeds, r.steps) == (mine.spec, mine.lr, mine.seeds, mine.steps)
     lines = rerun_lines(race, other, RACE_PAIRS)
     assert len(lines) == len(RACE_PAIRS) * len(race.budgets) + 2 and "DEFAULT kernel" in lines[0]
-    # what the notebook says of it: 14 of 16 carry; the two that change are both at 100 steps
+    # what the notebook says of it: 16 of 18 carry; the two that change are both at 100 steps
     mine, theirs = holm(loss_family(race, RACE_PAIRS)), holm(loss_family(other, RACE_PAIRS))
     changed = {a.name for a, b in zip(mine, theirs) if a.verdict != b.verdict}
     assert changed == {"100 steps: dense, width 11 − no FFN (control)", "100 steps: MoE − dense, width 64"}
     assert max(abs(a.comparison.mean - b.comparison.mean) for a, b in zip(mine, theirs)) < 0.05
+
+
+def test_the_fresh_seeds_are_section_5_again_at_the_same_rates(race):
+    """Notebook 07's fresh-seed control of section 5: its five arms at the race's rates on seeds used nowhere else;
+    what the notebook says of it: the bias's load gain with softmax scores is not resolved at either budget."""
+    fresh = load_race(FRESH_SEEDS_PATH)
+    assert fresh.budgets == race.budgets
+    for steps in race.budgets:
+        assert set(fresh.runs[steps]) == {arm for pair in BALANCE_PAIRS for arm in pair}
+        for name, r in fresh.runs[steps].items():
+            assert r.seeds == list(range(200, 220)) and (r.spec, r.lr) == (race.runs[steps][name].spec,
+                                                                            race.runs[steps][name].lr)
+    assert not set(range(200, 220)) & (set(SEEDS) | set(SWEEP_SEEDS))
+    v = {x.name: x.verdict for x in holm({**load_family(fresh, BALANCE_PAIRS), **loss_family(fresh, BALANCE_PAIRS)})}
+    for s in (100, 300):
+        assert v[f"{s:>3} steps, load: bias, softmax − MoE"] == "not resolved"
+        assert v[f"{s:>3} steps: Switch loss, sigmoid − MoE"] == v[f"{s:>3} steps: bias, sigmoid − bias, softmax"] == "higher"
+    assert v["100 steps, load: bias, sigmoid − Switch loss, sigmoid"] == "lower"
 
 
 def test_the_live_seed_reproduces_the_file(race):
