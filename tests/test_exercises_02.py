@@ -317,7 +317,7 @@ def _only_batched(x, ffns, norms, norm, residual):
     ("forward", lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2, "tanh form"),
     ("forward", lambda x, w1, b1, w2, b2: F.gelu(x @ w1.T + b1, approximate="tanh") @ w2.T + b2,
      "both weights are read in nn.Linear's layout"),
-    ("flops", lambda n, d, f, i, w: 2.0 * n * d * f * (2 + 2 * w + (i or w) + i), "your count is a float"),
+    ("flops", lambda n, d, f, i, w: 2.0 * n * d * f * (2 + 2 * w + (i or w) + i), "your count went through floating point"),
     ("flops", lambda n, d, f, i, w: 4 * n * d * f * (1 + int(i) + int(w)), "dropped the backward through W2"),
     ("stack", _post_ln_no_residual_as_plain, "post-LN without the residual path"),
     ("stack", _only_batched, None),
