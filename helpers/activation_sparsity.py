@@ -294,6 +294,23 @@ def sentence_union(active: torch.Tensor, valid: torch.Tensor, *, draws: int = 20
     return own, (active[rows] & first[..., None]).any(dim=2).double().mean().item()
 
 
+def position_matched_union(active: torch.Tensor, valid: torch.Tensor, *, draws: int = 20, seed: int = 0) -> float:
+    """``sentence_union``'s control without the template: for each sentence and each of its positions ``t``, the
+    token at ``t`` of a sentence drawn at random (among those reaching ``t``); the mean share of neurons fired by
+    at least one of them, over sentences and ``draws``. Same ``active (P, d_ff)`` and ``valid (N, T)``."""
+    validate.positive_int("draws", draws)
+    full = torch.zeros(*valid.shape, active.shape[-1], dtype=torch.bool)
+    full[valid] = active
+    gen = torch.Generator().manual_seed(seed)
+    picked = torch.zeros(draws, *full.shape, dtype=torch.bool)                     # (draws, N, T, d_ff)
+    for t in range(valid.shape[1]):
+        reach = valid[:, t].nonzero().flatten()
+        if len(reach):
+            rows = reach[torch.randint(0, len(reach), (draws, valid.shape[0]), generator=gen)]
+            picked[:, :, t] = full[rows, t] & valid[:, t, None]
+    return picked.any(dim=2).double().mean().item()
+
+
 def expected_union(rates: torch.Tensor, batch_size: int) -> float:
     """Expected share of neurons active for at least one of ``batch_size`` independent tokens, neuron i firing
     with probability ``rates[i]``: the mean of ``1 − (1 − p_i)^B``. Equal rates ``p`` give notebook 07's
@@ -438,7 +455,9 @@ def _relufication_runs(data, valid, seeds, steps, progress) -> dict:
         shipped = load_fact_model(data, seed)[0]
         relu_model, losses = relufied(data, seed, "relu", steps=steps, lr=lrs["relu"])
         tuned = arm(relu_model, losses)
-        tuned["sentence_union"] = [sentence_union(s.m > 0, valid) for s in layer_states(relu_model, data.ids, valid)]
+        states = layer_states(relu_model, data.ids, valid)
+        tuned["sentence_union"] = [sentence_union(s.m > 0, valid) for s in states]
+        tuned["position_matched_union"] = [position_matched_union(s.m > 0, valid) for s in states]
         runs.append({"seed": seed, "gelu": arm(shipped), "relu_swapped": arm(with_activation(shipped, "relu")),
                      "relu_tuned": tuned, "gelu_tuned": arm(*relufied(data, seed, "gelu", steps=steps, lr=lrs["gelu"]))})
     return {"seeds": list(seeds), "steps": steps, "lr": lrs,
