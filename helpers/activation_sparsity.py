@@ -168,7 +168,7 @@ def scored_kept(model: nn.Module, data, rules: Sequence[Rule]) -> tuple[float, l
 
 #: the rules of ``threshold_sweep``, as the notebook names them
 SKIP_RULES = {"threshold": "threshold", "top_k": "top-k", "matched": "top-k, matched where scored",
-              "random": "random"}
+              "random": "random", "scored_tau": "threshold, calibrated where scored"}
 
 
 def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequence[float], seed: int = 0) -> dict:
@@ -180,7 +180,8 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
     * ``"matched"``: top-k, except at the scored positions (``data.answer_pos``), where each token keeps its
       largest ``|m_i|``, as many as the threshold keeps there on average in that layer: top-k with the threshold's
       count only where the loss is measured (every other position keeps top-k's count);
-    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random.
+    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random;
+    * ``"scored_tau"``: the threshold rule with ``τ`` calibrated on the scored positions' entries only.
 
     Returns ``{"dense": loss, "by_share": {"0.7": {"loss": {rule: loss}, "kept": {rule: [mean per layer]},
     "fewest": [threshold's fewest kept per layer]}, ...}}``; ``seed`` seeds the random control of each share.
@@ -192,15 +193,17 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
     for share in shares:
         gen = torch.Generator().manual_seed(seed)
         taus = [calibrate_threshold(s.m, share) for s in states]
+        scored_taus = [calibrate_threshold(s.m[scored_at[valid]], share) for s in states]
         k = round((1 - share) * d_ff)
         rules = {"threshold": [lambda x, m, t=t: m.abs() > t for t in taus],
                  "top_k": [lambda x, m: top_k_mask(m.abs(), k)] * len(states),
-                 "random": [lambda x, m, t=t: random_like(m.abs() > t, gen) for t in taus]}
+                 "random": [lambda x, m, t=t: random_like(m.abs() > t, gen) for t in taus],
+                 "scored_tau": [lambda x, m, t=t: m.abs() > t for t in scored_taus]}
         scored = {"threshold": scored_kept(model, data, rules["threshold"])}
         matched = [round(c.double().mean().item()) for c in scored["threshold"][1]]
         rules["matched"] = [lambda x, m, n=n: torch.where(scored_at[..., None], top_k_mask(m.abs(), n),
                                                           top_k_mask(m.abs(), k)) for n in matched]
-        for rule in ("top_k", "matched", "random"):
+        for rule in ("top_k", "matched", "random", "scored_tau"):
             scored[rule] = scored_kept(model, data, rules[rule])
         out[f"{share:g}"] = {"loss": {rule: scored[rule][0] for rule in SKIP_RULES},
                              "kept": {rule: [c.double().mean().item() for c in scored[rule][1]] for rule in SKIP_RULES},

@@ -132,6 +132,8 @@ def test_threshold_sweep_counts_what_each_rule_keeps(data):
     assert most["kept"]["top_k"] == [48.0, 48.0]
     assert [round(k) for k in most["kept"]["threshold"]] == [round(k) for k in most["kept"]["matched"]]
     assert most["loss"]["random"] > most["loss"]["threshold"]
+    assert nothing["kept"]["scored_tau"] == [192.0, 192.0]
+    assert [round(k) for k in most["kept"]["scored_tau"]] == [48, 48]      # a quarter of the scored entries kept
 
 
 def test_country_positions_start_at_the_subject(data):
