@@ -168,7 +168,7 @@ def scored_kept(model: nn.Module, data, rules: Sequence[Rule]) -> tuple[float, l
 
 #: the rules of ``threshold_sweep``, as the notebook names them
 SKIP_RULES = {"threshold": "threshold", "top_k": "top-k", "matched": "top-k, matched where scored",
-              "random": "random"}
+              "random": "random", "scored_tau": "threshold, calibrated where scored"}
 
 
 def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequence[float], seed: int = 0) -> dict:
@@ -180,7 +180,8 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
     * ``"matched"``: top-k, except at the scored positions (``data.answer_pos``), where each token keeps its
       largest ``|m_i|``, as many as the threshold keeps there on average in that layer: top-k with the threshold's
       count only where the loss is measured (every other position keeps top-k's count);
-    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random.
+    * ``"random"``: the control, each token as many neurons as the threshold keeps, chosen at random;
+    * ``"scored_tau"``: the threshold rule with ``τ`` calibrated on the scored positions' entries only.
 
     Returns ``{"dense": loss, "by_share": {"0.7": {"loss": {rule: loss}, "kept": {rule: [mean per layer]},
     "fewest": [threshold's fewest kept per layer]}, ...}}``; ``seed`` seeds the random control of each share.
@@ -192,15 +193,17 @@ def threshold_sweep(model: nn.Module, data, valid: torch.Tensor, shares: Sequenc
     for share in shares:
         gen = torch.Generator().manual_seed(seed)
         taus = [calibrate_threshold(s.m, share) for s in states]
+        scored_taus = [calibrate_threshold(s.m[scored_at[valid]], share) for s in states]
         k = round((1 - share) * d_ff)
         rules = {"threshold": [lambda x, m, t=t: m.abs() > t for t in taus],
                  "top_k": [lambda x, m: top_k_mask(m.abs(), k)] * len(states),
-                 "random": [lambda x, m, t=t: random_like(m.abs() > t, gen) for t in taus]}
+                 "random": [lambda x, m, t=t: random_like(m.abs() > t, gen) for t in taus],
+                 "scored_tau": [lambda x, m, t=t: m.abs() > t for t in scored_taus]}
         scored = {"threshold": scored_kept(model, data, rules["threshold"])}
         matched = [round(c.double().mean().item()) for c in scored["threshold"][1]]
         rules["matched"] = [lambda x, m, n=n: torch.where(scored_at[..., None], top_k_mask(m.abs(), n),
                                                           top_k_mask(m.abs(), k)) for n in matched]
-        for rule in ("top_k", "matched", "random"):
+        for rule in ("top_k", "matched", "random", "scored_tau"):
             scored[rule] = scored_kept(model, data, rules[rule])
         out[f"{share:g}"] = {"loss": {rule: scored[rule][0] for rule in SKIP_RULES},
                              "kept": {rule: [c.double().mean().item() for c in scored[rule][1]] for rule in SKIP_RULES},
@@ -292,6 +295,23 @@ def sentence_union(active: torch.Tensor, valid: torch.Tensor, *, draws: int = 20
     gen = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, active.shape[0], (draws, *valid.shape), generator=gen)
     return own, (active[rows] & first[..., None]).any(dim=2).double().mean().item()
+
+
+def position_matched_union(active: torch.Tensor, valid: torch.Tensor, *, draws: int = 20, seed: int = 0) -> float:
+    """``sentence_union``'s control without the template: for each sentence and each of its positions ``t``, the
+    token at ``t`` of a sentence drawn at random (among those reaching ``t``); the mean share of neurons fired by
+    at least one of them, over sentences and ``draws``. Same ``active (P, d_ff)`` and ``valid (N, T)``."""
+    validate.positive_int("draws", draws)
+    full = torch.zeros(*valid.shape, active.shape[-1], dtype=torch.bool)
+    full[valid] = active
+    gen = torch.Generator().manual_seed(seed)
+    picked = torch.zeros(draws, *full.shape, dtype=torch.bool)                     # (draws, N, T, d_ff)
+    for t in range(valid.shape[1]):
+        reach = valid[:, t].nonzero().flatten()
+        if len(reach):
+            rows = reach[torch.randint(0, len(reach), (draws, valid.shape[0]), generator=gen)]
+            picked[:, :, t] = full[rows, t] & valid[:, t, None]
+    return picked.any(dim=2).double().mean().item()
 
 
 def expected_union(rates: torch.Tensor, batch_size: int) -> float:
@@ -438,7 +458,9 @@ def _relufication_runs(data, valid, seeds, steps, progress) -> dict:
         shipped = load_fact_model(data, seed)[0]
         relu_model, losses = relufied(data, seed, "relu", steps=steps, lr=lrs["relu"])
         tuned = arm(relu_model, losses)
-        tuned["sentence_union"] = [sentence_union(s.m > 0, valid) for s in layer_states(relu_model, data.ids, valid)]
+        states = layer_states(relu_model, data.ids, valid)
+        tuned["sentence_union"] = [sentence_union(s.m > 0, valid) for s in states]
+        tuned["position_matched_union"] = [position_matched_union(s.m > 0, valid) for s in states]
         runs.append({"seed": seed, "gelu": arm(shipped), "relu_swapped": arm(with_activation(shipped, "relu")),
                      "relu_tuned": tuned, "gelu_tuned": arm(*relufied(data, seed, "gelu", steps=steps, lr=lrs["gelu"]))})
     return {"seeds": list(seeds), "steps": steps, "lr": lrs,

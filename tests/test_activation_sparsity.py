@@ -8,8 +8,8 @@ from helpers.activation_sparsity import (RESULTS_PATH, SKIP_RULES, TRAINED_ACTIV
                                          batch_union, calibrate_threshold, country_positions, country_split,
                                          dead_share, expected_union, fact_model_with, ffn_weights_read,
                                          layer_states, load_results, make_results, random_like, recall,
-                                         sentence_union, silent_share, skipping, table, threshold_sweep,
-                                         top_k_mask, train_predictor, with_activation)
+                                         position_matched_union, sentence_union, silent_share, skipping, table,
+                                         threshold_sweep, top_k_mask, train_predictor, with_activation)
 from helpers.activations import get_activation
 from helpers.fact_model import untrained_fact_model
 from helpers.facts import load_facts, make_dataset
@@ -132,6 +132,8 @@ def test_threshold_sweep_counts_what_each_rule_keeps(data):
     assert most["kept"]["top_k"] == [48.0, 48.0]
     assert [round(k) for k in most["kept"]["threshold"]] == [round(k) for k in most["kept"]["matched"]]
     assert most["loss"]["random"] > most["loss"]["threshold"]
+    assert nothing["kept"]["scored_tau"] == [192.0, 192.0]
+    assert [round(k) for k in most["kept"]["scored_tau"]] == [48, 48]      # a quarter of the scored entries kept
 
 
 def test_country_positions_start_at_the_subject(data):
@@ -147,6 +149,11 @@ def test_sentence_union_against_random_tokens():
     distinct = torch.eye(5, 4, dtype=torch.bool)                         # each token its own neuron (the last none)
     own, rand = sentence_union(distinct, valid, draws=200)
     assert own == pytest.approx((2 / 4 + 2 / 4) / 2) and rand < own
+    assert position_matched_union(distinct, valid, draws=50) == pytest.approx(own)    # each position its neuron
+    by_position = torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]).bool()
+    assert position_matched_union(by_position, valid) == pytest.approx((2 / 4 + 3 / 4) / 2)
+    with pytest.raises(ValueError, match="draws"):
+        position_matched_union(distinct, valid, draws=0)
 
 
 def test_table_aligns_columns():
@@ -162,7 +169,7 @@ def test_make_results_small_run_and_one_part_again(tmp_path):
     assert len(relu["silent"]) == len(results["training"]["checkpoints"]) and len(relu["silent"][0]) == 2
     tuned = results["relufication"]["runs"][0]["relu_tuned"]
     assert set(results["relufication"]["runs"][0]) == {"seed", "gelu", "relu_swapped", "relu_tuned", "gelu_tuned"}
-    assert len(tuned["sentence_union"]) == 2
+    assert len(tuned["sentence_union"]) == 2 and len(tuned["position_matched_union"]) == 2
     assert set(results["predictor"]["runs"][0]["by_rank"]) == {"1", "8"}
     assert set(results["thresholds"]["runs"][0]["by_share"]) == {"0.5", "0.9"}
     again = make_results([1], parts=["thresholds"], quick=True, path=path, progress=False)
