@@ -56,6 +56,16 @@ def test_course_shape(path):
     assert f"notebooks/{path.name}" in README, "the README's notebook table should list it"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_sections_are_numbered_1_to_n_and_every_section_cited_exists(path):
+    """An edit that drops a heading leaves cells without their introduction and "section N" pointing nowhere."""
+    text = "\n".join(source(c) for c in load(path)["cells"] if c["cell_type"] == "markdown")
+    numbers = [int(n) for n in re.findall(r"^## (\d+)\.", text, re.M)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"sections numbered {numbers}"
+    cited = {int(n) for n in re.findall(r"(?<!notebook \d\d.s )\bsection (\d+)", text)}
+    assert cited <= set(numbers), f"cites section(s) {sorted(cited - set(numbers))}, which do not exist"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
 def test_committed_executed_and_clean(path):
     for i, cell in enumerate(load(path)["cells"]):
