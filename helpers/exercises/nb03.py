@@ -687,6 +687,7 @@ check_relation_profile = Exercise(
                 (c.args[0].masked_fill(~c.args[1].unsqueeze(-1), -2.0) < -1).all())),
             Corner("valid allows the last position", lambda c: bool(c.args[1][:, -1].any())),
         )),
+    returns=tensor_dtype(torch.float32, advice="Keep the coefficients' dtype (float32)."),
 )
 
 # --------------------------------------------------------------------------------------------
