@@ -69,8 +69,10 @@ class Hardware:
 H100_SXM = Hardware("H100 SXM, bf16 dense", 989e12, 3.35e12)
 #: The same datasheet's FP8 Tensor Core peak, 3,958 TFLOP/s "with sparsity" (dense: half, 1,979): twice bf16's.
 H100_SXM_FP8 = Hardware("H100 SXM, fp8 dense", 1979e12, 3.35e12)
-#: H100 SXM datasheet: 80 GB of HBM3 per GPU.
+#: H100 SXM datasheet: 80 GB of HBM3 per GPU (the product's label; the device holds more, below).
 H100_SXM_MEMORY = 80e9
+#: What ``nvidia-smi`` reports for an "H100 80GB HBM3": 81,559 MiB = 85.52e9 bytes (NVIDIA/nccl issue #1264).
+H100_SXM_MEMORY_REPORTED = 81559 * 2 ** 20
 #: NVLink 4 on an H100 SXM: 900 GB/s per GPU in total, 450 GB/s in each direction (datasheet).
 NVLINK4_PER_DIRECTION = 450e9
 #: One InfiniBand NDR port (ConnectX-7): 400 Gb/s = 50 GB/s in each direction.
@@ -187,13 +189,15 @@ def roofline(intensity: float | Sequence[float], peak_flops: float, bandwidth: f
 
 
 def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, str, Sequence[tuple[float, str]]]],
-                  *, intensity_range: tuple[float, float] = (0.5, 2e4)):
+                  *, intensity_range: tuple[float, float] = (0.5, 2e4), hollow: Sequence[str] = (),
+                  hollow_label: str | None = None):
     """Draw the roofline of each device on ``ax`` and place points on the first device's roof.
 
     Log-log axes: attainable TFLOP/s ``min(peak, bandwidth · I)`` against the intensity ``I`` (FLOPs per byte)
     over ``intensity_range``, one line per device, its ridge dotted. ``groups`` holds
     ``(legend label, colour, [(intensity, point label), ...])``: each point is drawn at the first device's
-    attainable FLOP/s for its intensity and labelled beside it. Returns ``ax``.
+    attainable FLOP/s for its intensity and labelled beside it. Points whose label is in ``hollow`` (e.g. steps
+    that do not fit in memory) are drawn as open circles, with one legend entry ``hollow_label``. Returns ``ax``.
     """
     if not hardware:
         raise ValueError("hardware: expected at least one Hardware, got an empty sequence")
@@ -211,10 +215,16 @@ def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, 
     for index, (label, color, points) in enumerate(groups):
         xs = [i for i, _ in points]
         ys = [f / 1e12 for f in roofline(xs, first.flops, first.memory_bandwidth)]
-        ax.plot(xs, ys, "o", color=color, ms=8, mec="black", label=label, zorder=3)
+        filled = [(x, y) for x, y, (_, text) in zip(xs, ys, points) if text not in hollow]
+        ax.plot(*zip(*filled) if filled else ([], []), "o", color=color, ms=8, mec="black", label=label, zorder=3)
+        if len(filled) < len(points):
+            ax.plot(*zip(*[(x, y) for x, y, (_, text) in zip(xs, ys, points) if text in hollow]), "o", mfc="white",
+                    mec=color, mew=2, ms=8, zorder=3)
         for x, y, (_, text) in zip(xs, ys, points):
             ax.annotate(text, (x, y), textcoords="offset points", fontsize=8, color=color,
                         xytext=(-8, 7) if index % 2 == 0 else (6, -13), ha="right" if index % 2 == 0 else "left")
+    if hollow and hollow_label:
+        ax.plot([], [], "o", mfc="white", mec="black", mew=2, ms=8, label=hollow_label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set(xlim=intensity_range, xlabel="arithmetic intensity (FLOPs per byte read from memory)",

@@ -11,15 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.chunking import peak_saved_bytes
+from fractions import Fraction
+
+from helpers.costs import ffn_flops_per_token
 from helpers.exercises import nb06 as ex
 from helpers.exercises.engine import FAILED, PASSED
+from helpers.tensor_parallel import tensor_parallel_bytes_per_token
 
 ROOT = Path(__file__).resolve().parent.parent
 
 EXERCISES = {
     "flops": ex.check_model_flops,
-    "chunks": ex.check_fewest_chunks,
+    "degree": ex.check_tp_degree,
     "tp": ex.check_tensor_parallel,
     "splits": ex.check_split_sizes,
     "intensity": ex.check_moe_intensity,
@@ -29,7 +32,7 @@ EXERCISES = {
 #: a wrong answer that is not one of the listed mistakes, for every exercise
 UNLISTED_WRONG = {
     "flops": lambda *a: ex.model_flops_reference(*a) + 1,
-    "chunks": lambda *a: ex.fewest_chunks_reference(*a) + 1,
+    "degree": lambda *a: ex.largest_tp_degree_reference(*a) + 1,
     "splits": lambda ei, kept, e, w: [int(kept.sum())] + [0] * (w - 1),
     "tp": lambda *a: (ex.tensor_parallel_reference(*a)[0][::-1], ex.tensor_parallel_reference(*a)[1]),
     "intensity": lambda *a: 1.5 * ex.intensity_reference(*a),
@@ -80,66 +83,76 @@ def test_flops_a_float_result_fails_naming_the_python_int_and_the_llama3_8b_figu
     assert round(full / (6 * n_matrix), 3) == 1.308
 
 
-# ----------------------------------------------------------------------------- 2. the fewest checkpointed chunks
+# ----------------------------------------------------------------------------- 2. the largest hidden TP degree
 
-def _brute_force(n_tokens, d_model, d_ff, variant, budget_bytes):
-    for n in range(1, n_tokens + 1):
-        if peak_saved_bytes(n_tokens, d_model, d_ff, variant, n) <= budget_bytes:
-            return n
-    return 0
+def _by_the_library(d_model, d_ff, k, gated, s, link_ratio, max_ranks):
+    """The largest R by the notebook's own counters (cell 35): a rank's FLOPs over its bytes sent, in fractions."""
+    best = 1
+    flops = k * ffn_flops_per_token(d_model, d_ff, gated=gated, backward=True)
+    for r in range(2, max_ranks + 1):
+        sent = Fraction(tensor_parallel_bytes_per_token(d_model, r, bytes_per_element=s, backward=True)).limit_denominator(r)
+        if Fraction(flops, r) / sent < link_ratio:
+            break
+        best = r
+    return best
 
 
-def test_fewest_chunks_reference_agrees_with_the_library_formula_on_every_case_and_more():
-    for case in ex.check_fewest_chunks.cases():
-        if case.args[0] <= 5000:
-            assert ex.fewest_chunks_reference(*case.args) == _brute_force(*case.args), case.note
+def test_tp_degree_reference_is_the_largest_R_by_the_library_counts():
+    for case in ex.check_tp_degree.cases():
+        assert ex.largest_tp_degree_reference(*case.args) == _by_the_library(*case.args), case.note
     gen = torch.Generator().manual_seed(0)
     for _ in range(200):
-        t, d = int(torch.randint(1, 300, (1,), generator=gen)), int(torch.randint(1, 20, (1,), generator=gen))
-        f = int(torch.randint(1, 80, (1,), generator=gen))
-        variant = ex.VARIANTS_SAVED[int(torch.randint(0, 3, (1,), generator=gen))]
-        budget = int(torch.randint(0, peak_saved_bytes(t, d, f, variant, 1) + 50, (1,), generator=gen))
-        assert ex.fewest_chunks_reference(t, d, f, variant, budget) == _brute_force(t, d, f, variant, budget)
+        draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
+        args = (draw(1, 300), draw(1, 5000), draw(1, 9), bool(draw(0, 2)), [1, 2, 4][draw(0, 3)], draw(1, 3000),
+                draw(1, 70))
+        assert ex.largest_tp_degree_reference(*args) == _by_the_library(*args), args
 
 
-def test_fewest_chunks_cases_cover_thresholds_impossible_budgets_and_every_variant():
-    cases = ex.check_fewest_chunks.cases()
-    answers = [ex.fewest_chunks_reference(*c.args) for c in cases]
-    assert 0 in answers and 1 in answers, "nothing fits; everything fits"
-    assert any(a == c.args[0] and a > 1 for a, c in zip(answers, cases)), "one token per chunk"
-    assert any(peak_saved_bytes(*c.args[:4], a) == c.args[4] for a, c in zip(answers, cases) if a), "peak == budget"
-    assert any(c.args[0] == 1 for c in cases), "a single token"
-    assert {c.args[3] for c in cases} == set(ex.VARIANTS_SAVED)
-    assert any(c.args[4] % 4 for c in cases), "a budget that is not a multiple of 4"
-    assert any(a > 1 and c.args[0] % a for a, c in zip(answers, cases)), "uneven chunks"
-
-
-def test_fewest_chunks_cases_hold_a_fractional_capacity_at_the_threshold():
-    """Room for 3.5 tokens per chunk: ceil(n_tokens / 3.5) chunks are one too few."""
-    fractional = [c for c in ex.check_fewest_chunks.cases()
-                  if (c.args[4] / 4 - c.args[0] * c.args[1]) % (ex._hidden_per_token(c.args[3]) * c.args[2])
-                  and ex._fewest(*c.args, whole_tokens=False) != ex.fewest_chunks_reference(*c.args)]
-    assert len(fractional) >= 2 and any(c.args[0] <= 100 for c in fractional)
+def test_tp_degree_cases_hold_the_notebooks_numbers():
+    """Cell 36: Mixtral's experts hide up to R = 30 by bytes behind NVLink, capped at its 8 GPUs; 4 over InfiniBand."""
+    answers = {c.args: ex.largest_tp_degree_reference(*c.args) for c in ex.check_tp_degree.cases()}
+    assert answers[(4096, 14336, 2, True, 2, 2198, 8)] == 8 and answers[(4096, 14336, 2, True, 2, 2198, 64)] == 30
+    assert answers[(4096, 14336, 2, True, 2, 19780, 64)] == 4
 
 
 def _hint(result):
     return result.message.split("Likely mistake: ")[1] if "Likely mistake: " in result.message else None
 
 
-def test_fewest_chunks_floor_and_fractional_capacity_hints_go_to_their_own_mistakes_only():
-    hints = {name: hint for hint, name in zip([h for h, _ in ex.check_fewest_chunks.mistakes],
-                                              ["none", "floor", "fractional", "kept", "k", "twice", "strict", "bytes"])}
-    floor = ex.check_fewest_chunks.evaluate(lambda *a: ex._fewest(*a, floor=True))
-    fractional = ex.check_fewest_chunks.evaluate(lambda *a: ex._fewest(*a, whole_tokens=False))
-    assert _hint(floor) == hints["floor"] and _hint(fractional) == hints["fractional"]
-    # the floor mistake on small inputs only: the model does not reproduce the learner everywhere, so no hint
-    partly = ex.check_fewest_chunks.evaluate(
-        lambda *a: ex._fewest(*a, floor=True) if a[0] < 50 else ex.fewest_chunks_reference(*a))
-    assert partly.status == FAILED and _hint(partly) is None
+def _learner_degree(d_model, d_ff, k, gated, bytes_per_element, link_ratio, max_ranks, *, split_flops=True,
+                    passes=2, ring=True, op="ge", use_k=True, cap=True, matrices=None, s=None, start=1):
+    """A learner's float loop over R, one sentence of the statement changed at a time."""
+    matrices = (3 if gated else 2) if matrices is None else matrices
+    s = bytes_per_element if s is None else s
+    best = start
+    for r in range(2, (max_ranks if cap else 10 ** 6) + 1):
+        flops = 6 * matrices * (k if use_k else 1) * d_model * d_ff / (r if split_flops else 1)
+        sent = passes * 2 * ((r - 1) / r if ring else 1) * d_model * s
+        if not (flops / sent >= link_ratio if op == "ge" else flops / sent > link_ratio):
+            break
+        best = r
+    return best
 
 
-def test_fewest_chunks_a_loop_over_n_passes_within_the_time_limit():
-    assert ex.check_fewest_chunks.evaluate(_brute_force).status == PASSED
+def test_tp_degree_a_float_loop_and_a_closed_form_pass():
+    assert ex.check_tp_degree.evaluate(_learner_degree).status == PASSED
+    closed = lambda d, f, k, g, s, rho, cap: min(cap, 1 + math.floor((18 if g else 12) * k * f / (4 * s * rho)))  # noqa: E731
+    assert ex.check_tp_degree.evaluate(closed).status == PASSED
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(split_flops=False), "1/R of a token's FLOPs"), (dict(passes=1), "two all-reduces"),
+    (dict(ring=False), "ring all-reduce"), (dict(op="gt"), "at least"), (dict(use_k=False), "k experts"),
+    (dict(cap=False), "max_ranks"), (dict(matrices=3), "read `gated`"), (dict(matrices=2), "12·d_model·d_ff"),
+    (dict(s=1), "bytes_per_element"), (dict(start=0), "never 0")])
+def test_tp_degree_natural_wrong_answers_fail_with_their_hint(change, words):
+    _hinted(ex.check_tp_degree, lambda *a, c=change: _learner_degree(*a, **c), words)
+
+
+def test_tp_degree_a_float_or_a_numpy_int_fails_as_a_type():
+    for convert in (float, np.int64):
+        result = ex.check_tp_degree.evaluate(lambda *a, c=convert: c(_learner_degree(*a)))
+        assert (result.status, result.reason) == (FAILED, "type"), result.message
 
 
 # ----------------------------------------------------------------------------- 3. tensor parallel by hand
@@ -273,8 +286,11 @@ def test_every_exercise_is_listed_in_order_and_declares_a_domain_its_cases_respe
         n_layers, d, heads, kv, d_ff, n_ctx, training = c.args
         assert min(n_layers, d, heads, kv, d_ff, n_ctx) >= 1 and d % heads == 0 and heads % kv == 0
         assert isinstance(training, bool) and all(type(a) is int for a in c.args[:6])
-    for c in ex.check_fewest_chunks.cases():
-        assert min(c.args[:3]) >= 1 and c.args[3] in ex.VARIANTS_SAVED and c.args[4] >= 0
+    for c in ex.check_tp_degree.cases():
+        d, f, k, gated, size, ratio, cap = c.args
+        assert all(type(a) is int for a in (d, f, k, size, ratio, cap)) and isinstance(gated, bool)
+        assert d >= 1 and 1 <= f <= 10 ** 6 and 1 <= k <= 256 and size in (1, 2, 4) and 1 <= ratio <= 10 ** 5
+        assert 1 <= cap <= 1024
     for c in ex.check_tensor_parallel.cases():
         x, w1, b1, w2, b2, parts = c.args
         assert 1 <= parts <= w1.shape[0] and w2.shape == (x.shape[1], w1.shape[0]) and b2.shape == (x.shape[1],)
@@ -330,26 +346,6 @@ def test_flops_natural_wrong_answers_fail_with_their_hint(change, words):
 def test_flops_head_size_with_true_division_passes_within_the_declared_domain():
     assert ex.check_model_flops.evaluate(
         lambda L, d, h, kv, f, t, tr: int(_learner_flops(L, d, h, kv, f, t, tr))).status == PASSED
-
-
-def _learner_chunks(n_tokens, d_model, d_ff, variant, budget_bytes, *, h=None, op="le", stop=0, none=0, kept=True,
-                    size="ceil", bytes_per=4):
-    h = {"relu": 1, "gelu": 2, "swiglu": 4}[variant] if h is None else h
-    for n in range(1, n_tokens + 1 - stop):
-        chunk = -(-n_tokens // n) if size == "ceil" else n_tokens // n
-        peak = bytes_per * ((n_tokens * d_model if kept else 0) + chunk * h * d_ff)
-        if (peak <= budget_bytes) if op == "le" else (peak < budget_bytes):
-            return n
-    return n_tokens if none == "all" else 0
-
-
-def test_fewest_chunks_natural_wrong_answers_fail_with_their_hint_or_their_case():
-    for change, words in [(dict(size="floor"), "ceil(n_tokens / n)"), (dict(op="lt"), "<="),
-                          (dict(none="all"), "return 0"), (dict(kept=False), "kept inputs"), (dict(h=2), "variant"),
-                          (dict(bytes_per=1), "in bytes")]:
-        _hinted(ex.check_fewest_chunks, lambda *a, c=change: _learner_chunks(*a, **c), words)
-    stops_early = ex.check_fewest_chunks.evaluate(lambda *a: _learner_chunks(*a, stop=1))
-    assert stops_early.status == FAILED and "one token per chunk" in stops_early.message
 
 
 def _learner_tp(x, w1, b1, w2, b2, n_parts, *, blocks="split", b2_every=False, approximate="none"):
@@ -428,9 +424,9 @@ def test_decode_cases_respect_the_declared_bounds_and_hold_the_llama_crossover()
     for c in ex.check_decode_batch.cases():
         t, ctx, n, s, layers, d, kv = c.args
         assert all(type(a) is int for a in c.args)
-        assert 1 <= t <= 1000 and 0 <= ctx <= 131072 and 1 <= n <= 10 ** 12 and s in (1, 2, 4)
-        assert 1 <= layers <= 200 and 1 <= d <= 32768 and 1 <= kv <= 10 ** 7
-        assert t * s * n < 2 ** 53
+        assert 1 <= t <= 1000 and 0 <= ctx <= 131072 and 1 <= n <= 10 ** 12 and s in (1, 2, 4, 64)
+        assert layers >= 1 and d >= 1 and kv >= 1          # "the others >= 1"
+    assert any(c.args[0] * c.args[3] * c.args[2] > 2 ** 53 for c in ex.check_decode_batch.cases())
     llama = tuple(ex.LLAMA3_8B_DECODE.values())
     assert ex.decode_batch_reference(295, 393, *llama) > 0 == ex.decode_batch_reference(295, 394, *llama)
     from helpers.inference import H100_SXM, decode_intensity_limit, dense_param_counts
@@ -439,23 +435,24 @@ def test_decode_cases_respect_the_declared_bounds_and_hold_the_llama_crossover()
     assert decode_intensity_limit(393) >= H100_SXM.ridge > decode_intensity_limit(394)   # the library agrees
 
 
-def test_decode_float_division_and_bisection_answers_pass():
+def test_decode_float_division_fails_by_name_and_an_integer_bisection_passes():
+    """Since the 64-bytes-per-weight case (target·s·n > 2**53), float division lands one off there, with its hint."""
     def with_floats(t, ctx, n, s, layers, d, kv):
         margin = 2.0 * n + 4.0 * layers * ctx * d - 1.0 * t * ctx * kv
         return 0 if margin <= 0 else int(math.ceil(t * s * n / margin))
 
     def bisection(t, ctx, n, s, layers, d, kv):
-        intensity = lambda b: b * (2 * n + 4 * layers * ctx * d) / (s * n + b * ctx * kv)   # noqa: E731
-        if ctx and (2 * n + 4 * layers * ctx * d) / (ctx * kv) <= t:
+        reaches = lambda b: b * (2 * n + 4 * layers * ctx * d) >= t * (s * n + b * ctx * kv)   # noqa: E731
+        if ctx and 2 * n + 4 * layers * ctx * d <= t * ctx * kv:
             return 0
         lo, hi = 0, 1
-        while intensity(hi) < t:
+        while not reaches(hi):
             hi *= 2
         while hi - lo > 1:
-            lo, hi = (lo, (lo + hi) // 2) if intensity((lo + hi) // 2) >= t else ((lo + hi) // 2, hi)
+            lo, hi = (lo, (lo + hi) // 2) if reaches((lo + hi) // 2) else ((lo + hi) // 2, hi)
         return hi
 
-    assert ex.check_decode_batch.evaluate(with_floats).status == PASSED
+    _hinted(ex.check_decode_batch, with_floats, "divide with integers")
     assert ex.check_decode_batch.evaluate(bisection).status == PASSED
 
 

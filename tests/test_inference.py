@@ -159,6 +159,14 @@ def test_decode_memory_is_every_weight_plus_every_cache_and_capacity_binds_befor
         largest_batch_that_fits(10, memory=0)
 
 
+def test_the_reported_h100_capacity_holds_the_8k_rows_with_under_a_gigabyte_left():
+    from helpers.inference import H100_SXM_MEMORY_REPORTED
+    assert H100_SXM_MEMORY_REPORTED == 85_520_809_984                               # 81,559 MiB
+    spare = H100_SXM_MEMORY_REPORTED - decode_step(64, 8192).memory_bytes
+    assert 0.7e9 < spare < 0.8e9                                                    # 0.74 GB beside 84.8 GB
+    assert ridge_context_that_fits(memory=H100_SXM_MEMORY_REPORTED) == (322, 1645)
+
+
 def test_plot_roofline_draws_each_roof_and_places_points_on_the_first():
     import matplotlib
     matplotlib.use("Agg")
@@ -176,6 +184,12 @@ def test_plot_roofline_draws_each_roof_and_places_points_on_the_first():
     assert list(points.get_ydata()) == [10, 100]                        # on the first roof: 10 TB/s × 1, then the peak
     assert [t.get_text() for t in ax.texts] == ["low", "high"]
     assert ax.get_xscale() == ax.get_yscale() == "log"
+    ax2 = plt.figure().add_subplot()
+    plot_roofline(ax2, [toy], [("points", "C0", [(1.0, "low"), (100.0, "high")])], intensity_range=(0.5, 1000),
+                  hollow=["high"], hollow_label="does not fit")
+    _roof, _ridge, filled, open_points, legend_only = ax2.lines
+    assert list(filled.get_ydata()) == [10] and list(open_points.get_ydata()) == [100]
+    assert open_points.get_markerfacecolor() == "white" and legend_only.get_label() == "does not fit"
     with pytest.raises(ValueError, match="hardware"):
         plot_roofline(ax, [], [])
     with pytest.raises(ValueError, match="intensity_range"):

@@ -1,6 +1,6 @@
-"""Checkers for notebook 06 (the FFN at scale): a model's FLOPs per token, the fewest checkpointed chunks
-that fit a memory budget, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of an MoE step,
-the decode batch that reaches a target intensity despite the KV cache.
+"""Checkers for notebook 06 (the FFN at scale): a model's FLOPs per token, the largest tensor-parallel degree
+whose traffic hides behind a link, a tensor-parallel split, all-to-all split sizes, the arithmetic intensity of
+an MoE step, the decode batch that reaches a target intensity despite the KV cache.
 
 Each ``check_*`` is a ``helpers.exercises.engine.Exercise``: call it with your function,
 e.g. ``check_model_flops(flops_per_token)``; it prints one line. Each declares the domain its statement allows
@@ -10,11 +10,11 @@ e.g. ``check_model_flops(flops_per_token)``; it prints one line. Each declares t
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
 
-from helpers.costs import saved_per_token
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
 from helpers.exercises.returns import python_float, python_int
 from helpers.expert_parallel import split_sizes
@@ -126,130 +126,151 @@ check_model_flops = Exercise(
     atol=0, rtol=0, domain=FLOPS_DOMAIN, returns=python_int(),
 )
 
-# ----------------------------------------------------------------------------- 2. the fewest checkpointed chunks
-
-#: hidden tensors of d_ff numbers each FFN variant keeps per token for backward (helpers.costs.saved_per_token)
-VARIANTS_SAVED = ("relu", "gelu", "swiglu")
+# ----------------------------------------------------------------------------- 2. the largest hidden TP degree
 
 
-def _hidden_per_token(variant: str) -> int:
-    return saved_per_token(variant, 1, 1) - 1
+def _tp_degree(d_model: int, d_ff: int, k: int, gated: bool, bytes_per_element: int, link_ratio: int,
+               max_ranks: int, *, per_rank: bool = True, all_reduces: int = 2, ring: bool = True, cap: bool = True,
+               strict: bool = False, matrices: int | None = None, use_k: bool = True, byte_size: int | None = None,
+               floor_at_one: bool = True) -> int:
+    """A learner's loop over R with one sentence of the statement changed (the defaults: the statement's count)."""
+    top = 6 * (matrices or (3 if gated else 2)) * (k if use_k else 1) * d_ff     # training FLOPs per token / d_model
+    s = bytes_per_element if byte_size is None else byte_size
+    if not cap:
+        return 1 + top // (4 * s * link_ratio)
+
+    def per_byte(r: int) -> Fraction:                  # FLOPs per byte sent by one of r ranks (d_model cancels)
+        return Fraction(top, r if per_rank else 1) / Fraction(all_reduces * 2 * s * (r - 1 if ring else r), r)
+
+    best = 1 if floor_at_one else 0
+    for r in range(2, max_ranks + 1):
+        if not (per_byte(r) > link_ratio if strict else per_byte(r) >= link_ratio):
+            break
+        best = r
+    return best
 
 
-def _fewest(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int, *, kept: bool = True,
-            h: int | None = None, input_twice: bool = False, floor: bool = False, strict: bool = False,
-            bytes_per_element: int = 4, none_fits: str = "zero", whole_tokens: bool = True) -> int:
-    h = _hidden_per_token(variant) if h is None else h
-    budget = budget_bytes - 1 if strict else budget_bytes
-    room = budget // bytes_per_element - (n_tokens * d_model if kept else 0)
-    largest = room // (h * d_ff + (d_model if input_twice else 0))      # tokens the recomputed chunk may hold
-    if not whole_tokens:                                               # a fractional capacity, e.g. 3.5 tokens
-        largest = (budget / bytes_per_element - (n_tokens * d_model if kept else 0)) / (h * d_ff)
-        return 0 if largest < 1 else math.ceil(n_tokens / largest)
-    if largest < 1:
-        return n_tokens if none_fits == "all" else 0
-    if floor:                                                          # chunk size taken as n_tokens // n
-        return 1 if largest >= n_tokens else n_tokens // (largest + 1) + 1
-    return -(-n_tokens // largest)                                     # ceil(n_tokens / largest)
+def largest_tp_degree_reference(d_model: int, d_ff: int, k: int, gated: bool, bytes_per_element: int,
+                                link_ratio: int, max_ranks: int) -> int:
+    """The largest tensor-parallel degree ``R`` (1 ≤ R ≤ ``max_ranks``) whose traffic hides behind a link.
 
-
-def fewest_chunks_reference(n_tokens: int, d_model: int, d_ff: int, variant: str, budget_bytes: int) -> int:
-    """The smallest ``n_chunks`` (1 ≤ n ≤ n_tokens) whose checkpointed peak fits ``budget_bytes``; 0 if none.
-
-    Peak (float32, ``torch.tensor_split`` chunks): ``4 · (n_tokens·d_model + ceil(n_tokens / n)·h·d_ff)``
-    bytes, ``h`` = 1, 2, 4 hidden tensors per token for ReLU, GELU, SwiGLU (``helpers.costs.saved_per_token``);
-    it fits when it is ``<= budget_bytes``. Python ints (and a str) in, a Python int out.
+    Training a token's ``k`` experts of width ``d_ff`` costs ``c·k·d_model·d_ff`` FLOPs (``c`` = 18 gated, 12
+    dense: 3 passes × 2 FLOPs per multiply-add × 3 or 2 matrices); a rank does ``1/R`` of them and sends
+    ``4·(R−1)/R·d_model`` numbers of ``bytes_per_element`` bytes (two ring all-reduces: after ``W2`` forward,
+    before ``W1`` backward). FLOPs per byte sent: ``c·k·d_ff / (4·s·(R−1))``, which reaches ``link_ratio`` while
+    ``R − 1 ≤ c·k·d_ff // (4·s·link_ratio)``; ``d_model`` cancels. ``R = 1`` sends nothing. Python ints (and a
+    bool) in, a Python int out.
     """
-    return _fewest(n_tokens, d_model, d_ff, variant, budget_bytes)
+    c = 18 if gated else 12
+    return min(max_ranks, 1 + c * k * d_ff // (4 * bytes_per_element * link_ratio))
 
 
-def _peak(t: int, d: int, f: int, variant: str, n: int) -> int:
-    return 4 * (t * d + -(-t // n) * _hidden_per_token(variant) * f)
+def _tp_slack(case: Case) -> tuple[int, int]:
+    """(c·k·d_ff, 4·s·link_ratio): the ratio at R is their quotient over R − 1."""
+    _d, d_ff, k, gated, s, ratio, _cap = case.args
+    return (18 if gated else 12) * k * d_ff, 4 * s * ratio
 
 
-def _fewest_cases() -> list[Case]:
-    at_8 = _peak(4096, 64, 256, "gelu", 8)                       # 2 MiB: the notebook's 8 chunks
-    return [
-        Case((4096, 64, 256, "gelu", at_8), note="T=4096, d=64, d_ff=256, GELU, a budget of exactly 8 chunks' peak"),
-        Case((4096, 64, 256, "gelu", at_8 - 1), note="the same, one byte less"),
-        Case((1000, 32, 128, "swiglu", _peak(1000, 32, 128, "swiglu", 7)), note="T=1000 (7 chunks are uneven), SwiGLU"),
-        Case((10, 4, 8, "relu", 4 * (10 * 4 + 3 * 8)), note="T=10, room for chunks of 3 tokens (ReLU)"),
-        Case((10, 4, 8, "relu", 4 * (10 * 4 + 28)), note="T=10, room for 3.5 tokens per chunk (ReLU): 3 chunks of "
-                                                         "up to 4 tokens do not fit"),
-        Case((100, 8, 16, "gelu", 4 * (100 * 8 + 400)), note="T=100, GELU, room for 12.5 tokens per chunk"),
-        Case((4096, 64, 256, "gelu", 4 * (4096 * 64 + 2 * 256)), note="room for exactly one token per chunk"),
-        Case((4096, 64, 256, "gelu", 4 * (4096 * 64 + 2 * 256) - 1), note="not even one token per chunk fits"),
-        Case((512, 16, 64, "swiglu", 10 ** 9), note="a budget far above the unchunked peak"),
-        Case((1, 8, 32, "gelu", 4 * (8 + 64) + 3), note="a single token, enough room"),
-        Case((1, 8, 32, "gelu", 4 * (8 + 64) - 1), note="a single token, not enough room"),
-        Case((131072, 4096, 14336, "swiglu", 4 * 2 ** 30), note="T=131072, d=4096, d_ff=14336, SwiGLU, 4 GiB"),
-        Case((3000, 48, 192, "relu", 2_000_003), note="T=3000, ReLU, a budget that is not a multiple of 4"),
-        Case((64, 16, 32, "gelu", 0), note="a budget of 0 bytes"),
-        Case((64, 16, 32, "relu", 4 * 64 * 16 - 4), note="a budget smaller than the kept inputs alone"),
+def _tp_uncapped(case: Case) -> int:
+    top, unit = _tp_slack(case)
+    return 1 + top // unit
+
+
+def _degree_cases() -> list[Case]:
+    mixtral = (4096, 14336, 2, True, 2)
+    cases = [
+        Case(mixtral + (2198, 8), note="Mixtral's experts (k = 2, gated, bf16) behind NVLink (2,198 FLOPs per byte), "
+                                       "at most 8 GPUs"),
+        Case(mixtral + (2198, 64), note="the same with up to 64 ranks"),
+        Case(mixtral + (19780, 64), note="Mixtral's experts behind InfiniBand (19,780 FLOPs per byte)"),
+        Case((7168, 2048, 8, True, 2, 19780, 64), note="DeepSeek-V3's experts (k = 8, d_ff = 2048) behind InfiniBand"),
+        Case((768, 3072, 1, False, 2, 19780, 8), note="a GPT-2-small dense FFN behind InfiniBand"),
+        Case((512, 1000, 1, True, 2, 250, 16), note="d_ff = 1000, gated, link ratio 250: R = 10 reaches it exactly"),
+        Case((512, 1000, 1, True, 2, 251, 16), note="the same with a link ratio of 251"),
+        Case((1024, 4096, 1, False, 4, 100, 1024), note="dense, float32, link ratio 100"),
+        Case((2048, 8192, 4, True, 1, 2198, 1024), note="k = 4, 1-byte numbers, NVLink's ratio"),
+        Case(mixtral + (2198, 1), note="a single rank allowed (max_ranks = 1)"),
+        Case((64, 64, 1, False, 2, 1, 1024), note="a link ratio of 1"),
+        Case((8192, 10 ** 6, 256, True, 1, 10 ** 5, 1024), note="d_ff = 10^6, k = 256, link ratio 10^5: capped"),
+        Case((8192, 10 ** 6, 16, True, 4, 10 ** 5, 1024), note="d_ff = 10^6, k = 16, float32, link ratio 10^5"),
+        Case((1, 1, 1, True, 1, 10 ** 5, 1024), note="d_model = d_ff = k = 1"),
+        Case((4096, 8, 1, False, 1, 1, 1024), note="d_ff = 8, dense, a link ratio of 1: R = 25 exactly"),
     ]
+    gen = torch.Generator().manual_seed(606)
+    for _ in range(3):
+        draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
+        cases.append(Case((128 * draw(1, 64), 256 * draw(1, 200), draw(1, 9), bool(draw(0, 2)), [1, 2, 4][draw(0, 3)],
+                           draw(50, 20000), [8, 16, 64, 1024][draw(0, 4)])))
+    return cases
 
 
-def _fewest_answer(case: Case) -> int:
-    return fewest_chunks_reference(*case.args)
+def _tp_answer(case: Case) -> int:
+    return largest_tp_degree_reference(*case.args)
 
 
-CHUNKS_DOMAIN = Domain(
-    allows="Python ints n_tokens, d_model, d_ff >= 1 and budget_bytes >= 0; variant one of 'relu', 'gelu', 'swiglu' "
-           "(h = 1, 2, 4); the peak 4·(n_tokens·d_model + ceil(n_tokens/n)·h·d_ff) fits when <= budget_bytes; "
-           "a Python int out (0 when nothing fits)",
+TP_DEGREE_DOMAIN = Domain(
+    allows="Python ints 1 <= d_model, 1 <= d_ff <= 10**6, 1 <= k <= 256, bytes_per_element in (1, 2, 4), "
+           "1 <= link_ratio <= 10**5, 1 <= max_ranks <= 1024, gated a bool; training FLOPs 18 (gated) or 12 "
+           "(dense) ·k·d_model·d_ff per token, 1/R per rank; 4·(R−1)/R·d_model numbers sent per token and rank; "
+           "the largest R <= max_ranks with FLOPs per byte sent >= link_ratio (R = 1 always); a Python int out",
     corners=(
-        Corner("nothing fits (answer 0)", lambda c: _fewest_answer(c) == 0),
-        Corner("everything fits unchunked (answer 1)", lambda c: _fewest_answer(c) == 1),
-        Corner("one token per chunk (answer n_tokens > 1)", lambda c: _fewest_answer(c) == c.args[0] > 1),
-        Corner("the peak equals the budget", lambda c: _fewest_answer(c) > 0 and _peak(
-            *c.args[:4], _fewest_answer(c)) == c.args[4]),
-        Corner("the budget one byte short of a peak",
-               lambda c: any(_peak(*c.args[:4], n) == c.args[4] + 1 for n in range(1, min(c.args[0], 64) + 1))),
-        Corner("a single token", lambda c: c.args[0] == 1),
-        Corner("variant relu", lambda c: c.args[3] == "relu"),
-        Corner("variant gelu", lambda c: c.args[3] == "gelu"),
-        Corner("variant swiglu", lambda c: c.args[3] == "swiglu"),
-        Corner("a budget that is not a multiple of 4", lambda c: c.args[4] % 4 != 0),
-        Corner("uneven chunks (n_tokens not a multiple of the answer)",
-               lambda c: _fewest_answer(c) > 1 and c.args[0] % _fewest_answer(c) != 0),
-        Corner("room for a fractional number of tokens per chunk, where it changes the answer",
-               lambda c: _fewest(*c.args, whole_tokens=False) != _fewest_answer(c)),
-        Corner("a budget of 0", lambda c: c.args[4] == 0),
-        Corner("a budget below the kept inputs alone", lambda c: 0 < c.args[4] < 4 * c.args[0] * c.args[1]),
-        Corner("a long sequence of a large model (T = 131072, d = 4096)", lambda c: c.args[0] >= 131072),
+        Corner("no R > 1 hides (answer 1)", lambda c: _tp_uncapped(c) == 1),
+        Corner("max_ranks binds (answer max_ranks > 1, a larger R would hide)",
+               lambda c: 1 < c.args[6] < _tp_uncapped(c)),
+        Corner("max_ranks = 1", lambda c: c.args[6] == 1),
+        Corner("an answer above 1 below max_ranks", lambda c: 1 < _tp_uncapped(c) < c.args[6]),
+        Corner("the ratio at the answer equals link_ratio (R > 1)",
+               lambda c: _tp_uncapped(c) > 1 and _tp_slack(c)[0] % _tp_slack(c)[1] == 0 and _tp_answer(c) > 1),
+        Corner("link_ratio one above a tie", lambda c: c.args[5] > 1 and _tp_slack(c)[0] % (
+            4 * c.args[4] * (c.args[5] - 1)) == 0 and _tp_slack(c)[0] // (4 * c.args[4] * (c.args[5] - 1)) > 1),
+        Corner("gated", lambda c: c.args[3] is True),
+        Corner("dense (not gated)", lambda c: c.args[3] is False),
+        Corner("bytes_per_element = 1", lambda c: c.args[4] == 1),
+        Corner("bytes_per_element = 2", lambda c: c.args[4] == 2),
+        Corner("bytes_per_element = 4", lambda c: c.args[4] == 4),
+        Corner("link_ratio = 1", lambda c: c.args[5] == 1),
+        Corner("link_ratio = 10**5", lambda c: c.args[5] == 10 ** 5),
+        Corner("d_ff = 10**6 with k = 256 (the largest products)", lambda c: c.args[1] == 10 ** 6 and c.args[2] == 256),
+        Corner("d_model = d_ff = k = 1", lambda c: c.args[0] == c.args[1] == c.args[2] == 1),
+        Corner("max_ranks = 1024", lambda c: c.args[6] == 1024),
     ))
 
 
-check_fewest_chunks = Exercise(
-    "Exercise 2 (the fewest checkpointed chunks that fit)",
-    fewest_chunks_reference,
-    _fewest_cases,
+check_tp_degree = Exercise(
+    "Exercise 2 (the largest tensor-parallel degree a link hides)",
+    largest_tp_degree_reference,
+    _degree_cases,
     mistakes=[
-        ("when even a chunk of one token does not fit, no number of chunks does: return 0, not n_tokens.",
-         lambda *a: _fewest(*a, none_fits="all")),
-        ("the recomputed chunk is the largest one, ceil(n_tokens / n) tokens, not n_tokens // n.",
-         lambda *a: _fewest(*a, floor=True)),
-        ("a chunk holds whole tokens: round the room per chunk down to the tokens that fit "
-         "(room // (h·d_ff)) before ceil(n_tokens / largest); a fractional capacity such as 3.5 tokens lets "
-         "chunks of 4 through.",
-         lambda *a: _fewest(*a, whole_tokens=False)),
-        ("checkpointing keeps every chunk's input until the backward pass: the n_tokens·d_model floats of the "
-         "kept inputs count against the budget too.",
-         lambda *a: _fewest(*a, kept=False)),
-        ("the number of d_ff-wide tensors kept per token depends on the variant: 1 for ReLU, 2 for GELU, "
-         "4 for SwiGLU (helpers.costs.saved_per_token).",
-         lambda *a: _fewest(*a, h=2)),
-        ("the recomputed chunk's input is a view of x, already kept: count its hidden tensors (h·d_ff per token) "
-         "only, not its input a second time.",
-         lambda *a: _fewest(*a, input_twice=True)),
-        ("a peak that equals the budget fits: the test is peak <= budget_bytes, not <.",
-         lambda *a: _fewest(*a, strict=True)),
-        ("the budget is in bytes: every float32 number takes 4 of them.",
-         lambda *a: _fewest(*a, bytes_per_element=1)),
+        ("under tensor parallelism a rank computes only its block of hidden units, 1/R of a token's FLOPs; counting "
+         "all of them gives expert parallelism's ratio, which does not fall to 0 as R grows.",
+         lambda *a: _tp_degree(*a, per_rank=False)),
+        ("training sends two all-reduces per token: the output's, forward (after W2), and the input gradient's, "
+         "backward (before W1): 4·(R−1)/R·d_model numbers, not 2·(R−1)/R·d_model.",
+         lambda *a: _tp_degree(*a, all_reduces=1)),
+        ("a ring all-reduce has each rank send 2·(R−1)/R of the d_model numbers, not 2·d_model: the (R−1)/R "
+         "leaves R − 1 in the denominator.",
+         lambda *a: _tp_degree(*a, ring=False)),
+        ("a gated expert has three matrices (18·d_model·d_ff training FLOPs per token), a dense one two (12·…): "
+         "read `gated`.",
+         lambda *a: _tp_degree(*a, matrices=3)),
+        ("a dense expert has two matrices: 12·d_model·d_ff training FLOPs per token, 18 only when gated.",
+         lambda *a: _tp_degree(*a, matrices=2)),
+        ("each token goes through k experts: k times the FLOPs for the same two all-reduces.",
+         lambda *a: _tp_degree(*a, use_k=False)),
+        ("the ratio is per byte: each number sent takes bytes_per_element bytes.",
+         lambda *a: _tp_degree(*a, byte_size=1)),
+        ("a ratio equal to link_ratio hides (at least, >=): the answer keeps that R.",
+         lambda *a: _tp_degree(*a, strict=True)),
+        ("R cannot pass max_ranks (the link's reach: NVLink joins 8 GPUs).",
+         lambda *a: _tp_degree(*a, cap=False)),
+        ("R = 1 sends nothing, so it always hides: the answer is at least 1, never 0.",
+         lambda *a: _tp_degree(*a, floor_at_one=False)),
     ],
-    atol=0, rtol=0, domain=CHUNKS_DOMAIN,
-    returns=python_int(),
+    atol=0, rtol=0, domain=TP_DEGREE_DOMAIN, returns=python_int(),
 )
+
+#: the name Exercise 2 had before it became the placement exercise (tests/test_returns.py still reads it)
+check_fewest_chunks = check_tp_degree
 
 # ----------------------------------------------------------------------------- 3. a tensor-parallel split
 
@@ -723,5 +744,5 @@ check_decode_batch = Exercise(
 )
 
 #: every exercise of notebook 06, in the notebook's order
-EXERCISES = [check_model_flops, check_fewest_chunks, check_tensor_parallel, check_split_sizes, check_moe_intensity,
+EXERCISES = [check_model_flops, check_tp_degree, check_tensor_parallel, check_split_sizes, check_moe_intensity,
              check_decode_batch]
