@@ -81,7 +81,7 @@ DECLARED = {
     nb07.check_paired_t: "(t, df) as Python floats", nb08.check_padding_balance: "a 0-d float32 tensor",
     nb08.check_topk_mass: "a Python float", nb08.check_score_on_input: "a Python float",
     nb10.check_skip_swiglu: "weights_read a Python int", nb05.check_balance_loss: "a 0-dim float32 tensor",
-    nb06.check_fewest_chunks: "a Python int", nb06.check_moe_intensity: "a Python float",
+    nb06.check_tp_degree: "a Python int", nb06.check_moe_intensity: "a Python float",
 }
 
 
