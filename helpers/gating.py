@@ -20,10 +20,16 @@ changed (same data, same full batch every step, same optimiser, same seed → sa
 initialisation), the answer-token loss recorded along the way. Each variant trains at *its own* learning rate,
 the best of a sweep (``RACE_LRS``) on seeds the race does not use (``TUNING_SEEDS``): a comparison of trained
 things made where each is trained. The control runs every variant at one shared rate (``RACE_SHARED_LR``). The
-sweep and both races (840 runs, about 12 min of CPU on one core: too long for a notebook) are stored in
+sweep and both races (840 runs, about 10 min of CPU on one thread, far longer in wall time on a busy machine: too long
+for a notebook) are stored in
 ``RACE_RESULTS_PATH`` and read back with ``load_race``::
 
     python -m helpers.gating --race-results    # sweep on seeds 100-104, then seeds 0-29 tuned and at 0.005
+
+The tuned arm alone on fresh seeds, at the stored race's rates, one file per block of ``FRESH_TUNED_BLOCKS``
+(``fresh_tuned_path``; ``pool_races`` joins blocks)::
+
+    python -m helpers.gating --race-results --at-stored-rates --seeds 30 31 ... 59    # and 60 ... 89
 
 (``--seeds``, ``--tuning-seeds``, ``--lrs``, ``--shared-lr``, ``--variants``, ``--steps`` and ``--out`` make a
 smaller run; the tests make one). Take-off is chaotic: the same seed on another CPU kernel
@@ -384,6 +390,14 @@ TUNING_SEEDS: tuple[int, ...] = tuple(range(100, 105))
 RACE_SHARED_LR = 0.005
 #: Where ``python -m helpers.gating --race-results`` writes the race and ``load_race`` reads it.
 RACE_RESULTS_PATH = Path(__file__).parent / "data" / "gating_race.json"
+#: Fresh seeds for the tuned arm alone, in blocks of 30 (one file per block, ``fresh_tuned_path``).
+FRESH_TUNED_BLOCKS: tuple[tuple[int, ...], ...] = (tuple(range(30, 60)), tuple(range(60, 90)))
+FRESH_TUNED_PATH = Path(__file__).parent / "data" / "gating_race_tuned_seeds_{first}-{last}.json"
+
+
+def fresh_tuned_path(seeds: Sequence[int]) -> Path:
+    """Where the tuned arm on ``seeds`` is stored (``python -m helpers.gating --race-results --at-stored-rates``)."""
+    return Path(str(FRESH_TUNED_PATH).format(first=min(seeds), last=max(seeds)))
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (up to nats)
 
 
@@ -456,6 +470,29 @@ def race_family(result: VariantComparison, suffix: str = "") -> dict[str, Paired
     return family
 
 
+def pool_races(results: Sequence[VariantComparison]) -> VariantComparison:
+    """One comparison holding the seeds of every result in ``results`` (in that order): blocks of seeds trained
+    with the same variants, learning rates and evaluation steps (e.g. the stored race and the fresh tuned blocks
+    of ``FRESH_TUNED_BLOCKS``). No sweep or control is carried over."""
+    if isinstance(results, VariantComparison) or len(results) == 0:
+        raise ValueError("results must be a non-empty list of VariantComparison")
+    first = results[0]
+    for r in results[1:]:
+        for what in ("variants", "eval_steps"):
+            if getattr(r, what) != getattr(first, what):
+                raise ValueError(f"every result must have the same {what}: {getattr(r, what)} != "
+                                 f"{getattr(first, what)}")
+        if any(r.lr(v) != first.lr(v) for v in first.variants):
+            raise ValueError("every result must train each variant at the same learning rate")
+    seeds = [s for r in results for s in r.seeds]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"the results share seeds: {sorted({s for s in seeds if seeds.count(s) > 1})}")
+    settings = {k: v for k, v in first.settings.items() if k != "environment"}
+    return VariantComparison(list(first.variants), seeds, list(first.eval_steps),
+                             {v: torch.cat([r.curves[v] for r in results]) for v in first.variants},
+                             dict(first.ffn_params), dict(first.model_params), dict(first.d_ff), settings)
+
+
 def race_comparisons(race: VariantComparison, n_seeds: int | None = None) -> dict[str, PairedDifference]:
     """The family notebook 04 reads: ``race_family`` of the race at a shared rate (``race.at_shared_lr``, names
     ending ", lr <rate>") and of the race at tuned rates (", tuned"), on their first ``n_seeds`` seeds (all: None)."""
@@ -509,14 +546,16 @@ def _rounded(rows: torch.Tensor) -> list:
     return [[round(float(x), _DIGITS) for x in row] for row in rows.tolist()]
 
 
-def save_race(result: VariantComparison, path: str | Path) -> Path:
-    """Write ``result`` (and its sweep) as JSON (losses rounded to 1e-5 nats), with the machine it ran on."""
+def save_race(result: VariantComparison, path: str | Path,
+              made_by: str = "python -m helpers.gating --race-results") -> Path:
+    """Write ``result`` (and its sweep) as JSON (losses rounded to 1e-5 nats), with the machine it ran on and the
+    command that made it (``made_by``)."""
     if not isinstance(result, VariantComparison):
         raise TypeError(f"result must be a VariantComparison, got {type(result).__name__}")
     path = Path(path)
     sweep = result.lr_sweep
     record = {
-        "made_by": "python -m helpers.gating --race-results",
+        "made_by": made_by,
         "settings": {k: v for k, v in result.settings.items() if k != "environment"},
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
                         "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": 1},
@@ -575,11 +614,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="default: the 8 variants of the notebook")
     parser.add_argument("--steps", type=int, default=RACE_SETTINGS["steps"],
                         help=f"training steps per run (default {RACE_SETTINGS['steps']})")
-    parser.add_argument("--out", default=str(RACE_RESULTS_PATH), help=f"default: {RACE_RESULTS_PATH}")
+    parser.add_argument("--at-stored-rates", action="store_true",
+                        help="no sweep, no control: train --seeds at the tuned rates of the stored race "
+                             f"({RACE_RESULTS_PATH.name}); fresh seeds for the tuned arm, e.g. --seeds 30 ... 89 "
+                             f"--out {FRESH_TUNED_PATH}")
+    parser.add_argument("--out", default=None, help=f"default: {RACE_RESULTS_PATH}, or with --at-stored-rates "
+                                                    f"{FRESH_TUNED_PATH}")
     args = parser.parse_args(argv)
     overrides = {"steps": args.steps}
     if args.steps < RACE_SETTINGS["eval_every"]:
         overrides["eval_every"] = args.steps
+    if args.at_stored_rates:
+        stored = load_race()
+        result = run_race(args.variants, args.seeds, lr={v: stored.lr(v) for v in args.variants}, **overrides)
+        out = save_race(result, args.out or fresh_tuned_path(args.seeds),
+                        made_by="python -m helpers.gating --race-results --at-stored-rates")
+        print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds at the stored tuned rates to {out}")
+        return 0
+    args.out = args.out or str(RACE_RESULTS_PATH)
     result = make_race(args.variants, args.seeds, lrs=args.lrs, tuning_seeds=args.tuning_seeds,
                        shared_lr=args.shared_lr, **overrides)
     print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds (lr swept over {len(args.lrs)} rates on "

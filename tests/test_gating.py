@@ -11,7 +11,8 @@ from helpers.gating import (GROUP, RACE_LRS, RACE_RESULTS_PATH, RACE_SEEDS, RACE
                             FusedGate, VariantComparison, answer_loss, compare_variants, fused_gate_forward,
                             gate_gradients, load_race, main, make_race, race_comparisons, race_data, race_family, run_race,
                             saved_activation_names, save_race, shazeer_family, stalled, sweep_lr, sweep_table,
-                            welch_from_summary, interval_line, failed_runs, LrSweep)
+                            welch_from_summary, interval_line, failed_runs, LrSweep, FRESH_TUNED_BLOCKS,
+                            fresh_tuned_path, pool_races)
 from helpers.stats import holm, paired_difference, welch
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -346,3 +347,38 @@ def test_catch_gate_gradients_matches_the_closed_forms_and_removes_its_hooks():
         catch_gate_gradients(FFN.from_variant("relu", d_model=8), x, target)
     with pytest.raises((TypeError, ValueError), match="target"):
         catch_gate_gradients(ffn, x, torch.randn(5, 3))
+
+
+def test_the_tuned_arm_on_fresh_seeds_command_and_pooling(tmp_path, capsys):
+    out = tmp_path / "fresh.json"
+    assert main(["--race-results", "--at-stored-rates", "--seeds", "30", "31", "--variants", "relu", "swiglu",
+                 "--steps", "3", "--out", str(out)]) == 0
+    assert "wrote 2 variants × 2 seeds at the stored tuned rates" in capsys.readouterr().out
+    made, stored = load_race(out), load_race()
+    assert made.lr_sweep is None and made.at_shared_lr is None and made.seeds == [30, 31]
+    assert {v: made.lr(v) for v in made.variants} == {v: stored.lr(v) for v in ("relu", "swiglu")}
+    direct = run_race(["relu", "swiglu"], [30, 31], lr={v: stored.lr(v) for v in ("relu", "swiglu")},
+                      steps=3, eval_every=3, progress=False)
+    for v in ("relu", "swiglu"):
+        torch.testing.assert_close(made.curves[v], direct.curves[v], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="share seeds"):
+        pool_races([direct, made])
+    other = run_race(["relu", "swiglu"], [32], lr=0.01, steps=3, eval_every=3, progress=False)
+    with pytest.raises(ValueError, match="same learning rate"):
+        pool_races([direct, other])
+    again = run_race(["relu", "swiglu"], [32], lr={v: stored.lr(v) for v in ("relu", "swiglu")},
+                     steps=3, eval_every=3, progress=False)
+    pooled = pool_races([direct, again])
+    assert pooled.seeds == [30, 31, 32] and pooled.curves["relu"].shape == (3, 2)
+    torch.testing.assert_close(pooled.curves["swiglu"][2], again.curves["swiglu"][0])
+    assert fresh_tuned_path(range(30, 60)).name == "gating_race_tuned_seeds_30-59.json"
+
+
+def test_the_stored_fresh_tuned_blocks():
+    """The fresh tuned blocks notebook 04 reads: 8 variants × 30 seeds each at the stored race's tuned rates."""
+    stored = load_race()
+    for seeds in FRESH_TUNED_BLOCKS:
+        block = load_race(fresh_tuned_path(seeds))
+        assert block.seeds == list(seeds) and block.variants == stored.variants
+        assert all(block.lr(v) == stored.lr(v) for v in stored.variants)
+        assert block.eval_steps == stored.eval_steps
