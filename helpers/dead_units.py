@@ -66,11 +66,12 @@ def _check_data(model: FFN, x: torch.Tensor, y: torch.Tensor | None = None) -> N
             raise ValueError(f"y must have the shape of x, {tuple(x.shape)}, got {tuple(y.shape)}")
 
 
-def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int, warmup: int = 0) -> list[float]:
+def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int, warmup: int = 0,
+        final: bool = False) -> list[float]:
     """Train ``model`` in place: ``steps`` full-batch SGD steps at ``lr`` (``torch.optim.SGD``, no momentum) on
     ``F.mse_loss(model(x), y)``; ``x, y`` are ``(N, d_model)``. With ``warmup = W > 0``, ``W`` steps whose learning
     rate rises linearly to ``lr`` (``lr · k / W`` at step ``k = 1 … W``) come first. Returns the loss before each
-    step (``W + steps`` values)."""
+    step (``W + steps`` values), and with ``final=True`` also the loss after the last step (one more value)."""
     _check_data(model, x, y)
     validate.positive_float("lr", lr)
     validate.non_negative_int("steps", steps)
@@ -85,6 +86,9 @@ def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int, war
             loss.backward()
             opt.step()
             losses.append(loss.item())
+    if final:
+        with torch.no_grad():
+            losses.append(F.mse_loss(model(x), y).item())
     return losses
 
 

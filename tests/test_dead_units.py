@@ -52,6 +52,15 @@ def test_sgd_is_plain_full_batch_sgd_on_the_mse():
     assert sgd(a, x, y, 0.1, 0) == []
 
 
+def test_sgd_with_final_adds_the_loss_after_the_last_step():
+    x, y = experiment_data(n=32)
+    a, b = _model(), _model()
+    losses = sgd(a, x, y, 0.1, 3, final=True)
+    assert losses[:3] == sgd(b, x, y, 0.1, 3)
+    assert losses[3] == F.mse_loss(b(x), y).item()
+    assert sgd(a, x, y, 0.1, 0, final=True) == [F.mse_loss(a(x), y).item()]
+
+
 def test_sgd_trains_with_autograd_switched_off_around_it():
     x, y = experiment_data(n=32)
     model = _model()
