@@ -15,10 +15,13 @@ dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
     control: how much a sparse code beats PCA-8 on data without sparse structure);
 
 * **convergence**: the transcoder's held-out FVU after 1/10, 1/3, 1 and 3 times the recipe's steps, and the
-  two autoencoders of the control after 3 and 10 times (``control_lengths``, ``--only-control``);
+  two autoencoders of the control after 3 and 10 times (``control_lengths``, ``--only-control``), and a third
+  on a *slot mixture* (``slot_mixture_like``: each prefix keeps its template slot, within a slot a Gaussian with
+  that slot's moments of y) after 1, 3 and 10 times (``--arms sae_slots``): how much of the edge is the slot;
 * **splicing**: the model's answers with each transcoder in place of the FFN, the FFN removed, mean-ablated;
 * **features against neurons**: ``tracking_rates`` of the transcoder's features, the layer's neurons, an
-  autoencoder on ``x`` (the FFN's input), a random dictionary, and the untrained network's neurons;
+  autoencoder on ``x`` (the FFN's input), a random dictionary, and the untrained network's neurons; the two
+  trained ones also after 3 times the steps (``tracking_lengths``, ``--only-tracking 3000``);
 
 plus the toy models of ``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer
 than the notebook trains them, and optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
@@ -28,6 +31,8 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study
     python -m helpers.dictionary_study --models 0 --layers 1 --seeds 2 --steps 60 --no-toy --out /tmp/small.json
     python -m helpers.dictionary_study --only-control      # the control's longer runs, into the file (~10 min)
+    python -m helpers.dictionary_study --only-control --arms sae_slots --lengths 1000 3000 10000   # (~5 min)
+    python -m helpers.dictionary_study --only-tracking 3000      # section 6's dictionaries 3x longer (~3 min)
 """
 
 from __future__ import annotations
@@ -41,8 +46,8 @@ from pathlib import Path
 import torch
 
 from helpers import validate
-from helpers.dictionary import (STARTS, answer_scores, fact_prefixes, ffn_io, firing_counts, fvu, held_out_split,
-                                random_dictionary, replaced_ffn, tracking_rates, train_dictionaries)
+from helpers.dictionary import (STARTS, answer_scores, fact_labels, fact_prefixes, ffn_io, firing_counts, fvu,
+                                held_out_split, random_dictionary, replaced_ffn, tracking_rates, train_dictionaries)
 from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact_model
 from helpers.memory import collect
@@ -52,8 +57,9 @@ from helpers.superposition import (best_cosines, dimensions_per_feature, feature
                                    train_toy_models)
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
-           "layer_study", "lr_sweep", "control_lengths", "toy_recovery", "make_study", "load_study", "model_means",
-           "sparse_structure_family", "superposition_family", "tracking_family", "longest", "convergence_table",
+           "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "tracking_lengths", "toy_recovery",
+           "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
+           "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
 
 STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
@@ -63,6 +69,9 @@ RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2
           "rank": 8}
 #: each arm's learning rate: the best held-out FVU on model seed 0 among ``SWEEP_LR`` (``lr_sweep``)
 ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2}
+#: the slot mixture's autoencoder: on model 0, 0.01 and 0.03 tie at 1,000 steps (held-out FVU 0.91 % and 0.90 %),
+#: and 0.01 is far better at 10,000 (FVU / its PCA-8 0.52 against 0.66): the rate that gives the control its best
+ARM_LR["sae_slots"] = 1e-2
 SWEEP_LR = (1e-2, 3e-2, 1e-1)
 #: the training lengths of the convergence check, for a recipe of 3,000 steps (scaled to the recipe's length)
 STEPS = (300, 1000, 3000, 9000)
@@ -104,6 +113,24 @@ def gaussian_like(y: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:
     cov = torch.cov(y.T) + 1e-10 * torch.eye(y.shape[1], dtype=torch.float64)
     noise = torch.randn(n, y.shape[1], generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     return (y.mean(0) + noise @ torch.linalg.cholesky(cov).T).float()
+
+
+def slot_mixture_like(y: torch.Tensor, slots: Sequence[str], wanted: Sequence[str], seed: int = 0) -> torch.Tensor:
+    """``(len(wanted), d)`` float32 samples of y's per-slot Gaussian mixture: row n is drawn from a Gaussian with
+    the mean and covariance of the rows of ``y (N, d)`` whose slot (``slots``, N labels) is ``wanted[n]`` (only
+    their mean if a slot has fewer than 3 rows, y's mean if none). Data whose only structure is which slot."""
+    if len(slots) != len(y):
+        raise ValueError(f"slots must have one label per row of y ({len(y)}), got {len(slots)}")
+    y, d = y.double(), y.shape[1]
+    generator, out = torch.Generator().manual_seed(seed), torch.empty(len(wanted), d, dtype=torch.float64)
+    for slot in sorted(set(wanted)):
+        rows = [n for n, w in enumerate(wanted) if w == slot]
+        members = y[[n for n, s in enumerate(slots) if s == slot]]
+        mean = members.mean(0) if len(members) else y.mean(0)
+        cov = torch.cov(members.T) if len(members) > 2 else torch.zeros(d, d, dtype=torch.float64)
+        root = torch.linalg.cholesky(cov + 1e-8 * torch.eye(d, dtype=torch.float64))
+        out[rows] = mean + torch.randn(len(rows), d, generator=generator, dtype=torch.float64) @ root.T
+    return out.float()
 
 
 def _r(values):
@@ -248,23 +275,53 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
 
 
 @torch.no_grad()
-def control_lengths(model, data, layer: int, seeds: Sequence[int], lengths: Sequence[int] = CONTROL_STEPS) -> dict:
-    """Held-out FVU of the control's two autoencoders (on ``y`` and on the Gaussian like ``y``, each at its
-    ``ARM_LR``) trained each of ``lengths`` steps: ``{"sae_y": {"3000": [per seed], ...}, "sae_gaussian": ...}``.
-    The same split, data and recipe as ``layer_study``; only the number of steps changes."""
+def control_lengths(model, data, layer: int, seeds: Sequence[int], lengths: Sequence[int] = CONTROL_STEPS,
+                    arms: Sequence[str] = ("sae_y", "sae_gaussian")) -> dict:
+    """Held-out FVU of the control's autoencoders (``arms``: on ``y``, on the Gaussian like ``y``, on the slot
+    mixture like ``y`` "sae_slots"; each at its ``ARM_LR``) trained each of ``lengths`` steps:
+    ``{"sae_y": {"3000": [per seed], ...}, ...}``, with "sae_slots" also ``"pca_slots"``, the slot mixture's
+    held-out PCA-8 FVU. The same split, data and recipe as ``layer_study``; only the number of steps changes."""
+    arms = [validate.one_of("arm", a, ("sae_y", "sae_gaussian", "sae_slots")) for a in arms]
     p = fact_prefixes(data)
     _, outputs = ffn_io(model, data.ids)
     y = outputs[layer][p.rows, p.positions]
     train, test = held_out_split(len(y), RECIPE["held_out"], RECIPE["split_seed"])
-    arms = {"sae_y": (y[train], y[test]), "sae_gaussian": (gaussian_like(y[train], len(train), seed=1),
-                                                           gaussian_like(y[train], len(test), seed=2))}
-    out = {arm: {} for arm in arms}
+    out: dict = {}
+    if "sae_slots" in arms:
+        slot = fact_labels(data, p.rows, p.positions)["slot"]
+        fit_slots = [slot[i] for i in train.tolist()]
+        slots = (slot_mixture_like(y[train], fit_slots, fit_slots, seed=1),
+                 slot_mixture_like(y[train], fit_slots, [slot[i] for i in test.tolist()], seed=2))
+        out["pca_slots"] = pca_fvu(*slots, RECIPE["rank"])
+    data_of = {"sae_y": lambda: (y[train], y[test]),
+               "sae_gaussian": lambda: (gaussian_like(y[train], len(train), seed=1),
+                                        gaussian_like(y[train], len(test), seed=2)),
+               "sae_slots": lambda: slots}
+    arms = {arm: data_of[arm]() for arm in arms}
+    out.update({arm: {} for arm in arms})
     for n in lengths:
         for arm, (fit, held) in arms.items():
             with torch.enable_grad():
                 ds = _dicts(fit, fit, seeds, ARM_LR[arm], n, arm)
             out[arm][str(n)] = [fvu(held, d(held)) for d in ds]
     return _r(out)
+
+
+@torch.no_grad()
+def tracking_lengths(model, data, layer: int, seeds: Sequence[int], steps: int) -> dict:
+    """``tracking_rates`` of the two trained units of section 6 (the transcoder's features and the autoencoder on
+    ``x``'s), the dictionaries trained ``steps`` steps instead of the recipe's (the longer-run check of
+    section 6; neurons and the random dictionary do not train): ``{"transcoder": [per seed], "sae_x": [...]}``."""
+    p = fact_prefixes(data)
+    inputs, outputs = ffn_io(model, data.ids)
+    x, y = inputs[layer][p.rows, p.positions], outputs[layer][p.rows, p.positions]
+    train, _ = held_out_split(len(x), RECIPE["held_out"], RECIPE["split_seed"])
+    with torch.enable_grad():
+        trained = {"transcoder": _dicts(x[train], y[train], seeds, ARM_LR["transcoder"], steps, "transcoders"),
+                   "sae_x": _dicts(x[train], x[train], seeds, ARM_LR["sae_x"], steps, "SAE on x")}
+    return _r({name: [{**rates, "judged": judged}
+                      for rates, judged in (tracking_rates(d.encode(x[p.named]), p.labels) for d in ds)]
+               for name, ds in trained.items()})
 
 
 def _toy_check(seeds: Sequence[int], steps: int) -> dict:
@@ -340,20 +397,24 @@ def longest(study: dict) -> str:
 
 def _control(study: dict, layer: int, arm: str, baseline: str, control_steps: str | None) -> list[float]:
     """One control arm's held-out FVU over its own PCA-8, per model: the recipe's run, or the one trained
-    ``control_steps`` steps (a key of ``control_steps`` in the file)."""
-    if control_steps is None:
+    ``control_steps`` steps (a key of ``control_steps`` in the file; an arm only trained there, like
+    "sae_slots", is read there at the recipe's length)."""
+    if control_steps is None and arm in study["models"]["0"][str(layer)]:
         return _relative(study, layer, arm, baseline)
+    control_steps = control_steps or str(study["recipe"]["steps"])
     return [a / b for a, b in zip(model_means(study, layer, lambda e: e["control_steps"][arm][control_steps]),
                                   model_means(study, layer, lambda e: e["dense"][baseline]))]
 
 
-def sparse_structure_family(study: dict, layers: Sequence[int] | None = None,
-                         steps: str | None = None, control_steps: str | None = None) -> dict[str, PairedDifference]:
+def sparse_structure_family(study: dict, layers: Sequence[int] | None = None, steps: str | None = None,
+                            control_steps: str | None = None, slots: bool = False) -> dict[str, PairedDifference]:
     """Section 4's comparisons (sparse structure), paired over models, in units of PCA-8's held-out FVU of y:
     the transcoder against PCA-8 (an oracle: 1.0) and against the affine map from x, and the edge of an
     autoencoder over PCA-8 on y against its edge on a Gaussian with y's mean and covariance. ``steps``: use
     the transcoders trained that long (a key of ``steps`` in the file, e.g. ``longest(study)``);
-    ``control_steps``: the two autoencoders trained that long (a key of ``control_steps``, e.g. "10000")."""
+    ``control_steps``: the two autoencoders trained that long (a key of ``control_steps``, e.g. "10000");
+    ``slots``: also the autoencoder on y against the one on the slot mixture (what is left beyond the slot), and
+    the slot mixture's against the Gaussian's."""
     layers = _layers(study, layers)
     family = {}
     for L in layers:
@@ -362,23 +423,36 @@ def sparse_structure_family(study: dict, layers: Sequence[int] | None = None,
                                         model_means(study, L, lambda e: e["dense"]["pca"]))]
         family[f"layer {L}: transcoder − PCA-8 of y"] = paired_difference(ours, [1.0] * len(ours))
         family[f"layer {L}: transcoder − affine map from x"] = paired_difference(ours, affine)
-        family[f"layer {L}: SAE on y − SAE on a Gaussian"] = paired_difference(
-            _control(study, L, "sae_y", "pca", control_steps),
-            _control(study, L, "sae_gaussian", "pca_gaussian", control_steps))
+        on_y = _control(study, L, "sae_y", "pca", control_steps)
+        gauss = _control(study, L, "sae_gaussian", "pca_gaussian", control_steps)
+        family[f"layer {L}: SAE on y − SAE on a Gaussian"] = paired_difference(on_y, gauss)
+        if slots:
+            mixture = _control(study, L, "sae_slots", "pca_slots", control_steps)
+            family[f"layer {L}: SAE on y − SAE on a slot mixture"] = paired_difference(on_y, mixture)
+            family[f"layer {L}: SAE on a slot mixture − on a Gaussian"] = paired_difference(mixture, gauss)
     return family
 
 
+def _tracking(entry: dict, unit: str, steps: str | None) -> list[dict]:
+    """A layer entry's tracking runs of ``unit``; the trained units as trained ``steps`` steps if given."""
+    if steps is not None and unit in ("transcoder", "sae_x"):
+        return entry["tracking_steps"][steps][unit]
+    return entry["tracking"][unit]
+
+
 def tracking_family(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer"),
-                    controls: Sequence[str] = ("neurons", "sae_x", "random")) -> dict[str, PairedDifference]:
+                    controls: Sequence[str] = ("neurons", "sae_x", "random"),
+                    steps: str | None = None) -> dict[str, PairedDifference]:
     """Transcoder features minus each control, the share of judged units that track each label, paired over
-    models (each model's value: the mean over its dictionary seeds)."""
+    models (each model's value: the mean over its dictionary seeds). ``steps``: the trained units (transcoder,
+    autoencoder on x) trained that long (a key of ``tracking_steps`` in the file, ``--only-tracking``)."""
     layers = _layers(study, layers)
     family = {}
     for L in layers:
         for label in labels:
-            ours = model_means(study, L, lambda e: [r[label] for r in e["tracking"]["transcoder"]])
+            ours = model_means(study, L, lambda e: [r[label] for r in _tracking(e, "transcoder", steps)])
             for control in controls:
-                theirs = model_means(study, L, lambda e: [r[label] for r in e["tracking"][control]])
+                theirs = model_means(study, L, lambda e: [r[label] for r in _tracking(e, control, steps)])
                 family[f"layer {L}, {label}: features − {control.replace('_', ' ')}"] = paired_difference(ours, theirs)
     return family
 
@@ -413,7 +487,10 @@ def floor_table(study: dict, layer: int = 1) -> str:
     lengths = [str(study["recipe"]["steps"]), *entry["control_steps"]["sae_y"]]
     lines = ["held-out FVU / its own PCA-8, mean (range) over models" + "".join(
         f"{int(n):>18,d}" for n in lengths) + " steps"]
-    for arm, base, name in (("sae_y", "pca", "SAE on y"), ("sae_gaussian", "pca_gaussian", "SAE on a Gaussian")):
+    arms = [("sae_y", "pca", "SAE on y"), ("sae_gaussian", "pca_gaussian", "SAE on a Gaussian")]
+    if "sae_slots" in entry["control_steps"]:
+        arms.insert(1, ("sae_slots", "pca_slots", "SAE on a slot mixture (y's slot means, covariances)"))
+    for arm, base, name in arms:
         cells = [_spread(_control(study, layer, arm, base, None if n == lengths[0] else n), 1.0)
                  for n in lengths]
         lines.append(f"  {name:52s}" + "".join(f"{c:>18s}" for c in cells))
@@ -462,17 +539,23 @@ def sparse_structure_table(study: dict, layers: Sequence[int] | None = None, con
 superposition_family, superposition_table = sparse_structure_family, sparse_structure_table
 
 
-def tracking_table(study: dict, layers: Sequence[int] | None = None, labels: Sequence[str] = ("relation", "answer", "slot")) -> str:
-    """Share (%) of judged units whose 10 strongest prefixes share each label, mean over models, per layer."""
+def tracking_table(study: dict, layers: Sequence[int] | None = None,
+                   labels: Sequence[str] = ("relation", "answer", "slot"),
+                   steps: str | None = None, units: Sequence[str] = UNITS) -> str:
+    """Share (%) of judged units whose 10 strongest prefixes share each label, mean over models, per layer.
+    ``steps``: the trained units as trained that long (a key of ``tracking_steps``); ``units``: the rows."""
     layers = _layers(study, layers)
     names = {"transcoder": "transcoder features", "neurons": "neurons", "sae_x": "SAE-on-x features",
              "random": "random dictionary", "untrained_neurons": "untrained network's neurons"}
+    title = "share tracking, mean over models" if steps is None else f"the same, {int(steps):,} steps"
     head = "".join(f"{f'L{L} ' + label:>12s}" for L in layers for label in labels)
-    lines = [f"{'share tracking, mean over models':32s}{head}   judged units (L{layers[0]})"]
-    for unit, name in names.items():
+    lines = [f"{title:32s}{head}   judged units (L{layers[0]})"]
+    for unit in units:
+        name = names[validate.one_of("unit", unit, names)]
         cells = "".join(f"{100 * sum(v) / len(v):11.0f}%" for L in layers for label in labels
-                        for v in [model_means(study, L, lambda e, u=unit, a=label: [r[a] for r in e["tracking"][u]])])
-        judged = model_means(study, layers[0], lambda e, u=unit: [r["judged"] for r in e["tracking"][u]])
+                        for v in [model_means(study, L,
+                                              lambda e, u=unit, a=label: [r[a] for r in _tracking(e, u, steps)])])
+        judged = model_means(study, layers[0], lambda e, u=unit: [r["judged"] for r in _tracking(e, u, steps)])
         lines.append(f"  {name:30s}{cells}   {min(judged):.0f}–{max(judged):.0f}")
     return "\n".join(lines)
 
@@ -489,20 +572,39 @@ def main(argv: Sequence[str] | None = None) -> Path:
                         help="recompute only the toy models' 3x check, in the existing file at --out")
     parser.add_argument("--only-control", action="store_true",
                         help="recompute only the control's longer runs (CONTROL_STEPS), in the existing file at --out")
+    parser.add_argument("--only-tracking", type=int, metavar="STEPS",
+                        help="recompute only section 6's trained units at STEPS steps, in the existing file at --out")
+    parser.add_argument("--arms", nargs="+", default=["sae_y", "sae_gaussian"],
+                        help="with --only-control: the autoencoders to train (sae_y, sae_gaussian, sae_slots)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(CONTROL_STEPS),
+                        help="with --only-control: the training lengths")
     parser.add_argument("--out", type=Path, default=STUDY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.only_toy:
         study = load_study(args.out)
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)
+    elif args.only_tracking:
+        study = load_study(args.out)
+        data = make_dataset(load_facts())
+        for m in progress_bar(args.models, desc=f"tracking, {args.only_tracking} steps"):
+            model = load_fact_model(data, seed=m)[0]
+            for L in args.layers:
+                study["models"][str(m)][str(L)].setdefault("tracking_steps", {})[str(args.only_tracking)] = \
+                    tracking_lengths(model, data, L, range(study["recipe"]["seeds"]), args.only_tracking)
     elif args.only_control:
         study = load_study(args.out)
         data = make_dataset(load_facts())
         for m in progress_bar(args.models, desc="control, longer runs"):
             model = load_fact_model(data, seed=m)[0]
             for L in args.layers:
-                study["models"][str(m)][str(L)]["control_steps"] = control_lengths(
-                    model, data, L, range(study["recipe"]["seeds"]))
+                entry = study["models"][str(m)][str(L)]
+                runs = control_lengths(model, data, L, range(study["recipe"]["seeds"]), args.lengths, args.arms)
+                if "pca_slots" in runs:
+                    entry["dense"]["pca_slots"] = runs.pop("pca_slots")
+                for arm, by_length in runs.items():
+                    entry.setdefault("control_steps", {}).setdefault(arm, {}).update(by_length)
+        study["arm_lr"].update({arm: ARM_LR[arm] for arm in args.arms})
     else:
         study = make_study(args.models, args.layers, args.seeds, args.steps, sweep=args.sweep, toy=not args.no_toy)
     args.out.write_text(json.dumps(study, indent=1) + "\n", encoding="utf-8")

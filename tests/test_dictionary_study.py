@@ -8,9 +8,9 @@ import torch
 from helpers.dictionary import TopKDictionary, fvu
 from helpers.dictionary_study import (ARM_LR, CONTROL_STEPS, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu,
                                       control_lengths, convergence_table, floor_table, gaussian_like, load_study,
-                                      longest, main, pca_fvu, pca_projection,
+                                      longest, main, pca_fvu, pca_projection, slot_mixture_like,
                                       sparse_structure_family, sparse_structure_table, superposition_family,
-                                      superposition_table, tracking_family, tracking_table)
+                                      superposition_table, tracking_family, tracking_lengths, tracking_table)
 from helpers.stats import holm
 
 
@@ -88,14 +88,20 @@ def test_the_control_is_in_the_file_at_every_longer_length_and_read_by_the_verdi
     for entry in study["models"].values():
         for layer in map(str, LAYERS):
             runs = entry[layer]["control_steps"]
-            assert set(runs) == {"sae_y", "sae_gaussian"}
-            assert all(set(r) == {str(n) for n in CONTROL_STEPS} and all(len(v) == RECIPE["seeds"] and 0 < min(v)
-                       for v in r.values()) for r in runs.values())
+            assert set(runs) == {"sae_y", "sae_gaussian", "sae_slots"} and 0 < entry[layer]["dense"]["pca_slots"]
+            lengths = {arm: {str(n) for n in CONTROL_STEPS} for arm in runs}
+            lengths["sae_slots"] |= {str(RECIPE["steps"])}
+            assert all(set(r) == lengths[arm] and all(len(v) == RECIPE["seeds"] and 0 < min(v)
+                       for v in r.values()) for arm, r in runs.items())
     assert superposition_family is sparse_structure_family and superposition_table is sparse_structure_table
     longer = sparse_structure_family(study, control_steps=str(CONTROL_STEPS[-1]))
     assert [d.n for d in longer.values()] == [len(MODELS)] * 3
+    with_slots = sparse_structure_family(study, control_steps=str(CONTROL_STEPS[-1]), slots=True)
+    assert list(with_slots)[:3] == list(longer) and len(with_slots) == 5
+    assert len(sparse_structure_family(study, slots=True)) == 5                  # the slot arm at the recipe's length
     table = floor_table(study)
-    assert table.count("\n") == 2 and f"{CONTROL_STEPS[-1]:,}" in table and "nan" not in table
+    assert table.count("\n") == 3 and "slot mixture" in table and f"{CONTROL_STEPS[-1]:,}" in table
+    assert "nan" not in table
     assert "10,000 st." in sparse_structure_table(study, control_steps="10000")
 
 
@@ -106,6 +112,45 @@ def test_control_lengths_trains_both_autoencoders_at_each_length():
     out = control_lengths(load_fact_model(data, seed=0)[0], data, 1, [0, 1], lengths=(5, 20))
     assert set(out) == {"sae_y", "sae_gaussian"} and all(set(r) == {"5", "20"} for r in out.values())
     assert all(len(v) == 2 and 0 < min(v) for r in out.values() for v in r.values())
+    slots = control_lengths(load_fact_model(data, seed=0)[0], data, 1, [0], lengths=(5,), arms=("sae_slots",))
+    assert set(slots) == {"sae_slots", "pca_slots"} and 0 < slots["pca_slots"] < 1 and len(slots["sae_slots"]["5"]) == 1
+    with pytest.raises(ValueError, match="arm"):
+        control_lengths(load_fact_model(data, seed=0)[0], data, 1, [0], lengths=(5,), arms=("sae_z",))
+
+
+def test_tracking_lengths_and_the_longer_tracking_in_the_file():
+    from helpers.facts import load_facts, make_dataset
+    from helpers.fact_model import load_fact_model
+    data = make_dataset(load_facts())
+    out = tracking_lengths(load_fact_model(data, seed=0)[0], data, 1, [0, 1], steps=5)
+    assert set(out) == {"transcoder", "sae_x"} and all(len(runs) == 2 for runs in out.values())
+    assert all(set(r) == {"relation", "subject", "answer", "slot", "judged"} for runs in out.values() for r in runs)
+    study = load_study()
+    assert all(set(e[str(L)]["tracking_steps"]) == {str(3 * RECIPE["steps"])} for e in study["models"].values()
+               for L in LAYERS)
+    longer = tracking_family(study, labels=("relation", "answer", "slot"), steps=str(3 * RECIPE["steps"]))
+    recipe = tracking_family(study, labels=("relation", "answer", "slot"))
+    assert list(longer) == list(recipe) and len(longer) == 9
+    name = "layer 1, relation: features − neurons"
+    assert longer[name].mean != recipe[name].mean
+    neurons = [d for n, d in longer.items() if "neurons" in n]
+    assert all(d.n == len(MODELS) for d in neurons)
+
+
+def test_slot_mixture_like_has_each_slots_moments():
+    gen = torch.Generator().manual_seed(0)
+    y = torch.cat([torch.randn(2000, 3, generator=gen) + 5, torch.randn(2000, 3, generator=gen) * 0.1,
+                   torch.full((2, 3), 7.0)])
+    slots = ["a"] * 2000 + ["b"] * 2000 + ["rare"] * 2
+    sample = slot_mixture_like(y, slots, ["b"] * 3000 + ["a"] * 3000 + ["rare", "unseen"], seed=1)
+    assert sample.shape == (6002, 3) and sample.dtype == torch.float32
+    torch.testing.assert_close(sample[3000:6000].mean(0), torch.full((3,), 5.0), atol=0.1, rtol=0)
+    torch.testing.assert_close(sample[:3000].std(0), torch.full((3,), 0.1), atol=0.01, rtol=0)
+    torch.testing.assert_close(sample[6000], torch.full((3,), 7.0), atol=1e-3, rtol=0)      # too few rows: the mean
+    torch.testing.assert_close(sample[6001], y.double().mean(0).float(), atol=1e-3, rtol=0)  # no rows: y's mean
+    assert torch.equal(sample, slot_mixture_like(y, slots, ["b"] * 3000 + ["a"] * 3000 + ["rare", "unseen"], seed=1))
+    with pytest.raises(ValueError, match="slots"):
+        slot_mixture_like(y, slots[:-1], ["a"])
 
 
 def test_a_topk_8_dictionary_of_16_atoms_is_pca_8_exactly():
