@@ -229,6 +229,11 @@ def _only_second_term(x):
     return 0.5 * x * (1.0 - t * t) * du
 
 
+def _only_first_term(x):
+    t, _ = _tanh_parts(x)
+    return 0.5 * (1.0 + t)
+
+
 def _tanh_by_exp(x):
     u = _SQRT_2_OVER_PI * (x + _C * x ** 3)
     e = torch.exp(2.0 * u)                                  # inf for large positive x: inf / inf is NaN
@@ -263,6 +268,8 @@ check_gelu_tanh_derivative = Exercise(
          _missing_three),
         ("the product rule on ½x·(1 + tanh u) has two terms: ½(1 + tanh u) + ½x·(1 − tanh²u)·u'; you kept only the "
          "second.", _only_second_term),
+        ("that is the gate ½(1 + tanh u) alone; the product rule on ½x·(1 + tanh u) adds x times the gate's own "
+         "slope: ½x·(1 − tanh²u)·u'.", _only_first_term),
         ("d/du tanh(u) = 1 − tanh²(u) (a square), not 1 − tanh(u).", _tanh_instead_of_sech2),
         (_EXP_OVERFLOW, _tanh_by_exp),
         (_EXP_OVERFLOW.replace("exp(2u) is inf once u > 355 (x above", "exp(−2u) is inf once u < −355 (x below")
