@@ -179,6 +179,8 @@ def _v3_wrong(kind: str):
         else:
             source = affinity
         weight = source.gather(1, index)
+        if kind == "softmax over chosen":                      # Mixtral's weights: a softmax of the chosen logits
+            return _dense_gates(index, torch.softmax(logits.gather(1, index), -1), logits.shape[-1])
         if kind == "normalised over all":
             weight = weight / affinity.sum(-1, keepdim=True)
         elif kind != "no normalise" and (k >= 2 or kind == "normalise at k=1"):
@@ -207,6 +209,9 @@ check_v3_gates = Exercise(
         ("the weights were divided by the sum of all E affinities; divide by the sum over the k chosen experts "
          "(and not at all when k = 1).", _v3_wrong("normalised over all")),
         ("DeepSeek-V3 scores with a sigmoid per expert, not a softmax over experts.", _v3_wrong("softmax")),
+        ("the weights are a softmax of the chosen logits (Mixtral's rule); DeepSeek-V3 weights by the sigmoid "
+         "affinities σ(logit) of the chosen experts, divided by their sum when k ≥ 2.",
+         _v3_wrong("softmax over chosen")),
         ("with k = 1 the weight was normalised to 1, which would give the router no gradient; keep the affinity "
          "σ(logit) of the one chosen expert (as Llama 4's top-1 router does) and normalise only when k ≥ 2.",
          _v3_wrong("normalise at k=1")),
