@@ -86,6 +86,11 @@ KERNEL_RERUN_PATH = Path(__file__).parent / "data" / "moe_race_default_kernel.js
 #:         --arms "no balancing" MoE "bias, softmax" "Switch loss, sigmoid" "bias, sigmoid" \
 #:         --out helpers/data/moe_race_fresh_seeds.json
 FRESH_SEEDS_PATH = Path(__file__).parent / "data" / "moe_race_fresh_seeds.json"
+#: Section 4's arms trained again at the same rates on twenty fresh seeds (300 to 319, used nowhere else)::
+#:     python -m helpers.moe_race --results --rates-from helpers/data/moe_race.json --seeds $(seq 300 319) \
+#:         --arms "no FFN (control)" "dense, width 11" MoE "dense, width 19" "MoE, top-2" fine-grained \
+#:         DeepSeekMoE "dense, width 64" --out helpers/data/moe_race_fresh_seeds_s4.json
+RACE_FRESH_SEEDS_PATH = Path(__file__).parent / "data" / "moe_race_fresh_seeds_s4.json"
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes
 
 

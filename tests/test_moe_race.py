@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.facts import load_facts
-from helpers.moe_race import (ARMS, BALANCE_PAIRS, FRESH_SEEDS_PATH, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
+from helpers.moe_race import (ARMS, BALANCE_PAIRS, FRESH_SEEDS_PATH, RACE_FRESH_SEEDS_PATH, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
                               SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, convergence_lines, load_family, load_race,
                               loss_family, main, race_figure, rerun_lines, run_race, save_race, seed_count_lines,
                               sweep, train_arm)
@@ -177,6 +177,27 @@ def test_the_fresh_seeds_are_section_5_again_at_the_same_rates(race):
         assert v[f"{s:>3} steps, load: bias, softmax − MoE"] == "not resolved"
         assert v[f"{s:>3} steps: Switch loss, sigmoid − MoE"] == v[f"{s:>3} steps: bias, sigmoid − bias, softmax"] == "higher"
     assert v["100 steps, load: bias, sigmoid − Switch loss, sigmoid"] == "lower"
+
+
+def test_the_fresh_seeds_are_section_4_again_at_the_same_rates(race):
+    """Notebook 07's fresh-seed control of section 4: its eight arms at the race's rates on seeds 300-319, used
+    nowhere else; what the notebook says of it: DeepSeekMoE's 300-step rate blows up (ends above the no-FFN
+    control's mean) in 1 of 20 shipped and 3 of 20 fresh seeds, and its win over width 19 there does not carry."""
+    fresh = load_race(RACE_FRESH_SEEDS_PATH)
+    assert fresh.budgets == race.budgets
+    for steps in race.budgets:
+        assert set(fresh.runs[steps]) == {arm for pair in RACE_PAIRS for arm in pair}
+        for name, r in fresh.runs[steps].items():
+            assert r.seeds == list(range(300, 320)) and (r.spec, r.lr) == (race.runs[steps][name].spec,
+                                                                            race.runs[steps][name].lr)
+    assert not set(range(300, 320)) & (set(SEEDS) | set(SWEEP_SEEDS) | set(range(200, 220)))
+    blown = [int((r.runs[300]["DeepSeekMoE"].final() > r.runs[300]["no FFN (control)"].final().mean()).sum())
+             for r in (race, fresh)]
+    assert blown == [1, 3]
+    mine, theirs = holm(loss_family(race, RACE_PAIRS)), holm(loss_family(fresh, RACE_PAIRS))
+    changed = {a.name for a, b in zip(mine, theirs) if a.verdict != b.verdict}
+    assert changed == {"300 steps: DeepSeekMoE − dense, width 19", "100 steps: fine-grained − MoE, top-2",
+                       "100 steps: DeepSeekMoE − fine-grained", "100 steps: MoE − dense, width 64"}
 
 
 def test_the_live_seed_reproduces_the_file(race):
