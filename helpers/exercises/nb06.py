@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
-from helpers.exercises.returns import python_float, python_int
+from helpers.exercises.returns import Returns, python_float, python_int
 from helpers.expert_parallel import split_sizes
 
 # ----------------------------------------------------------------------------- 1. FLOPs per token, Llama-style
@@ -60,7 +60,9 @@ def _flops_cases() -> list[Case]:
              Case((1, 64, 4, 2, 172, 512, False), note="one layer"),
              Case((1, 8, 2, 1, 24, 3, True), note="a tiny block: d=8, 2 heads, 1 KV head, n_ctx=3"),
              Case((3, 48, 1, 1, 130, 17, False), note="a single attention head (head size = d_model = 48)"),
-             Case((126, 16384, 128, 8, 53248, 131072, True), note="126 layers, d=16384, n_ctx=131072, training")]
+             Case((126, 16384, 128, 8, 53248, 131072, True), note="126 layers, d=16384, n_ctx=131072, training"),
+             Case((95, 12291, 51, 17, 40961, 300_000_000_001, True),
+                  note="n_ctx = 300,000,000,001, odd sizes: a count beyond 2**53, where a float loses its last digits")]
     gen = torch.Generator().manual_seed(606)
     for _ in range(3):
         heads = 2 ** int(torch.randint(1, 6, (1,), generator=gen))
@@ -92,6 +94,7 @@ FLOPS_DOMAIN = Domain(
         Corner("a large model at a long context (d = 16384, n_ctx = 131072)",
                lambda c: _flops_args(c)["d_model"] >= 16384 and _flops_args(c)["n_ctx"] >= 131072),
         Corner("d_ff not a multiple of d_model", lambda c: _flops_args(c)["d_ff"] % _flops_args(c)["d_model"] != 0),
+        Corner("a count beyond 2**53 (exact only in integers)", lambda c: model_flops_reference(*c.args) > 2 ** 53),
     ))
 
 
@@ -122,6 +125,8 @@ check_model_flops = Exercise(
          lambda *a: _llama_flops(*a[:6], a[6], factor=2 if a[6] else 1)),
         ("multiply the per-layer count by n_layers.",
          lambda *a: _llama_flops(*a, layers=False)),
+        ("your count went through floating point: above 2**53 a float cannot hold every integer, so keep the "
+         "arithmetic in integers (// rather than /).", lambda *a: int(float(model_flops_reference(*a)))),
     ],
     atol=0, rtol=0, domain=FLOPS_DOMAIN, returns=python_int(),
 )
@@ -503,6 +508,9 @@ check_split_sizes = _SplitSizesExercise(
          lambda ei, kept, e, w: torch.bincount(ei[kept] // (e // w)).tolist()),
     ],
     atol=0, rtol=0, domain=SPLITS_DOMAIN,
+    returns=Returns("a list of Python ints (or a 1-D integer tensor)",
+                    lambda v: isinstance(v, list) and all(type(i) is int for i in v),
+                    advice="Count with integers: torch.bincount gives an int64 tensor, .tolist() Python ints."),
 )
 
 # ----------------------------------------------------------------------------- 5. arithmetic intensity of an MoE step
