@@ -66,6 +66,20 @@ def test_sections_are_numbered_1_to_n_and_every_section_cited_exists(path):
     assert cited <= set(numbers), f"cites section(s) {sorted(cited - set(numbers))}, which do not exist"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_full_solutions_notebook_keeps_the_lessons_prose(path):
+    """Where the solutions notebook is a full copy (it has the lesson's sections), every markdown cell it shares
+    with the notebook (by cell id, the title aside) reads the same: a fix to the lesson must reach both."""
+    solution = NB_DIR / "solutions" / path.name
+    lesson, copy = load(path)["cells"], load(solution)["cells"]
+    if not any(source(c).startswith("## 1.") for c in copy if c["cell_type"] == "markdown"):
+        return                                                   # an exercises-only solutions notebook
+    by_id = {c.get("id"): source(c) for c in lesson if c["cell_type"] == "markdown"}
+    drifted = [c.get("id") for c in copy[1:] if c["cell_type"] == "markdown" and c.get("id") in by_id
+               and source(c) != by_id[c.get("id")]]
+    assert not drifted, f"the solutions' prose differs from the notebook's in cells {drifted}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
 def test_committed_executed_and_clean(path):
     for i, cell in enumerate(load(path)["cells"]):
