@@ -268,6 +268,8 @@ check_gelu_tanh_derivative = Exercise(
          _missing_three),
         ("the product rule on ½x·(1 + tanh u) has two terms: ½(1 + tanh u) + ½x·(1 − tanh²u)·u'; you kept only the "
          "second.", _only_second_term),
+        ("the ½ is missing: GELU's tanh form is ½x·(1 + tanh u), so its slope is half of what you return.",
+         lambda x: 2.0 * _gelu_tanh_derivative(x)),
         ("that is the gate ½(1 + tanh u) alone; the product rule on ½x·(1 + tanh u) adds x times the gate's own "
          "slope: ½x·(1 − tanh²u)·u'.", _only_first_term),
         ("d/du tanh(u) = 1 − tanh²(u) (a square), not 1 − tanh(u).", _tanh_instead_of_sech2),
