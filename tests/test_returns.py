@@ -82,6 +82,8 @@ DECLARED = {
     nb08.check_topk_mass: "a Python float", nb08.check_score_on_input: "a Python float",
     nb10.check_skip_swiglu: "weights_read a Python int", nb05.check_balance_loss: "a 0-dim float32 tensor",
     nb06.check_tp_degree: "a Python int", nb06.check_moe_intensity: "a Python float",
+    nb02.check_stack_forward: "a float32 tensor", nb02.check_contributions: "a float32 tensor",
+    nb03.check_value_logits: "float32 logits", nb03.check_relation_profile: "float32",
 }
 
 

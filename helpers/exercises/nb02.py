@@ -456,6 +456,7 @@ check_stack_forward = _make(
                      else _right(x, f, ln, l, ns, norm, res))),
     ],
     domain=_stack_domain(x_at=0, ffns_at=1),
+    returns=tensor_dtype(torch.float32, advice="Keep the inputs' dtype (float32)."),
 )
 
 # --------------------------------------------------------------------------------------------

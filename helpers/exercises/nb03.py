@@ -381,6 +381,7 @@ check_value_logits = Exercise(
             Corner("a value so small that ln_f's ε matters", lambda c: bool(
                 c.args[0].w2.weight[:, c.args[1]].var(correction=0) < 10 * c.args[2].eps)),
         )),
+    returns=tensor_dtype(torch.float32, advice="Keep the inputs' dtype (float32)."),
 )
 
 # --------------------------------------------------------------------------------------------

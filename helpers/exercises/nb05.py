@@ -524,8 +524,9 @@ check_balance_loss = _BalanceExercise(
         ("the counts of slots per expert stop at the largest expert id that was chosen, so they are shorter than "
          "E when the last experts get no slot: count over all E experts (torch.bincount(..., minlength=E), or "
          "one_hot with num_classes=E).", _counts_up_to_the_largest_index),
-        ("the value is right, but a Python float (float() or .item()) has no gradient: return the 0-dim tensor, "
-         "so the loss still pushes the router through P.", lambda probs, idx: float(_balance_loss(probs, idx))),
+        ("the value is right, but return the 0-dim tensor itself: a Python float (float() or .item()) has no "
+         "gradient, and a shape-(1,) tensor is not the 0-dim scalar a loss is.",
+         lambda probs, idx: float(_balance_loss(probs, idx))),
         ("P came from the counts too (Σ f_i·f_i); P_i is the mean router probability of expert i over the "
          "tokens, the differentiable part that carries the gradient.", _p_from_counts),
     ],
