@@ -517,7 +517,7 @@ def interval_line(family: Mapping[str, PairedDifference], names: Sequence[str], 
 
 def failed_runs(sweep: LrSweep, lr: float, threshold: float = 4.0) -> dict[str, int]:
     """Per variant, how many tuning runs at ``lr`` average above ``threshold`` nats over the run (near the
-    plateau of ln 152 ≈ 5.0: the run never took off, or it blew up after taking off)."""
+    plateau of ln 152 ≈ 5.0: a run that stalls, bounces back or takes off late)."""
     if lr not in sweep.lrs:
         raise ValueError(f"lr must be one of the sweep's rates {sweep.lrs}, got {lr!r}")
     column = sweep.lrs.index(lr)
