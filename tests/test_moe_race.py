@@ -161,16 +161,20 @@ def test_the_kernel_rerun_is_the_same_race_on_the_default_kernel(race):
     assert max(abs(a.comparison.mean - b.comparison.mean) for a, b in zip(mine, theirs)) < 0.05
 
 
+def _assert_rerun_of(race, fresh, pairs, seeds):
+    """``fresh`` runs the arms of ``pairs`` at ``race``'s budgets, specs and rates, on ``seeds``."""
+    assert fresh.budgets == race.budgets
+    for steps in race.budgets:
+        assert set(fresh.runs[steps]) == {arm for pair in pairs for arm in pair}
+        for name, r in fresh.runs[steps].items():
+            assert r.seeds == list(seeds) and (r.spec, r.lr) == (race.runs[steps][name].spec, race.runs[steps][name].lr)
+
+
 def test_the_fresh_seeds_are_section_5_again_at_the_same_rates(race):
     """Notebook 07's fresh-seed control of section 5: its five arms at the race's rates on seeds used nowhere else;
     what the notebook says of it: the bias's load gain with softmax scores is not resolved at either budget."""
     fresh = load_race(FRESH_SEEDS_PATH)
-    assert fresh.budgets == race.budgets
-    for steps in race.budgets:
-        assert set(fresh.runs[steps]) == {arm for pair in BALANCE_PAIRS for arm in pair}
-        for name, r in fresh.runs[steps].items():
-            assert r.seeds == list(range(200, 220)) and (r.spec, r.lr) == (race.runs[steps][name].spec,
-                                                                            race.runs[steps][name].lr)
+    _assert_rerun_of(race, fresh, BALANCE_PAIRS, range(200, 220))
     assert not set(range(200, 220)) & (set(SEEDS) | set(SWEEP_SEEDS))
     v = {x.name: x.verdict for x in holm({**load_family(fresh, BALANCE_PAIRS), **loss_family(fresh, BALANCE_PAIRS)})}
     for s in (100, 300):
@@ -184,12 +188,7 @@ def test_the_fresh_seeds_are_section_4_again_at_the_same_rates(race):
     nowhere else; what the notebook says of it: DeepSeekMoE's 300-step rate blows up (ends above the no-FFN
     control's mean) in 1 of 20 shipped and 3 of 20 fresh seeds, and its win over width 19 there does not carry."""
     fresh = load_race(RACE_FRESH_SEEDS_PATH)
-    assert fresh.budgets == race.budgets
-    for steps in race.budgets:
-        assert set(fresh.runs[steps]) == {arm for pair in RACE_PAIRS for arm in pair}
-        for name, r in fresh.runs[steps].items():
-            assert r.seeds == list(range(300, 320)) and (r.spec, r.lr) == (race.runs[steps][name].spec,
-                                                                            race.runs[steps][name].lr)
+    _assert_rerun_of(race, fresh, RACE_PAIRS, range(300, 320))
     assert not set(range(300, 320)) & (set(SEEDS) | set(SWEEP_SEEDS) | set(range(200, 220)))
     blown = [int((r.runs[300]["DeepSeekMoE"].final() > r.runs[300]["no FFN (control)"].final().mean()).sum())
              for r in (race, fresh)]
