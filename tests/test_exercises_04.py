@@ -319,7 +319,9 @@ def _llama(d, m, k=None):
 @pytest.mark.parametrize("wrong, hint", [
     (lambda d, m, k=None: m * math.ceil((int(k * 8 * d / 3) if k else int(8 * d / 3)) / m), "untruncated 8·d/3"),
     (lambda d, m, k=None: m * round((int(k * int(8 * d / 3)) if k else int(8 * d / 3)) / m), "*nearest* multiple"),
-    (lambda d, m, k=None: m * math.ceil((round(k * int(8 * d / 3)) if k else int(8 * d / 3)) / m), "nearest integer"),
+    (lambda d, m, k=None: m * math.ceil((round(k * int(8 * d / 3)) if k else int(8 * d / 3)) / m), "not truncated"),
+    # trial learner 2026-11-27e (H2): the second int() skipped, the float product rounded up to the multiple
+    (lambda d, m, k=None: m * math.ceil((k * int(8 * d / 3) if k else int(8 * d / 3)) / m), "not truncated"),
     (lambda d, m, k=None: m * math.ceil(8 * d / 3 * (k or 1) / m), "without truncating"),
     (lambda d, m, k=None: _llama(d, m), "ffn_dim_multiplier was ignored"),
     (lambda d, m, k=None: (int(k * int(8 * d / 3)) if k else int(8 * d / 3)), "multiple_of was ignored"),

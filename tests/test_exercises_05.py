@@ -44,7 +44,7 @@ def moe_forward_sorted(x, w_router, w1, w3, w2, k):
 
 
 def moe_forward_other_tie_break_float64(x, w_router, w1, w3, w2, k):
-    """Correct, in float64, and on tied probabilities it picks the HIGHER expert id."""
+    """Correct, computed in float64 (returned as float32), and on tied probabilities it picks the HIGHER expert id."""
     x, w_router, w1, w3, w2 = (t.double() for t in (x, w_router, w1, w3, w2))
     probs = torch.softmax(x @ w_router.T, dim=-1)
     n_experts = probs.shape[-1]
@@ -57,7 +57,7 @@ def moe_forward_other_tie_break_float64(x, w_router, w1, w3, w2, k):
         for j in range(k):
             e = int(index[n, j])
             y[n] += weight[n, j] * (w2[e] @ (F.silu(w1[e] @ x[n]) * (w3[e] @ x[n])))
-    return y
+    return y.float()
 
 
 def moe_forward_with_the_course_layer(x, w_router, w1, w3, w2, k):
@@ -120,7 +120,7 @@ def z_grad_by_hand_float64(logits):
     top = logits.max(-1, keepdim=True).values
     e = torch.exp(logits - top)
     lse = top + torch.log(e.sum(-1, keepdim=True))
-    return 2 * lse * (e / e.sum(-1, keepdim=True)) / logits.shape[0]
+    return (2 * lse * (e / e.sum(-1, keepdim=True)) / logits.shape[0]).float()
 
 
 def noisy_gates_masked_fill(x, w_gate, w_noise, noise, k):
@@ -141,7 +141,7 @@ def noisy_gates_float64(x, w_gate, w_noise, noise, k):
     x, w_gate, w_noise, noise = (t.double() for t in (x, w_gate, w_noise, noise))
     h = x @ w_gate.T + noise * F.softplus(x @ w_noise.T)
     index = h.topk(k, dim=-1).indices
-    return torch.softmax(torch.full_like(h, -math.inf).scatter(-1, index, h.gather(-1, index)), dim=-1)
+    return torch.softmax(torch.full_like(h, -math.inf).scatter(-1, index, h.gather(-1, index)), dim=-1).float()
 
 
 def changed_with_helpers(expert_index, n_experts, capacity_factor):
@@ -161,6 +161,19 @@ def balance_loss_bincount_sliced(probs, expert_index):
     """Correct: bincount without minlength, P sliced to the experts counted (the rest have f = 0)."""
     f = torch.bincount(expert_index.reshape(-1)).float() / expert_index.numel()
     return probs.shape[-1] * (f * probs.mean(0)[: f.numel()]).sum()
+
+
+FLOAT64_RETURNED = [  # trial learner 2026-11-27e (M1): right values, returned as float64 where the statement says float32
+    (check_moe_forward, lambda *a: moe_forward_other_tie_break_float64(*a).double()),
+    (check_z_loss, lambda logits: z_grad_by_hand_float64(logits).double()),
+    (check_noisy_top_k, lambda *a: noisy_gates_float64(*a).double()),
+]
+
+
+@pytest.mark.parametrize("ex, fn", FLOAT64_RETURNED, ids=["moe_forward", "z_loss_grad", "noisy_top_k_gates"])
+def test_a_float64_result_fails_naming_the_float32_the_statement_asks_for(ex, fn):
+    result = ex.evaluate(fn)
+    assert result.reason == "type" and "float32 tensor" in result.message, result.message
 
 
 OTHER_CORRECT = [

@@ -4,14 +4,13 @@ tensors), unlisted wrong answers (the generic contract for every checker is in t
 import json
 import math
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-from fractions import Fraction
 
 from helpers.costs import ffn_flops_per_token
 from helpers.exercises import nb06 as ex
@@ -121,13 +120,13 @@ def _hint(result):
 
 def _learner_degree(d_model, d_ff, k, gated, bytes_per_element, link_ratio, max_ranks, *, split_flops=True,
                     passes=2, ring=True, op="ge", use_k=True, cap=True, matrices=None, s=None, start=1):
-    """A learner's float loop over R, one sentence of the statement changed at a time."""
+    """A learner's exact loop over R (Fractions: a float ratio misses an exact fit), one sentence changed at a time."""
     matrices = (3 if gated else 2) if matrices is None else matrices
     s = bytes_per_element if s is None else s
     best = start
     for r in range(2, (max_ranks if cap else 10 ** 6) + 1):
-        flops = 6 * matrices * (k if use_k else 1) * d_model * d_ff / (r if split_flops else 1)
-        sent = passes * 2 * ((r - 1) / r if ring else 1) * d_model * s
+        flops = Fraction(6 * matrices * (k if use_k else 1) * d_model * d_ff, r if split_flops else 1)
+        sent = passes * 2 * (Fraction(r - 1, r) if ring else 1) * d_model * s
         if not (flops / sent >= link_ratio if op == "ge" else flops / sent > link_ratio):
             break
         best = r
@@ -147,6 +146,13 @@ def test_tp_degree_a_float_loop_and_a_closed_form_pass():
     (dict(s=1), "bytes_per_element"), (dict(start=0), "never 0")])
 def test_tp_degree_natural_wrong_answers_fail_with_their_hint(change, words):
     _hinted(ex.check_tp_degree, lambda *a, c=change: _learner_degree(*a, **c), words)
+
+
+def test_tp_degree_a_float_ratio_fails_at_an_exact_fit_with_its_hint():
+    """Trial learner 2026-11-27e (M2): the ratio in floats is 161.99999... at R = 5 for a link ratio of 162."""
+    result = ex.check_tp_degree.evaluate(ex._float_ratio_degree)
+    assert result.status == FAILED and "float division" in result.message, result.message
+    assert ex._float_ratio_degree(4096, 144, 1, True, 1, 162, 1024) == 4
 
 
 def test_tp_degree_a_float_or_a_numpy_int_fails_as_a_type():

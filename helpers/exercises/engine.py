@@ -456,8 +456,9 @@ class Exercise:
 
     def _debug_verdict(self, fn: Callable[..., Any], outcomes: list[_Outcome], wrong: list[_Outcome], symptom: str,
                        reason: str) -> Result:
-        """The debug ladder: the symptom first (always, for the function as given); the listed mistake, the
-        partial fix or the class of bug only once a changed function fails again; never the fix."""
+        """The debug ladder: the symptom first (always, for the function as given, and for the first failure
+        shown); the listed mistake, the partial fix or the class of bug for a changed function failing after
+        that; never the fix."""
         if self.buggy is not None and all(self._explains(self.buggy, o) for o in outcomes):
             return self._result(FAILED, f"{symptom} {_UNCHANGED}", "unchanged")
         if not self._failures_shown:

@@ -199,8 +199,9 @@ check_llama_width = Exercise(
          "first, truncates, and rounds the result up to the multiple last.", _width_mistake("multiplier after rounding")),
         ("you scaled 4·d_model by the multiplier before taking 2/3; the rule takes int(2·4·d/3) first and "
          "multiplies that width.", _width_mistake("multiplier on 4d")),
-        ("you rounded multiplier × width to the nearest integer; the rule truncates it with int() "
-         "(26 × 1.3 = 33.8 -> 33), then rounds up to the multiple.", _width_mistake("round the product")),
+        ("multiplier × width was not truncated: the rule takes int() of it (26 × 1.3 = 33.8 -> 33) and only then "
+         "rounds up to the multiple; rounding 33.8, or rounding it up to the multiple directly, gives 34.",
+         _width_mistake("round the product")),
         ("you rounded *down* to the multiple; LLaMA rounds up (10922 -> 11008 with multiple 256), so the width "
          "never drops below the scaled 2/3 width.", _width_mistake("round down")),
         ("you rounded the fraction up without truncating it first: take int(2·4·d/3) (d_model = 2 gives 5, "

@@ -10,8 +10,8 @@ that span hundreds, logits that overflow ``exp`` in float32 and float64, capacit
 whole numbers and capacities that round up, a capacity factor so small that every expert
 takes one slot and one so large that nothing is dropped.
 
-Dtypes, as the statements say: float tensors are float32 (a float64 answer is accepted; a
-float32 answer is compared to about 1e-5 relative), indices are int64, masks are bool, and
+Dtypes, as the statements say: float tensors are float32 (a float64 answer with the right values is
+told the statement asks for float32; values are compared to about 1e-5 relative), indices are int64, masks are bool, and
 capacity factors are exact in binary (0.25, 0.5, 0.75, 1.25, ...), so ``math.ceil`` of the
 product is exact.
 
@@ -261,6 +261,7 @@ check_moe_forward = Exercise(
     ],
     kind="build",
     domain=MOE_DOMAIN,
+    returns=tensor_dtype(torch.float32, advice="Keep x's dtype (float32)."),
 )
 
 
@@ -615,6 +616,7 @@ check_z_loss = Exercise(
     ],
     kind="build",
     domain=Z_DOMAIN,
+    returns=tensor_dtype(torch.float32, advice="Keep the logits' dtype (float32): compute in float64 if you like, then .float() the result."),
 )
 
 
@@ -726,6 +728,7 @@ check_noisy_top_k = Exercise(
     ],
     kind="investigate",
     domain=NOISY_DOMAIN,
+    returns=tensor_dtype(torch.float32, advice="Keep x's dtype (float32)."),
 )
 
 

@@ -181,6 +181,17 @@ def _tp_uncapped(case: Case) -> int:
     return 1 + top // unit
 
 
+def _float_ratio_degree(d_model: int, d_ff: int, k: int, gated: bool, bytes_per_element: int, link_ratio: int,
+                        max_ranks: int) -> int:
+    """The statement's ratio in floating point, R by R: a hair low at some exact fits (161.99999... for 162)."""
+    c, best = (18 if gated else 12), 1
+    for r in range(2, max_ranks + 1):
+        if (c * k * d_model * d_ff / r) / (4 * (r - 1) / r * d_model * bytes_per_element) < link_ratio:
+            break
+        best = r
+    return best
+
+
 def _degree_cases() -> list[Case]:
     mixtral = (4096, 14336, 2, True, 2)
     cases = [
@@ -200,6 +211,8 @@ def _degree_cases() -> list[Case]:
         Case((8192, 10 ** 6, 16, True, 4, 10 ** 5, 1024), note="d_ff = 10^6, k = 16, float32, link ratio 10^5"),
         Case((1, 1, 1, True, 1, 10 ** 5, 1024), note="d_model = d_ff = k = 1"),
         Case((4096, 8, 1, False, 1, 1, 1024), note="d_ff = 8, dense, a link ratio of 1: R = 25 exactly"),
+        Case((4096, 144, 1, True, 1, 162, 1024), note="d_ff = 144, gated, 1-byte numbers, link ratio 162: R = 5 "
+                                                      "reaches it exactly (18·144 = 162·4·4)"),
     ]
     gen = torch.Generator().manual_seed(606)
     for _ in range(3):
@@ -226,6 +239,8 @@ TP_DEGREE_DOMAIN = Domain(
         Corner("an answer above 1 below max_ranks", lambda c: 1 < _tp_uncapped(c) < c.args[6]),
         Corner("the ratio at the answer equals link_ratio (R > 1)",
                lambda c: _tp_uncapped(c) > 1 and _tp_slack(c)[0] % _tp_slack(c)[1] == 0 and _tp_answer(c) > 1),
+        Corner("an exact fit whose ratio float division rounds below link_ratio",
+               lambda c: _tp_answer(c) > 1 and _float_ratio_degree(*c.args) < _tp_answer(c)),
         Corner("link_ratio one above a tie", lambda c: c.args[5] > 1 and _tp_slack(c)[0] % (
             4 * c.args[4] * (c.args[5] - 1)) == 0 and _tp_slack(c)[0] // (4 * c.args[4] * (c.args[5] - 1)) > 1),
         Corner("gated", lambda c: c.args[3] is True),
@@ -266,6 +281,10 @@ check_tp_degree = Exercise(
          lambda *a: _tp_degree(*a, byte_size=1)),
         ("a ratio equal to link_ratio hides (at least, >=): the answer keeps that R.",
          lambda *a: _tp_degree(*a, strict=True)),
+        ("at an exact fit (FLOPs per byte equal to link_ratio) your ratio, computed with float division, comes out "
+         "a hair below link_ratio (161.99999... for 162) and drops an R that hides: compare whole numbers "
+         "(both sides of the ratio multiplied out) so the tie is exact.",
+         _float_ratio_degree),
         ("R cannot pass max_ranks (the link's reach: NVLink joins 8 GPUs).",
          lambda *a: _tp_degree(*a, cap=False)),
         ("R = 1 sends nothing, so it always hides: the answer is at least 1, never 0.",
