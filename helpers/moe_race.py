@@ -365,11 +365,13 @@ def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[
 
 
 def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, loads: bool = False,
-                fresh: Race | None = None) -> list[str]:
+                fresh: Race | None = None, changed_only: bool = False) -> list[str]:
     """The same family judged twice: on ``race`` and on ``other`` (the same seeds at the same rates, trained on
     another CPU kernel), mean difference and Holm's verdict side by side; then how many single runs of the arms
     compared ended more than 0.01 nats apart. ``loads``: the family is the late load's comparisons and then the
-    loss's (section 5's); ``fresh``: a third column, the family judged on other seeds trained at the same rates."""
+    loss's (section 5's); ``fresh``: a third column, the family judged on other seeds trained at the same rates;
+    ``changed_only``: print only the comparisons whose verdict differs between columns (the full family is
+    printed once elsewhere), then the counts."""
     def family(r: Race) -> dict[str, PairedDifference]:
         return {**load_family(r, pairs), **loss_family(r, pairs)} if loads else loss_family(r, pairs)
 
@@ -379,9 +381,9 @@ def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, lo
     if fresh is not None:
         seeds = fresh.runs[fresh.budgets[0]][pairs[0][0]].seeds
         labels.append(f"seeds {seeds[0]}–{seeds[-1]}")
-    head = f"{'':<{width}}" + "".join(f"{label + ': mean, verdict':>30}" for label in labels)
-    rows = [f"{row[0].name:<{width}}" + "".join(f"{v.comparison.mean:>+16.3f}  {v.verdict:>12}" for v in row)
-            for row in zip(*judged)]
+    head = f"{'':<{width}}" + "".join(f" |{label + ': mean, verdict':>30}" for label in labels)
+    rows = [f"{row[0].name:<{width}}" + "".join(f" |{v.comparison.mean:>+16.3f}  {v.verdict:>12}" for v in row)
+            for row in zip(*judged) if not changed_only or len({v.verdict for v in row}) > 1]
     arms = sorted({arm for pair in pairs for arm in pair})
     gaps = torch.cat([(race.runs[s][arm].final() - other.runs[s][arm].final()).abs()
                       for s in race.budgets for arm in arms])

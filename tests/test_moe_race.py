@@ -158,6 +158,9 @@ def test_the_kernel_rerun_is_the_same_race_on_the_default_kernel(race):
     mine, theirs = holm(loss_family(race, RACE_PAIRS)), holm(loss_family(other, RACE_PAIRS))
     changed = {a.name for a, b in zip(mine, theirs) if a.verdict != b.verdict}
     assert changed == {"100 steps: dense, width 11 − no FFN (control)", "100 steps: MoE − dense, width 64"}
+    short = rerun_lines(race, other, RACE_PAIRS, changed_only=True)                # only the verdicts that move
+    assert short[0] == lines[0] and short[-1] == lines[-1]
+    assert {line.split(" |")[0].strip() for line in short[1:-1]} == changed
     assert max(abs(a.comparison.mean - b.comparison.mean) for a, b in zip(mine, theirs)) < 0.05
 
 
