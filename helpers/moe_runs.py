@@ -50,6 +50,7 @@ from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN
 from helpers.moe import MoE, RoutingLog, arrival_rank, expert_capacity, moe_aux_loss, moe_layers_stats
 from helpers.progress import progress as progress_bar
+from helpers.stats import paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 ARMS: dict[str, dict] = {
@@ -367,3 +368,54 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def capacity_figure(runs: dict, lr: float, alphas: Sequence[float] = (0.0, 0.1)):
+    """Share of slots dropped against the capacity factor (``CAPACITY_FACTORS``) for the trained routers of layer
+    1 replayed top-1 and top-2 (``capacity_summary``): one panel per α, the mean over the file's seeds with a band
+    from the lowest to the highest seed."""
+    import matplotlib.pyplot as plt
+
+    from helpers.plotting import PALETTE
+
+    fig, axes = plt.subplots(1, len(alphas), figsize=(11, 3.8), sharey=True)
+    for ax, alpha in zip(axes, alphas):
+        arm = f"MoE, α = {alpha:g}"
+        for k, color in zip((1, 2), PALETTE):
+            v = torch.stack([capacity_values(runs, arm, lr, f"top{k}", i) for i in range(len(CAPACITY_FACTORS))])
+            ax.plot(CAPACITY_FACTORS, v.mean(1).numpy(), "o-", color=color, label=f"top-{k}")
+            ax.fill_between(CAPACITY_FACTORS, v.min(1).values.numpy(), v.max(1).values.numpy(), color=color,
+                            alpha=0.15)
+        ax.set(xlabel="capacity factor c", xticks=CAPACITY_FACTORS,
+               title=f"layer 1, router trained top-1, α = {alpha:g}: {v.shape[1]} seeds")
+        ax.legend()
+    axes[0].set_ylabel("share of slots dropped (band: seed range)")
+    fig.tight_layout()
+    return fig
+
+
+def section7_families(runs: dict, lr: float) -> tuple[dict, dict]:
+    """Notebook 05 section 7's two Holm families from the shipped runs (``helpers.stats.paired_difference``,
+    value − baseline, seed by seed). Balance (busiest/mean, both layers, last 5 steps at ``lr``): α = 0.1 and
+    Switch's α = 0.01 against α = 0, α = 0.1 against α = 0.01, and α = 0's end against its first step. Cross-
+    entropy (all targets): the balancing loss's cost (α = 0.1 − α = 0), the MoE (α = 0.1) against both dense
+    models at ``lr`` and at 3e-3, and after the long runs."""
+    load = {a: [busiest(s) for s in summaries(runs, f"MoE, α = {a}", lr)] for a in ("0", "0.01", "0.1")}
+    first = [busiest(s, slice(0, 1)) for s in summaries(runs, "MoE, α = 0", lr)]
+    balance = {"busiest/mean: α = 0.1 − α = 0": paired_difference(load["0.1"], load["0"]),
+               "busiest/mean: α = 0.01 − α = 0": paired_difference(load["0.01"], load["0"]),
+               "busiest/mean: α = 0.1 − α = 0.01": paired_difference(load["0.1"], load["0.01"]),
+               "busiest/mean, α = 0: end − first step": paired_difference(load["0"], first)}
+    moe = "MoE, α = 0.1"
+    ce = {"CE: MoE α = 0.1 − MoE α = 0": paired_difference(values(runs, moe, "ce", lr),
+                                                          values(runs, "MoE, α = 0", "ce", lr))}
+    for width in (96, 768):
+        dense = f"dense, width {width}"
+        ce[f"CE: MoE α = 0.1 − dense {width}"] = paired_difference(values(runs, moe, "ce", lr),
+                                                                   values(runs, dense, "ce", lr))
+    ce["CE at lr 3e-3: MoE α = 0.1 − dense 768"] = paired_difference(values(runs, moe, "ce", 3e-3),
+                                                                     values(runs, "dense, width 768", "ce", 3e-3))
+    for width in (96, 768):
+        ce[f"CE, 1,000 steps: MoE α = 0.1 − dense {width}"] = paired_difference(
+            values(runs, moe, "ce"), values(runs, f"dense, width {width}", "ce"))
+    return balance, ce

@@ -200,3 +200,53 @@ def skew_table(result: SkewControls) -> str:
         kept = (result.per_seed(c).mean() - 1) / base
         lines.append(f"{c:<20}{cells}{kept:>12.0%}")
     return "\n".join(lines)
+
+
+def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: int = 2000):
+    """The skew's mechanism as a picture: each panel's inputs (N, d) on the same two axes, the direction of the
+    first panel's mean ``μ`` and the main direction of its spread orthogonal to it, each point coloured by the
+    expert ``layer``'s (untrained) router picks for it (top-1, eval mode). A cross marks the origin, where
+    ``W_r x = 0``. Titles give each routing's busiest/mean; ``max_points`` rows are drawn (all are routed)."""
+    import matplotlib.pyplot as plt
+
+    first = next(iter(panels.values()))
+    validate.float_tensor("panels' first tensor", first, min_dims=2)
+    x64 = first.double()
+    mu = x64.mean(0)
+    u = mu / mu.norm()
+    centred = x64 - mu
+    v = torch.linalg.svd(centred - (centred @ u)[:, None] * u, full_matrices=False).Vh[0]
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 0.8, 4.4), sharex=True, sharey=True)
+    was_training = layer.training
+    layer.eval()
+    with torch.no_grad():
+        for ax, (name, inputs) in zip(axes, panels.items()):
+            routing = layer.route(inputs)
+            pts = inputs.double()[:max_points]
+            colors = [cmap(int(e)) for e in routing.expert_index[:max_points, 0]]
+            ax.scatter((pts @ u).numpy(), (pts @ v).numpy(), s=5, c=colors, alpha=0.6, lw=0)
+            ax.scatter([0], [0], marker="x", s=80, color="black", zorder=5)
+            ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
+                   xlabel="along the hidden states' mean", aspect="equal")
+    layer.train(was_training)
+    axes[0].set_ylabel("across it (main spread)")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]
+    fig.legend(handles=handles, title="expert", loc="center right", frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    return fig
+
+
+def random_id_loads(build: callable, vocab_size: int, shape: tuple[int, int], seeds: Sequence[int]) -> torch.Tensor:
+    """``(seeds, layers)`` float64: busiest/mean of the same untrained models as ``skew_controls`` (``build`` after
+    ``torch.manual_seed(seed)``, eval mode) on uniformly random token ids of ``shape`` (B, T), drawn once from a
+    generator seeded with 0: the skew without any text."""
+    ids = torch.randint(0, vocab_size, shape, generator=torch.Generator().manual_seed(0))
+    loads = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = build().eval()
+        layers = [m for m in model.modules() if isinstance(m, MoE)]
+        with torch.no_grad():
+            loads.append([_top1_load(layer, x) for layer, x in zip(layers, moe_inputs(model, ids))])
+    return torch.tensor(loads, dtype=torch.float64)

@@ -5,9 +5,9 @@ import torch
 from helpers.facts import load_facts, make_dataset
 from helpers.moe import arrival_rank
 from helpers.moe_runs import (ARMS, CAPACITY_FACTORS, LONG_ARMS, RUNS_PATH, answer_share, best_lr, busiest,
-                              capacity_summary, capacity_values, dropped_share, largest_difference, lm_config,
-                              load_runs, long_table, main, make_model, over_seeds, relation_prior, starved, summaries,
-                              sweep_table, train_run, training_table, values)
+                              capacity_figure, capacity_summary, capacity_values, dropped_share, largest_difference, lm_config,
+                              load_runs, long_table, main, make_model, over_seeds, relation_prior, section7_families, starved,
+                              summaries, sweep_table, train_run, training_table, values)
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +110,28 @@ def test_the_long_table_prints_how_far_each_arm_still_fell_over_its_last_stretch
     header, moe, dense = long_table(study, floor=1.0).splitlines()
     assert "fell 750–1,000" in header
     assert "0.188 (max 0.250)" in moe and "0.000 (max 0.000)" in dense
+
+
+def test_section7_families_read_the_shipped_runs_seed_by_seed():
+    study = load_runs()
+    balance, ce = section7_families(study, 1e-2)
+    assert list(balance) == ["busiest/mean: α = 0.1 − α = 0", "busiest/mean: α = 0.01 − α = 0",
+                             "busiest/mean: α = 0.1 − α = 0.01", "busiest/mean, α = 0: end − first step"]
+    assert len(ce) == 6 and all(d.n == 10 for d in (*balance.values(), *ce.values()))
+    moe, dense = values(study, "MoE, α = 0.1", "ce", 1e-2), values(study, "dense, width 96", "ce", 1e-2)
+    assert abs(ce["CE: MoE α = 0.1 − dense 96"].mean - float((moe - dense).mean())) < 1e-12
+
+
+def test_capacity_figure_draws_the_mean_over_seeds_per_factor():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    study = load_runs()
+    fig = capacity_figure(study, 1e-2)
+    line = fig.axes[1].get_lines()[0]                                      # α = 0.1, top-1
+    mean = torch.stack([capacity_values(study, "MoE, α = 0.1", 1e-2, "top1", i)
+                        for i in range(len(CAPACITY_FACTORS))]).mean(1)
+    assert list(line.get_xdata()) == list(CAPACITY_FACTORS)
+    assert torch.allclose(torch.as_tensor(line.get_ydata(), dtype=torch.float64), mean)
+    plt.close(fig)

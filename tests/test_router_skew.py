@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from helpers.facts import load_facts, make_dataset
-from helpers.moe import MoE
-from helpers.router_skew import (CONTROLS, distinct_rows, input_geometry, layer_controls, matched_gaussian,
-                                 moe_inputs, skew_controls, skew_table)
+from helpers.moe import MoE, load_max_over_mean
+from helpers.router_skew import (CONTROLS, distinct_rows, geometry_figure, input_geometry, layer_controls,
+                                 matched_gaussian, moe_inputs, random_id_loads, skew_controls, skew_table)
 from helpers.transformer import GPTConfig, TinyGPT
 
 
@@ -80,3 +80,31 @@ def test_skew_controls_shapes_table_and_determinism():
     assert all(1 <= d <= a.n_inputs for d in a.distinct) and len(a.geometry) == 2
     lines = skew_table(a).splitlines()
     assert len(lines) == 1 + len(CONTROLS) and lines[1].startswith("all positions") and lines[1].endswith("100%")
+
+
+def _tiny_moe_lm():
+    config = GPTConfig(vocab_size=20, d_model=16, n_layers=2, n_heads=2, max_len=6)
+    return TinyGPT(config, ffn_factory=lambda layer: MoE(16, 4, 1, d_ff=8, noisy=True))
+
+
+def test_random_id_loads_routes_the_same_models_on_random_ids():
+    loads = random_id_loads(_tiny_moe_lm, 20, (5, 6), seeds=[0, 1, 2])
+    assert loads.shape == (3, 2) and loads.dtype == torch.float64
+    assert (loads >= 1.0).all() and (loads <= 4.0).all()                     # busiest/mean lies in [1, E]
+    assert torch.equal(loads, random_id_loads(_tiny_moe_lm, 20, (5, 6), seeds=[0, 1, 2]))
+
+
+def test_geometry_figure_routes_each_panel_and_titles_its_load():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    torch.manual_seed(0)
+    layer = MoE(16, 4, 1, d_ff=8, noisy=True)
+    x = torch.randn(300, 16) + 2.0
+    fig = geometry_figure(layer, {"inputs": x, "mean removed": x - x.mean(0)})
+    titles = [ax.get_title() for ax in fig.axes[:2]]
+    expected = load_max_over_mean(layer.eval().route(x).tokens_per_expert())
+    assert titles[0] == f"inputs: busiest/mean {expected:.2f}" and titles[1].startswith("mean removed")
+    assert layer.training is False                                            # restored as it was
+    plt.close(fig)
