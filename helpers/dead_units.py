@@ -37,9 +37,9 @@ from helpers import validate
 from helpers.activations import get_activation, slope
 from helpers.ffn import FFN
 
-__all__ = ["experiment_data", "sgd", "pre_activations", "dead_units", "stuck_fraction", "negative_everywhere",
+__all__ = ["experiment_data", "sgd", "adam", "pre_activations", "dead_units", "stuck_fraction", "flat_fraction", "negative_everywhere",
            "firing_rates", "plot_firing_rates", "last_layer_lr_limit", "shove_below_zero_", "ShovedRun", "shoved_run",
-           "deep_shove_study", "save_deep_shove", "load_deep_shove", "DEEP_SHOVE_PATH"]
+           "deep_shove_study", "save_deep_shove", "load_deep_shove", "DEEP_SHOVE_PATH", "ADAM_SHOVE_PATH"]
 
 
 def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,6 +92,24 @@ def sgd(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int, war
     return losses
 
 
+def adam(model: FFN, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -> list[float]:
+    """Like ``sgd`` without warm-up, but ``steps`` full-batch ``torch.optim.Adam`` steps (default betas) at ``lr``.
+    Returns the loss before each step."""
+    _check_data(model, x, y)
+    validate.positive_float("lr", lr)
+    validate.non_negative_int("steps", steps)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    losses = []
+    with torch.enable_grad():
+        for _ in range(steps):
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
 def pre_activations(model: FFN, x: torch.Tensor) -> torch.Tensor:
     """``h = W1 x + b1`` for every example: ``(N, d_model) -> (N, d_ff)``, without autograd. Raises ``ValueError``
     when an entry is NaN or infinite (a diverged network): every count below would silently call it "alive"."""
@@ -118,6 +136,12 @@ def stuck_fraction(model: FFN, activation: str, x: torch.Tensor, tol: float = 1e
     validate.positive_float("tol", tol)
     h = pre_activations(model, x)
     return (slope(get_activation(activation), h).abs() < tol).all(dim=0).double().mean().item()
+
+
+def flat_fraction(model: FFN, activation: str, x: torch.Tensor, tol: float = 1e-3) -> float:
+    """The same number as ``stuck_fraction`` under the name notebook 01 gives its rule: a unit is *flat* when
+    ``|φ'(h)| < tol`` on every example of ``x``; whether a flat (or nearly flat) unit is stuck depends on training."""
+    return stuck_fraction(model, activation, x, tol)
 
 
 def negative_everywhere(model: FFN, x: torch.Tensor) -> float:
@@ -206,12 +230,16 @@ class ShovedRun:
 
 
 def shoved_run(activation: str, x: torch.Tensor, y: torch.Tensor, seed: int, margin: float = 0.5, lr: float = 1.0,
-               steps: int = 300, d_ff: int = 256, freeze_w1: bool = False) -> ShovedRun:
+               steps: int = 300, d_ff: int = 256, freeze_w1: bool = False, optimizer: str = "sgd") -> ShovedRun:
     """Section 6's "same shove": ``torch.manual_seed(seed)``, a fresh ``FFN(d, d_ff, activation)`` (``d`` from
     ``x (N, d)``), every unit shoved to ``h ≤ -margin`` on every example (``shove_below_zero_``), then ``steps`` of
     ``sgd`` at ``lr`` on ``(x, y)``. ``freeze_w1=True`` trains only ``W2, b2`` (``W1, b1`` stay as shoved): the
-    control for "the last layer reads the small negative outputs" against "``W1`` learns through the slope"."""
+    control for "the last layer reads the small negative outputs" against "``W1`` learns through the slope".
+    ``optimizer="adam"`` trains with ``torch.optim.Adam`` at ``lr`` instead (``adam``): it divides each gradient
+    entry by its running size, so a tiny slope still moves ``W1`` a full step; a zero one does not."""
     validate.non_negative_int("seed", seed)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     if not isinstance(freeze_w1, bool):
         raise TypeError(f"freeze_w1 must be True or False, got {freeze_w1!r}")
     torch.manual_seed(seed)
@@ -224,21 +252,27 @@ def shoved_run(activation: str, x: torch.Tensor, y: torch.Tensor, seed: int, mar
     grad_w1 = model.w1.weight.grad.norm().item()
     model.zero_grad()
     model.w1.requires_grad_(not freeze_w1)
-    losses = sgd(model, x, y, lr, steps)
+    losses = (sgd if optimizer == "sgd" else adam)(model, x, y, lr, steps)
     return ShovedRun(losses, grad_w1, stuck, int((firing_rates(model, x) > 0).sum()))
 
 
 DEEP_SHOVE_PATH = Path(__file__).parent / "data" / "deep_shove.json"
+ADAM_SHOVE_PATH = Path(__file__).parent / "data" / "adam_shove.json"
 
 
 def deep_shove_study(activations: Sequence[str] = ("gelu", "silu"), seeds: Sequence[int] = range(5),
-                     margin: float = 3.0, steps: int = 300, d_ff: int = 256) -> dict:
+                     margin: float = 3.0, steps: int = 300, d_ff: int = 256, optimizer: str = "sgd",
+                     lr: float = 1.0) -> dict:
     """Section 6's deep arm: ``shoved_run`` on ``experiment_data()`` for every activation and seed, at ``margin``.
     Returns a JSON-ready record: the settings and, per activation, one ``asdict(ShovedRun)`` per seed."""
     x, y = experiment_data()
-    runs = {name: [asdict(shoved_run(name, x, y, seed, margin=margin, steps=steps, d_ff=d_ff)) for seed in seeds]
+    runs = {name: [asdict(shoved_run(name, x, y, seed, margin=margin, lr=lr, steps=steps, d_ff=d_ff,
+                                     optimizer=optimizer)) for seed in seeds]
             for name in activations}
-    return {"margin": margin, "steps": steps, "d_ff": d_ff, "seeds": list(seeds), "runs": runs}
+    record = {"margin": margin, "steps": steps, "d_ff": d_ff, "seeds": list(seeds), "runs": runs}
+    if optimizer != "sgd":                              # the SGD file keeps its original keys
+        record.update(optimizer=optimizer, lr=lr)
+    return record
 
 
 def save_deep_shove(record: dict, path: str | Path = DEEP_SHOVE_PATH) -> Path:
@@ -259,16 +293,22 @@ def load_deep_shove(path: str | Path | None = None) -> tuple[dict, dict[str, lis
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m helpers.dead_units --deep-shove``: run notebook 01's deep-shove arm and store it."""
+    """``python -m helpers.dead_units --deep-shove [--adam]``: run notebook 01's deep-shove arm and store it."""
     parser = argparse.ArgumentParser(prog="python -m helpers.dead_units", description=main.__doc__)
     parser.add_argument("--deep-shove", action="store_true", required=True,
                         help="GELU and SiLU shoved to -3, 300 SGD steps at lr 1.0, seeds 0-4")
+    parser.add_argument("--adam", action="store_true",
+                        help=f"instead ReLU and GELU shoved to -3, 300 Adam steps at lr 1e-3 (to {ADAM_SHOVE_PATH})")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(5)))
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", default=str(DEEP_SHOVE_PATH), help=f"default: {DEEP_SHOVE_PATH}")
+    parser.add_argument("--out", default=None, help=f"default: {DEEP_SHOVE_PATH} ({ADAM_SHOVE_PATH} with --adam)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    record = deep_shove_study(seeds=args.seeds, steps=args.steps)
+    if args.adam:
+        record = deep_shove_study(("relu", "gelu"), seeds=args.seeds, steps=args.steps, optimizer="adam", lr=1e-3)
+    else:
+        record = deep_shove_study(seeds=args.seeds, steps=args.steps)
+    args.out = args.out or str(ADAM_SHOVE_PATH if args.adam else DEEP_SHOVE_PATH)
     print(f"wrote {len(record['seeds'])} seeds to {save_deep_shove(record, args.out)}")
     return 0
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.dead_units import (deep_shove_study, load_deep_shove, main, save_deep_shove, dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
+from helpers.dead_units import (ADAM_SHOVE_PATH, adam, deep_shove_study, load_deep_shove, main, save_deep_shove, dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
                                 plot_firing_rates,
                                 pre_activations, sgd, shove_below_zero_, shoved_run, stuck_fraction)
 from helpers.ffn import FFN
@@ -301,3 +301,41 @@ def test_the_stored_deep_shove_starts_where_a_live_run_does():
         live = shoved_run(name, x, y, 0, margin=3.0, steps=5)
         assert live.losses == pytest.approx(runs[name][0].losses[:5], abs=1e-5)
         assert runs[name][0].stuck == 0.0
+
+
+def test_adam_is_plain_full_batch_adam_and_skips_frozen_weights():
+    x, y = experiment_data(n=32)
+    torch.manual_seed(0)
+    model = FFN(16, 8, activation="gelu")
+    twin = FFN(16, 8, activation="gelu")
+    twin.load_state_dict(model.state_dict())
+    losses = adam(model, x, y, 1e-2, 3)
+    opt = torch.optim.Adam(twin.parameters(), lr=1e-2)
+    for k in range(3):
+        loss = F.mse_loss(twin(x), y)
+        assert losses[k] == pytest.approx(loss.item(), abs=1e-6)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with pytest.raises(ValueError, match="optimizer"):
+        shoved_run("gelu", x, y, 0, optimizer="adamw")
+
+
+def test_under_adam_a_deep_gelu_unit_climbs_back_and_a_relu_unit_does_not():
+    x, y = experiment_data(n=64)
+    relu = shoved_run("relu", x, y, 0, margin=3.0, lr=1e-2, steps=60, d_ff=64, optimizer="adam")
+    gelu = shoved_run("gelu", x, y, 0, margin=3.0, lr=1e-2, steps=60, d_ff=64, optimizer="adam")
+    assert relu.grad_w1 == 0.0 and relu.units_up == 0
+    assert gelu.units_up > 0 and gelu.losses[-1] < relu.losses[-1]
+
+
+def test_the_adam_study_round_trips_and_the_stored_file_starts_where_a_live_run_does(tmp_path):
+    assert main(["--deep-shove", "--adam", "--seeds", "0", "--steps", "2", "--out", str(tmp_path / "a.json")]) == 0
+    settings, runs = load_deep_shove(tmp_path / "a.json")
+    assert settings["optimizer"] == "adam" and settings["lr"] == 1e-3 and sorted(runs) == ["gelu", "relu"]
+    settings, runs = load_deep_shove(ADAM_SHOVE_PATH)
+    assert settings["margin"] == 3.0 and settings["steps"] == 300 and settings["seeds"] == [0, 1, 2, 3, 4]
+    x, y = experiment_data()
+    live = shoved_run("gelu", x, y, 0, margin=3.0, lr=1e-3, steps=5, optimizer="adam")
+    assert live.losses == pytest.approx(runs["gelu"][0].losses[:5], abs=1e-5)
+    assert [r.units_up for r in runs["relu"]] == [0] * 5 and min(r.units_up for r in runs["gelu"]) > 50
