@@ -398,8 +398,9 @@ def largest_batch_that_fits(context: int, memory: float = H100_SXM_MEMORY, confi
                             bytes_per_number: float = 2) -> int:
     """Most sequences of ``context`` tokens whose caches fit in ``memory`` bytes beside every weight; 0 if none.
 
-    ``floor((memory − s·N_total) / (context · kv_cache_bytes_per_token))``; Llama-3-8B in bf16 on 80 GB leaves
-    63.9 GB for the cache.
+    ``floor((memory − s·N_total) / (context · kv_cache_bytes_per_token))``. The default ``memory`` is the
+    datasheet's 80 × 10⁹ bytes (Llama-3-8B in bf16 leaves 63.9 GB for the cache); an "80GB" H100 reports
+    ``H100_SXM_MEMORY_REPORTED`` = 81,559 MiB = 85.5 GB, which notebook 06 passes (69.5 GB for the cache).
     """
     validate.positive_int("context", context)
     validate.positive_float("memory", memory)
