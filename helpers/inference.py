@@ -190,17 +190,21 @@ def roofline(intensity: float | Sequence[float], peak_flops: float, bandwidth: f
 
 def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, str, Sequence[tuple[float, str]]]],
                   *, intensity_range: tuple[float, float] = (0.5, 2e4), hollow: Sequence[str] = (),
-                  hollow_label: str | None = None):
+                  hollow_label: str | None = None, markers: Sequence[str] | None = None):
     """Draw the roofline of each device on ``ax`` and place points on the first device's roof.
 
     Log-log axes: attainable TFLOP/s ``min(peak, bandwidth · I)`` against the intensity ``I`` (FLOPs per byte)
     over ``intensity_range``, one line per device, its ridge dotted. ``groups`` holds
     ``(legend label, colour, [(intensity, point label), ...])``: each point is drawn at the first device's
     attainable FLOP/s for its intensity and labelled beside it. Points whose label is in ``hollow`` (e.g. steps
-    that do not fit in memory) are drawn as open circles, with one legend entry ``hollow_label``. Returns ``ax``.
+    that do not fit in memory) are drawn open, with one legend entry ``hollow_label``. ``markers``: one matplotlib
+    marker per group (default ``"o"`` for all), so groups whose points nearly coincide stay apart. Returns ``ax``.
     """
     if not hardware:
         raise ValueError("hardware: expected at least one Hardware, got an empty sequence")
+    markers = ["o"] * len(groups) if markers is None else list(markers)
+    if len(markers) != len(groups):
+        raise ValueError(f"markers: expected one marker per group ({len(groups)}), got {len(markers)}")
     low, high = intensity_range
     validate.positive_float("intensity_range[0]", low)
     if not high > low:
@@ -216,10 +220,11 @@ def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, 
         xs = [i for i, _ in points]
         ys = [f / 1e12 for f in roofline(xs, first.flops, first.memory_bandwidth)]
         filled = [(x, y) for x, y, (_, text) in zip(xs, ys, points) if text not in hollow]
-        ax.plot(*zip(*filled) if filled else ([], []), "o", color=color, ms=8, mec="black", label=label, zorder=3)
+        ax.plot(*zip(*filled) if filled else ([], []), markers[index], color=color, ms=8, mec="black", label=label,
+                zorder=3)
         if len(filled) < len(points):
-            ax.plot(*zip(*[(x, y) for x, y, (_, text) in zip(xs, ys, points) if text in hollow]), "o", mfc="white",
-                    mec=color, mew=2, ms=8, zorder=3)
+            ax.plot(*zip(*[(x, y) for x, y, (_, text) in zip(xs, ys, points) if text in hollow]), markers[index],
+                    mfc="white", mec=color, mew=2, ms=8, zorder=4)      # above other groups
         for x, y, (_, text) in zip(xs, ys, points):
             ax.annotate(text, (x, y), textcoords="offset points", fontsize=8, color=color,
                         xytext=(-8, 7) if index % 2 == 0 else (6, -13), ha="right" if index % 2 == 0 else "left")
@@ -398,8 +403,9 @@ def largest_batch_that_fits(context: int, memory: float = H100_SXM_MEMORY, confi
                             bytes_per_number: float = 2) -> int:
     """Most sequences of ``context`` tokens whose caches fit in ``memory`` bytes beside every weight; 0 if none.
 
-    ``floor((memory − s·N_total) / (context · kv_cache_bytes_per_token))``; Llama-3-8B in bf16 on 80 GB leaves
-    63.9 GB for the cache.
+    ``floor((memory − s·N_total) / (context · kv_cache_bytes_per_token))``. The default ``memory`` is the
+    datasheet's 80 × 10⁹ bytes (Llama-3-8B in bf16 leaves 63.9 GB for the cache); an "80GB" H100 reports
+    ``H100_SXM_MEMORY_REPORTED`` = 81,559 MiB = 85.5 GB, which notebook 06 passes (69.5 GB for the cache).
     """
     validate.positive_int("context", context)
     validate.positive_float("memory", memory)

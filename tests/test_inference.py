@@ -195,3 +195,20 @@ def test_plot_roofline_draws_each_roof_and_places_points_on_the_first():
     with pytest.raises(ValueError, match="intensity_range"):
         plot_roofline(ax, [toy], [], intensity_range=(10, 1))
     plt.close(fig)
+
+
+def test_plot_roofline_draws_each_group_with_its_marker_and_rejects_a_wrong_count():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from helpers.inference import Hardware, plot_roofline
+    toy = Hardware("toy", 100e12, 10e12)
+    fig, ax = plt.subplots()
+    plot_roofline(ax, [toy], [("a", "C0", [(1.0, "p")]), ("b", "C1", [(2.0, "q"), (3.0, "r")])],
+                  hollow=["r"], markers=["o", "D"])
+    drawn = {line.get_label(): line.get_marker() for line in ax.lines if not line.get_label().startswith("_")}
+    assert drawn["a"] == "o" and drawn["b"] == "D"
+    assert [line.get_marker() for line in ax.lines if line.get_mfc() == "white"] == ["D"]
+    with pytest.raises(ValueError, match="markers"):
+        plot_roofline(ax, [toy], [("a", "C0", [(1.0, "p")])], markers=["o", "D"])
+    plt.close(fig)
