@@ -262,18 +262,19 @@ check_tp_degree = Exercise(
     _degree_cases,
     mistakes=[
         ("under tensor parallelism a rank computes only its block of hidden units, 1/R of a token's FLOPs; counting "
-         "all of them gives expert parallelism's ratio, which does not fall to 0 as R grows.",
+         "all of them gives expert parallelism's ratio, which does not fall to 0 as R grows (section 4.1).",
          lambda *a: _tp_degree(*a, per_rank=False)),
         ("training sends two all-reduces per token: the output's, forward (after W2), and the input gradient's, "
-         "backward (before W1): 4·(R−1)/R·d_model numbers, not 2·(R−1)/R·d_model.",
+         "backward (before W1): 4·(R−1)/R·d_model numbers, not 2·(R−1)/R·d_model (section 4.1).",
          lambda *a: _tp_degree(*a, all_reduces=1)),
         ("a ring all-reduce has each rank send 2·(R−1)/R of the d_model numbers, not 2·d_model: the (R−1)/R "
          "leaves R − 1 in the denominator.",
          lambda *a: _tp_degree(*a, ring=False)),
-        ("a gated expert has three matrices (18·d_model·d_ff training FLOPs per token), a dense one two (12·…): "
-         "read `gated`.",
+        ("a gated expert has three matrices (18·d_model·d_ff training FLOPs per token), a dense one two (12·…; "
+         "section 1): read `gated`.",
          lambda *a: _tp_degree(*a, matrices=3)),
-        ("a dense expert has two matrices: 12·d_model·d_ff training FLOPs per token, 18 only when gated.",
+        ("a dense expert has two matrices: 12·d_model·d_ff training FLOPs per token, 18 only when gated "
+         "(section 1).",
          lambda *a: _tp_degree(*a, matrices=2)),
         ("each token goes through k experts: k times the FLOPs for the same two all-reduces.",
          lambda *a: _tp_degree(*a, use_k=False)),
