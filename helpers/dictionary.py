@@ -31,6 +31,7 @@ A feature's value (a column of ``W_dec``) is read in the vocabulary as notebook 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from helpers.progress import progress as progress_bar
 
 __all__ = ["topk_codes", "TopKDictionary", "random_dictionary", "train_dictionaries", "fvu", "l0",
            "firing_counts", "held_out_split", "ffn_io", "distinct_prefixes", "fact_labels", "Prefixes", "fact_prefixes", "replaced_ffn", "answer_scores",
-           "top_label_share", "firing_label_share", "strongest_label_share", "without_features", "tracking_rates"]
+           "top_label_share", "firing_label_share", "strongest_label_share", "level_table", "without_features", "tracking_rates"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,18 +446,36 @@ def firing_label_share(acts: torch.Tensor, labels: Sequence[object]) -> tuple[to
     return counts.max(0).values / n.clamp_min(1), n.long()
 
 
-def strongest_label_share(acts: torch.Tensor, labels: Sequence[object]) -> torch.Tensor:
+def strongest_label_share(acts: torch.Tensor, labels: Sequence[object], above: float = 0.0) -> torch.Tensor:
     """For every unit (column of ``acts (M, U)``): the share of *all* the inputs it is positive on that carry the
     label of its *strongest* input, the label its top list suggests (``firing_label_share`` takes the most common
-    label instead). Returns ``(U,)`` float64 (0 for a unit positive nowhere)."""
+    label instead). ``above`` in [0, 1): count only inputs above that fraction of the unit's largest activation
+    (0.5: its upper half, how a feature reads at high activation). Returns ``(U,)`` float64 (0 for a unit
+    positive nowhere)."""
+    above = validate.probability("above", above)
     validate.float_tensor("acts", acts, min_dims=2)
     if len(labels) != acts.shape[0]:
         raise ValueError(f"labels must have one entry per row of acts ({acts.shape[0]}), got {len(labels)}")
     codes = {value: i for i, value in enumerate(dict.fromkeys(labels))}
     code = torch.tensor([codes[v] for v in labels])                                                   # (M,)
-    positive = acts > 0
+    positive = (acts > 0) & (acts > above * acts.max(0).values)
     same = code[:, None] == code[acts.argmax(0)][None, :]                                            # (M, U)
     return (positive & same).sum(0).double() / positive.sum(0).clamp_min(1).double()
+
+
+def level_table(acts: torch.Tensor, labels: Sequence[object], edges: Sequence[float], top: int = 3) -> str:
+    """One unit read by activation level: for each interval ``(edges[i], edges[i+1]]`` of ``acts (M,)``, how many
+    inputs fall in it and their ``top`` most common labels (``labels``: one per input). Printable lines."""
+    validate.float_tensor("acts", acts, min_dims=1)
+    if len(labels) != len(acts):
+        raise ValueError(f"labels must have one entry per entry of acts ({len(acts)}), got {len(labels)}")
+    lines = ["activation     inputs   most common labels"]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = ((acts > lo) & (acts <= hi)).nonzero()[:, 0].tolist()
+        counts = Counter(labels[j] for j in inside).most_common(top)
+        lines.append(f"  ({lo:g}, {hi:g}]".ljust(15) + f"{len(inside):6d}   "
+                     + ", ".join(f"{label} {n}" for label, n in counts))
+    return "\n".join(lines)
 
 
 def without_features(dictionary: TopKDictionary, features: Sequence[int]) -> TopKDictionary:

@@ -33,6 +33,12 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study --only-control      # the control's longer runs, into the file (~10 min)
     python -m helpers.dictionary_study --only-control --arms sae_slots --lengths 1000 3000 10000   # (~5 min)
     python -m helpers.dictionary_study --only-tracking 3000      # section 6's dictionaries 3x longer (~3 min)
+    python -m helpers.dictionary_study --rate 0.01 --arms sae_y --lengths 10000 30000           # (~15 min)
+    python -m helpers.dictionary_study --rate 0.01 --arms sae_slots --lengths 30000             # (~10 min)
+
+``--rate`` trains the control's autoencoders at one learning rate for every arm (``rate_runs``; the five models
+side by side), into ``control_lr[rate]`` of each model's entry: the rate at the length a verdict is read, and
+the 3× longer check of that verdict.
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ from helpers.superposition import (best_cosines, dimensions_per_feature, feature
                                    train_toy_models)
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
-           "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "tracking_lengths", "toy_recovery",
+           "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
+           "slot_edge_family", "tracking_lengths", "toy_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
@@ -67,7 +74,9 @@ STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
 #: the dictionaries of the study (and of notebook 09)
 RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2, "held_out": 0.2, "split_seed": 0,
           "rank": 8}
-#: each arm's learning rate: the best held-out FVU on model seed 0 among ``SWEEP_LR`` (``lr_sweep``)
+#: each arm's learning rate at the recipe's 1,000 steps: the best held-out FVU on model seed 0 among ``SWEEP_LR``
+#: (``lr_sweep``, run with ``--sweep``; the shipped file does not hold it). Section 4 reads its controls at
+#: 10,000 steps, where every arm is run at 0.01 too (``--rate``, ``at_rate``)
 ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2}
 #: the slot mixture's autoencoder: on model 0, 0.01 and 0.03 tie at 1,000 steps (held-out FVU 0.91 % and 0.90 %),
 #: and 0.01 is far better at 10,000 (FVU / its PCA-8 0.52 against 0.66): the rate that gives the control its best
@@ -308,6 +317,56 @@ def control_lengths(model, data, layer: int, seeds: Sequence[int], lengths: Sequ
 
 
 @torch.no_grad()
+def rate_runs(models: Sequence[int], layer: int, seeds: Sequence[int], lr: float, lengths: Sequence[int],
+              arms: Sequence[str] = ("sae_y",), progress: bool = True) -> dict:
+    """``control_lengths`` with every arm at the one learning rate ``lr``, the models' dictionaries trained side
+    by side (one batched run per arm and length; each dictionary as if trained alone):
+    ``{model: {arm: {str(steps): [held-out FVU per seed]}}}``."""
+    arms = [validate.one_of("arm", a, ("sae_y", "sae_gaussian", "sae_slots")) for a in arms]
+    seeds = list(seeds)
+    data = make_dataset(load_facts())
+    p = fact_prefixes(data)
+    slot = fact_labels(data, p.rows, p.positions)["slot"]
+    runs = {arm: [] for arm in arms}                                    # per model: (fit, held out)
+    for m in models:
+        y = ffn_io(load_fact_model(data, seed=m)[0], data.ids)[1][layer][p.rows, p.positions]
+        train, test = held_out_split(len(y), RECIPE["held_out"], RECIPE["split_seed"])
+        fit_slots = [slot[i] for i in train.tolist()]
+        made = {"sae_y": lambda: (y[train], y[test]),
+                "sae_gaussian": lambda: (gaussian_like(y[train], len(train), seed=1),
+                                         gaussian_like(y[train], len(test), seed=2)),
+                "sae_slots": lambda: (slot_mixture_like(y[train], fit_slots, fit_slots, seed=1),
+                                      slot_mixture_like(y[train], fit_slots, [slot[i] for i in test.tolist()], seed=2))}
+        for arm in arms:
+            runs[arm].append(made[arm]())
+    out: dict = {str(m): {arm: {} for arm in arms} for m in models}
+    jobs = [(arm, n) for arm in arms for n in lengths]
+    for arm, n in progress_bar(jobs, desc=f"lr {lr}", disable=not progress):
+        fit = torch.stack([f for f, _ in runs[arm] for _ in seeds])     # (models × seeds, N, d)
+        with torch.enable_grad():
+            ds = _dicts(fit, fit, seeds * len(runs[arm]), lr, n, arm)
+        for i, m in enumerate(models):
+            held = runs[arm][i][1]
+            out[str(m)][arm][str(n)] = _r([fvu(held, d(held)) for d in ds[i * len(seeds):(i + 1) * len(seeds)]])
+    return out
+
+
+def at_rate(study: dict, lr: str, layer: int = 1) -> dict:
+    """The study with the control's runs at learning rate ``lr`` (a key of ``control_lr``) in place of those at
+    ``ARM_LR``: an arm run at ``lr`` keeps only those runs; an arm whose ``ARM_LR`` is ``lr`` keeps its own."""
+    out = json.loads(json.dumps(study))
+    for e in out["models"].values():
+        entry = e[str(layer)]
+        for arm, by_length in entry.get("control_lr", {}).get(lr, {}).items():
+            if study["arm_lr"][arm] == float(lr):
+                entry["control_steps"][arm].update(by_length)
+            else:
+                entry["control_steps"][arm] = dict(by_length)
+    out["arm_lr"] = {**study["arm_lr"], **{arm: float(lr) for arm in ("sae_y", "sae_gaussian", "sae_slots")}}
+    return out
+
+
+@torch.no_grad()
 def tracking_lengths(model, data, layer: int, seeds: Sequence[int], steps: int) -> dict:
     """``tracking_rates`` of the two trained units of section 6 (the transcoder's features and the autoencoder on
     ``x``'s), the dictionaries trained ``steps`` steps instead of the recipe's (the longer-run check of
@@ -431,6 +490,50 @@ def sparse_structure_family(study: dict, layers: Sequence[int] | None = None, st
             family[f"layer {L}: SAE on y − SAE on a slot mixture"] = paired_difference(on_y, mixture)
             family[f"layer {L}: SAE on a slot mixture − on a Gaussian"] = paired_difference(mixture, gauss)
     return family
+
+
+def _runs(study: dict, layer: int, arm: str) -> dict[tuple[float, str], list[float]]:
+    """Every run of a control arm in the file, ``(learning rate, steps) ->`` held-out FVU over its own PCA-8 per
+    model (mean over seeds)."""
+    base = {"sae_y": "pca", "sae_gaussian": "pca_gaussian", "sae_slots": "pca_slots"}[arm]
+    entry = study["models"]["0"][str(layer)]
+    keys = [(study["arm_lr"][arm], str(study["recipe"]["steps"]), (arm, "held_out"))] if arm in entry else []
+    keys += [(study["arm_lr"][arm], n, ("control_steps", arm, n)) for n in entry["control_steps"].get(arm, {})]
+    keys += [(float(lr), n, ("control_lr", lr, arm, n)) for lr, arms in entry.get("control_lr", {}).items()
+             for n in arms.get(arm, {})]
+
+    def get(e, path):
+        for key in path:
+            e = e[key]
+        return e
+    return {(lr, n): [a / b for a, b in zip(model_means(study, layer, lambda e, p=path: get(e, p)),
+                                          model_means(study, layer, lambda e: e["dense"][base]))]
+            for lr, n, path in keys}
+
+
+def rate_table(study: dict, layer: int = 1, lengths: Sequence[str] = ("1000", "3000", "10000", "30000")) -> str:
+    """The control's autoencoders at each learning rate run at ``lengths``: held-out FVU over each one's own
+    PCA-8 (the floor a trained TopK-8 dictionary with F >= 16 cannot lose to on its fitting data), mean (range)
+    over models ("—": not run)."""
+    names = {"sae_y": "SAE on y", "sae_slots": "SAE on a slot mixture", "sae_gaussian": "SAE on a Gaussian"}
+    lines = ["held-out FVU / its own PCA-8, mean (range) over models" + "".join(
+        f"{int(n):>18,d}" for n in lengths) + " steps"]
+    for arm, name in names.items():
+        runs = _runs(study, layer, arm)
+        for lr in sorted({lr for lr, n in runs if n in lengths}, reverse=True):
+            cells = [_spread(runs[(lr, n)], 1.0) if (lr, n) in runs else "—" for n in lengths]
+            lines.append(f"  {name + f', lr {lr:g}':52s}" + "".join(f"{c:>18s}" for c in cells))
+    return "\n".join(lines)
+
+
+def slot_edge_family(study: dict, lr: float, lengths: Sequence[str], layer: int = 1) -> dict[str, PairedDifference]:
+    """SAE on y − SAE on the slot mixture (over each one's own PCA-8), both at learning rate ``lr``, paired over
+    models, at each of ``lengths`` (named as in ``sparse_structure_family``, the steps added when there are
+    several): the verdict of structure beyond the slot, and its longer-run check."""
+    y, mixture = _runs(study, layer, "sae_y"), _runs(study, layer, "sae_slots")
+    name = f"layer {layer}: SAE on y − SAE on a slot mixture"
+    return {name + (f", {int(n):,} steps" if len(lengths) > 1 else ""):
+            paired_difference(y[(lr, n)], mixture[(lr, n)]) for n in lengths}
 
 
 def _tracking(entry: dict, unit: str, steps: str | None) -> list[dict]:
@@ -578,10 +681,20 @@ def main(argv: Sequence[str] | None = None) -> Path:
                         help="with --only-control: the autoencoders to train (sae_y, sae_gaussian, sae_slots)")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(CONTROL_STEPS),
                         help="with --only-control: the training lengths")
+    parser.add_argument("--rate", type=float, help="train --arms for --lengths at this one learning rate "
+                        "(rate_runs), into each model's control_lr, in the existing file at --out")
     parser.add_argument("--out", type=Path, default=STUDY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    if args.only_toy:
+    if args.rate:
+        study = load_study(args.out)
+        for L in args.layers:
+            runs = rate_runs(args.models, L, range(study["recipe"]["seeds"]), args.rate, args.lengths, args.arms)
+            for m, by_arm in runs.items():
+                rates = study["models"][m][str(L)].setdefault("control_lr", {}).setdefault(str(args.rate), {})
+                for arm, by_length in by_arm.items():
+                    rates.setdefault(arm, {}).update(by_length)
+    elif args.only_toy:
         study = load_study(args.out)
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)
     elif args.only_tracking:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers.dictionary import (TopKDictionary, answer_scores, distinct_prefixes, fact_labels, fact_prefixes, ffn_io,
-                                firing_counts, firing_label_share, strongest_label_share, fvu, held_out_split, l0, random_dictionary,
+                                firing_counts, firing_label_share, strongest_label_share, fvu, held_out_split, l0, level_table, random_dictionary,
                                 replaced_ffn, top_label_share, topk_codes, tracking_rates, train_dictionaries,
                                 without_features)
 from helpers.facts import load_facts, make_dataset
@@ -259,3 +259,17 @@ def test_toy_hidden_draws_the_toy_inputs_and_best_cosines_finds_planted_directio
     assert (cos[:2] < 1).all()                                          # opposite directions do not count
     with pytest.raises(ValueError):
         best_cosines(W, torch.randn(4, 2))
+
+
+def test_strongest_label_share_above_a_level_and_the_level_table():
+    acts = torch.tensor([[9.0], [8.0], [1.0], [1.0], [0.0]])
+    labels = ["a", "a", "b", "b", "b"]
+    assert strongest_label_share(acts, labels).tolist() == [0.5]                # 2 of 4 firings say a
+    assert strongest_label_share(acts, labels, above=0.5).tolist() == [1.0]     # above 4.5: both say a
+    with pytest.raises(ValueError, match="above"):
+        strongest_label_share(acts, labels, above=1.0)
+    table = level_table(acts[:, 0], labels, edges=[0, 2, 10])
+    assert table.splitlines()[1].split() == ["(0,", "2]", "2", "b", "2"]
+    assert table.splitlines()[2].split() == ["(2,", "10]", "2", "a", "2"]
+    with pytest.raises(ValueError, match="labels"):
+        level_table(acts[:, 0], labels[:3], edges=[0, 1])

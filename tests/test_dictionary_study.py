@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from helpers.dictionary import TopKDictionary, fvu
-from helpers.dictionary_study import (ARM_LR, CONTROL_STEPS, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu,
+from helpers.dictionary_study import (ARM_LR, CONTROL_STEPS, LAYERS, MODELS, RECIPE, STUDY_PATH, affine_fvu, at_rate,
+                                      rate_runs, rate_table, slot_edge_family,
                                       control_lengths, convergence_table, floor_table, gaussian_like, load_study,
                                       longest, main, pca_fvu, pca_projection, slot_mixture_like,
                                       sparse_structure_family, sparse_structure_table, superposition_family,
@@ -182,3 +183,36 @@ def test_toy_recovery_scores_the_data_start_before_training():
         assert all(0 <= c <= r for c, r in zip(counts, out["represented"])), name
     again = toy_recovery(toys, 0.99, (0, 1), n_directions=40, steps=50, progress=False)
     assert again["recovered"]["data start, untrained"] == out["recovered"]["data start, untrained"]   # no training in it
+
+
+def test_rate_runs_stack_the_models_and_match_each_dictionary_trained_alone():
+    from helpers.facts import load_facts, make_dataset
+    from helpers.fact_model import load_fact_model
+    out = rate_runs([0, 1], 1, [0, 1], 0.01, [5], arms=("sae_y", "sae_slots"), progress=False)
+    assert set(out) == {"0", "1"} and all(set(r) == {"sae_y", "sae_slots"} for r in out.values())
+    assert all(len(v["5"]) == 2 and 0 < min(v["5"]) for r in out.values() for v in r.values())
+    data = make_dataset(load_facts())
+    alone = control_lengths(load_fact_model(data, seed=1)[0], data, 1, [1], lengths=(5,), arms=("sae_slots",))
+    assert ARM_LR["sae_slots"] == 0.01                                  # the same rate: the same dictionary
+    assert out["1"]["sae_slots"]["5"][1] == pytest.approx(alone["sae_slots"]["5"][0], rel=1e-3)
+    with pytest.raises(ValueError, match="arm"):
+        rate_runs([0], 1, [0], 0.01, [5], arms=("sae_z",), progress=False)
+
+
+def test_the_rate_runs_in_the_file_are_read_by_at_rate_and_the_tables():
+    study = load_study()
+    for entry in study["models"].values():
+        rates = entry["1"]["control_lr"]["0.01"]
+        assert set(rates["sae_y"]) == {"10000", "30000"} and set(rates["sae_slots"]) == {"30000"}
+        assert all(len(v) == RECIPE["seeds"] and 0 < min(v) for r in rates.values() for v in r.values())
+    equal = at_rate(study, "0.01")
+    assert set(equal["models"]["0"]["1"]["control_steps"]["sae_y"]) == {"10000", "30000"}
+    assert study["models"]["0"]["1"]["control_steps"]["sae_y"]["10000"] != \
+        equal["models"]["0"]["1"]["control_steps"]["sae_y"]["10000"]                # the file itself is untouched
+    assert "30000" in equal["models"]["0"]["1"]["control_steps"]["sae_slots"]
+    table = rate_table(study)
+    assert "lr 0.03" in table and "lr 0.01" in table and "30,000" in table and table.count("\n") == 4
+    family = slot_edge_family(study, 0.01, ["10000", "30000"])
+    assert len(family) == 2 and all(d.n == len(MODELS) for d in family.values())
+    (name, one), = slot_edge_family(study, 0.01, ["30000"]).items()
+    assert name in sparse_structure_family(equal, control_steps="10000", slots=True) and one.mean < 0
