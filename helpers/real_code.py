@@ -23,6 +23,9 @@ gpt-oss        ``GptOssMLP``                ``router.weight`` (E, d) and ``route
                                             (E, d, 2f) with W1ᵀ and W3ᵀ *interleaved* column by column, biases
 =============  ===========================  =================================================================
 
+A whole model goes the same way, key by key: ``GPT2_KEY_MAP`` and ``tiny_gpt_from_gpt2`` turn a
+``GPT2LMHeadModel`` into the course's ``TinyGPT``. ``draw_layouts`` draws the table above for one expert.
+
 Every MoE here is built with ``experts_implementation="eager"``: transformers then runs the module's own,
 readable expert loop, and prints nothing about choosing one. ``run(module, x)`` calls any of these modules
 (or the course's) on a ``(tokens, d_model)`` batch and returns a plain ``(tokens, d_model)`` tensor.
