@@ -23,6 +23,9 @@ gpt-oss        ``GptOssMLP``                ``router.weight`` (E, d) and ``route
                                             (E, d, 2f) with W1ᵀ and W3ᵀ *interleaved* column by column, biases
 =============  ===========================  =================================================================
 
+A whole model goes the same way, key by key: ``GPT2_KEY_MAP`` and ``tiny_gpt_from_gpt2`` turn a
+``GPT2LMHeadModel`` into the course's ``TinyGPT``. ``draw_layouts`` draws the table above for one expert.
+
 Every MoE here is built with ``experts_implementation="eager"``: transformers then runs the module's own,
 readable expert loop, and prints nothing about choosing one. ``run(module, x)`` calls any of these modules
 (or the course's) on a ``(tokens, d_model)`` batch and returns a plain ``(tokens, d_model)`` tensor.
@@ -39,6 +42,7 @@ from torch import nn
 
 from helpers.ffn import FFN
 from helpers.moe import MoE
+from helpers.precision import bound, gap, max_abs_diff  # noqa: F401  (re-exported for notebook 08)
 
 #: The oldest transformers release whose modules and configuration fields notebook 08 uses behave as in the
 #: newest (5.6.0: DeepSeek-V3's group mask fills with -inf, Mixtral's router returns raw logits).
@@ -85,20 +89,6 @@ def run(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if isinstance(out, tuple):
         out = out[0]
     return out.reshape(x.shape)
-
-
-def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """``max |a - b|`` in float64."""
-    return float((a.double() - b.double()).abs().max())
-
-
-def bound(diff: float, tol: float = 1e-6) -> str:
-    """A difference as text that reads the same on every CPU: ``"< 1e-06"`` when below ``tol``, else the value.
-
-    float32 rounding at the course's sizes leaves differences between about 1e-8 and 1e-6, and their digits
-    change with the CPU kernel; a difference above ``tol`` is a real disagreement, printed to 2 digits.
-    """
-    return f"< {tol:.0e}" if diff < tol else f"= {diff:.2g}"
 
 
 # --------------------------------------------------------------------------- configurations
@@ -406,20 +396,20 @@ def balancing_in(module: nn.Module, family: str) -> str:
     """What transformers' modeling file does about load balancing, read from its source.
 
     An auxiliary loss only when the file calls ``load_balancing_loss_func`` (then gated by the configuration's
-    ``output_router_logits``, scaled by ``router_aux_loss_coef``); a correction bias when the module holds an
-    ``e_score_correction_bias`` buffer (loaded with the weights; transformers has no rule that updates it).
+    ``output_router_logits``, "off" when it is False, scaled by ``router_aux_loss_coef``); a correction bias when the module holds an
+    ``e_score_correction_bias`` buffer (loaded with the weights; "not updated": transformers has no rule for it).
     A configuration field the file never reads (Llama 4's ``router_aux_loss_coef``) does not count.
     """
     source = _modeling_source(module)
     config = _config(_CONFIGS[family][0])
     if re.search(r"(?<!def )load_balancing_loss_func\(", source):
         on = "on" if config.output_router_logits else "off"
-        return f"aux loss ×{config.router_aux_loss_coef:g}, {on} (output_router_logits)"
+        return f"aux ×{config.router_aux_loss_coef:g}, {on}"
     if any(name.endswith("e_score_correction_bias") for name, _ in module.named_buffers()):
-        return "bias (loaded; no update in transformers)"
+        return "bias, not updated"
     if _CONFIGS[family][2] is None:
         return "—"
-    return "none in transformers (config field unused)" if hasattr(config, "router_aux_loss_coef") else "none"
+    return "none (field unused)" if hasattr(config, "router_aux_loss_coef") else "none"
 
 
 def tokens_moved_by_grouping(x: torch.Tensor, seeds=range(6), *, n_routed: int = 16, top_k: int = 4,
@@ -444,7 +434,7 @@ def tokens_moved_by_grouping(x: torch.Tensor, seeds=range(6), *, n_routed: int =
     return moved
 
 
-def conventions_table(modules: dict[str, nn.Module], footnote: bool = True) -> str:
+def conventions_table(modules: dict[str, nn.Module], footnote: bool = True, layout: bool = True) -> str:
     """One row per family: layout, activation, scoring, renormalisation, shared experts, balancing.
 
     ``modules``: family -> a tiny instance. Read from transformers' modeling file: the activation (the field
@@ -452,21 +442,23 @@ def conventions_table(modules: dict[str, nn.Module], footnote: bool = True) -> s
     correction bias). Read from the configuration class's defaults: ``norm_topk_prob``,
     ``routed_scaling_factor`` and the shared experts. Written by the course from each module's ``forward``
     (``_FROM_CODE``): the layout note, the scores and when renormalisation happens. ``footnote=False`` leaves
-    out the two lines saying so (for a page that says it in prose).
+    out the two lines saying so (for a page that says it in prose); ``layout=False`` leaves out the layout
+    column (for a page that draws the layouts, ``draw_layouts``).
     """
-    head = (f"{'family':<12}{'layout*':<29}{'activation':<27}{'scores*':<18}{'renormalise*':<27}{'shared':<8}"
-            "balancing")
+    lay = 29 if layout else 0
+    head = (f"{'family':<12}{'layout*' if layout else '':<{lay}}{'activation':<26}{'scores*':<17}{'renormalise*':<26}"
+            f"{'shared':<7}balancing")
     rows = [head]
     for family, module in modules.items():
         c = default_config_fields(family)
-        layout, scoring, renorm = _FROM_CODE[family]
+        stored, scoring, renorm = _FROM_CODE[family]
         if renorm == "norm_topk_prob":
             renorm = f"norm_topk_prob={c['norm_topk_prob']}"
             if "routed_scaling_factor" in c:
                 renorm += f", ×{c['routed_scaling_factor']:g}"
         shared = ("1" if family == "Llama 4" else str(c.get("n_shared_experts", 0))) if "experts" in c else "—"
-        rows.append(f"{family:<12}{layout:<29}{activation_read_by(module, family):<27}{scoring:<18}{renorm:<27}"
-                    f"{shared:<8}{balancing_in(module, family)}")
+        rows.append(f"{family:<12}{stored if layout else '':<{lay}}{activation_read_by(module, family):<26}"
+                    f"{scoring:<17}{renorm:<26}{shared:<7}{balancing_in(module, family)}")
     rows.insert(1, "-" * max(len(row) for row in rows))
     if footnote:
         rows.append("* typed by the course from each module's forward (transformers 5.23). activation, balancing: "
@@ -496,3 +488,139 @@ def sizes_table() -> str:
         rows.append(f"{family:<12}{c['d_model']:>5}, {c['width']:>6}, {routed:<23}{pub.model}: {pub.d_model}, "
                     f"{pub.width}, {pub.experts} ({pub.source})")
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------- a whole model
+#: transformers' GPT-2 keys -> the course's ``TinyGPT`` keys (``{i}`` is the layer). "T": the weight is a
+#: ``Conv1D`` (input × output) and is transposed into ``nn.Linear``'s layout. ``lm_head.weight`` is tied to
+#: ``transformer.wte.weight`` in GPT-2 and untied in ``TinyGPT``, so it is copied from the same tensor.
+GPT2_KEY_MAP: dict[str, tuple[str, bool]] = {
+    "transformer.wte.weight": ("tok_emb.weight", False),
+    "transformer.wpe.weight": ("pos_emb.weight", False),
+    "transformer.h.{i}.ln_1.weight": ("blocks.{i}.ln1.weight", False),
+    "transformer.h.{i}.ln_1.bias": ("blocks.{i}.ln1.bias", False),
+    "transformer.h.{i}.attn.c_attn.weight": ("blocks.{i}.attn.qkv.weight", True),
+    "transformer.h.{i}.attn.c_attn.bias": ("blocks.{i}.attn.qkv.bias", False),
+    "transformer.h.{i}.attn.c_proj.weight": ("blocks.{i}.attn.proj.weight", True),
+    "transformer.h.{i}.attn.c_proj.bias": ("blocks.{i}.attn.proj.bias", False),
+    "transformer.h.{i}.ln_2.weight": ("blocks.{i}.ln2.weight", False),
+    "transformer.h.{i}.ln_2.bias": ("blocks.{i}.ln2.bias", False),
+    "transformer.h.{i}.mlp.c_fc.weight": ("blocks.{i}.ffn.w1.weight", True),
+    "transformer.h.{i}.mlp.c_fc.bias": ("blocks.{i}.ffn.w1.bias", False),
+    "transformer.h.{i}.mlp.c_proj.weight": ("blocks.{i}.ffn.w2.weight", True),
+    "transformer.h.{i}.mlp.c_proj.bias": ("blocks.{i}.ffn.w2.bias", False),
+    "transformer.ln_f.weight": ("ln_f.weight", False),
+    "transformer.ln_f.bias": ("ln_f.bias", False),
+    "lm_head.weight": ("lm_head.weight", False),
+}
+
+
+def tiny_gpt2(*, vocab_size: int = 50, d_model: int = 16, n_layers: int = 2, n_heads: int = 2,
+              max_len: int = 16, initializer_range: float = 0.2, seed: int = 0) -> nn.Module:
+    """A random ``GPT2LMHeadModel`` from a tiny configuration (no download), dropout off, in eval mode.
+
+    ``initializer_range`` (GPT-2: 0.02) is raised so that the logits of random weights are of size about 1.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab_size, n_positions=max_len, n_embd=d_model, n_layer=n_layers,
+                        n_head=n_heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=0, eos_token_id=0, initializer_range=initializer_range)
+    return GPT2LMHeadModel(config).eval()
+
+
+def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True, skip: tuple[str, ...] = ()):
+    """The course's ``TinyGPT`` holding a ``GPT2LMHeadModel``'s weights, through ``GPT2_KEY_MAP``.
+
+    Every key of the source is renamed by the map (``{i}`` matched to the layer index) and every key of the
+    target must be filled once: an unmapped, unused or twice-filled key raises, naming it. ``transpose=False``
+    copies the ``Conv1D`` weights with a ``reshape`` instead of a transpose (the bug of section 1, shapes
+    right), and ``skip`` leaves target keys at their random initialisation, to show what the check catches.
+    Returns ``(model, n_tensors_copied)``.
+    """
+    from helpers.transformer import GPTConfig, TinyGPT
+
+    c = hf_model.config
+    model = TinyGPT(GPTConfig(vocab_size=c.vocab_size, d_model=c.n_embd, n_layers=c.n_layer, n_heads=c.n_head,
+                              max_len=c.n_positions, variant="gelu_tanh", bias=True)).eval()
+    target = model.state_dict()
+    patterns = [(re.compile("^" + re.escape(src).replace(r"\{i\}", r"(\d+)") + "$"), dst, t)
+                for src, (dst, t) in GPT2_KEY_MAP.items()]
+    filled = set()
+    for key, value in hf_model.state_dict().items():
+        match = next(((m, dst, t) for p, dst, t in patterns if (m := p.match(key))), None)
+        if match is None:
+            raise KeyError(f"no entry of GPT2_KEY_MAP for {key!r}")
+        m, dst, t = match
+        name = dst.replace("{i}", m.group(1)) if m.groups() else dst
+        if name not in target or name in filled:
+            raise KeyError(f"{key!r} maps to {name!r}, which TinyGPT lacks or already has")
+        filled.add(name)
+        if name in skip:
+            continue
+        if t:
+            value = value.t() if transpose else value.reshape(value.shape[1], value.shape[0])
+        target[name] = value.detach().clone()
+    missing = set(target) - filled
+    if missing:
+        raise KeyError(f"TinyGPT keys filled by no GPT-2 key: {sorted(missing)}")
+    model.load_state_dict(target)
+    return model, len(filled) - len(skip)
+
+
+# --------------------------------------------------------------------------- the layouts, drawn
+def _layout_codes(d: int = 2, f: int = 3) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Each family's (gate/up tensor, down tensor) for one expert whose entries are codes: 1ij for W1[i, j],
+    3ij for W3[i, j], 2ij for W2[i, j]. Read out of the real modules the converters build."""
+    i, j = torch.arange(f)[:, None], torch.arange(d)[None, :]
+    w1, w3, w2 = 100. + 10 * i + j, 300. + 10 * i + j, 200. + 10 * j.T + i.T
+    def filled(moe):
+        with torch.no_grad():
+            for name, w in (("w1", w1), ("w3", w3), ("w2", w2)):
+                getattr(moe.experts[0], name).weight.copy_(w)
+        return moe
+    dense = FFN.from_variant("gelu_tanh", d, f)
+    with torch.no_grad():
+        dense.w1.weight.copy_(w1), dense.w2.weight.copy_(w2)
+    mix = mixtral_block(filled(MoE(d, 2, 2, d_ff=f))).experts
+    l4 = llama4_moe(filled(MoE(d, 3, 2, d_ff=f, n_shared=1, score="sigmoid"))).experts
+    oss = gpt_oss_mlp(filled(MoE(d, 2, 2, d_ff=f, bias=True))).experts
+    gpt2 = gpt2_mlp(dense)
+    course = torch.cat([w1, torch.full((1, d), math.nan), w3])
+    return {"course: w1 / w3 (f, d)": (course, w2, "w2 (d, f)"),
+            "GPT-2: c_fc (d, f)": (gpt2.c_fc.weight, gpt2.c_proj.weight, "c_proj (f, d)"),
+            "Mixtral, Qwen3, DeepSeek:\ngate_up_proj[e] (2f, d)": (mix.gate_up_proj[0], mix.down_proj[0],
+                                                                  "down_proj[e] (d, f)"),
+            "Llama 4:\ngate_up_proj[e] (d, 2f)": (l4.gate_up_proj[0], l4.down_proj[0], "down_proj[e] (f, d)"),
+            "gpt-oss:\ngate_up_proj[e] (d, 2f)": (oss.gate_up_proj[0], oss.down_proj[0], "down_proj[e] (f, d)")}
+
+
+def draw_layouts(d: int = 2, f: int = 3):
+    """One expert (``d`` inputs, ``f`` hidden units) as each family stores it: top row the gate/up tensor,
+    bottom row the down tensor. Entry ``g ij`` is the course's ``W1[i, j]``, ``u ij`` is ``W3[i, j]``, ``w ij``
+    is ``W2[i, j]``; colours: gate, up, down. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    from helpers.plotting import PALETTE
+
+    layouts = _layout_codes(d, f)
+    fig, axes = plt.subplots(2, len(layouts), figsize=(14, 6), height_ratios=(2 * f + 1, f),
+                             layout="constrained")
+    cmap = ListedColormap([PALETTE[0], PALETTE[2], PALETTE[1]])
+    for col, (title, (gate_up, down, down_name)) in enumerate(layouts.items()):
+        for row, t in enumerate((gate_up, down)):
+            ax, codes = axes[row, col], t.detach().double()
+            ax.imshow((codes // 100).numpy(), cmap=cmap, vmin=1, vmax=3)
+            for (r, c), v in zip(torch.cartesian_prod(*map(torch.arange, codes.shape)).tolist(), codes.flatten()):
+                if not math.isnan(v):
+                    name = "guw"[[1, 3, 2].index(int(v) // 100)]
+                    ax.text(c, r, f"{name}{int(v) % 100:02d}", ha="center", va="center", color="white", fontsize=10)
+            rows = 2 * f + 1 if row == 0 else f                  # the same cell size in every panel
+            ax.set(xticks=[], yticks=[], xlim=(-0.5, 2 * f + 0.5), ylim=(rows - 0.5, -0.5))
+            ax.set_title(title if row == 0 else down_name, loc="left")
+            ax.set_frame_on(False)
+    fig.suptitle("One expert's W1 (gate, g), W3 (up, u), W2 (down, w) as each family stores it; "
+                 "g21 is W1[2, 1]", fontsize=12)
+    return fig

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.precision import bound, max_abs_diff
+from helpers.precision import bound, gap, max_abs_diff
 
 
 def test_max_abs_diff_takes_tensors_arrays_and_lists_in_float64():
@@ -11,6 +11,7 @@ def test_max_abs_diff_takes_tensors_arrays_and_lists_in_float64():
     assert max_abs_diff(a, np.array([1.0, 2.5])) == 0.5
     assert max_abs_diff([[1.0]], [[1.0 + 1e-15]]) == pytest.approx(1e-15, rel=0.2)
     assert max_abs_diff(torch.zeros(0), torch.zeros(0)) == 0.0
+    assert max_abs_diff(torch.ones(2, dtype=torch.bfloat16), torch.zeros(2)) == 1.0
     with pytest.raises(ValueError, match="same shape"):
         max_abs_diff(torch.zeros(2), torch.zeros(3))
 
@@ -23,3 +24,20 @@ def test_bound_prints_a_bound_below_the_tolerance_and_the_value_above():
         bound(0.1, 0)
     with pytest.raises(TypeError, match="diff must be a number"):
         bound(True)
+
+
+def test_scale_makes_the_bound_relative_above_one_and_leaves_it_absolute_below():
+    assert bound(5e-5, scale=92.0) == "< 1e-06"
+    assert bound(5e-5, scale=0.5) == "= 5e-05"
+    assert bound(61.0, scale=92.4) == "= 0.66"
+    assert bound(3e-7, scale=None) == bound(3e-7)
+    with pytest.raises(ValueError, match="scale must be a number >= 0"):
+        bound(0.1, scale=-1.0)
+
+
+def test_gap_divides_by_the_reference_size_floored_at_one():
+    y = torch.tensor([100.0, -50.0])
+    assert gap(y + 5e-5, y) == "< 1e-06"
+    assert gap(y + 1.0, y) == "= 0.01"
+    assert gap(torch.tensor([0.5]), torch.tensor([0.25])) == "= 0.25"
+    assert gap(y.bfloat16().float(), y, 1e-2) == "< 1e-02"

@@ -221,12 +221,14 @@ def test_conventions_table_reads_what_the_modules_use():
     ds = real_code.deepseek_v3_moe(_deepseek_moe(0))
     assert real_code.activation_read_by(oss, "gpt-oss") == "(u+1)·gσ(1.702g), clamp 7"
     assert real_code.activation_read_by(mixtral, "Mixtral") == "silu"
-    assert real_code.balancing_in(l4, "Llama 4") == "none in transformers (config field unused)"
-    assert real_code.balancing_in(mixtral, "Mixtral").startswith("aux loss ×0.001, off")
-    assert real_code.balancing_in(oss, "gpt-oss").startswith("aux loss")
-    assert real_code.balancing_in(ds, "DeepSeek-V3") == "bias (loaded; no update in transformers)"
+    assert real_code.balancing_in(l4, "Llama 4") == "none (field unused)"
+    assert real_code.balancing_in(mixtral, "Mixtral") == "aux ×0.001, off"
+    assert real_code.balancing_in(oss, "gpt-oss").startswith("aux ×")
+    assert real_code.balancing_in(ds, "DeepSeek-V3") == "bias, not updated"
     table = real_code.conventions_table({"Llama 4": l4, "gpt-oss": oss})
-    assert "clamp 7" in table and "config field unused" in table
+    assert "clamp 7" in table and "field unused" in table and "layout*" in table
+    narrow = real_code.conventions_table({"Llama 4": l4, "gpt-oss": oss}, footnote=False, layout=False)
+    assert "layout*" not in narrow and max(map(len, narrow.splitlines())) <= 110
 
 
 def test_tokens_moved_by_grouping_counts_rerouted_tokens_and_keeps_the_random_state():
@@ -241,3 +243,38 @@ def test_tokens_moved_by_grouping_counts_rerouted_tokens_and_keeps_the_random_st
     assert torch.equal(torch.random.get_rng_state(), state)
     assert "typed by the course" not in real_code.conventions_table(
         {"gpt-oss": real_code.gpt_oss_mlp(MoE(8, 4, 2, d_ff=16, bias=True).eval())}, footnote=False)
+
+
+# ------------------------------------------------------------------ a whole model: GPT-2 -> TinyGPT by a key map
+def test_a_whole_gpt2_converts_to_tinygpt_by_the_key_map_and_the_logits_agree():
+    hf = real_code.tiny_gpt2(seed=1)
+    ids = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = hf(ids).logits
+    model, copied = real_code.tiny_gpt_from_gpt2(hf)
+    assert copied == len(hf.state_dict()) == len(model.state_dict())
+    with torch.no_grad():
+        assert real_code.gap(model(ids), logits) == "< 1e-06"
+        for kwargs in ({"transpose": False}, {"skip": ("lm_head.weight",)}):
+            wrong, _ = real_code.tiny_gpt_from_gpt2(hf, **kwargs)
+            assert real_code.max_abs_diff(wrong(ids), logits) > 0.1
+
+
+def test_the_key_map_refuses_a_key_it_does_not_know():
+    hf = real_code.tiny_gpt2()
+    hf.register_buffer("extra", torch.zeros(1))
+    with pytest.raises(KeyError, match="no entry of GPT2_KEY_MAP for 'extra'"):
+        real_code.tiny_gpt_from_gpt2(hf)
+
+
+def test_draw_layouts_reads_each_familys_tensors_out_of_the_real_modules():
+    import matplotlib
+    matplotlib.use("Agg")
+    layouts = real_code._layout_codes()
+    gate_up, down, _ = layouts["gpt-oss:\ngate_up_proj[e] (d, 2f)"]
+    assert gate_up[:, 0].tolist() == [100.0, 101.0] and gate_up[:, 1].tolist() == [300.0, 301.0]  # g, u interleaved
+    assert layouts["Llama 4:\ngate_up_proj[e] (d, 2f)"][0][0].tolist() == [100, 110, 120, 300, 310, 320]
+    assert down.shape == (3, 2)
+    fig = real_code.draw_layouts()
+    assert len(fig.axes) == 10
+    matplotlib.pyplot.close(fig)
