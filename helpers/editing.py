@@ -173,6 +173,11 @@ def optimise_deltas(model: nn.Module, layer: int, prompts: EditPrompts, n_edits:
     per edit, plus ``l2 · ||δ_e||²``, where the model runs with ``scales[r, t] · δ_{edit_r}``
     added to layer ``layer``'s FFN output: exactly what the rank-one edit will do.
     Adam, ``steps`` steps, full batch. The model's weights are not changed.
+
+    How this differs from ROME's ``compute_v``: ROME optimises δ added to the FFN output at the subject's
+    last token alone, and only then solves for ``Ŵ``; here δ is optimised through the rank-one edit itself,
+    so the edit's effect at every other position (``α(k_t) δ``) is already in the loss. That is exact
+    because layer ``l``'s keys do not depend on layer ``l``'s own output.
     """
     memories = find_ffns(model)
     ffn = memories.layer(layer)
@@ -333,3 +338,60 @@ def edit_outcomes(model: nn.Module, layer: int, W_hats: torch.Tensor, ids: torch
         outcomes.append(EditOutcome(bool(after[row] == new_ids[e]), unchanged[other].float().mean().item(),
                                     unchanged[same].float().mean().item()))
     return outcomes
+
+
+def template_ids(vocab, subjects: list[str], template: str) -> torch.Tensor:
+    """``(S, T)`` long: ``<bos>`` and the words of ``template.format(subject)`` for each subject, e.g. a held-out
+    paraphrase such as ``"the official capital of {} is"`` that no training row contains. ``vocab`` is a
+    ``helpers.facts.Vocab``; every word must be in it (``vocab.encode`` names the one that is not); the
+    answer is predicted at the last position."""
+    rows = [vocab.encode([vocab.tokens[vocab.bos_id], *template.format(subject).split()]) for subject in subjects]
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError("template must give every subject a prompt of the same length (one-word subjects)")
+    return torch.tensor(rows)
+
+
+@dataclass
+class Preferences:
+    """ROME's "prefers the new answer" test on prompts the edits were not trained on, before and after each edit.
+
+    Attributes:
+        edited_before, edited_after: ``(E,)`` bool, the edited subject's prompt gives the new answer a higher
+            logit than its true answer.
+        untouched_before, untouched_after: ``(E,)`` float, the share of the other subjects' prompts whose logit
+            for edit ``e``'s new answer beats their own true answer (the control: what the edit does to facts
+            it should leave alone).
+    """
+
+    edited_before: torch.Tensor
+    edited_after: torch.Tensor
+    untouched_before: torch.Tensor
+    untouched_after: torch.Tensor
+
+
+@torch.no_grad()
+def preferences(model: nn.Module, layer: int, W_hats: torch.Tensor, ids: torch.Tensor, true_ids: torch.Tensor,
+                edited_subjects: torch.Tensor, new_ids: torch.Tensor) -> Preferences:
+    """Apply each ``W_hats[e]`` (``(E, d_model, d_ff)``) alone and read the last position of ``ids``
+    (``(S, T)``, one prompt per subject, e.g. ``template_ids``); ``true_ids`` ``(S,)`` are the prompts' true
+    answers, ``edited_subjects`` ``(E,)`` the edited subject's row of ``ids``, ``new_ids`` ``(E,)`` its new answer."""
+    was_training = model.training
+    model.eval()
+    S, E = ids.shape[0], W_hats.shape[0]
+    rows = torch.arange(S)
+
+    def beats(logits: torch.Tensor, e: int) -> torch.Tensor:    # (S,) the new answer beats each true answer
+        return logits[:, new_ids[e]] > logits[rows, true_ids]
+
+    before = logits_of(model, ids)[:, -1]
+    out = {name: [] for name in ("edited_before", "edited_after", "untouched_before", "untouched_after")}
+    for e in range(E):
+        with edited(model, layer, W_hats[e]):
+            after = logits_of(model, ids)[:, -1]
+        others = rows != edited_subjects[e]
+        for when, logits in (("before", before), ("after", after)):
+            b = beats(logits, e)
+            out[f"edited_{when}"].append(b[edited_subjects[e]])
+            out[f"untouched_{when}"].append(b[others].float().mean())
+    model.train(was_training)
+    return Preferences(**{name: torch.stack(values) for name, values in out.items()})

@@ -189,7 +189,7 @@ def promotion_by_group(by_seed: Sequence[dict[str, tuple[torch.Tensor, torch.Ten
     ``g`` (rows with ``groups == g``, named ``names[g]``), three paired differences over the seeds of
     ``by_seed`` (one ``shifts_by_reference`` result per seed): ``"<name>: answer"`` and ``"<name>: rivals"``
     (their mean shift against ``reference``, each against 0) and ``"<name>: |answer| − |rivals|"`` (positive:
-    more promotion than elimination).
+    the answer moves more than its rivals, in either direction: a pushed-down answer counts too).
     """
     if groups.shape != by_seed[0][reference][0].shape:
         raise ValueError(f"groups must have one entry per row, shape {tuple(by_seed[0][reference][0].shape)}, "

@@ -223,3 +223,34 @@ def test_gpt2_rank_one_edit(gpt2):
         out = collect(gpt2, ids[:1]).outputs[1][0, 3]
     assert torch.allclose(out, v_star + layer.value_bias.detach(), atol=1e-4)
     assert torch.equal(layer.value_matrix, W)                          # restored
+
+
+def test_template_ids_builds_held_out_prompts():
+    from helpers.editing import template_ids
+    from helpers.facts import Vocab
+    vocab = Vocab(["<pad>", "<bos>", "the", "capital", "of", "is", "official", "france", "italy"])
+    ids = template_ids(vocab, ["france", "italy"], "the official capital of {} is")
+    assert ids.tolist() == [[1, 2, 6, 3, 4, 7, 5], [1, 2, 6, 3, 4, 8, 5]]
+    with pytest.raises(ValueError, match="'city'"):
+        template_ids(vocab, ["france"], "the capital city of {} is")
+
+
+def test_preferences_read_the_last_position_before_and_after_each_edit():
+    from helpers.editing import preferences
+    model, ids = tiny(), toy_ids(n=5, t=5)
+    W = find_ffns(model).layer(0).value_matrix.detach()
+    true_ids = torch.tensor([1, 2, 3, 4, 5])
+    new_ids, edited_subjects = torch.tensor([7, 8]), torch.tensor([0, 3])
+    W_hats = torch.stack([W, W + 0.5 * torch.randn(W.shape, generator=torch.Generator().manual_seed(0))])
+    p = preferences(model, 0, W_hats, ids, true_ids, edited_subjects, new_ids)
+    with torch.no_grad():
+        base = model(ids)[:, -1]
+        with edited(model, 0, W_hats[1]):
+            late = model(ids)[:, -1]
+    beats = lambda lg, new: lg[:, new] > lg[torch.arange(5), true_ids]      # noqa: E731
+    assert p.edited_before.tolist() == [bool(beats(base, 7)[0]), bool(beats(base, 8)[3])]
+    assert torch.equal(p.edited_before[:1], p.edited_after[:1])              # W_hats[0] is no edit
+    assert bool(p.edited_after[1]) == bool(beats(late, 8)[3])
+    others = torch.arange(5) != 3
+    assert p.untouched_after[1].item() == pytest.approx(beats(late, 8)[others].float().mean().item())
+    assert p.untouched_before[0].item() == pytest.approx(beats(base, 7)[1:].float().mean().item())

@@ -1,0 +1,95 @@
+"""How a ROME edit's budget trades efficacy against specificity (notebook 03, section 8).
+
+The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the country, with 40 Adam steps
+and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere?
+``budget_runs`` repeats those edits at other budgets (more steps, no penalty) and records, per seed and budget,
+the efficacy (share of edits that now give the new capital) and the share of the other countries' capitals
+whose prediction is unchanged (specificity). Too slow to run live for ten seeds; made by
+
+    python -m helpers.edit_budget          # writes helpers/data/edit_budget.json (about a minute of CPU)
+
+and checked in the notebook by recomputing one seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers.editing import edit_effects, key_second_moment, mean_keys, rome_edits
+from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
+from helpers.memory import collect, token_positions
+
+DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
+BUDGETS: dict[str, dict] = {"40 steps, penalty": dict(steps=40, l2=3e-3),
+                            "200 steps, penalty": dict(steps=200, l2=3e-3),
+                            "200 steps, no penalty": dict(steps=200, l2=0.0)}
+"""Budget name -> ``rome_edits`` arguments (the notebook's is the first)."""
+
+
+def capital_edits(data: FactDataset, n_edits: int = 32, seed: int = 11) -> tuple[torch.Tensor, torch.Tensor]:
+    """The notebook's edits: ``(edit_rows, new_ids)``, each ``(n_edits,)`` long: random capital facts, each
+    moved to another country's capital (the draw of notebook 03, cell "E, gen = 32, ...")."""
+    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
+    capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
+    gen = torch.Generator().manual_seed(seed)
+    pick = torch.randperm(len(capital_rows), generator=gen)[:n_edits]
+    shift = torch.randint(1, len(capital_rows), (n_edits,), generator=gen)
+    return capital_rows[pick], data.answer_id[capital_rows[(pick + shift) % len(capital_rows)]]
+
+
+def budget_runs(model: torch.nn.Module, data: FactDataset, budgets: dict[str, dict] | None = None,
+                layer: int = 0) -> dict[str, dict[str, float]]:
+    """``{budget: {"efficacy": float, "capitals_kept": float}}`` for one model: the ``capital_edits`` made at
+    the country (its key averaged over the country's prompts, ``C`` from every real token's key, ridge 1e-3),
+    each applied alone; capitals kept is the mean over edits of the share of other countries' capital
+    predictions unchanged."""
+    budgets = BUDGETS if budgets is None else budgets
+    vocab = data.vocab
+    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
+    subjects = sorted({f.subject for f in data.facts})
+    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
+    same_subject = subject_of[:, None] == subject_of[None, :]
+    subject_pos = token_positions(data.ids, torch.tensor([vocab.stoi[f.subject] for f in data.facts]))
+    capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
+    edit_rows, new_ids = capital_edits(data)
+    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
+    keys = collect(model, data.ids).coefficients[layer]
+    C = key_second_moment(keys[data.ids != vocab.pad_id], ridge=1e-3)
+    k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
+    out = {}
+    for name, kwargs in budgets.items():
+        W_hats = rome_edits(model, layer, keys, C, k_stars, data.ids, data.answer_pos, edit_rows, new_ids, **kwargs)
+        fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, capital_rows)
+        out[name] = {"efficacy": fx.success.float().mean().item(),
+                     "capitals_kept": fx.kept(other_capitals).mean().item()}
+    return out
+
+
+def make(seeds: Sequence[int], path: Path = DATA_PATH) -> dict:
+    """Run ``budget_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+    from helpers.fact_model import load_fact_model
+    torch.set_num_threads(1)
+    data = make_dataset(load_facts())
+    runs = {str(s): budget_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
+    result = {"made_by": "python -m helpers.edit_budget", "budgets": BUDGETS, "runs": runs,
+              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load(path: Path = DATA_PATH) -> dict[int, dict[str, dict[str, float]]]:
+    """The shipped runs: ``{seed: {budget: {"efficacy", "capitals_kept"}}}``."""
+    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument("--out", type=Path, default=DATA_PATH)
+    make(parser.parse_args().seeds, parser.parse_args().out)
