@@ -627,3 +627,16 @@ def test_natural_wrong_answers_at_the_corners_fail(ex, fn):
 def test_the_clamped_z_grad_fails_only_where_exp_would_overflow():
     result = check_z_loss.evaluate(z_grad_clamped_logits)
     assert "exp overflows" in result.message
+
+
+def test_noisy_top_k_switch_weight_at_k_1_is_named():
+    """Review 05-round8: Switch's weight p at k = 1 (right at k >= 2) fails with a hint naming it."""
+    def gates(x, w_gate, w_noise, noise, k):
+        h = x @ w_gate.T + noise * F.softplus(x @ w_noise.T)
+        if k == 1:
+            p = torch.softmax(h, -1)
+            value, index = p.topk(1, -1)
+            return torch.zeros_like(p).scatter(-1, index, value)
+        return noisy_gates_masked_fill(x, w_gate, w_noise, noise, k)
+
+    assert "Switch's weight" in hint_of(check_noisy_top_k, gates)

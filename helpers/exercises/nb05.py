@@ -645,6 +645,13 @@ def _noisy_softmax_then_zero(x, w_gate, w_noise, noise, k):
     return torch.zeros_like(probs).scatter(-1, index, probs.gather(-1, index))
 
 
+def _noisy_switch_weight_at_one(x, w_gate, w_noise, noise, k):
+    """Right for k >= 2; at k = 1 Switch's weight (the kept expert's softmax over all E) instead of 1."""
+    if k == 1:
+        return _noisy_softmax_then_zero(x, w_gate, w_noise, noise, k)
+    return _noisy_top_k(x, w_gate, w_noise, noise, k)
+
+
 def _noisy_cases() -> list[Case]:
     g = _generator(505)
 
@@ -717,6 +724,9 @@ check_noisy_top_k = Exercise(
          lambda x, wg, wn, eps, k: _gates(_noisy_logits(x, wg, wn, eps), k, dim=0)),
         ("you took the softmax over all E experts and then zeroed the others; the softmax runs over the k kept "
          "experts only, so the kept gates sum to 1.", _noisy_softmax_then_zero),
+        ("at k = 1 you kept Switch's weight, the expert's softmax probability over all E experts; this gating "
+         "takes the softmax over the k kept logits only, so a lone kept expert gets exactly 1.",
+         _noisy_switch_weight_at_one),
         ("the noise is missing: H = x W_gateᵀ + noise ⊙ softplus(x W_noiseᵀ).",
          lambda x, wg, wn, eps, k: _gates(x @ wg.T, k)),
         ("the noise scale needs the softplus: noise ⊙ softplus(x W_noiseᵀ), which keeps the scale positive.",

@@ -399,11 +399,11 @@ def _paired_cases() -> list[Case]:
     def noise(n, scale):
         return scale * torch.randn(n, generator=g, dtype=torch.float64)
 
-    add([0.21, 0.25], [0.14, 0.11], "two seeds")
+    add([0.21, 0.25], [0.14, 0.11], "the fewest seeds")
     base = 0.2 + noise(6, 0.05)
-    add(base + 0.03 + noise(6, 0.01), base, "six seeds, every difference of one sign")
+    add(base + 0.03 + noise(6, 0.01), base, "every difference of one sign")
     base = 0.5 + noise(20, 0.1)
-    add(base + noise(20, 0.05), base, "twenty seeds, differences of both signs")
+    add(base + noise(20, 0.05), base, "differences of both signs")
     add([1.5, 0.5, 3.0, -1.0], [0.5, 1.5, 1.0, 1.0], "a mean difference of exactly 0")
     base = 1000.0 - noise(8, 1.0).abs()
     add(base - 15.0 + noise(8, 4.0).clamp(-9.0, 9.0), base, "values near 1,000, differences about 70 times smaller")
@@ -411,7 +411,7 @@ def _paired_cases() -> list[Case]:
     base = 1e-6 * (1.0 + noise(5, 0.1))
     add(base + 1e-7 * (1.0 + noise(5, 1.0)), base, "values near 1e-6")
     base = 3.0 + noise(50, 1.0)
-    add(base + 0.01 + noise(50, 0.05), base, "fifty seeds")
+    add(base + 0.01 + noise(50, 0.05), base, "the most seeds")
     return cases
 
 
