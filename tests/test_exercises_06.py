@@ -141,6 +141,7 @@ def test_tp_degree_a_float_loop_and_a_closed_form_pass():
 
 @pytest.mark.parametrize("change, words", [
     (dict(split_flops=False), "1/R of a token's FLOPs"), (dict(passes=1), "two all-reduces"),
+    (dict(passes=1, ring=True), "half the bytes"),  # review 06-round7 E2: two all-reduces, a ring share of (R−1)/R
     (dict(ring=False), "ring all-reduce"), (dict(op="gt"), "at least"), (dict(use_k=False), "k experts"),
     (dict(cap=False), "max_ranks"), (dict(matrices=3), "read `gated`"), (dict(matrices=2), "12·d_model·d_ff"),
     (dict(s=1), "bytes_per_element"), (dict(start=0), "never 0")])

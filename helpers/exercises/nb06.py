@@ -264,8 +264,9 @@ check_tp_degree = Exercise(
         ("under tensor parallelism a rank computes only its block of hidden units, 1/R of a token's FLOPs; counting "
          "all of them gives expert parallelism's ratio, which does not fall to 0 as R grows (section 4.1).",
          lambda *a: _tp_degree(*a, per_rank=False)),
-        ("training sends two all-reduces per token: the output's, forward (after W2), and the input gradient's, "
-         "backward (before W1): 4·(R−1)/R·d_model numbers, not 2·(R−1)/R·d_model (section 4.1).",
+        ("you count half the bytes a rank sends, 2·(R−1)/R·d_model numbers instead of 4·(R−1)/R·d_model: training "
+         "sends two all-reduces per token (the output's forward, after W2; the input gradient's backward, before "
+         "W1), and in each a ring has every rank send 2·(R−1)/R of the d_model numbers (section 4.1).",
          lambda *a: _tp_degree(*a, all_reduces=1)),
         ("a ring all-reduce has each rank send 2·(R−1)/R of the d_model numbers, not 2·d_model: the (R−1)/R "
          "leaves R − 1 in the denominator.",
