@@ -556,3 +556,14 @@ def test_dead_after_without_the_bias_and_fit_to_tanh_gelu_get_their_hints():
         betas = torch.linspace(1.5, 3.5, 20001, dtype=torch.float64)[:, None]
         return betas[((x * torch.sigmoid(betas * x) - F.gelu(x, approximate="tanh")) ** 2).sum(1).argmin()].item()
     assert "tanh" in (check_fit_beta.evaluate(tanh_fit).hint or "")
+
+
+def test_gelu_tanh_derivative_missing_half_on_the_second_term_is_named():
+    """Reviews 01-round11 E1 and round 12: the ½ dropped from x·(1 − tanh²u)·u' only."""
+    def slope(x):
+        k = math.sqrt(2 / math.pi)
+        t = torch.tanh(k * (x + 0.044715 * x ** 3))
+        return 0.5 * (1 + t) + x * (1 - t * t) * k * (1 + 3 * 0.044715 * x ** 2)
+
+    result = check_gelu_tanh_derivative.evaluate(slope)
+    assert result.status == FAILED and "second term" in result.message, result.message

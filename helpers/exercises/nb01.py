@@ -234,6 +234,11 @@ def _only_first_term(x):
     return 0.5 * (1.0 + t)
 
 
+def _second_term_without_half(x):
+    t, du = _tanh_parts(x)
+    return 0.5 * (1.0 + t) + x * (1.0 - t * t) * du
+
+
 def _tanh_by_exp(x):
     u = _SQRT_2_OVER_PI * (x + _C * x ** 3)
     e = torch.exp(2.0 * u)                                  # inf for large positive x: inf / inf is NaN
@@ -270,6 +275,8 @@ check_gelu_tanh_derivative = Exercise(
          "second.", _only_second_term),
         ("the ½ is missing: GELU's tanh form is ½x·(1 + tanh u), so its slope is half of what you return.",
          lambda x: 2.0 * _gelu_tanh_derivative(x)),
+        ("the ½ is missing from the product rule's second term: the slope of ½x·(1 + tanh u) is "
+         "½(1 + tanh u) + ½x·(1 − tanh²u)·u', and the ½ multiplies both terms.", _second_term_without_half),
         ("that is the gate ½(1 + tanh u) alone; the product rule on ½x·(1 + tanh u) adds x times the gate's own "
          "slope: ½x·(1 − tanh²u)·u'.", _only_first_term),
         ("d/du tanh(u) = 1 − tanh²(u) (a square), not 1 − tanh(u).", _tanh_instead_of_sech2),
