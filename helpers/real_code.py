@@ -621,6 +621,6 @@ def draw_layouts(d: int = 2, f: int = 3):
             ax.set(xticks=[], yticks=[], xlim=(-0.5, 2 * f + 0.5), ylim=(rows - 0.5, -0.5))
             ax.set_title(title if row == 0 else down_name, loc="left")
             ax.set_frame_on(False)
-    fig.suptitle("One expert's W1 (gate, g), W3 (up, u), W2 (down, w) as each family stores it; "
-                 "g21 is W1[2, 1]", fontsize=12)
+    fig.suptitle("One expert's W1 (g: the gate; in GPT-2's dense FFN, its activated W1), W3 (up, u), W2 (down, w) "
+                 "as each family stores it; g21 is W1[2, 1]", fontsize=12)
     return fig
