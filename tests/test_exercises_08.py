@@ -548,3 +548,9 @@ def test_score_on_input_natural_wrong_answers_fail():
     for wrong in (mean_of_token_ratios, gate_and_up_swapped, score_on_the_gate_only):
         assert nb08.check_score_on_input.evaluate(wrong).status == FAILED, wrong.__name__
     _expect_hint(nb08.check_score_on_input, nb08.check_score_on_input.mistakes[0][1], 0)
+
+
+def test_group_limited_int32_indices_fail_as_a_type():
+    """Review 08-round4: the statement asks for int64 indices; right experts as int32 fail, naming the type."""
+    result = nb08.check_group_limited.evaluate(lambda *a: nb08._group_limited(*a).int())
+    assert result.status == FAILED and result.reason == "type" and "int64" in result.message, result.message

@@ -494,6 +494,7 @@ check_group_limited = Exercise(
                  Corner("one token (N = 1)", lambda c: c.args[0].shape[0] == 1),
                  Corner("a score lost in float32 rounding on a bias of -100 (score + bias == -100.0)",
                         lambda c: bool(((c.args[0] + c.args[1]) == -100.0).any())))),
+    returns=tensor_dtype(torch.int64, advice="Keep topk's or sort's int64 indices (no .int() or .float())."),
     bug_class="a masked entry that does not always lose: whether an expert of a dropped group can be chosen "
               "depends on the biases",
     bug_shows=_group_bug_shows,
