@@ -431,3 +431,44 @@ def test_edit_spill_first_differing_key_is_one_c_changes():
     """The first value a wrong answer gets wrong differs visibly (not -2.580 against -2.575)."""
     result = ex.check_edit_spill.evaluate(lambda C, k, K: K @ k / (k @ k))
     assert "index (1,): expected -0.799414, got -0.750513" in result.message
+
+
+def test_agreement_rate_ignoring_valid_is_named():
+    """Review 03-round9: `valid` ignored (the next token's index clamped) fails with a hint naming it."""
+    def rate(coefficients, ids, valid, value_logits):
+        n_examples, length, d_ff = coefficients.shape
+        best = coefficients.reshape(n_examples * length, d_ff).argmax(0)
+        example, t = best // length, best % length
+        following = ids[example, (t + 1).clamp(max=length - 1)]
+        return (value_logits.argmax(1) == following).float().mean()
+
+    result = ex.check_agreement_rate.evaluate(rate)
+    assert result.status == FAILED and "`valid` was ignored" in result.message, result.message
+
+
+def _fill(c, valid, value):
+    return c.masked_fill(~valid[:, :, None], value)
+
+
+@pytest.mark.parametrize("fill", [-1e4, -1e9])
+def test_a_finite_fill_for_the_forbidden_positions_fails_in_exercises_2_4_and_6(fill):
+    """Trial learner 2026-11-27f: -1e4 instead of -inf passed Exercises 2, 4 and 6 (allowed values reached -60)."""
+    def top_triggers(c, valid, neuron, k):
+        peak, position = _fill(c, valid, fill)[:, :, neuron].max(dim=1)
+        example = peak.topk(k).indices
+        return example, position[example]
+
+    def agreement(c, ids, valid, value_logits):
+        n, length, d_ff = c.shape
+        flat = _fill(c, valid, fill).reshape(n * length, d_ff).argmax(0)
+        example, t = flat // length, (flat % length).clamp(max=length - 2)
+        return (ids[example, t + 1] == value_logits.argmax(1)).float().mean()
+
+    def profile(c, valid, relation, n_relations):
+        peaks = _fill(c, valid, fill).amax(1)
+        return torch.stack([peaks[relation == r].mean(0) for r in range(n_relations)], dim=1)
+
+    for check, answer in [(ex.check_top_triggers, top_triggers), (ex.check_agreement_rate, agreement),
+                          (ex.check_relation_profile, profile)]:
+        result = check.evaluate(answer)
+        assert result.status == FAILED, (check.title, result.message)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import math
+
 import torch
 
 from helpers.exercises.compare import describe_value
@@ -95,13 +97,16 @@ def negative_rows(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Ge
     coefficients[~valid] = coefficients[~valid].abs() + 2.0
 
 
-def below_minus_one(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Generator) -> None:
-    """In place: every allowed value becomes one below -1 (from -1.05 down to about -60, the extremes a
+def below_minus_one(coefficients: torch.Tensor, valid: torch.Tensor, gen: torch.Generator,
+                    nearest: float = 1e-2) -> None:
+    """In place: every allowed value becomes one below -1 (from -1.05 down to about -1e30, the extremes a
     float32 input allows and GELU never makes), and every position that is not allowed holds -0.5 (above
-    all of them, below 0). A stand-in such as -1 for the forbidden positions then wins, as 0 does."""
+    all of them, below 0). A stand-in such as -1, -1e4 or -1e9 for the forbidden positions then wins, as 0
+    does: only -inf always loses. ``nearest``: the allowed values start at -1.05 - nearest (1e11: every one
+    below -1e11)."""
     allowed = valid.unsqueeze(-1).expand_as(coefficients)
     n = int(allowed.sum())
-    coefficients[allowed] = -1.05 - torch.logspace(-2, 1.77, n)[torch.randperm(n, generator=gen)]
+    coefficients[allowed] = -1.05 - torch.logspace(math.log10(nearest), 30, n)[torch.randperm(n, generator=gen)]
     coefficients[~allowed] = -0.5
 
 

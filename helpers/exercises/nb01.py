@@ -402,8 +402,9 @@ _FIT_DOMAIN = Domain(
 
 
 _FIT_BETA_SLOW = ("Or a search finer than the answer needs: β is checked to within 5e-4, so a step of 1e-4 is "
-                  "enough, and one grid of 1e-5 over [1.5, 3.5] on 2,001 points is 400 million evaluations per "
-                  "case (10 hidden cases share 10 s): refine a coarse grid around its best β instead.")
+                  "enough. The work is the number of βs times the points of a case (up to 2,001): a step of 1e-5 "
+                  "over [1.5, 3.5] is already 200,001 βs, and 10 hidden cases share 10 s. Refine a coarse grid "
+                  "around its best β instead.")
 
 
 check_fit_beta = Exercise(

@@ -131,7 +131,8 @@ def _trigger_cases() -> list[Case]:
                                                    (16, 7, 10, 9, 5, True, True),
                                                    (12, 8, 6, 2, 3, False, True),
                                                    (10, 6, 4, 1, 10, False, True),    # peaks from 1e-3 to 1e2
-                                                   (11, 6, 5, 2, 6, "below", True)]:  # every value below -1
+                                                   (11, 6, 5, 2, 6, "below", True),   # every value below -1
+                                                   (8, 5, 4, 1, 3, "far below", True)]:  # ... below -1e10
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0     # the last position fires strongly: it counts only where it is allowed
         if N == 10:
@@ -141,8 +142,8 @@ def _trigger_cases() -> list[Case]:
             valid[0] = False
             valid[0, 0] = True
             coefficients[0, 0, neuron] = coefficients[:, :, neuron].max() + 1.0
-        if negative == "below":
-            below_minus_one(coefficients, valid, gen)
+        if negative in ("below", "far below"):
+            below_minus_one(coefficients, valid, gen, nearest=1e11 if negative == "far below" else 1e-2)
         elif negative:
             negative_rows(coefficients, valid, gen)
         note = f"coefficients {tuple(coefficients.shape)}, valid {tuple(valid.shape)}, neuron={neuron}, k={k}"
@@ -212,6 +213,8 @@ TRIGGER_CORNERS = (
     Corner("a row whose allowed values are all negative, above -1 (GELU's dip)", lambda c: bool(
         ((_allowed_peaks(*c.args[:3]) < 0) & (_allowed_peaks(*c.args[:3]) > -1)).any())),
     Corner("every allowed value below -1", lambda c: bool((_allowed_peaks(*c.args[:3]) < -1).all())),
+    Corner("every allowed value below -1e10 (a finite stand-in fill such as -1e9 wins)",
+           lambda c: bool((_allowed_peaks(*c.args[:3]) < -1e10).all())),
     Corner("valid allows the last position", lambda c: bool(c.args[1][:, -1].any())),
     Corner("a row that allows a single position", lambda c: bool((c.args[1].sum(1) == 1).any())),
     Corner("peaks spanning five orders of magnitude", lambda c: bool(
@@ -404,7 +407,8 @@ def _agreement_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(2024)
     cases = []
     for negative, shape in [(False, None), (True, None), (False, None), (True, None), (False, (1, 4, 3, 12)),
-                            ("below", None), ("all agree", (9, 6, 5, 15)), ("none agree", (7, 5, 1, 10))]:
+                            ("below", None), ("all agree", (9, 6, 5, 15)), ("none agree", (7, 5, 1, 10)),
+                            ("far below", (12, 6, 10, 30))]:
         # the last three: every allowed value below -1; every neuron agrees (rate 1); one neuron that does not (rate 0)
         N, T, d_ff, vocab = shape or (randint(gen, 10, 25), randint(gen, 5, 8), randint(gen, 12, 30),
                                       randint(gen, 20, 40))      # the last case: a single example
@@ -412,8 +416,8 @@ def _agreement_cases() -> list[Case]:
         valid = valid_mask(gen, N, T, padded=negative)
         coefficients = torch.randn(N, T, d_ff, generator=gen)
         coefficients[:, -1] += 3.0
-        if negative == "below":
-            below_minus_one(coefficients, valid, gen)
+        if negative in ("below", "far below"):
+            below_minus_one(coefficients, valid, gen, nearest=1e11 if negative == "far below" else 1e-2)
         elif negative is True:
             negative_rows(coefficients, valid, gen, share=1.0)     # every allowed value is negative
         logits = torch.randn(d_ff, vocab, generator=gen)
@@ -470,6 +474,16 @@ def _trigger_min(c, valid):
     return example, position[example, torch.arange(c.shape[2])]
 
 
+def _agreement_ignoring_valid(c, ids, valid, logits, *, clamp: bool):
+    """``valid`` ignored: the top trigger over every position but the last (which has no next token), or over
+    every position with the next token's index clamped to the last."""
+    allowed = torch.ones_like(valid)
+    if not clamp:
+        allowed[:, -1] = False
+    example, t = _trigger_max(c, allowed)
+    return (logits.argmax(dim=1) == ids[example, (t + 1).clamp(max=c.shape[1] - 1)]).float().mean().item()
+
+
 def _agreement_count(c, ids, valid, logits):
     return _agreement_rate(c, ids, valid, logits) * c.shape[2]
 
@@ -498,6 +512,13 @@ check_agreement_rate = Exercise(
         ("you masked the positions that are not allowed with 0; where every allowed value is negative, 0 wins "
          "and the trigger ends at a position that is not allowed. Mask with -inf.",
          _agreement_with(lambda c, valid: _trigger_max(c, valid, fill=0.0))),
+        ("`valid` was ignored: a top trigger may end where no prefix may end (a position marked False); mask "
+         "those positions before taking each neuron's maximum.",
+         lambda c, ids, valid, logits: _agreement_ignoring_valid(c, ids, valid, logits, clamp=False)),
+        ("`valid` was ignored: a top trigger may end where no prefix may end (a position marked False); mask "
+         "those positions before taking each neuron's maximum (clamping t + 1 to the last position only hides "
+         "the miss).",
+         lambda c, ids, valid, logits: _agreement_ignoring_valid(c, ids, valid, logits, clamp=True)),
         ("integer division: the count // d_ff is 0 unless every neuron agrees; divide with / (or take the mean of "
          "a float tensor).", _agreement_floor_division),
     ],
@@ -516,6 +537,8 @@ check_agreement_rate = Exercise(
                 and (c.args[0].masked_fill(~c.args[2].unsqueeze(-1), -1.0) > -1).any())),
             Corner("every allowed value below -1", lambda c: bool(
                 (c.args[0].masked_fill(~c.args[2].unsqueeze(-1), -2.0) < -1).all())),
+            Corner("every allowed value below -1e10 (a finite stand-in fill such as -1e9 wins)", lambda c: bool(
+                (c.args[0].masked_fill(~c.args[2].unsqueeze(-1), -2e10) < -1e10).all())),
         )),
 )
 
@@ -611,11 +634,12 @@ def _profile_cases() -> list[Case]:
     # (N, T, d_ff, R, rows whose allowed values are all negative)
     for N, T, d_ff, R, negative in [(13, 6, 5, 3, True), (9, 4, 7, 4, False), (20, 7, 3, 2, True),
                                      (5, 5, 6, 1, False), (11, 8, 4, 5, True), (4, 5, 1, 4, "below"),
-                                     (10, 6, 4, 4, False)]:                 # square: d_ff = n_relations
+                                     (10, 6, 4, 4, False),                  # square: d_ff = n_relations
+                                     (6, 5, 3, 2, "far below")]:            # every allowed value below -1e10
         coefficients = torch.randn(N, T, d_ff, generator=gen)      # the last case: one neuron, each relation once
         valid = valid_mask(gen, N, T, last_allowed=True)
-        if negative == "below":
-            below_minus_one(coefficients, valid, gen)
+        if negative in ("below", "far below"):
+            below_minus_one(coefficients, valid, gen, nearest=1e11 if negative == "far below" else 1e-2)
         elif negative:
             negative_rows(coefficients, valid, gen, share=0.5)
         # every relation appears at least once, in unequal numbers, interleaved; the last one only once
@@ -686,6 +710,8 @@ check_relation_profile = Exercise(
                  & (c.args[0].masked_fill(~c.args[1].unsqueeze(-1), float("-inf")).amax(1) > -1)).any())),
             Corner("every allowed value below -1", lambda c: bool(
                 (c.args[0].masked_fill(~c.args[1].unsqueeze(-1), -2.0) < -1).all())),
+            Corner("every allowed value below -1e10 (a finite stand-in fill such as -1e9 wins)", lambda c: bool(
+                (c.args[0].masked_fill(~c.args[1].unsqueeze(-1), -2e10) < -1e10).all())),
             Corner("valid allows the last position", lambda c: bool(c.args[1][:, -1].any())),
         )),
     returns=tensor_dtype(torch.float32, advice="Keep the coefficients' dtype (float32)."),

@@ -268,8 +268,8 @@ check_tp_degree = Exercise(
          "sends two all-reduces per token (the output's forward, after W2; the input gradient's backward, before "
          "W1), and in each a ring has every rank send 2·(R−1)/R of the d_model numbers (section 4.1).",
          lambda *a: _tp_degree(*a, all_reduces=1)),
-        ("a ring all-reduce has each rank send 2·(R−1)/R of the d_model numbers, not 2·d_model: the (R−1)/R "
-         "leaves R − 1 in the denominator.",
+        ("in a ring all-reduce each rank sends 2·(R−1)/R·d_model numbers, not 2·d_model (4·(R−1)/R·d_model for "
+         "the step's two, not 4·d_model): the (R−1)/R leaves R − 1 in the denominator.",
          lambda *a: _tp_degree(*a, ring=False)),
         ("a gated expert has three matrices (18·d_model·d_ff training FLOPs per token), a dense one two (12·…; "
          "section 1): read `gated`.",
@@ -697,7 +697,10 @@ def _decode_cases() -> list[Case]:
                                                                            "per token"),
              Case((295, 256, 69_503_975_424, 2, 80, 8192, 327_680), note="a Llama-3-70B-like model at 256 tokens"),
              Case((295, 16, 124_439_808, 4, 12, 768, 73_728), note="a GPT-2-small-like model in float32, 16 tokens"),
-             Case((590, 700) + llama[:4] + (65_536,), note="Llama-3-8B with a 1-byte cache, target 590")]
+             Case((590, 700) + llama[:4] + (65_536,), note="Llama-3-8B with a 1-byte cache, target 590"),
+             Case((295, 1024, 10 ** 9, 2, 32, 4096, 8396),
+                  note="10^9 weights whose cache leaves a margin of 607,232 FLOPs: 971,623 sequences, near the "
+                       "stated bound of 10^6")]
     gen = torch.Generator().manual_seed(612)
     for _ in range(3):
         draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))    # noqa: E731
@@ -716,8 +719,8 @@ DECODE_DOMAIN = Domain(
     allows="Python ints: 1 <= target <= 1000, 0 <= context <= 131072, 1 <= n_weights <= 10**12, bytes_per_weight in "
            "{1, 2, 4}, 1 <= n_layers <= 200, 1 <= d_model <= 32768, 1 <= kv_bytes_per_token <= 10**7; a step of B "
            "sequences does B·(2·n_weights + 4·n_layers·context·d_model) FLOPs and reads bytes_per_weight·n_weights "
-           "+ B·context·kv_bytes_per_token bytes; the smallest B >= 1 with FLOPs >= target·bytes, or 0; a Python "
-           "int out (the bounds keep target·bytes_per_weight·n_weights below 2**53, so float division is exact "
+           "+ B·context·kv_bytes_per_token bytes; the smallest B >= 1 with FLOPs >= target·bytes, or 0, which the inputs keep below 10**6; a "
+           "Python int out (the bounds keep target·bytes_per_weight·n_weights below 2**53, so float division is exact "
            "enough)",
     corners=(
         Corner("an empty cache (context = 0)", lambda c: c.args[1] == 0),
@@ -728,6 +731,8 @@ DECODE_DOMAIN = Domain(
                lambda c: _decode_margin(c) > 0 and decode_batch_reference(*c.args) > 1 and
                c.args[0] * c.args[3] * c.args[2] % _decode_margin(c) == 0),
         Corner("one sequence is enough (answer 1)", lambda c: decode_batch_reference(*c.args) == 1),
+        Corner("an answer near the stated bound of 10**6 (a search that stops early gives up)",
+               lambda c: 950_000 < decode_batch_reference(*c.args) < 10 ** 6),
         Corner("the context where the answer turns 0 and its neighbour", lambda c: c.args[1] in (393, 394)),
         Corner("bytes_per_weight = 1", lambda c: c.args[3] == 1),
         Corner("bytes_per_weight = 2", lambda c: c.args[3] == 2),
