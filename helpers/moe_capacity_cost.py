@@ -6,7 +6,7 @@ target) with every MoE layer set to each factor of ``FACTORS`` in turn (``None``
 model. A dropped slot leaves its token's FFN output at 0 (the residual carries it on), so the extra cross-entropy
 against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 0-9, in ``COST_PATH``, made by::
 
-    python -m helpers.moe_capacity_cost --results      # about half a minute of one CPU core
+    python -m helpers.moe_capacity_cost --results      # under a minute of one CPU core
 
 ``--seeds`` and ``--out`` make a smaller file (the tests make one). The notebook evaluates its five live runs of
 each arm the same way and checks them against the file.
