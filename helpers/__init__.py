@@ -44,6 +44,7 @@ moe_race    notebook 07's race: dense vs MoE per step, each arm at its tuned lea
 routing_plots routing histograms and heat maps, and the analyses behind notebook 05's figures
 router_skew why a fresh router is uneven on real text: the inputs' geometry and its controls
 moe_runs    notebook 05's training runs: an MoE LM beside dense baselines, over seeds and learning rates (shipped)
+moe_capacity_cost what a capacity factor costs a trained MoE LM in fit, against dropless (shipped)
 chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)

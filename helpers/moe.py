@@ -443,3 +443,35 @@ class RoutingLog:
         """``(steps, layers)`` entropy of the load over experts divided by log E."""
         share = self.counts.double() / self.counts.double().sum(-1, keepdim=True)
         return -(share * share.clamp_min(1e-300).log()).sum(-1) / math.log(share.shape[-1])
+
+
+@dataclass
+class BFloat16Changes:
+    """``bfloat16_changes``' counts over its seeds. ``changed``: tokens whose top expert differs when everything runs
+    in bfloat16; ``reordered`` (one per seed): those whose bfloat16 logits already order the experts differently (a
+    float32 softmax of them keeps the change); the rest are ties, two probabilities rounded to the same bfloat16
+    number (8 significant bits), where ``argmax`` takes the lower id."""
+    changed: int
+    reordered: list[int]
+    n_tokens: int
+
+    @property
+    def about(self) -> int:
+        """``changed`` rounded to tens: a token or two sit on rounding boundaries that differ between CPU kernels."""
+        return round(self.changed, -1)
+
+
+def bfloat16_changes(seeds: Sequence[int], n_tokens: int = 4096, d_model: int = 64, n_experts: int = 8) -> BFloat16Changes:
+    """For each seed a fresh ``MoE(d_model, n_experts, 1)`` in bfloat16 and ``n_tokens`` Gaussian tokens: the top-1
+    choice of ``MoE.route`` (float32 router) against logits and softmax computed in bfloat16 throughout."""
+    seeds, changed, reordered = list(seeds), 0, []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        layer = MoE(d_model, n_experts, 1, d_ff=32).to(torch.bfloat16)
+        x = torch.randn(n_tokens, d_model).to(torch.bfloat16)
+        exact = layer.route(x).expert_index[:, 0]
+        logits = x @ layer.router.weight.T
+        change = torch.softmax(logits, dim=-1).argmax(-1) != exact
+        changed += int(change.sum())
+        reordered.append(int((change & (torch.softmax(logits.float(), dim=-1).argmax(-1) != exact)).sum()))
+    return BFloat16Changes(changed, reordered, n_tokens * len(seeds))

@@ -232,6 +232,7 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
     layer.train(was_training)
     axes[0].set_ylabel("across it (main spread)")
     handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]
+    handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="origin:\nall logits\nequal"))
     fig.legend(handles=handles, title="expert", loc="center right", frameon=False)
     fig.tight_layout(rect=(0, 0, 0.92, 1))
     return fig

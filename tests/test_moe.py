@@ -605,3 +605,11 @@ def test_plot_dispatch_puts_each_slot_where_arrival_rank_does():
     with pytest.raises(ValueError, match="expert_index must be a non-empty"):
         plot_dispatch(ax, torch.zeros(0, 2, dtype=torch.long), 4, 3)
     plt.close(fig)
+
+
+def test_bfloat16_changes_counts_reorderings_among_the_changes():
+    from helpers.moe import bfloat16_changes
+    c = bfloat16_changes(iter([0, 1]), n_tokens=2048)
+    assert c.n_tokens == 4096 and len(c.reordered) == 2
+    assert 0 <= sum(c.reordered) <= c.changed < c.n_tokens // 50     # a few per thousand
+    assert c.about % 10 == 0 and abs(c.about - c.changed) <= 5

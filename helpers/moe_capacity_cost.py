@@ -1,0 +1,135 @@
+r"""What a capacity factor costs in fit: notebook 05's trained MoE language models evaluated with and without one.
+
+A run is ``helpers.moe_runs.train_run`` (15 steps at lr 1e-2, top-1, trained dropless). ``capacity_cost`` then
+scores the same model on all 608 sentences as one batch (``helpers.moe_runs.evaluate``: cross-entropy over every
+target) with every MoE layer set to each factor of ``FACTORS`` in turn (``None``: dropless), and restores the
+model. A dropped slot leaves its token's FFN output at 0 (the residual carries it on), so the extra cross-entropy
+against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 0-9, in ``COST_PATH``, made by::
+
+    python -m helpers.moe_capacity_cost --results      # under a minute of one CPU core
+
+``--seeds`` and ``--out`` make a smaller file (the tests make one). The notebook evaluates its five live runs of
+each arm the same way and checks them against the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from helpers.facts import FactDataset, load_facts, make_dataset
+from helpers.moe import MoE
+from helpers.moe_runs import evaluate, train_run
+from helpers.progress import progress as progress_bar
+from helpers.stats import paired_difference
+
+#: capacity factors of the evaluation, dropless first
+FACTORS: tuple[float | None, ...] = (None, 2.0, 1.25, 1.0)
+ARMS: tuple[str, ...] = ("MoE, α = 0", "MoE, α = 0.1")
+SEEDS: tuple[int, ...] = tuple(range(10))
+LR = 1e-2
+#: Where ``python -m helpers.moe_capacity_cost --results`` writes and ``load_cost`` reads.
+COST_PATH = Path(__file__).parent / "data" / "moe_capacity_cost.json"
+_DIGITS = 5
+
+
+def capacity_cost(model: nn.Module, data: FactDataset, factors: Sequence[float | None] = FACTORS) -> list[float]:
+    """Cross-entropy over every target of ``data`` (one batch), one value per capacity factor of ``factors``
+    applied to every ``MoE`` layer of ``model``; each layer's own factor is restored afterwards."""
+    layers = [m for m in model.modules() if isinstance(m, MoE)]
+    if not layers:
+        raise ValueError("model must contain at least one helpers.moe.MoE layer")
+    saved = [m.capacity_factor for m in layers]
+    try:
+        out = []
+        for factor in factors:
+            for m in layers:
+                m.capacity_factor = factor
+            out.append(evaluate(model, data)[0])
+        return out
+    finally:
+        for m, factor in zip(layers, saved):
+            m.capacity_factor = factor
+
+
+def run_cost(seeds: Sequence[int] = SEEDS, *, progress: bool = True) -> dict:
+    """``{"factors": [...], "ce": {arm: {seed: [ce at each factor]}}}`` for ``ARMS`` (seeds as strings)."""
+    data = make_dataset(load_facts())
+    out: dict = {"factors": list(FACTORS), "lr": LR, "ce": {}}
+    for arm, seed in progress_bar([(a, s) for a in ARMS for s in seeds], desc="runs", disable=not progress):
+        ce = capacity_cost(train_run(arm, seed, data, lr=LR).model, data)
+        out["ce"].setdefault(arm, {})[str(seed)] = [round(v, _DIGITS) for v in ce]
+    return out
+
+
+def load_cost(path: str | Path | None = None) -> dict:
+    """The file written by ``main`` (default: the shipped ``COST_PATH``)."""
+    path = COST_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no capacity costs at {path}; make them with python -m helpers.moe_capacity_cost "
+                                "--results")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def cost_values(cost: dict, arm: str, factor: float | None, seeds: Sequence[int] | None = None) -> torch.Tensor:
+    """``(seeds,)`` float64: the cross-entropy of ``arm`` at ``factor``, seeds in the file's order unless given."""
+    table = cost["ce"][arm]
+    column = cost["factors"].index(factor)
+    return torch.tensor([table[k][column] for k in (list(table) if seeds is None else [str(s) for s in seeds])],
+                        dtype=torch.float64)
+
+
+def cost_table(cost: dict) -> str:
+    """Printable lines: mean cross-entropy over the file's seeds per arm (rows) and factor (columns)."""
+    names = ["dropless" if f is None else f"c = {f:g}" for f in cost["factors"]]
+    lines = [f"{'':<16}" + "".join(f"{n:>10}" for n in names)]
+    for arm in cost["ce"]:
+        lines.append(f"{arm:<16}" + "".join(f"{cost_values(cost, arm, f).mean():>10.3f}" for f in cost["factors"]))
+    return "\n".join(lines)
+
+
+def cost_family(cost: dict, factors: Sequence[float] = (1.25, 1.0)) -> dict:
+    """The Holm family, seed by seed: per arm and factor, cross-entropy at the factor − dropless; then per factor,
+    that extra cross-entropy of the last arm (α = 0.1) − the first (α = 0)."""
+    extra = {(arm, f): cost_values(cost, arm, f) - cost_values(cost, arm, None) for arm in cost["ce"] for f in factors}
+    family = {f"{arm.split(', ')[1]}: CE at c = {f:g} − dropless": paired_difference(
+        cost_values(cost, arm, f), cost_values(cost, arm, None)) for arm, f in extra}
+    first, last = list(cost["ce"])[0], list(cost["ce"])[-1]
+    for f in factors:
+        family[f"extra CE at c = {f:g}: {last.split(', ')[1]} − {first.split(', ')[1]}"] = paired_difference(
+            extra[last, f], extra[first, f])
+    return family
+
+
+def largest_cost_difference(live: dict[tuple[str, int], Sequence[float]], cost: dict) -> float:
+    """Largest |live − file| over ``live``'s {(arm, seed): ``capacity_cost`` values}."""
+    return max(abs(v - f) for (arm, seed), row in live.items() for v, f in zip(row, cost["ce"][arm][str(seed)]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.moe_capacity_cost --results``: train, evaluate at each capacity factor, store."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.moe_capacity_cost", description=main.__doc__)
+    parser.add_argument("--results", action="store_true", required=True, help="train the runs, write the file")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="default: 0 to 9")
+    parser.add_argument("--out", default=str(COST_PATH), help=f"default: {COST_PATH}")
+    args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                        # as in the notebooks (helpers.env.setup)
+    try:
+        record = {"made_by": "python -m helpers.moe_capacity_cost --results", **run_cost(args.seeds)}
+    finally:
+        torch.set_num_threads(threads)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
