@@ -113,3 +113,49 @@ def unit_checks(variant: str, gate_angle: float = GATE_ANGLE, content_angle: flo
     closed = (grid @ unit_vector(gate_angle).T)[..., 0] < 0
     values = unit.hidden(grid)[..., 0][closed]
     return UnitChecks(spread, on_zero, (values.min().item(), values.max().item()))
+
+
+# ---------------------------------------------------------------- can one dense unit do what one gated unit does?
+def gated_target(x: torch.Tensor, gate_angle: float = GATE_ANGLE, content_angle: float = CONTENT_ANGLE) -> torch.Tensor:
+    """``(...)``: ``ReLU(a)·b`` at the tokens ``x`` ``(..., 2)``: "how far a is open, signed by which way b points"
+    (one ReGLU unit computes it exactly; it depends on two directions)."""
+    a = x @ unit_vector(gate_angle).to(x.dtype)[0]
+    return torch.relu(a) * (x @ unit_vector(content_angle).to(x.dtype)[0])
+
+
+def fit_unit(variant: str, seed: int, *, steps: int = 300, lr: float = 0.03, n: int = 512,
+             n_test: int = 4096) -> float:
+    """Train ONE hidden unit of ``variant`` (an ``FFN(d_model=2, d_ff=1, bias=True)``'s hidden value ``m``, read
+    out as ``c·m + c0``) with Adam, full batch, on ``n`` Gaussian tokens to ``gated_target``, from ``seed``'s
+    initialisation (float64). Returns the error on ``n_test`` fresh tokens over the target's variance:
+    0 is exact, 1 no better than a constant."""
+    generator = torch.Generator().manual_seed(validate.int_in_range("seed", seed, 0, 2**31))
+    x, x_test = torch.randn(n, 2, generator=generator, dtype=torch.float64), torch.randn(
+        n_test, 2, generator=generator, dtype=torch.float64)
+    torch.manual_seed(seed)
+    unit = FFN.from_variant(validate.one_of("variant", variant, VARIANTS), d_model=2, d_ff=1, bias=True).double()
+    readout = torch.nn.Linear(1, 1, dtype=torch.float64)
+    optimizer = torch.optim.Adam([*unit.parameters(), *readout.parameters()], lr=lr)
+    y, y_test = gated_target(x), gated_target(x_test)
+    for _ in range(validate.positive_int("steps", steps)):
+        loss = torch.nn.functional.mse_loss(readout(unit.hidden(x))[:, 0], y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        return (torch.nn.functional.mse_loss(readout(unit.hidden(x_test))[:, 0], y_test) / y_test.var()).item()
+
+
+@torch.no_grad()
+def best_one_direction(step_degrees: float = 2.0, n: int = 200_000, bins: int = 200) -> float:
+    """A floor for ANY dense unit, whatever its φ: a dense unit is a function of one direction ``w·x``, and the
+    best such function is the mean of ``gated_target`` given ``w·x`` (estimated in ``bins`` equal-count bins of
+    ``n`` Gaussian tokens). Returns the smallest error over the target's variance across directions every
+    ``step_degrees``."""
+    x = torch.randn(n, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y = gated_target(x)
+    best = 1.0
+    for degrees in torch.arange(0.0, 180.0, validate.positive_float("step_degrees", step_degrees)).tolist():
+        by_projection = y[(x @ unit_vector(degrees).to(x.dtype)[0]).argsort()][: n - n % bins].view(bins, -1)
+        best = min(best, ((by_projection - by_projection.mean(1, keepdim=True)) ** 2).mean().item() / y.var().item())
+    return best

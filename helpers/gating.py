@@ -148,6 +148,28 @@ def catch_gate_gradients(ffn: FFN, x: torch.Tensor, target: torch.Tensor) -> Gat
                      caught["hidden"].grad)
 
 
+def closed_gate_ratios(seeds: Sequence[int], *, d_model: int = 16, n_tokens: int = 6, closed_units: int = 6,
+                       shift: float = 5.0, threshold: float = -3.0) -> dict[str, list[float]]:
+    """Notebook 04's closed-gate demonstration repeated per seed: a SwiGLU ``FFN(d_model, bias=True)`` whose first
+    ``closed_units`` gate biases are lowered by ``shift``, one MSE backward on ``(n_tokens, d_model)`` Gaussian
+    inputs and targets (``catch_gate_gradients``). Returns ``{"content": [...], "gate": [...]}``: per seed, the mean
+    |gradient| at ``b`` (resp. ``a``) over open (token, unit) pairs divided by the mean over closed ones
+    (``a < threshold``): how many times less a closed gate's content and gate rows learn."""
+    ratios: dict[str, list[float]] = {"content": [], "gate": []}
+    for seed in seeds:
+        torch.manual_seed(seed)
+        ffn = FFN.from_variant("swiglu", d_model=d_model, bias=True)
+        with torch.no_grad():
+            ffn.w1.bias[:closed_units] -= shift
+        caught = catch_gate_gradients(ffn, torch.randn(n_tokens, d_model), target=torch.randn(n_tokens, d_model))
+        closed = caught.a < threshold
+        if not closed.any() or closed.all():
+            raise ValueError(f"seed {seed}: no open or no closed (token, unit) pair; change shift or threshold")
+        for key, grad in (("content", caught.grad_b), ("gate", caught.grad_a)):
+            ratios[key].append(grad[~closed].abs().mean().item() / grad[closed].abs().mean().item())
+    return ratios
+
+
 # ---------------------------------------------------------------- a fused gate: keep a and b, recompute φ(a)
 class FusedGate(torch.autograd.Function):
     """``h = φ(a) · b`` as one operation: saves ``a`` and ``b`` only, recomputes ``φ(a)`` and ``φ'(a)`` in backward.
@@ -398,6 +420,29 @@ FRESH_TUNED_PATH = Path(__file__).parent / "data" / "gating_race_tuned_seeds_{fi
 def fresh_tuned_path(seeds: Sequence[int]) -> Path:
     """Where the tuned arm on ``seeds`` is stored (``python -m helpers.gating --race-results --at-stored-rates``)."""
     return Path(str(FRESH_TUNED_PATH).format(first=min(seeds), last=max(seeds)))
+
+
+#: The shared-rate control on more seeds and at a second slow rate: (rate, seeds) blocks stored beside the race
+#: (whose own control is lr 0.005 on seeds 0-29). Both rates are on the slow side of every variant's best rate.
+SHARED_BLOCKS: tuple[tuple[float, tuple[int, ...]], ...] = (
+    (0.005, tuple(range(30, 60))), (0.01, tuple(range(0, 30))), (0.01, tuple(range(30, 60))))
+SHARED_PATH = Path(__file__).parent / "data" / "gating_race_shared_lr_{lr:g}_seeds_{first}-{last}.json"
+
+
+def shared_path(lr: float, seeds: Sequence[int]) -> Path:
+    """Where every variant at one rate ``lr`` on ``seeds`` is stored
+    (``python -m helpers.gating --race-results --at-shared-lr LR --seeds ...``)."""
+    return Path(str(SHARED_PATH).format(lr=lr, first=min(seeds), last=max(seeds)))
+
+
+def shared_pools(race: "VariantComparison | None" = None) -> dict[float, "VariantComparison"]:
+    """rate -> the shared-rate control pooled over every stored block at that rate (``SHARED_BLOCKS``, plus
+    ``race.at_shared_lr``, default the stored race's): seeds 0-59 at 0.005 and at 0.01."""
+    race = load_race() if race is None else race
+    blocks: dict[float, list] = {race.at_shared_lr.lr(race.variants[0]): [race.at_shared_lr]}
+    for lr, seeds in SHARED_BLOCKS:
+        blocks.setdefault(lr, []).append(load_race(shared_path(lr, seeds)))
+    return {lr: pool_races(results) for lr, results in blocks.items()}
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (up to nats)
 
 
@@ -618,12 +663,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="no sweep, no control: train --seeds at the tuned rates of the stored race "
                              f"({RACE_RESULTS_PATH.name}); fresh seeds for the tuned arm, e.g. --seeds 30 ... 89 "
                              f"--out {FRESH_TUNED_PATH}")
+    parser.add_argument("--at-shared-lr", type=float, default=None, metavar="LR",
+                        help="no sweep: train --seeds with every variant at LR (more seeds or another rate for the "
+                             f"control), written to {SHARED_PATH.name}")
     parser.add_argument("--out", default=None, help=f"default: {RACE_RESULTS_PATH}, or with --at-stored-rates "
                                                     f"{FRESH_TUNED_PATH}")
     args = parser.parse_args(argv)
     overrides = {"steps": args.steps}
     if args.steps < RACE_SETTINGS["eval_every"]:
         overrides["eval_every"] = args.steps
+    if args.at_shared_lr is not None:
+        if args.at_stored_rates:
+            raise SystemExit("--at-shared-lr and --at-stored-rates exclude each other")
+        lr = validate.positive_float("--at-shared-lr", args.at_shared_lr)
+        result = run_race(args.variants, args.seeds, lr=lr, **overrides)
+        out = save_race(result, args.out or shared_path(lr, args.seeds),
+                        made_by=f"python -m helpers.gating --race-results --at-shared-lr {lr:g}")
+        print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds at lr {lr:g} to {out}")
+        return 0
     if args.at_stored_rates:
         stored = load_race()
         result = run_race(args.variants, args.seeds, lr={v: stored.lr(v) for v in args.variants}, **overrides)

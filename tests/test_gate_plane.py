@@ -59,3 +59,14 @@ def test_every_variant_has_a_display_name():
     from helpers.ffn import VARIANT_NAMES, VARIANTS
 
     assert set(VARIANT_NAMES) == set(VARIANTS)
+
+
+def test_one_gated_unit_fits_what_no_dense_unit_can():
+    from helpers.gate_plane import best_one_direction, fit_unit, gated_target
+    x = torch.randn(50, 2, dtype=torch.float64)
+    torch.testing.assert_close(gated_target(x), one_unit("reglu").double().hidden(x)[:, 0])   # ReGLU's own map
+    floor = best_one_direction(10.0, 20_000, 50)
+    assert 0.4 < floor < 0.65                              # no function of one direction explains half of it
+    assert fit_unit("swiglu", 2) < 0.1 and fit_unit("swish", 2) > 0.4    # one gated unit fits it, one dense cannot
+    with pytest.raises(ValueError, match="variant"):
+        fit_unit("nope", 0)

@@ -382,3 +382,47 @@ def test_the_stored_fresh_tuned_blocks():
         assert block.seeds == list(seeds) and block.variants == stored.variants
         assert all(block.lr(v) == stored.lr(v) for v in stored.variants)
         assert block.eval_steps == stored.eval_steps
+
+
+def test_the_shared_rate_command_on_a_small_run(tmp_path, capsys):
+    from helpers.gating import shared_path
+    out = tmp_path / "shared.json"
+    assert main(["--race-results", "--at-shared-lr", "0.01", "--seeds", "30", "31", "--variants", "relu", "swiglu",
+                 "--steps", "3", "--out", str(out)]) == 0
+    assert "wrote 2 variants × 2 seeds at lr 0.01" in capsys.readouterr().out
+    made = load_race(out)
+    assert made.lr_sweep is None and made.at_shared_lr is None and made.seeds == [30, 31]
+    assert made.lr("relu") == made.lr("swiglu") == 0.01
+    direct = run_race(["relu", "swiglu"], [30, 31], lr=0.01, steps=3, eval_every=3, progress=False)
+    for v in ("relu", "swiglu"):
+        torch.testing.assert_close(made.curves[v], direct.curves[v], atol=1e-5, rtol=0)
+    with pytest.raises(SystemExit):
+        main(["--race-results", "--at-shared-lr", "0.01", "--at-stored-rates", "--seeds", "30", "--steps", "3"])
+    assert shared_path(0.005, range(30, 60)).name == "gating_race_shared_lr_0.005_seeds_30-59.json"
+
+
+def test_the_stored_shared_blocks_pool_to_60_seeds_at_each_slow_rate():
+    """The shared-rate control notebook 04 reads: seeds 0-59 at lr 0.005 and at lr 0.01, every variant."""
+    from helpers.gating import shared_pools
+    stored = load_race()
+    pools = shared_pools(stored)
+    assert sorted(pools) == [0.005, 0.01]
+    for lr, pooled in pools.items():
+        assert pooled.seeds == list(range(60)) and pooled.variants == stored.variants
+        assert all(pooled.lr(v) == lr for v in pooled.variants) and pooled.eval_steps == stored.eval_steps
+    torch.testing.assert_close(pools[0.005].select(list(range(30))).curves["relu"], stored.at_shared_lr.curves["relu"])
+
+
+def test_closed_gate_ratios_repeat_the_notebook_cell_per_seed():
+    from helpers.gating import closed_gate_ratios, catch_gate_gradients
+    ratios = closed_gate_ratios([1, 2])
+    assert len(ratios["content"]) == len(ratios["gate"]) == 2
+    torch.manual_seed(1)
+    ffn = FFN.from_variant("swiglu", d_model=16, bias=True)
+    with torch.no_grad():
+        ffn.w1.bias[:6] -= 5.0
+    caught = catch_gate_gradients(ffn, torch.randn(6, 16), target=torch.randn(6, 16))
+    closed = caught.a < -3
+    expected = caught.grad_a[~closed].abs().mean() / caught.grad_a[closed].abs().mean()
+    assert ratios["gate"][0] == pytest.approx(expected.item(), rel=1e-5)
+    assert all(g > c > 1 for g, c in zip(ratios["gate"], ratios["content"]))   # both starved, the gate more
