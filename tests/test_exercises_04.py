@@ -408,3 +408,18 @@ def test_attempted_tells_a_stub_from_an_answer():
     assert not attempted(check_fused_saved, stub)
     assert attempted(check_fused_saved, lambda v, d, f: 0)
     assert attempted(check_frozen_saved, lambda v, d, f: 0)
+
+
+def test_review_04_round8_wrong_answers_are_named():
+    """Review 04-round8: ceil(8d/3) for int(8d/3) in Exercise 1; a kept beside σ(a) and b for a frozen GLU."""
+    def width(d, m, k=None):
+        w = math.ceil(8 * d / 3)
+        if k is not None:
+            w = int(k * w)
+        return m * math.ceil(w / m)
+
+    result = check_llama_width.evaluate(width)
+    assert result.status == FAILED and "rounded 2·4·d_model/3 up" in result.message, result.message
+    from helpers.exercises.nb04 import _saved_when_frozen, check_frozen_saved
+    result = check_frozen_saved.evaluate(lambda v, d, f: _saved_when_frozen(v, d, f) + (f if v == "glu" else 0))
+    assert result.status == FAILED and "σ's derivative comes from its output" in result.message, result.message

@@ -167,6 +167,10 @@ def _width_mistake(order: str):
         if order == "round down":
             width = int(k * width) if k is not None else width
             return m * (width // m)
+        if order == "ceil width":
+            width = math.ceil(8 * d / 3)
+            width = int(k * width) if k is not None else width
+            return _round_up(width, m)
         if order == "no truncation":
             exact = 8 * d / 3 * (k if k is not None else 1)
             return m * math.ceil(exact / m)
@@ -207,6 +211,9 @@ check_llama_width = Exercise(
         ("you rounded the fraction up without truncating it first: take int(2·4·d/3) (d_model = 2 gives 5, "
          "not 6), apply the multiplier and int() again, then round up to the multiple.",
          _width_mistake("no truncation")),
+        ("you rounded 2·4·d_model/3 up (ceil); the rule truncates it with int() (d_model = 2 gives 5, not 6), "
+         "applies the multiplier and int() again, and only the last step rounds up, to the multiple.",
+         _width_mistake("ceil width")),
         ("you computed multiplier × width exactly (Fraction or Decimal); the statement, like the released code, "
          "multiplies in floating point, int(ffn_dim_multiplier * width), where 0.57 × 200 is 113.99999999999999: "
          "113, not 114.", _width_mistake("exact product")),
@@ -575,7 +582,9 @@ check_frozen_saved = Exercise(
     + _frozen_subset_mistakes(
         "GELU and SiLU compute their derivative from their *input* a, so a stays saved next to φ(a) and b "
         "(GEGLU, SwiGLU: 3 tensors; dense GELU, Swish: a only).",
-        -1, ("gelu", "swish", "geglu", "swiglu"), [("gelu", "swish"), ("geglu", "swiglu")]),
+        -1, ("gelu", "swish", "geglu", "swiglu"), [("gelu", "swish"), ("geglu", "swiglu")])
+    + [("for GLU: σ's derivative comes from its output, σ(a)·(1 − σ(a)), so a is not needed: GLU keeps σ(a) and "
+        "b (2 tensors of d_ff), as ReGLU keeps ReLU(a) and b.", _frozen_wrong(lambda v, d, f: f if v == "glu" else 0))],
     kind="investigate",
     domain=FROZEN_DOMAIN,
     returns=python_int(),
