@@ -15,7 +15,8 @@ non-linear target) with the course's ``FFN(16, 256)`` trained by full-batch SGD 
   weights, ``2 / λ_max`` of that layer's curvature (the whole network's limit is no higher); ``centred=True``
   removes each unit's mean first, a control for how much of ``λ_max`` the shared positive mean makes;
 * ``shove_below_zero_``: lowers each unit's bias until it is ``≤ -margin`` on every example (the "same shove"
-  control); ``shoved_run`` shoves a freshly seeded ``FFN`` and trains it, returning what section 6 prints;
+  control); ``shoved_run`` shoves a freshly seeded ``FFN`` and trains it, returning what section 6 prints
+  (``shove_table`` prints it);
   ``deep_shove_study`` runs its deep arm (GELU and SiLU shoved to ``-3``) over five seeds, too slow to run live:
   ``python -m helpers.dead_units --deep-shove`` stores it in ``helpers/data/deep_shove.json`` (``load_deep_shove``);
 * ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit;
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -254,6 +255,32 @@ def shoved_run(activation: str, x: torch.Tensor, y: torch.Tensor, seed: int, mar
     model.w1.requires_grad_(not freeze_w1)
     losses = (sgd if optimizer == "sgd" else adam)(model, x, y, lr, steps)
     return ShovedRun(losses, grad_w1, stuck, int((firing_rates(model, x) > 0).sum()))
+
+
+def shove_table(runs: Mapping[tuple[str, str], Sequence[ShovedRun]], keys: Sequence[tuple[str, str]],
+                labels: Mapping[str, str], best_affine: float, question: str = "") -> str:
+    """Section 6's table of shoved runs as printable lines: ``question`` (if given), a header, then one row per
+    ``(activation, arm)`` of ``keys``, read from ``runs[activation, arm]`` (one ``ShovedRun`` per seed): ``W1``'s
+    gradient norm right after the shove (``frozen`` for an arm whose name says ``frozen``), the final loss, the units
+    back above zero (each as its range over seeds), and the seeds ending below ``best_affine`` (a loss)."""
+    lines = [question] if question else []
+    lines.append(f"{'':>35}  |grad W1| at start      final loss  units back  below affine fit")
+    for name, arm in keys:
+        seeds = runs[name, arm]
+        if not seeds:
+            raise ValueError(f"runs[{name!r}, {arm!r}] must hold at least one ShovedRun, got none")
+        grads = [r.grad_w1 for r in seeds]
+        if "frozen" in arm:
+            grad = "frozen"
+        elif max(grads) == 0:
+            grad = "0 in every seed"
+        else:
+            grad = f"{min(grads):.1e} to {max(grads):.1e}"
+        ends, back = [r.losses[-1] for r in seeds], [r.units_up for r in seeds]
+        below = sum(e < best_affine for e in ends)
+        lines.append(f"{labels[name] + ', ' + arm:>35}  {grad:>18}  {min(ends):.3f} to {max(ends):.3f}"
+                     f"   {min(back):>2} to {max(back):<2}     {below} of {len(seeds)} seeds")
+    return "\n".join(lines)
 
 
 DEEP_SHOVE_PATH = Path(__file__).parent / "data" / "deep_shove.json"

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from helpers.dead_units import (ADAM_SHOVE_PATH, adam, deep_shove_study, load_deep_shove, main, save_deep_shove, dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
                                 plot_firing_rates,
-                                pre_activations, sgd, shove_below_zero_, shoved_run, stuck_fraction)
+                                pre_activations, sgd, shove_below_zero_, shove_table, shoved_run,
+                                stuck_fraction)
 from helpers.ffn import FFN
 
 
@@ -339,3 +340,18 @@ def test_the_adam_study_round_trips_and_the_stored_file_starts_where_a_live_run_
     live = shoved_run("gelu", x, y, 0, margin=3.0, lr=1e-3, steps=5, optimizer="adam")
     assert live.losses == pytest.approx(runs["gelu"][0].losses[:5], abs=1e-5)
     assert [r.units_up for r in runs["relu"]] == [0] * 5 and min(r.units_up for r in runs["gelu"]) > 50
+
+
+def test_shove_table_prints_one_row_per_arm_with_ranges_over_seeds():
+    from helpers.dead_units import ShovedRun
+    runs = {("relu", "shoved"): [ShovedRun([0.6, 0.5], 0.0, 1.0, 0), ShovedRun([0.6, 0.49], 0.0, 1.0, 0)],
+            ("gelu", "shoved"): [ShovedRun([0.6, 0.3], 2e-3, 0.0, 5), ShovedRun([0.6, 0.2], 4e-3, 0.0, 7)],
+            ("gelu", "W1 frozen"): [ShovedRun([0.6, 0.4], 2e-3, 0.0, 0)]}
+    text = shove_table(runs, list(runs), {"relu": "ReLU", "gelu": "GELU"}, best_affine=0.35, question="Q?")
+    lines = text.splitlines()
+    assert lines[0] == "Q?" and "final loss" in lines[1] and len(lines) == 5
+    assert "0 in every seed" in lines[2] and "0.490 to 0.500" in lines[2] and "0 of 2 seeds" in lines[2]
+    assert "2.0e-03 to 4.0e-03" in lines[3] and " 5 to 7" in lines[3] and "2 of 2 seeds" in lines[3]
+    assert "frozen" in lines[4] and "0 of 1 seeds" in lines[4]
+    with pytest.raises(ValueError, match="runs"):
+        shove_table({("relu", "x"): []}, [("relu", "x")], {"relu": "ReLU"}, 0.3)
