@@ -28,7 +28,7 @@ context (``kv_cache_bytes_per_token``). Unlike the weights it is not shared by t
 so it caps a decode step's intensity whatever ``B`` (``decode_step``, ``LLAMA3_8B_CONFIG``).
 
 The same ratio, read against a link's bandwidth instead of memory's, says whether
-communication can hide behind computation (``link_ridge``).
+communication can hide behind computation (``link_ridge``, ``plot_link_roofline``).
 
 No timing lives here: CPU timings move with the machine and its load, and these
 formulas do not.
@@ -234,6 +234,49 @@ def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, 
     ax.set_yscale("log")
     ax.set(xlim=intensity_range, xlabel="arithmetic intensity (FLOPs per byte read from memory)",
            ylabel="attainable TFLOP/s")
+    return ax
+
+
+def plot_link_roofline(ax, curves: Sequence[tuple[str, str, Sequence[tuple[int, float]]]],
+                       links: Sequence[tuple[str, float, int | None]], *,
+                       points: Sequence[tuple[int, float, str, str]] = (), styles: Sequence[str] | None = None):
+    """Draw FLOPs per byte sent against the group size ``R`` on ``ax``, with each link's ratio as a line.
+
+    The communication twin of ``plot_roofline``: a split's transfers can hide behind its arithmetic where its
+    curve lies above a link's ``link_ridge``. ``curves`` holds ``(label, colour, [(R, FLOPs per byte), ...])``;
+    ``links`` holds ``(name, FLOPs per byte it hides, largest R it joins or None)``, drawn as a horizontal
+    dashed line up to that ``R`` (NVLink stops at a server's 8 GPUs); ``points`` are ``(R, FLOPs per byte,
+    label, colour)`` marked on top (labelled on the left at the largest ``R``). ``styles``: one matplotlib line
+    style per curve (default solid), so curves that nearly coincide stay apart. Log-log axes, ``R`` in base 2.
+    Returns ``ax``.
+    """
+    if not curves:
+        raise ValueError("curves: expected at least one (label, colour, [(R, FLOPs per byte), ...]), got none")
+    group_sizes = [r for _, _, values in curves for r, _ in values]
+    for r in group_sizes:
+        if not (isinstance(r, int) and r >= 2):
+            raise ValueError(f"curves: expected group sizes R >= 2 (ints), got {r!r}")
+    low, high = min(group_sizes), max(group_sizes)
+    styles = ["-"] * len(curves) if styles is None else list(styles)
+    if len(styles) != len(curves):
+        raise ValueError(f"styles: expected one line style per curve ({len(curves)}), got {len(styles)}")
+    for (label, color, values), style in zip(curves, styles):
+        ax.plot(*zip(*values), color=color, lw=2, ls=style, label=label)
+    for index, (name, ratio, reach) in enumerate(links):
+        validate.positive_float(f"links[{index}] ratio", ratio)
+        end = high if reach is None else min(reach, high)
+        ax.plot([low, end], [ratio, ratio], color="0.3", ls="--", lw=1.5)
+        ax.annotate(f"{name}: {ratio:,.0f}" + ("" if reach is None else f" (R ≤ {reach})"),
+                    (math.sqrt(low * end), ratio), textcoords="offset points", xytext=(0, 5), ha="center",
+                    fontsize=9, color="0.2")                                # centred on its span
+    for r, value, label, color in points:
+        ax.plot([r], [value], "o", color=color, ms=7, mec="black", zorder=3)
+        left = r >= high
+        ax.annotate(label, (r, value), textcoords="offset points", xytext=(-6 if left else 6, -12), fontsize=8,
+                    color=color, ha="right" if left else "left")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(xlim=(low, high), xlabel="ranks in the group R", ylabel="FLOPs per byte sent")
     return ax
 
 

@@ -212,3 +212,33 @@ def test_plot_roofline_draws_each_group_with_its_marker_and_rejects_a_wrong_coun
     with pytest.raises(ValueError, match="markers"):
         plot_roofline(ax, [toy], [("a", "C0", [(1.0, "p")])], markers=["o", "D"])
     plt.close(fig)
+
+
+def test_plot_link_roofline_draws_each_curve_and_each_link_up_to_its_reach():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.inference import plot_link_roofline
+
+    fig, ax = plt.subplots()
+    plot_link_roofline(ax, [("TP", "C0", [(2, 100.0), (4, 33.0), (16, 7.0)])],
+                       [("fast", 50.0, 8), ("slow", 500.0, None)], points=[(4, 33.0, "here", "C0")])
+    curve, fast, slow, point = ax.lines
+    assert list(curve.get_xdata()) == [2, 4, 16] and list(curve.get_ydata()) == [100.0, 33.0, 7.0]
+    assert list(fast.get_xdata()) == [2, 8] and list(fast.get_ydata()) == [50.0, 50.0]      # stops at its reach
+    assert list(slow.get_xdata()) == [2, 16] and list(point.get_ydata()) == [33.0]
+    assert [t.get_text() for t in ax.texts] == ["fast: 50 (R ≤ 8)", "slow: 500", "here"]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="curves"):
+        plot_link_roofline(ax, [], [])
+    with pytest.raises(ValueError, match="R >= 2"):
+        plot_link_roofline(ax, [("x", "C0", [(1, 3.0)])], [])
+    with pytest.raises(ValueError, match="ratio"):
+        plot_link_roofline(ax, [("x", "C0", [(2, 3.0)])], [("bad", -1.0, None)])
+    with pytest.raises(ValueError, match="styles"):
+        plot_link_roofline(ax, [("x", "C0", [(2, 3.0)])], [], styles=["-", "--"])
+    ax3 = plt.figure().add_subplot()
+    plot_link_roofline(ax3, [("a", "C0", [(2, 3.0), (4, 2.0)])], [], styles=["--"])
+    assert ax3.lines[0].get_linestyle() == "--"
+    plt.close("all")
