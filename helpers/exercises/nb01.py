@@ -561,6 +561,7 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
     """Pre-activations ``(n, 256)`` of section 6's ReLU FFN (init ``torch.manual_seed(seed)``) after ``steps``
     full-batch SGD steps at ``lr`` (``helpers.dead_units.sgd``); ``slip`` models a training-loop mistake
     (``"no zero_grad"``: gradients pile up across steps; ``"sum"``: the squared errors summed, not averaged;
+    ``"sum per example"``: summed over each example's 16 outputs, averaged over the examples;
     ``"momentum"``: SGD with momentum 0.9).
 
     Cached by the inputs' values, so the reference and the mistake models train once per hidden case.
@@ -574,7 +575,8 @@ def _trained_pre(lr: float, steps: int, x: torch.Tensor, y: torch.Tensor, seed: 
         else:
             opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if slip == "momentum" else 0.0)
             for _ in range(steps):
-                F.mse_loss(model(x), y, reduction="sum" if slip == "sum" else "mean").backward()
+                loss = F.mse_loss(model(x), y, reduction="sum" if slip == "sum" else "mean")
+                (loss * y.shape[1] if slip == "sum per example" else loss).backward()
                 opt.step()
                 if slip != "no zero_grad":
                     opt.zero_grad()
@@ -653,6 +655,10 @@ check_dead_after = Exercise(
          "the loss is the mean squared error, F.mse_loss(model(X), Y), not the sum, which scales every step "
          "by the N·16 entries.",
          lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum") <= 0).all(dim=0)
+         .double().mean().item()),
+        ("your loss sums each example's 16 squared errors before averaging over the examples, so every step is 16 "
+         "times the statement's: the mean squared error averages over every entry, F.mse_loss(model(X), Y).",
+         lambda lr, steps, x, y, seed: (_trained_pre(lr, steps, x, y, seed, "sum per example") <= 0).all(dim=0)
          .double().mean().item()),
         ("that is SGD with momentum (0.9?): the statement's torch.optim.SGD is plain SGD, its default "
          "momentum=0, so each step moves by lr × the gradient alone.",
