@@ -523,3 +523,15 @@ def test_decode_a_search_that_gives_up_early_fails():
 
     result = ex.check_decode_batch.evaluate(fewest)
     assert result.status == FAILED and "971623" in result.message.replace(",", ""), result.message
+
+
+def test_decode_a_non_positive_margin_answered_1_is_named():
+    """Review 06-round8 E1: a ceiling clamped to at least 1 returns 1 where no batch reaches the target."""
+    def fewest(target, context, n_weights, bytes_per_weight, n_layers, d_model, kv_bytes_per_token):
+        margin = 2 * n_weights + 4 * n_layers * context * d_model - target * context * kv_bytes_per_token
+        if margin <= 0:
+            return 1
+        return -(-target * bytes_per_weight * n_weights // margin)
+
+    result = ex.check_decode_batch.evaluate(fewest)
+    assert result.status == FAILED and "you returned 1" in result.message, result.message

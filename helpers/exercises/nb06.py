@@ -764,6 +764,9 @@ check_decode_batch = Exercise(
          lambda *a: _sequences(*a, attention=2)),
         ("when no batch reaches the target, the answer is 0 (you returned -1).",
          lambda *a: _sequences(*a, none=-1)),
+        ("when each sequence adds no more FLOPs than target·its own cache bytes (a margin of 0 or less), no batch "
+         "reaches the target, however large, and the answer is 0; you returned 1.",
+         lambda *a: _sequences(*a, none=1)),
         ("a step that reaches the target exactly counts (FLOPs >= target·bytes): at an exact fit the answer is "
          "target·bytes_per_weight·n_weights / margin, not one more.",
          lambda *a: _sequences(*a, strict=True)),
