@@ -640,3 +640,21 @@ def test_noisy_top_k_switch_weight_at_k_1_is_named():
         return noisy_gates_masked_fill(x, w_gate, w_noise, noise, k)
 
     assert "Switch's weight" in hint_of(check_noisy_top_k, gates)
+
+
+@pytest.mark.parametrize("per_column_capacity", ["N·k/E", "N/E"])
+def test_capacity_keep_a_queue_per_choice_column_is_named(per_column_capacity):
+    """Review 05-round9: each choice column given its own queue (and capacity) fails with a hint naming it."""
+    def capacity_keep(expert_index, n_experts, capacity_factor):
+        n, k = expert_index.shape
+        cap = math.ceil(capacity_factor * n * (k if per_column_capacity == "N·k/E" else 1) / n_experts)
+        kept = torch.zeros(n, k, dtype=torch.bool)
+        for j in range(k):
+            seen = [0] * n_experts
+            for t in range(n):
+                e = int(expert_index[t, j])
+                kept[t, j] = seen[e] < cap
+                seen[e] += 1
+        return kept
+
+    assert "its own queue" in hint_of(check_capacity_keep, capacity_keep)

@@ -69,14 +69,26 @@ def test_sections_are_numbered_1_to_n_and_every_section_cited_exists(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_a_full_solutions_notebook_keeps_the_lessons_prose(path):
     """Where the solutions notebook is a full copy (it has the lesson's sections), every markdown cell it shares
-    with the notebook (by cell id, the title aside) reads the same: a fix to the lesson must reach both."""
+    with the notebook reads the same, the lesson paragraph of the first cell included (its title, badge and
+    solutions note aside): a fix to the lesson must reach both. Cells pair by position when the two notebooks
+    have the same cells, else by cell id."""
     solution = NB_DIR / "solutions" / path.name
     lesson, copy = load(path)["cells"], load(solution)["cells"]
     if not any(source(c).startswith("## 1.") for c in copy if c["cell_type"] == "markdown"):
         return                                                   # an exercises-only solutions notebook
-    by_id = {c.get("id"): source(c) for c in lesson if c["cell_type"] == "markdown"}
-    drifted = [c.get("id") for c in copy[1:] if c["cell_type"] == "markdown" and c.get("id") in by_id
-               and source(c) != by_id[c.get("id")]]
+
+    def lesson_lines(cell):
+        return [line for line in source(cell).splitlines() if line.strip() and not line.startswith("# ")
+                and "colab-badge" not in line and not re.match(r"\*+(This is the solutions notebook|Solutions notebook)", line)]
+
+    assert lesson_lines(copy[0]) == lesson_lines(lesson[0]), "the solutions' first cell has another lesson paragraph"
+    if [c["cell_type"] for c in lesson] == [c["cell_type"] for c in copy]:
+        pairs = list(zip(lesson[1:], copy[1:]))
+    else:
+        by_id = {c.get("id"): c for c in lesson}
+        pairs = [(by_id[c.get("id")], c) for c in copy[1:] if c.get("id") in by_id]
+    drifted = [i for i, (a, b) in enumerate(pairs, start=1) if a["cell_type"] == b["cell_type"] == "markdown"
+               and source(a) != source(b)]
     assert not drifted, f"the solutions' prose differs from the notebook's in cells {drifted}"
 
 

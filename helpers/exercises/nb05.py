@@ -270,8 +270,11 @@ def _capacity(capacity_factor: float, n: int, k: int, n_experts: int) -> int:
     return math.ceil(capacity_factor * n * k / n_experts)
 
 
-def _keep(expert_index, n_experts, capacity, *, token_major=False, reverse=False, inclusive=False):
+def _keep(expert_index, n_experts, capacity, *, token_major=False, reverse=False, inclusive=False,
+          per_column=False):
     n, k = expert_index.shape
+    if per_column:          # each choice column its own queue: every expert takes `capacity` slots per column
+        return torch.stack([_keep(expert_index[:, j:j + 1], n_experts, capacity) for j in range(k)], dim=1)
     order = [(t, j) for t in range(n) for j in range(k)] if token_major else \
         [(t, j) for j in range(k) for t in range(n)]
     if reverse:
@@ -368,6 +371,12 @@ check_capacity_keep = Exercise(
          lambda idx, e, f: _keep(idx, e, _capacity(f, idx.shape[0], 1, e))),
         ("the capacity factor is missing: capacity = ceil(capacity_factor · N · k / E).",
          lambda idx, e, f: _keep(idx, e, _capacity(1.0, *idx.shape, e))),
+        ("each choice column had its own queue; an expert has one queue and one capacity for all its slots, "
+         "first choices served first, then second choices into what is left.",
+         lambda idx, e, f: _keep(idx, e, _capacity(f, *idx.shape, e), per_column=True)),
+        ("each choice column had its own queue with ceil(capacity_factor · N / E) places; an expert has one queue "
+         "of ceil(capacity_factor · N · k / E) for all its slots, first choices served first.",
+         lambda idx, e, f: _keep(idx, e, _capacity(f, idx.shape[0], 1, e), per_column=True)),
     ],
     kind="build",
     returns=tensor_dtype(torch.bool, name="the mask",
