@@ -274,7 +274,7 @@ def _keep(expert_index, n_experts, capacity, *, token_major=False, reverse=False
           per_column=False):
     n, k = expert_index.shape
     if per_column:          # each choice column its own queue: every expert takes `capacity` slots per column
-        return torch.stack([_keep(expert_index[:, j:j + 1], n_experts, capacity) for j in range(k)], dim=1)
+        return torch.cat([_keep(expert_index[:, j:j + 1], n_experts, capacity) for j in range(k)], dim=1)
     order = [(t, j) for t in range(n) for j in range(k)] if token_major else \
         [(t, j) for j in range(k) for t in range(n)]
     if reverse:
