@@ -423,3 +423,17 @@ def test_review_04_round8_wrong_answers_are_named():
     from helpers.exercises.nb04 import _saved_when_frozen, check_frozen_saved
     result = check_frozen_saved.evaluate(lambda v, d, f: _saved_when_frozen(v, d, f) + (f if v == "glu" else 0))
     assert result.status == FAILED and "σ's derivative comes from its output" in result.message, result.message
+
+
+def test_a_prediction_that_raises_is_not_measured_against():
+    """Trial learner 2026-11-27g: the measurement cells of Exercises 4 and 5 ran a prediction that raised."""
+    from helpers.exercises.nb04 import attempted, check_frozen_saved
+
+    def raises(variant, d_model, d_ff):
+        raise ValueError("unknown variant")
+
+    def stub(variant, d_model, d_ff):
+        raise NotImplementedError
+
+    assert not attempted(check_frozen_saved, raises) and not attempted(check_frozen_saved, stub)
+    assert attempted(check_frozen_saved, lambda v, d, f: 0)

@@ -554,3 +554,9 @@ def test_group_limited_int32_indices_fail_as_a_type():
     """Review 08-round4: the statement asks for int64 indices; right experts as int32 fail, naming the type."""
     result = nb08.check_group_limited.evaluate(lambda *a: nb08._group_limited(*a).int())
     assert result.status == FAILED and result.reason == "type" and "int64" in result.message, result.message
+
+
+def test_gpt_oss_layout_a_float64_result_for_float32_weights_fails_as_a_type():
+    """Trial learner 2026-11-27g: float32 weights widened to float64 changed no value, and passed."""
+    result = nb08.check_gpt_oss_layout.evaluate(lambda w1, w3: nb08.check_gpt_oss_layout.reference(w1, w3).double())
+    assert result.status == FAILED and result.reason == "type" and "float32" in result.message, result.message

@@ -426,7 +426,7 @@ class Exercise:
         """Every value is right: does each result have the type the statement fixes (``returns=``)?"""
         for outcome in outcomes:
             for spec in self.returns:
-                problem = spec.problem(outcome.value, outcome.case.describe())
+                problem = spec.problem(outcome.value, outcome.case.describe(), outcome.case.args)
                 if problem is not None:
                     return self._result(FAILED, f"the values are right, but {problem}", "type")
         return None

@@ -639,8 +639,10 @@ check_fused_saved = Exercise(
 
 
 def attempted(exercise: Exercise, fn) -> bool:
-    """Has the learner written ``fn`` yet (its checker does not call it "not attempted")? Prints nothing."""
-    return exercise.evaluate(fn).status != NOT_ATTEMPTED
+    """Has the learner written ``fn``, and does it run (its checker neither calls it "not attempted" nor saw it
+    raise)? Right or wrong, a prediction that runs is measured against. Prints nothing."""
+    result = exercise.evaluate(fn)
+    return result.status != NOT_ATTEMPTED and result.reason != "error"
 
 
 EXERCISES = [check_llama_width, check_gate_gradients, check_fused_ffn, check_frozen_saved, check_fused_saved]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from helpers.exercises.engine import Case, Corner, Domain, Exercise
-from helpers.exercises.returns import python_float, tensor_dtype
+from helpers.exercises.returns import python_float, same_dtype_as, tensor_dtype
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -98,6 +98,8 @@ check_gpt_oss_layout = Exercise(
                  Corner("float64", lambda c: c.args[0].dtype == torch.float64),
                  Corner("huge values (|w| ~ 1e30)", lambda c: float(c.args[0].abs().max()) > 1e29),
                  Corner("tiny values (|w| ~ 1e-30)", lambda c: 0 < float(c.args[0].abs().max()) < 1e-29))),
+    returns=same_dtype_as(0, advice="Build the result from w1 and w3 themselves (torch.stack, torch.cat, or an "
+                                           "empty tensor made with dtype=w1.dtype)."),
 )
 
 

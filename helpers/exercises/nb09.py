@@ -326,7 +326,7 @@ check_transcoder = Exercise(
          "average over the rows.", _transcoder_wrong("mean all")),
         ("the loss sums over the rows; average the per-row squared error over the batch instead.",
          _transcoder_wrong("sum rows")),
-        ("you divided by the variance of y, as section 2's training does (an FVU); this exercise asks for the "
+        ("you divided by the variance of y, as section 3's training does (an FVU); this exercise asks for the "
          "loss before that division: the squared error summed over a row's d_out outputs, averaged over the rows.",
          _transcoder_wrong("normalised")),
         ("a kept negative pre-activation must become 0: apply ReLU to the k values you keep.",

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Returns", "python_int", "python_float", "tensor_dtype", "integer_tensor", "type_name"]
+__all__ = ["Returns", "python_int", "python_float", "tensor_dtype", "same_dtype_as", "integer_tensor", "type_name"]
 
 
 def type_name(value: Any) -> str:
@@ -53,17 +53,26 @@ class Returns:
     item: int | None = None
     name: str | None = None
     advice: str | Callable[[Any], str] = ""
+    like_arg: int | None = None
 
     def part(self, result: Any) -> Any:
         if self.item is None:
             return result
         return result[self.item]
 
-    def problem(self, result: Any, where: str = "") -> str | None:
+    def problem(self, result: Any, where: str = "", args: tuple = ()) -> str | None:
         """What is wrong with the type of ``result`` (``None`` when it is the wanted type), on the case
-        described by ``where``."""
+        described by ``where`` whose arguments are ``args`` (``like_arg``: the dtype of ``args[like_arg]``)."""
         try:
             part = self.part(result)
+            if self.like_arg is not None:
+                wanted = args[self.like_arg].dtype
+                if isinstance(part, torch.Tensor) and part.dtype == wanted:
+                    return None
+                subject = "your function returns" if self.name is None else f"{self.name} is"
+                on = f" on {where}" if where else ""
+                return (f"{subject} {type_name(part)}{on}; the statement asks for the dtype of its input, "
+                        f"{str(wanted).replace('torch.', '')}.") + (f" {self.advice}" if self.advice else "")
             if bool(self.accepts(part)):
                 return None
         except Exception:  # a result of another structure: compare() has already judged its values right
@@ -105,6 +114,12 @@ def tensor_dtype(dtype: torch.dtype, item: int | None = None, name: str | None =
     name_of = str(dtype).replace('torch.', '')
     wanted = f"{'an' if name_of[0] in 'ai' else 'a'} {name_of} tensor"
     return Returns(wanted, lambda v: isinstance(v, torch.Tensor) and v.dtype == dtype, item, name, advice)
+
+
+def same_dtype_as(arg: int, item: int | None = None, name: str | None = None, advice: str = "") -> Returns:
+    """A tensor of the dtype of the case's argument number ``arg`` (float32 in, float32 out; float64 in, float64)."""
+    return Returns(f"the dtype of argument {arg}", lambda v: isinstance(v, torch.Tensor), item, name, advice,
+                   like_arg=arg)
 
 
 def integer_tensor(item: int | None = None, name: str | None = None, advice: str = "") -> Returns:
