@@ -523,11 +523,23 @@ def tiny_gpt2(*, vocab_size: int = 50, d_model: int = 16, n_layers: int = 2, n_h
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(seed)
     config = GPT2Config(vocab_size=vocab_size, n_positions=max_len, n_embd=d_model, n_layer=n_layers,
                         n_head=n_heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         bos_token_id=0, eos_token_id=0, initializer_range=initializer_range)
-    return GPT2LMHeadModel(config).eval()
+    with torch.random.fork_rng():                 # the caller's random stream is left as it was
+        model = GPT2LMHeadModel(config).eval()
+    # Our own draw, the same under every transformers release (their initialisers differ between versions):
+    # matrices N(0, initializer_range), LayerNorm scales 1 and every bias small.
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() >= 2:
+                param.copy_(torch.randn(param.shape, generator=gen) * initializer_range)
+            elif name.endswith(".weight"):
+                param.fill_(1.0)
+            else:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+    return model
 
 
 def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True, skip: tuple[str, ...] = ()):
