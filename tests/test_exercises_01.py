@@ -287,13 +287,13 @@ def _dead_fraction_loop(pre, mask):
     return dead / pre.shape[-1]
 
 
-def _dead_after_own_loss(lr, steps, x, y, seed):
+def _dead_after_own_loss(lr, steps, x, y, seed, loss=F.mse_loss):
     torch.manual_seed(seed)
     model = FFN(x.shape[1], 256, activation="relu")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(steps):
         opt.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        loss(model(x), y).backward()
         opt.step()
     with torch.no_grad():
         h = x @ model.w1.weight.T + model.w1.bias
@@ -572,18 +572,9 @@ def test_gelu_tanh_derivative_missing_half_on_the_second_term_is_named():
 def test_dead_after_a_loss_summed_over_each_examples_outputs_is_named():
     """Review 01-round13: ((model(X) - Y) ** 2).sum(1).mean() is 16 times the mean squared error."""
     from helpers.exercises.nb01 import check_dead_after
-    from helpers.ffn import FFN as _FFN
 
     def dead_after(lr, steps, X, Y, seed):
-        torch.manual_seed(seed)
-        model = _FFN(X.shape[1], 256, activation="relu")
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for _ in range(steps):
-            opt.zero_grad()
-            ((model(X) - Y) ** 2).sum(1).mean().backward()
-            opt.step()
-        with torch.no_grad():
-            return (model.w1(X) <= 0).all(dim=0).float().mean().item()
+        return _dead_after_own_loss(lr, steps, X, Y, seed, loss=lambda out, y: ((out - y) ** 2).sum(1).mean())
 
     result = check_dead_after.evaluate(dead_after)
     assert result.status == FAILED and "16 squared errors" in result.message, result.message
