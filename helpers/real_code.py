@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -542,14 +543,15 @@ def tiny_gpt2(*, vocab_size: int = 50, d_model: int = 16, n_layers: int = 2, n_h
     return model
 
 
-def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True, skip: tuple[str, ...] = ()):
+def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True,
+                       state_dict: Mapping[str, torch.Tensor] | None = None):
     """The course's ``TinyGPT`` holding a ``GPT2LMHeadModel``'s weights, through ``GPT2_KEY_MAP``.
 
     Every key of the source is renamed by the map (``{i}`` matched to the layer index) and every key of the
     target must be filled once: an unmapped, unused or twice-filled key raises, naming it. ``transpose=False``
     copies the ``Conv1D`` weights with a ``reshape`` instead of a transpose (the bug of section 1, shapes
-    right), and ``skip`` leaves target keys at their random initialisation, to show what the check catches.
-    Returns ``(model, n_tensors_copied)``.
+    right). ``state_dict`` converts other tensors than the model's own, e.g. the file ``save_pretrained`` wrote
+    (which holds the tied ``lm_head.weight`` only as ``transformer.wte.weight``). Returns ``(model, n_copied)``.
     """
     from helpers.transformer import GPTConfig, TinyGPT
 
@@ -560,7 +562,8 @@ def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True, skip: tup
     patterns = [(re.compile("^" + re.escape(src).replace(r"\{i\}", r"(\d+)") + "$"), dst, t)
                 for src, (dst, t) in GPT2_KEY_MAP.items()]
     filled = set()
-    for key, value in hf_model.state_dict().items():
+    source = hf_model.state_dict() if state_dict is None else state_dict
+    for key, value in source.items():
         match = next(((m, dst, t) for p, dst, t in patterns if (m := p.match(key))), None)
         if match is None:
             raise KeyError(f"no entry of GPT2_KEY_MAP for {key!r}")
@@ -569,8 +572,6 @@ def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True, skip: tup
         if name not in target or name in filled:
             raise KeyError(f"{key!r} maps to {name!r}, which TinyGPT lacks or already has")
         filled.add(name)
-        if name in skip:
-            continue
         if t:
             value = value.t() if transpose else value.reshape(value.shape[1], value.shape[0])
         target[name] = value.detach().clone()
@@ -578,7 +579,7 @@ def tiny_gpt_from_gpt2(hf_model: nn.Module, *, transpose: bool = True, skip: tup
     if missing:
         raise KeyError(f"TinyGPT keys filled by no GPT-2 key: {sorted(missing)}")
     model.load_state_dict(target)
-    return model, len(filled) - len(skip)
+    return model, len(filled)
 
 
 # --------------------------------------------------------------------------- the layouts, drawn
