@@ -57,7 +57,7 @@ from helpers.costs import saved_activation_names, torch_threads  # noqa: F401  (
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN, VARIANT_NAMES, VARIANTS
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, Welch, paired_difference
+from helpers.stats import PairedDifference, Verdict, Welch, paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 #: Shazeer (2020), Table 1: held-out log-perplexity of T5's span-corruption objective on C4 (T5 base, d_model
@@ -579,6 +579,51 @@ def sweep_table(sweep: LrSweep) -> str:
         lines.append(f"{VARIANT_NAMES[v]:<9}" + "".join(f"{x:>6.2f}{'*' if i == best else ' '}"
                                                        for i, x in enumerate(sweep.mean(v).tolist())))
     return "\n".join(lines)
+
+
+def sweep_group_gaps(sweep: LrSweep) -> dict[float, PairedDifference]:
+    """rate -> ``GROUP`` on the sweep's tuning seeds at that rate: the mean run-mean loss of the gated variants
+    without a sigmoid minus that of the dense ones, paired by seed (how the group's gap moves with the step size)."""
+    missing = set(DENSE + GATED_NO_SIGMOID) - set(sweep.variants)
+    if missing:
+        raise ValueError(f"sweep must hold every dense and gated-no-σ variant; missing {sorted(missing)}")
+    return {lr: paired_difference(torch.stack([sweep.run_mean[v][i] for v in GATED_NO_SIGMOID]).mean(dim=0),
+                                  torch.stack([sweep.run_mean[v][i] for v in DENSE]).mean(dim=0))
+            for i, lr in enumerate(sweep.lrs)}
+
+
+def sweep_gap_lines(sweep: LrSweep) -> str:
+    """``sweep_group_gaps`` as two printable rows aligned with ``sweep_table``: the mean gap (nats) at each rate,
+    and in how many tuning seeds the gated group is lower."""
+    gaps = sweep_group_gaps(sweep)
+    return "\n".join([f"{'gap':<9}" + "".join(f"{g.mean:>+6.2f} " for g in gaps.values()),
+                      f"{'lower in':<9}" + "".join(f"{f'{g.lower}/{g.n}':>6} " for g in gaps.values())])
+
+
+def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, VariantComparison]):
+    """One panel per arm (name -> pooled race): each ``race_family`` comparison's mean difference ± its Holm
+    threshold × se, filled where Holm resolves it. ``verdicts``: ``"<comparison>, <arm>"`` -> ``helpers.stats``
+    Verdict, the whole family judged together. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    rows = list(race_family(next(iter(arms.values()))))
+    fig, axes = plt.subplots(1, len(arms), figsize=(14, 4.8), sharex=True, sharey=True, squeeze=False)
+    for ax, (arm, result) in zip(axes[0], arms.items()):
+        for i, row in enumerate(rows):
+            v = verdicts[f"{row}, {arm}"]
+            ax.errorbar(v.comparison.mean, len(rows) - 1 - i, xerr=v.threshold * v.comparison.se, fmt="o",
+                        color="#332288", mfc="#332288" if v.resolved else "white", ms=5, capsize=2)
+        ax.axvline(0, color="0.3", lw=1)
+        ax.axhline(0.5, color="0.7", lw=0.8, ls="--")                  # the group comparison below the line
+        lrs = {result.lr(v) for v in result.variants}
+        title = f"every variant at lr {min(lrs):g}" if len(lrs) == 1 else "each variant at its own lr"
+        ax.set_title(f"{title}, {len(result.seeds)} seeds")
+        ax.grid(axis="y", visible=False)
+    axes[0, 0].set_yticks(range(len(rows)), rows[::-1])
+    fig.supxlabel("difference in the same seed (nats); below 0: the first is lower", fontsize=10)
+    fig.suptitle("Run-mean loss minus ReLU (and dense): mean ± Holm threshold × se; filled: resolved by Holm")
+    fig.tight_layout()
+    return fig
 
 
 def stalled(result: VariantComparison, threshold: float = 1.0) -> dict[str, int]:

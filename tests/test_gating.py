@@ -426,3 +426,40 @@ def test_closed_gate_ratios_repeat_the_notebook_cell_per_seed():
     expected = caught.grad_a[~closed].abs().mean() / caught.grad_a[closed].abs().mean()
     assert ratios["gate"][0] == pytest.approx(expected.item(), rel=1e-5)
     assert all(g > c > 1 for g, c in zip(ratios["gate"], ratios["content"]))   # both starved, the gate more
+
+
+def test_sweep_group_gaps_are_the_group_mean_differences_per_rate():
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, LrSweep, sweep_gap_lines, sweep_group_gaps
+    seeds, lrs = [0, 1, 2], [0.01, 0.02]
+    run_mean = {v: torch.full((2, 3), 2.0) for v in DENSE}
+    run_mean.update({v: torch.tensor([[1.5, 1.5, 2.5], [3.0, 3.0, 3.0]]) for v in GATED_NO_SIGMOID})
+    sweep = LrSweep(list(DENSE + GATED_NO_SIGMOID), lrs, seeds, run_mean)
+    gaps = sweep_group_gaps(sweep)
+    assert list(gaps) == lrs
+    assert gaps[0.01].mean == pytest.approx(-1 / 6) and gaps[0.01].lower == 2
+    assert gaps[0.02].mean == pytest.approx(1.0) and gaps[0.02].lower == 0
+    assert sweep_gap_lines(sweep).splitlines() == ["gap       -0.17  +1.00 ", "lower in    2/3    0/3 "]
+    with pytest.raises(ValueError, match="swiglu"):
+        sweep_group_gaps(LrSweep(list(DENSE), lrs, seeds, {v: run_mean[v] for v in DENSE}))
+
+
+def test_the_stored_sweeps_gap_row():
+    from helpers.gating import load_race, sweep_group_gaps
+    gaps = sweep_group_gaps(load_race().lr_sweep)
+    assert [round(g.mean, 2) for g in gaps.values()] == [-0.11, -0.11, -0.09, -0.07, -0.02, -0.02, 0.08, 1.14, 0.7]
+
+
+def test_race_verdict_figure_fills_the_resolved_comparisons():
+    import matplotlib
+    matplotlib.use("Agg")
+    from helpers.gating import load_race, race_family, race_verdict_figure
+    from helpers.stats import holm
+    race = load_race()
+    arms = {"lr 0.005": race.at_shared_lr, "tuned": race}
+    family = {f"{name}, {arm}": p for arm, r in arms.items() for name, p in race_family(r).items()}
+    verdicts = {v.name: v for v in holm(family)}
+    fig = race_verdict_figure(verdicts, arms)
+    assert [ax.get_title() for ax in fig.axes] == ["every variant at lr 0.005, 30 seeds",
+                                                   "each variant at its own lr, 30 seeds"]
+    import matplotlib.pyplot as plt
+    plt.close(fig)
