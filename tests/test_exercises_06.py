@@ -119,13 +119,14 @@ def _hint(result):
 
 
 def _learner_degree(d_model, d_ff, k, gated, bytes_per_element, link_ratio, max_ranks, *, split_flops=True,
-                    passes=2, ring=True, op="ge", use_k=True, cap=True, matrices=None, s=None, start=1):
+                    passes=2, ring=True, op="ge", use_k=True, cap=True, matrices=None, s=None, start=1,
+                    flops_per_multiply_add=6):
     """A learner's exact loop over R (Fractions: a float ratio misses an exact fit), one sentence changed at a time."""
     matrices = (3 if gated else 2) if matrices is None else matrices
     s = bytes_per_element if s is None else s
     best = start
     for r in range(2, (max_ranks if cap else 10 ** 6) + 1):
-        flops = Fraction(6 * matrices * (k if use_k else 1) * d_model * d_ff, r if split_flops else 1)
+        flops = Fraction(flops_per_multiply_add * matrices * (k if use_k else 1) * d_model * d_ff, r if split_flops else 1)
         sent = passes * 2 * (Fraction(r - 1, r) if ring else 1) * d_model * s
         if not (flops / sent >= link_ratio if op == "ge" else flops / sent > link_ratio):
             break
@@ -144,7 +145,8 @@ def test_tp_degree_a_float_loop_and_a_closed_form_pass():
     (dict(passes=1, ring=True), "half the bytes"),  # review 06-round7 E2: two all-reduces, a ring share of (R−1)/R
     (dict(ring=False), "ring all-reduce"), (dict(op="gt"), "at least"), (dict(use_k=False), "k experts"),
     (dict(cap=False), "max_ranks"), (dict(matrices=3), "read `gated`"), (dict(matrices=2), "12·d_model·d_ff"),
-    (dict(s=1), "bytes_per_element"), (dict(start=0), "never 0")])
+    (dict(s=1), "bytes_per_element"), (dict(start=0), "never 0"),
+    (dict(flops_per_multiply_add=2, passes=1), "forward pass only")])  # review 06-round11: forward only
 def test_tp_degree_natural_wrong_answers_fail_with_their_hint(change, words):
     _hinted(ex.check_tp_degree, lambda *a, c=change: _learner_degree(*a, **c), words)
 

@@ -137,9 +137,9 @@ check_model_flops = Exercise(
 def _tp_degree(d_model: int, d_ff: int, k: int, gated: bool, bytes_per_element: int, link_ratio: int,
                max_ranks: int, *, per_rank: bool = True, all_reduces: int = 2, ring: bool = True, cap: bool = True,
                strict: bool = False, matrices: int | None = None, use_k: bool = True, byte_size: int | None = None,
-               floor_at_one: bool = True) -> int:
+               floor_at_one: bool = True, passes: int = 3) -> int:
     """A learner's loop over R with one sentence of the statement changed (the defaults: the statement's count)."""
-    top = 6 * (matrices or (3 if gated else 2)) * (k if use_k else 1) * d_ff     # training FLOPs per token / d_model
+    top = 2 * passes * (matrices or (3 if gated else 2)) * (k if use_k else 1) * d_ff   # FLOPs per token / d_model
     s = bytes_per_element if byte_size is None else byte_size
     if not cap:
         return 1 + top // (4 * s * link_ratio)
@@ -268,6 +268,10 @@ check_tp_degree = Exercise(
          "sends two all-reduces per token (the output's forward, after W2; the input gradient's backward, before "
          "W1), and in each a ring has every rank send 2·(R−1)/R of the d_model numbers (section 4.1).",
          lambda *a: _tp_degree(*a, all_reduces=1)),
+        ("you count the forward pass only (6·k·d_model·d_ff FLOPs gated, 4·… dense, and one all-reduce): training "
+         "does three times the forward's FLOPs (18·…, 12·…) and sends two all-reduces per token, so the forward's "
+         "FLOPs per byte are 2/3 of training's (section 4.5).",
+         lambda *a: _tp_degree(*a, passes=1, all_reduces=1)),
         ("in a ring all-reduce each rank sends 2·(R−1)/R·d_model numbers, not 2·d_model (4·(R−1)/R·d_model for "
          "the step's two, not 4·d_model): the (R−1)/R leaves R − 1 in the denominator.",
          lambda *a: _tp_degree(*a, ring=False)),
