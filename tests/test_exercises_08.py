@@ -548,6 +548,8 @@ def test_score_on_input_natural_wrong_answers_fail():
     for wrong in (mean_of_token_ratios, gate_and_up_swapped, score_on_the_gate_only):
         assert nb08.check_score_on_input.evaluate(wrong).status == FAILED, wrong.__name__
     _expect_hint(nb08.check_score_on_input, nb08.check_score_on_input.mistakes[0][1], 0)
+    result = nb08.check_score_on_input.evaluate(mean_of_token_ratios)  # review 08-round7: named now
+    assert "mean of each token's ratio" in result.message, result.message
 
 
 def test_group_limited_int32_indices_fail_as_a_type():

@@ -574,6 +574,12 @@ def _score_cases() -> list[Case]:
     return cases
 
 
+def _per_token_ratio(w1, w3, w2, x, s) -> float:
+    """A learner's slip: the ratio taken per token (row norms), then averaged."""
+    w1, w3, w2, x = (t.double() for t in (w1, w3, w2, x))
+    return float((_swiglu(w1, w3, w2, s * x).norm(dim=-1) / (s * _swiglu(w1, w3, w2, x)).norm(dim=-1)).mean())
+
+
 check_score_on_input = Exercise(
     "Exercise 6 (where the score goes)",
     _input_over_output,
@@ -587,6 +593,9 @@ check_score_on_input = Exercise(
          "multiplies the expert's output by s.",
          lambda w1, w3, w2, x, s: float(_swiglu(*(t.double() for t in (w1, w3, w2)), s * x.double()).norm()
                                         / _swiglu(*(t.double() for t in (w1, w3, w2, x))).norm())),
+        ("that is the mean of each token's ratio; the statement asks for one ratio of Frobenius norms over the "
+         "whole batch, ‖expert(s·x)‖ / ‖s·expert(x)‖ with each norm taken over all tokens at once.",
+         _per_token_ratio),
     ],
     rtol=1e-5, atol=1e-7, kind="investigate",
     domain=Domain(
