@@ -24,7 +24,8 @@ dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
   trained ones also after 3 times the steps (``tracking_lengths``, ``--only-tracking 3000``);
 
 plus the toy models of ``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer
-than the notebook trains them, and optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
+than the notebook trains them, the planted check at the recipe (``planted_recovery``, ``--only-planted``), and
+optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
 
 Make the file (about 10 minutes of one CPU core), or a small run to see the format::
 
@@ -33,6 +34,7 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study --only-control      # the control's longer runs, into the file (~10 min)
     python -m helpers.dictionary_study --only-control --arms sae_slots --lengths 1000 3000 10000   # (~5 min)
     python -m helpers.dictionary_study --only-tracking 3000      # section 6's dictionaries 3x longer (~3 min)
+    python -m helpers.dictionary_study --only-planted            # the planted check at the recipe (~1 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_y --lengths 10000 30000           # (~15 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_slots --lengths 30000             # (~10 min)
 
@@ -59,12 +61,12 @@ from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact
 from helpers.memory import collect
 from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
-from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, toy_hidden,
-                                   train_toy_models)
+from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, planted_features,
+                                   toy_hidden, train_toy_models)
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
-           "slot_edge_family", "tracking_lengths", "toy_recovery",
+           "slot_edge_family", "tracking_lengths", "toy_recovery", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
@@ -281,6 +283,27 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
             "recovered": {name: [int((best_cosines(W[:, r], D) > threshold).sum())
                                  for W, r, D in zip(truth, represented, dirs)] for name, dirs in directions.items()},
             "used": used}
+
+
+def planted_recovery(seeds: Sequence[int], steps: int = RECIPE["steps"], threshold: float = 0.95,
+                     progress: bool = True) -> dict:
+    """The planted check at the recipe of sections 3-6 (``RECIPE``: TopK 8 of 256, data start, lr 0.03, float64):
+    one autoencoder per seed on ``planted_features(seed=seed)`` (96 features in 48 dimensions, as many rows as
+    the fact model's training prefixes). Per seed, how many of the 96 some direction matches at cosine >
+    ``threshold``: the trained ``"dictionary"``, its data start before training (``"untrained"``), and 256 random
+    directions (``"random directions"``)."""
+    data = [planted_features(seed=s) for s in seeds]
+    X = torch.stack([x for x, _ in data])
+    trained = train_dictionaries(X, X, RECIPE["n_features"], RECIPE["k"], list(seeds), steps=steps,
+                                 batch_size=RECIPE["batch_size"], dtype=torch.float64, progress=progress,
+                                 desc="planted features")
+    directions = {"dictionary": [d.W_dec.detach() for d in trained],
+                  "untrained": [STARTS["data"](x, x, RECIPE["n_features"], s)[2] for (x, _), s in zip(data, seeds)],
+                  "random directions": [torch.randn(x.shape[1], RECIPE["n_features"], dtype=torch.float64,
+                                                    generator=torch.Generator().manual_seed(s))
+                                        for (x, _), s in zip(data, seeds)]}
+    return {name: [int((best_cosines(T, D) > threshold).sum()) for (_, T), D in zip(data, dirs)]
+            for name, dirs in directions.items()}
 
 
 @torch.no_grad()
@@ -673,6 +696,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--no-toy", action="store_true", help="skip the toy models' 3x longer check")
     parser.add_argument("--only-toy", action="store_true",
                         help="recompute only the toy models' 3x check, in the existing file at --out")
+    parser.add_argument("--only-planted", action="store_true",
+                        help="recompute only the planted check at the recipe (5 seeds), in the existing file at --out")
     parser.add_argument("--only-control", action="store_true",
                         help="recompute only the control's longer runs (CONTROL_STEPS), in the existing file at --out")
     parser.add_argument("--only-tracking", type=int, metavar="STEPS",
@@ -694,6 +719,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
                 rates = study["models"][m][str(L)].setdefault("control_lr", {}).setdefault(str(args.rate), {})
                 for arm, by_length in by_arm.items():
                     rates.setdefault(arm, {}).update(by_length)
+    elif args.only_planted:
+        study = load_study(args.out)
+        study["planted"] = planted_recovery(range(5))
     elif args.only_toy:
         study = load_study(args.out)
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)

@@ -35,7 +35,7 @@ from helpers import validate
 from helpers.progress import progress as progress_bar
 
 __all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature",
-           "toy_hidden", "best_cosines"]
+           "toy_hidden", "best_cosines", "planted_features"]
 
 
 @dataclass
@@ -175,3 +175,23 @@ def best_cosines(true: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
                          f"{tuple(found.shape)}")
     unit = torch.nn.functional.normalize
     return (unit(true, dim=0).T @ unit(found, dim=0)).max(dim=1).values
+
+
+def planted_features(n_true: int = 96, d: int = 48, n_rows: int = 1345, mean_on: float = 4.0,
+                     seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Data with known features in superposition, at a real layer's width: ``n_true`` random unit directions in
+    ``d`` dimensions (``n_true > d`` puts them in superposition); in each of ``n_rows`` rows each feature is on
+    with probability ``mean_on / n_true``, with a size uniform on [0, 1].
+
+    Returns ``(X, T)``: ``X (n_rows, d)`` float64, the rows ``Σ_i size_i T[:, i]``; ``T (d, n_true)`` float64, the
+    planted directions (what a dictionary should recover, ``best_cosines(T, W_dec)``)."""
+    n_true, d, n_rows = (validate.positive_int(name, v) for name, v in (("n_true", n_true), ("d", d),
+                                                                       ("n_rows", n_rows)))
+    mean_on = validate.positive_float("mean_on", mean_on)
+    if mean_on > n_true:
+        raise ValueError(f"mean_on must be at most n_true ({n_true}), got {mean_on}")
+    gen = torch.Generator().manual_seed(100 + validate.non_negative_int("seed", seed))
+    T = torch.nn.functional.normalize(torch.randn(d, n_true, generator=gen, dtype=torch.float64), dim=0)
+    on = torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64) < mean_on / n_true
+    sizes = torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64)
+    return (on * sizes) @ T.T, T

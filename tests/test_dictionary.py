@@ -273,3 +273,17 @@ def test_strongest_label_share_above_a_level_and_the_level_table():
     assert table.splitlines()[2].split() == ["(2,", "10]", "2", "a", "2"]
     with pytest.raises(ValueError, match="labels"):
         level_table(acts[:, 0], labels[:3], edges=[0, 1])
+
+
+def test_planted_features_builds_rows_from_known_unit_directions():
+    from helpers.superposition import planted_features
+    X, T = planted_features(n_true=12, d=6, n_rows=300, mean_on=2.0, seed=3)
+    assert X.shape == (300, 6) and T.shape == (6, 12) and X.dtype == T.dtype == torch.float64
+    torch.testing.assert_close(T.norm(dim=0), torch.ones(12, dtype=torch.float64))
+    sizes = torch.linalg.lstsq(T, X.T).solution                        # not unique, but T s = x must hold
+    torch.testing.assert_close(T @ sizes, X.T)
+    again, _ = planted_features(n_true=12, d=6, n_rows=300, mean_on=2.0, seed=3)
+    assert torch.equal(X, again)                                        # a seed fixes the data
+    for bad in ({"mean_on": 13.0}, {"n_true": 0}, {"mean_on": -1.0}):
+        with pytest.raises(ValueError):
+            planted_features(n_true=bad.get("n_true", 12), d=6, mean_on=bad.get("mean_on", 2.0))

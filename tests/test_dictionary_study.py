@@ -216,3 +216,14 @@ def test_the_rate_runs_in_the_file_are_read_by_at_rate_and_the_tables():
     assert len(family) == 2 and all(d.n == len(MODELS) for d in family.values())
     (name, one), = slot_edge_family(study, 0.01, ["30000"]).items()
     assert name in sparse_structure_family(equal, control_steps="10000", slots=True) and one.mean < 0
+
+
+def test_planted_recovery_counts_and_the_shipped_planted_check():
+    from helpers.dictionary_study import planted_recovery
+    out = planted_recovery((0,), steps=5, progress=False)
+    assert list(out) == ["dictionary", "untrained", "random directions"]
+    assert all(len(v) == 1 and 0 <= v[0] <= 96 for v in out.values())
+    shipped = load_study()["planted"]
+    assert shipped["untrained"][0] == out["untrained"][0]               # the start does not depend on the steps
+    assert shipped["random directions"][0] == out["random directions"][0]
+    assert len(shipped["dictionary"]) == 5 and min(shipped["dictionary"]) > max(shipped["untrained"])
