@@ -34,7 +34,7 @@ Notebook 05's controls (its ``untrained_moe_lm``: ``TinyGPT`` of ``helpers.moe_r
 sentences, 8 noisy top-1 experts of width 96 per block) on ``SKEW_SEEDS`` = 0-99 are shipped in ``SKEW_PATH``, made
 by::
 
-    python -m helpers.router_skew --results       # about two minutes of one CPU core
+    python -m helpers.router_skew --results       # about half a minute of one CPU core
 
 The notebook recomputes seed 0 live and checks it against the file. ``--seeds`` and ``--out`` make a smaller file.
 """
