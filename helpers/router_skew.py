@@ -26,18 +26,38 @@ control                    router input
 
 ``input_geometry`` gives the two numbers behind it: ``|mean| / rms |x|`` and the participation ratio
 ``(Σλ)² / Σλ²`` of the covariance's eigenvalues (d for an isotropic cloud, 1 for a line).
+
+The "excess" of a routing is busiest/mean − 1 (0 at an even load); ``skew_table``'s "excess kept" is a control's
+mean excess over the real inputs' (all positions), both averaged over seeds and layers.
+
+Notebook 05's controls (its ``untrained_moe_lm``: ``TinyGPT`` of ``helpers.moe_runs.lm_config`` on the fact
+sentences, 8 noisy top-1 experts of width 96 per block) on ``SKEW_SEEDS`` = 0-99 are shipped in ``SKEW_PATH``, made
+by::
+
+    python -m helpers.router_skew --results       # about half a minute of one CPU core
+
+The notebook recomputes seed 0 live and checks it against the file. ``--seeds`` and ``--out`` make a smaller file.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from helpers import validate
 from helpers.moe import MoE, load_max_over_mean
+
+#: Where ``python -m helpers.router_skew --results`` writes the shipped controls and ``load_skew`` reads them.
+SKEW_PATH = Path(__file__).parent / "data" / "router_skew.json"
+SKEW_SEEDS: tuple[int, ...] = tuple(range(100))
+_DIGITS = 6       # busiest/mean is a ratio of counts (steps of E/N): 6 decimals keep every value exact enough
 
 CONTROLS = ("all positions", "distinct inputs", "matched Gaussian", "mean removed", "isotropic Gaussian",
             "router + noise", "W_g = 0, noise")
@@ -251,3 +271,82 @@ def random_id_loads(build: callable, vocab_size: int, shape: tuple[int, int], se
         with torch.no_grad():
             loads.append([_top1_load(layer, x) for layer, x in zip(layers, moe_inputs(model, ids))])
     return torch.tensor(loads, dtype=torch.float64)
+
+
+def untrained_moe_lm(config) -> nn.Module:
+    """Notebook 05's untrained model for ``config`` (``helpers.moe_runs.lm_config``): ``TinyGPT`` with each FFN an
+    ``MoE(64, 8, 1, d_ff=96, noisy=True)`` (8 SwiGLU experts of width 96, top-1, noisy gating available)."""
+    from helpers.transformer import TinyGPT
+
+    return TinyGPT(config, ffn_factory=lambda layer: MoE(config.d_model, 8, 1, d_ff=96, noisy=True))
+
+
+def run_skew(seeds: Sequence[int] = SKEW_SEEDS) -> tuple[SkewControls, torch.Tensor]:
+    """``skew_controls`` and ``random_id_loads`` of notebook 05's untrained models on the fact sentences."""
+    from helpers.facts import load_facts, make_dataset
+    from helpers.moe_runs import lm_config
+
+    data = make_dataset(load_facts())
+    config = lm_config(data)
+    build = lambda: untrained_moe_lm(config)                                   # noqa: E731
+    return (skew_controls(build, data.ids, seeds), random_id_loads(build, config.vocab_size, tuple(data.ids.shape),
+                                                                   seeds))
+
+
+def save_skew(result: SkewControls, random_ids: torch.Tensor, seeds: Sequence[int], path: str | Path) -> Path:
+    """Write ``run_skew``'s result as JSON (values rounded to 1e-6) with the seeds and the machine it ran on."""
+    rounded = lambda t: [[round(float(v), _DIGITS) for v in row] for row in t]    # noqa: E731
+    record = {"made_by": "python -m helpers.router_skew --results", "seeds": list(seeds),
+              "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                              "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+              "loads": {c: rounded(v) for c, v in result.loads.items()}, "random_ids": rounded(random_ids),
+              "geometry": [asdict(g) for g in result.geometry], "distinct": result.distinct,
+              "n_inputs": result.n_inputs}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
+    return path
+
+
+def load_skew(path: str | Path | None = None) -> tuple[SkewControls, torch.Tensor, list[int]]:
+    """The file written by ``save_skew`` (default: the shipped ``SKEW_PATH``): the controls, the random-id loads
+    ``(seeds, layers)`` and the seeds."""
+    path = SKEW_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no router-skew controls at {path}; make them with python -m helpers.router_skew "
+                                "--results")
+    r = json.loads(path.read_text(encoding="utf-8"))
+    as64 = lambda v: torch.tensor(v, dtype=torch.float64)                      # noqa: E731
+    result = SkewControls({c: as64(v) for c, v in r["loads"].items()}, [Geometry(**g) for g in r["geometry"]],
+                          r["distinct"], r["n_inputs"])
+    return result, as64(r["random_ids"]), r["seeds"]
+
+
+def largest_seed_difference(live: SkewControls, live_random: torch.Tensor, stored: SkewControls,
+                            stored_random: torch.Tensor, seeds: Sequence[int], stored_seeds: Sequence[int]) -> float:
+    """Largest |live − stored| busiest/mean over every control, layer and ``seeds`` (and the random-id loads)."""
+    rows = [list(stored_seeds).index(s) for s in seeds]
+    gaps = [(live.loads[c] - stored.loads[c][rows]).abs().max() for c in CONTROLS]
+    gaps.append((live_random - stored_random[rows]).abs().max())
+    return float(max(gaps))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.router_skew --results``: run notebook 05's section-6 controls and store them."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.router_skew", description=main.__doc__)
+    parser.add_argument("--results", action="store_true", required=True, help="run the controls, write the file")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SKEW_SEEDS), help="default: 0 to 99")
+    parser.add_argument("--out", default=str(SKEW_PATH), help=f"default: {SKEW_PATH}")
+    args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                        # as in the notebooks (helpers.env.setup)
+    try:
+        result, random_ids = run_skew(args.seeds)
+    finally:
+        torch.set_num_threads(threads)
+    print(f"wrote {save_skew(result, random_ids, args.seeds, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

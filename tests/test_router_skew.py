@@ -6,8 +6,9 @@ import torch
 
 from helpers.facts import load_facts, make_dataset
 from helpers.moe import MoE, load_max_over_mean
-from helpers.router_skew import (CONTROLS, distinct_rows, geometry_figure, input_geometry, layer_controls,
-                                 matched_gaussian, moe_inputs, random_id_loads, skew_controls, skew_table)
+from helpers.router_skew import (CONTROLS, SKEW_PATH, distinct_rows, geometry_figure, input_geometry,
+                                 largest_seed_difference, layer_controls, load_skew, main, matched_gaussian, moe_inputs,
+                                 random_id_loads, run_skew, skew_controls, skew_table)
 from helpers.transformer import GPTConfig, TinyGPT
 
 
@@ -108,3 +109,23 @@ def test_geometry_figure_routes_each_panel_and_titles_its_load():
     assert titles[0] == f"inputs: busiest/mean {expected:.2f}" and titles[1].startswith("mean removed")
     assert layer.training is False                                            # restored as it was
     plt.close(fig)
+
+
+def test_the_command_writes_a_file_that_loads_back_and_matches_a_live_seed(tmp_path):
+    out = tmp_path / "skew.json"
+    assert main(["--results", "--seeds", "3", "1", "--out", str(out)]) == 0
+    stored, stored_ids, seeds = load_skew(out)
+    assert seeds == [3, 1] and stored.loads["all positions"].shape == (2, 2) and stored_ids.shape == (2, 2)
+    live, live_ids = run_skew([1])
+    assert largest_seed_difference(live, live_ids, stored, stored_ids, [1], seeds) < 1e-5
+    assert stored.n_inputs == live.n_inputs and stored.distinct == [float(d) for d in stored.distinct]
+    assert skew_table(stored).splitlines()[1].endswith("100%")
+    with pytest.raises(FileNotFoundError, match="python -m helpers.router_skew --results"):
+        load_skew(tmp_path / "missing.json")
+
+
+def test_the_shipped_controls_cover_seeds_0_to_99():
+    stored, stored_ids, seeds = load_skew()
+    assert SKEW_PATH.name == "router_skew.json" and seeds == list(range(100))
+    assert all(v.shape == (100, 2) for v in stored.loads.values()) and stored_ids.shape == (100, 2)
+    assert (stored.loads["W_g = 0, noise"] < stored.loads["all positions"]).float().mean() > 0.9
