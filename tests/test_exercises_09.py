@@ -273,6 +273,7 @@ def test_sub_update_natural_wrong_answers_fail_with_their_hint():
     _fails(check_top_sub_updates, ranked_by(lambda m, W2: m.abs() * W2.norm(dim=0) ** 2), "no square")  # the trial
     _fails(check_top_sub_updates, ranked_by(lambda m, W2: m * W2.norm(dim=0)), "large negative")
     _fails(check_top_sub_updates, ranked_by(lambda m, W2: m.abs()), "different norms")
+    _fails(check_top_sub_updates, ranked_by(lambda m, W2: m.clamp(min=0) * W2.norm(dim=0)), "either sign")  # 09-r7
 
     def unstable(m, W2, b2, k):
         kept = (m.abs() * W2.norm(dim=0)).argsort(dim=-1, descending=True)[:, :k]

@@ -542,7 +542,8 @@ def _sub_update_wrong(kind: str):
             return (m * _keep_mask(m.abs() * W2.norm(dim=1), k)) @ W2 + b2
         if kind == "every neuron":
             return m @ W2.T + b2
-        score = {"signed": m * W2.norm(dim=0), "coefficient only": m.abs(),
+        score = {"signed": m * W2.norm(dim=0), "positive part": m.clamp(min=0) * W2.norm(dim=0),
+                 "coefficient only": m.abs(),
                  "value only": W2.norm(dim=0).expand_as(m), "squared coefficient": m ** 2 * W2.norm(dim=0),
                  "squared norm": m.abs() * W2.norm(dim=0) ** 2}.get(kind, m.abs() * W2.norm(dim=0))
         if kind == "torch.topk":
@@ -564,6 +565,9 @@ check_top_sub_updates = Exercise(
     [
         ("rank the neurons by the size of their sub-update |m_i|·‖W2[:, i]‖: a large negative coefficient "
          "writes as much as a large positive one.", _sub_update_wrong("signed")),
+        ("negative coefficients count too: m_i can have either sign, and a negative m_i moves the output as far "
+         "as a positive one of the same size; rank by |m_i|·‖W2[:, i]‖.",
+         _sub_update_wrong("positive part")),
         ("rank by the size of the sub-update m_i·W2[:, i], i.e. |m_i| times the norm of value i; values of "
          "different norms write different amounts for the same coefficient.", _sub_update_wrong("coefficient only")),
         ("the ranking must depend on the coefficients of each row: |m_i|·‖W2[:, i]‖, not the value norms alone.",
