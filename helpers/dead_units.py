@@ -19,6 +19,8 @@ non-linear target) with the course's ``FFN(16, 256)`` trained by full-batch SGD 
   (``shove_table`` prints it);
   ``deep_shove_study`` runs its deep arm (GELU and SiLU shoved to ``-3``) over five seeds, too slow to run live:
   ``python -m helpers.dead_units --deep-shove`` stores it in ``helpers/data/deep_shove.json`` (``load_deep_shove``);
+  ``escape_study`` trains GELU's deep arm far longer, to time how slowly plain SGD brings it back
+  (``python -m helpers.dead_units --escape``, stored in ``helpers/data/gelu_escape.json``, ``load_escape``);
 * ``firing_rates``: on what share of the examples each unit is on (``h > 0``): ``0`` for a dead unit;
   ``plot_firing_rates`` draws them as a histogram with the dead units as a separate bar left of 0.
 """
@@ -40,7 +42,8 @@ from helpers.ffn import FFN
 
 __all__ = ["experiment_data", "sgd", "adam", "pre_activations", "dead_units", "stuck_fraction", "flat_fraction", "negative_everywhere",
            "firing_rates", "plot_firing_rates", "last_layer_lr_limit", "shove_below_zero_", "ShovedRun", "shoved_run",
-           "deep_shove_study", "save_deep_shove", "load_deep_shove", "DEEP_SHOVE_PATH", "ADAM_SHOVE_PATH"]
+           "deep_shove_study", "save_deep_shove", "load_deep_shove", "DEEP_SHOVE_PATH", "ADAM_SHOVE_PATH",
+           "escape_step", "escape_study", "load_escape", "ESCAPE_PATH"]
 
 
 def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,18 +322,65 @@ def load_deep_shove(path: str | Path | None = None) -> tuple[dict, dict[str, lis
     return record, runs
 
 
+ESCAPE_PATH = Path(__file__).parent / "data" / "gelu_escape.json"
+
+
+def escape_step(losses: Sequence[float], level: float) -> int | None:
+    """The first step after which the loss is below ``level`` (``losses[k]`` is the loss before step ``k + 1``,
+    as ``sgd`` returns them), or ``None`` if it never is."""
+    return next((k for k, v in enumerate(losses) if v < level), None)
+
+
+def escape_study(runs: Mapping[float, int] | None = None, seeds: Sequence[int] = range(5), margin: float = 3.0,
+                 level: float = 0.45, every: int = 10, d_ff: int = 256, activation: str = "gelu") -> dict:
+    """How long plain SGD takes to bring ``activation``'s network back from ``margin`` (section 6's deep arm, run
+    far past its 300 steps): for each ``lr -> steps`` of ``runs`` (default ``{1.0: 10_000, 4.0: 3_000}``) and
+    each seed, ``shoved_run`` for ``steps`` steps. Returns a JSON-ready record: the settings and, per learning
+    rate (a string key), one entry per seed with ``escape`` (``escape_step`` of the losses at ``level``, the
+    constant prediction being 0.497), ``units_up`` at the end and ``losses`` at every ``every``-th step."""
+    runs = dict(runs or {1.0: 10_000, 4.0: 3_000})
+    x, y = experiment_data()
+    out = {}
+    for lr, steps in runs.items():
+        out[str(lr)] = []
+        for seed in seeds:
+            run = shoved_run(activation, x, y, seed, margin=margin, lr=lr, steps=steps, d_ff=d_ff)
+            out[str(lr)].append({"escape": escape_step(run.losses, level), "units_up": run.units_up,
+                                 "losses": [round(v, 7) for v in run.losses[::every]]})
+    return {"activation": activation, "margin": margin, "level": level, "every": every, "d_ff": d_ff,
+            "seeds": list(seeds), "steps": {str(lr): steps for lr, steps in runs.items()}, "runs": out}
+
+
+def load_escape(path: str | Path | None = None) -> dict:
+    """Read ``escape_study``'s stored record (``helpers/data/gelu_escape.json`` by default)."""
+    return json.loads(Path(path or ESCAPE_PATH).read_text(encoding="utf-8"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m helpers.dead_units --deep-shove [--adam]``: run notebook 01's deep-shove arm and store it."""
+    """``python -m helpers.dead_units --deep-shove [--adam]`` or ``--escape``: run notebook 01's deep-shove arm, or
+    GELU's long escape from -3 (``escape_study``), and store it."""
     parser = argparse.ArgumentParser(prog="python -m helpers.dead_units", description=main.__doc__)
-    parser.add_argument("--deep-shove", action="store_true", required=True,
-                        help="GELU and SiLU shoved to -3, 300 SGD steps at lr 1.0, seeds 0-4")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--deep-shove", action="store_true",
+                      help="GELU and SiLU shoved to -3, 300 SGD steps at lr 1.0, seeds 0-4")
+    mode.add_argument("--escape", action="store_true",
+                      help=f"GELU shoved to -3, 10,000 SGD steps at lr 1.0 and 3,000 at lr 4.0 (to {ESCAPE_PATH})")
     parser.add_argument("--adam", action="store_true",
                         help=f"instead ReLU and GELU shoved to -3, 300 Adam steps at lr 1e-3 (to {ADAM_SHOVE_PATH})")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(5)))
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", default=None, help=f"default: {DEEP_SHOVE_PATH} ({ADAM_SHOVE_PATH} with --adam)")
+    parser.add_argument("--escape-steps", type=int, nargs=2, default=[10_000, 3_000], metavar=("AT_LR_1", "AT_LR_4"),
+                        help="with --escape: the steps at lr 1.0 and at lr 4.0")
+    parser.add_argument("--out", default=None,
+                        help=f"default: {DEEP_SHOVE_PATH} ({ADAM_SHOVE_PATH} with --adam, {ESCAPE_PATH} with --escape)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.escape:
+        record = escape_study(dict(zip((1.0, 4.0), args.escape_steps)), seeds=args.seeds)
+        path = Path(args.out or ESCAPE_PATH)
+        path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        print(f"wrote {len(record['seeds'])} seeds to {path}")
+        return 0
     if args.adam:
         record = deep_shove_study(("relu", "gelu"), seeds=args.seeds, steps=args.steps, optimizer="adam", lr=1e-3)
     else:

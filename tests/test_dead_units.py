@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.dead_units import (ADAM_SHOVE_PATH, adam, deep_shove_study, load_deep_shove, main, save_deep_shove, dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
+from helpers.dead_units import (ADAM_SHOVE_PATH, adam, escape_step, escape_study, load_escape, deep_shove_study, load_deep_shove, main, save_deep_shove, dead_units, experiment_data, firing_rates, last_layer_lr_limit, negative_everywhere,
                                 plot_firing_rates,
                                 pre_activations, sgd, shove_below_zero_, shove_table, shoved_run,
                                 stuck_fraction)
@@ -340,6 +340,35 @@ def test_the_adam_study_round_trips_and_the_stored_file_starts_where_a_live_run_
     live = shoved_run("gelu", x, y, 0, margin=3.0, lr=1e-3, steps=5, optimizer="adam")
     assert live.losses == pytest.approx(runs["gelu"][0].losses[:5], abs=1e-5)
     assert [r.units_up for r in runs["relu"]] == [0] * 5 and min(r.units_up for r in runs["gelu"]) > 50
+
+
+def test_escape_step_is_the_number_of_steps_after_which_the_loss_is_below_the_level():
+    assert escape_step([0.5, 0.49, 0.44, 0.46, 0.3], 0.45) == 2
+    assert escape_step([0.5, 0.49], 0.45) is None
+    assert escape_step([0.4], 0.45) == 0
+
+
+def test_the_escape_study_round_trips_through_its_cli_and_matches_shoved_run(tmp_path):
+    out = tmp_path / "escape.json"
+    assert main(["--escape", "--seeds", "0", "1", "--escape-steps", "25", "12", "--out", str(out)]) == 0
+    record = load_escape(out)
+    assert record["steps"] == {"1.0": 25, "4.0": 12} and record["seeds"] == [0, 1] and record["every"] == 10
+    x, y = experiment_data()
+    live = shoved_run("gelu", x, y, 1, margin=3.0, lr=4.0, steps=12)
+    run = record["runs"]["4.0"][1]
+    assert run["losses"] == pytest.approx(live.losses[::10], abs=1e-6) and len(run["losses"]) == 2
+    assert run["escape"] is None and run["units_up"] == live.units_up
+    assert escape_study({1.0: 3}, seeds=[0], level=10.0, d_ff=8)["runs"]["1.0"][0]["escape"] == 0
+
+
+def test_the_stored_escape_runs_start_where_a_live_run_does_and_gelu_comes_back():
+    record = load_escape()
+    assert record["steps"] == {"1.0": 10_000, "4.0": 3_000} and record["seeds"] == [0, 1, 2, 3, 4]
+    x, y = experiment_data()
+    live = shoved_run("gelu", x, y, 0, margin=3.0, lr=4.0, steps=21)
+    assert live.losses[::10] == pytest.approx(record["runs"]["4.0"][0]["losses"][:3], abs=1e-5)
+    for lr, runs in record["runs"].items():
+        assert all(r["escape"] is not None and r["escape"] > 300 and r["units_up"] > 0 for r in runs), lr
 
 
 def test_shove_table_prints_one_row_per_arm_with_ranges_over_seeds():
