@@ -578,3 +578,23 @@ def test_dead_after_a_loss_summed_over_each_examples_outputs_is_named():
 
     result = check_dead_after.evaluate(dead_after)
     assert result.status == FAILED and "16 squared errors" in result.message, result.message
+
+
+def test_dead_after_a_seed_set_after_building_gets_the_seed_hint():
+    """Review 01-round17: seeding after the FFN is built takes its weights from whatever state came before."""
+    from helpers.dead_units import sgd
+    from helpers.exercises.nb01 import check_dead_after
+    from helpers.ffn import FFN
+
+    def seeded_after_building(lr, steps, x, y, seed):
+        model = FFN(x.shape[1], 256, activation="relu")
+        torch.manual_seed(seed)
+        sgd(model, x, y, lr, steps)
+        with torch.no_grad():
+            return float((model.w1(x) <= 0).all(0).double().mean())
+
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    result = check_dead_after.evaluate(seeded_after_building)
+    assert result.status == "failed" and "before you build the FFN" in result.message, result.message
+    assert torch.equal(torch.get_rng_state(), before), "the check leaves the learner's random state as it was"

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.dead_units import experiment_data, sgd
-from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.engine import FAILED, HINT_PREFIX, Case, Corner, Domain, Exercise
 from helpers.ffn import FFN
 
 _SQRT2 = math.sqrt(2.0)
@@ -633,7 +633,33 @@ _DEAD_AFTER_DOMAIN = Domain(
 )
 
 
-check_dead_after = Exercise(
+_SEED_HINT = ("your answer changes with the random state before the call: the FFN's initial weights must come from "
+              "`seed` alone, so call torch.manual_seed(seed) before you build the FFN, not after.")
+
+
+class _SeededExercise(Exercise):
+    """A wrong answer that moves with the global random state before the call (a seed set after the FFN is built)
+    gets the seed hint: the same case is run twice, from two other global states (the engine restores the
+    learner's state afterwards)."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if result.passed or result.hint or result.reason != "wrong":
+            return result
+        case = self.cases()[0]
+        values = []
+        try:
+            for state in (101, 202):
+                torch.manual_seed(state)
+                values.append(float(fn(*(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args))))
+        except Exception:  # the learner's code: no hint, the verdict stands
+            return result
+        if values[0] == values[1]:
+            return result
+        return self._result(FAILED, f"{result.message} {HINT_PREFIX}{_SEED_HINT}", "wrong", _SEED_HINT)
+
+
+check_dead_after = _SeededExercise(
     "Exercise 5 (dead units vs learning rate)",
     _dead_after,
     _dead_after_cases,
