@@ -8,12 +8,13 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
   directly (exact for the last block, with the norm's scale held at its actual value), and
   ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination)
   against a reference word (``shifts_by_reference``: several references from one pass; ``seed_means`` and
-  ``promotion_by_group``: their means over seeds, and the verdict's family split by relation);
+  ``promotion_by_group``: their means over seeds, and the verdict's family split by relation, printed by
+  ``promotion_grid``);
 * ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
   position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
   neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
   size of the vector it removes, random), with ``same_group_donors``, ``removed_activity``, ``removed_write``
-  and ``knockout_drops``;
+  and ``knockout_drops``; ``random_direction_drops``: the control that removes a random vector as long instead;
 * ``patched_ffn_output`` and ``patching_effect``: activation patching, i.e. one layer's FFN output at one
   position replaced by what it was on another prompt, which locates where a prediction is read.
 
