@@ -8,12 +8,13 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
   directly (exact for the last block, with the norm's scale held at its actual value), and
   ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination)
   against a reference word (``shifts_by_reference``: several references from one pass; ``seed_means`` and
-  ``promotion_by_group``: their means over seeds, and the verdict's family split by relation);
+  ``promotion_by_group``: their means over seeds, and the verdict's family split by relation, printed by
+  ``promotion_grid``);
 * ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
   position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
   neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
   size of the vector it removes, random), with ``same_group_donors``, ``removed_activity``, ``removed_write``
-  and ``knockout_drops``;
+  and ``knockout_drops``; ``random_direction_drops``: the control that removes a random vector as long instead;
 * ``patched_ffn_output`` and ``patching_effect``: activation patching, i.e. one layer's FFN output at one
   position replaced by what it was on another prompt, which locates where a prediction is read.
 
@@ -31,7 +32,7 @@ from torch import nn
 
 from helpers import validate
 from helpers.memory import _check_neurons, _ids, answer_probability, collect, find_ffns, logits_of
-from helpers.stats import PairedDifference, paired_difference
+from helpers.stats import PairedDifference, holm, paired_difference
 
 # ---------------------------------------------------------------------------------------------
 # Sub-updates: one FFN output, neuron by neuron
@@ -182,14 +183,16 @@ def seed_means(by_seed: Sequence[dict[str, tuple[torch.Tensor, torch.Tensor]]], 
 
 
 def promotion_by_group(by_seed: Sequence[dict[str, tuple[torch.Tensor, torch.Tensor]]], groups: torch.Tensor,
-                       names: Sequence[str], reference: str = "outside") -> dict[str, PairedDifference]:
+                       names: Sequence[str], reference: str = "outside",
+                       with_gap: bool = True) -> dict[str, PairedDifference]:
     """Promotion and elimination split by group (e.g. relation), as a family for ``helpers.stats.holm``.
 
     A mean over every row is the groups' means weighted by their sizes, so one group can carry it. For group
     ``g`` (rows with ``groups == g``, named ``names[g]``), three paired differences over the seeds of
     ``by_seed`` (one ``shifts_by_reference`` result per seed): ``"<name>: answer"`` and ``"<name>: rivals"``
     (their mean shift against ``reference``, each against 0) and ``"<name>: |answer| − |rivals|"`` (positive:
-    the answer moves more than its rivals, in either direction: a pushed-down answer counts too).
+    the answer moves more than its rivals, in either direction: a pushed-down answer counts too; left out
+    when ``with_gap`` is False).
     """
     if groups.shape != by_seed[0][reference][0].shape:
         raise ValueError(f"groups must have one entry per row, shape {tuple(by_seed[0][reference][0].shape)}, "
@@ -201,9 +204,38 @@ def promotion_by_group(by_seed: Sequence[dict[str, tuple[torch.Tensor, torch.Ten
         answer, rivals = seed_means(by_seed, reference, groups == g)
         zero = torch.zeros_like(answer)
         family |= {f"{name}: answer": paired_difference(answer, zero),
-                   f"{name}: rivals": paired_difference(rivals, zero),
-                   f"{name}: |answer| − |rivals|": paired_difference(answer.abs(), rivals.abs())}
+                   f"{name}: rivals": paired_difference(rivals, zero)}
+        if with_gap:
+            family[f"{name}: |answer| − |rivals|"] = paired_difference(answer.abs(), rivals.abs())
     return family
+
+
+def promotion_grid(family: dict[str, PairedDifference], names: Sequence[str], unit: str = " logits") -> str:
+    """``promotion_by_group(..., with_gap=False)``'s family judged by ``helpers.stats.holm``, printed as a grid:
+    one line per group, an answer and a rivals cell each (mean shift, seeds up of n, paired t, ▲/▼ resolved,
+    · not), then where the step-down stopped (every later rank is unresolved whatever its t)."""
+    verdicts = {v.name: v for v in holm(family)}
+    if set(verdicts) != {f"{n}: {part}" for n in names for part in ("answer", "rivals")}:
+        raise ValueError(f"family must hold '<name>: answer' and '<name>: rivals' for each of names {list(names)}")
+    mark = {"higher": "▲", "lower": "▼", "not resolved": "·"}
+    width = max(len(n) for n in names)
+
+    def cell(v) -> str:
+        c = v.comparison
+        return f"{c.mean:+6.2f}{unit} {mark[v.verdict]} (up in {c.higher:>2}/{c.n}, t {c.t:+5.2f})"
+
+    cells = {n: [cell(verdicts[f"{n}: {part}"]) for part in ("answer", "rivals")] for n in names}
+    cw = max(len(c) for row in cells.values() for c in row)
+    lines = [f"Holm's step-down over {len(verdicts)} comparisons (5 % two-sided): "
+             f"{sum(v.resolved for v in verdicts.values())} resolved (▲ ▼), · not resolved",
+             f"  {'':{width}}  {'answer':{cw}}  rivals"]
+    lines += [f"  {n:{width}}  {a:{cw}}  {r}" for n, (a, r) in cells.items()]
+    failed = sorted((v for v in verdicts.values() if not v.resolved), key=lambda v: v.rank)
+    if failed:
+        v = failed[0]
+        lines.append(f"  the step-down stops at rank {v.rank} of {len(verdicts)} ({v.name}: |t| "
+                     f"{abs(v.comparison.t):.2f} below its threshold {v.threshold:.2f})")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,6 +460,36 @@ def knockouts_at_sites(model: nn.Module, coefficients: Sequence[torch.Tensor], i
             out[site, name] = (drops[name], removed_activity(activity[rows], share),
                                removed_write(activity[rows], share, values), (share > 0).sum(1).float())
         out[site, "shared"] = (sets["own"] * sets["other"]).sum(1) / n_off                # own ∩ other, per fact
+    return out
+
+
+@torch.no_grad()
+def random_direction_drops(model: nn.Module, outputs: Sequence[torch.Tensor], ids: torch.Tensor,
+                           answer_pos: torch.Tensor, answer_id: torch.Tensor, sites: dict[str, tuple[int, torch.Tensor]],
+                           lengths: dict[str, torch.Tensor], n_facts: int, seed: int, draws: int = 5) -> dict[str, torch.Tensor]:
+    """The control a knock-out needs: is it the neurons' write that matters, or any vector that long?
+
+    For the ``n_facts`` facts ``knockouts_at_sites(..., seed=seed)`` draws (its generator's first draw), subtract
+    from the FFN output at each site a random direction of length ``lengths[site]`` (``(n_facts,)``, e.g. the
+    length the "other" set removes). ``outputs``: per layer ``(N, T, d_model)``, the model's FFN outputs on
+    ``ids`` (``collect(...).outputs``). Returns ``{site: (n_facts,)}``, the drop in P(answer), mean of ``draws``
+    directions (drawn from a generator seeded ``1000 + seed``)."""
+    validate.int_in_range("draws", draws, 1, 1000)
+    rows = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))[:n_facts]
+    g = torch.Generator().manual_seed(1000 + seed)
+    before = answer_probability(model, ids[rows], answer_pos[rows], answer_id[rows])
+    out = {}
+    for site, (layer, pos) in sites.items():
+        length = lengths[site]
+        if length.shape != (len(rows),):
+            raise ValueError(f"lengths[{site!r}] must be ({len(rows)},), one length per fact, got {tuple(length.shape)}")
+        written = outputs[layer][rows, pos[rows]]                                          # (n_facts, d_model)
+        drops = []
+        for _ in range(draws):
+            d = torch.randn(written.shape, generator=g)
+            with patched_ffn_output(model, layer, pos[rows], written - d / d.norm(dim=1, keepdim=True) * length[:, None]):
+                drops.append(before - answer_probability(model, ids[rows], answer_pos[rows], answer_id[rows]))
+        out[site] = torch.stack(drops).mean(0)
     return out
 
 

@@ -418,3 +418,42 @@ def test_promotion_by_group_splits_the_seed_means_by_group():
         promotion_by_group(by_seed, groups[:4], ["a", "b"])
     with pytest.raises(ValueError, match="groups must hold indices into names"):
         promotion_by_group(by_seed, groups, ["a"])
+
+
+def test_promotion_grid_prints_each_groups_answer_and_rivals_with_holms_verdict():
+    from helpers.interventions import promotion_by_group, promotion_grid
+    from helpers.stats import holm
+    g = torch.Generator().manual_seed(0)
+    groups = torch.tensor([0, 0, 1, 1])
+    by_seed = [{"outside": (torch.tensor([5.0, 5.0, 0.0, 0.0]) + 0.1 * torch.randn(4, generator=g),
+                            torch.randn(4, generator=g))} for _ in range(6)]
+    family = promotion_by_group(by_seed, groups, ["a", "b"], with_gap=False)
+    assert list(family) == ["a: answer", "a: rivals", "b: answer", "b: rivals"]
+    lines = promotion_grid(family, ["a", "b"]).splitlines()
+    verdicts = {v.name: v for v in holm(family)}
+    assert lines[0].startswith("Holm's step-down over 4 comparisons") and "answer" in lines[1] and "rivals" in lines[1]
+    assert verdicts["a: answer"].verdict == "higher"                           # a's answer: +5 in every seed
+    assert lines[2].startswith("  a ") and "▲ (up in  6/6" in lines[2]
+    if not all(v.resolved for v in verdicts.values()):
+        assert "the step-down stops at rank" in lines[-1]
+    with pytest.raises(ValueError, match="family must hold"):
+        promotion_grid(family, ["a"])
+
+
+def test_random_direction_drops_subtract_a_vector_of_the_given_length_at_each_site():
+    from helpers.interventions import random_direction_drops
+    model, ids = tiny(), toy_ids()
+    answer_pos, answer_id = torch.full((6,), 3), ids[:, 4]
+    outputs = collect(model, ids).outputs
+    sites = {"L1 at 3": (1, answer_pos), "L0 at 2": (0, torch.full((6,), 2))}
+    zero = {site: torch.zeros(4) for site in sites}
+    got = random_direction_drops(model, outputs, ids, answer_pos, answer_id, sites, zero, n_facts=4, seed=3)
+    assert all(v.shape == (4,) and v.abs().max() < 1e-5 for v in got.values())       # length 0: nothing changes
+    long = {site: torch.full((4,), 50.0) for site in sites}
+    got = random_direction_drops(model, outputs, ids, answer_pos, answer_id, sites, long, n_facts=4, seed=3, draws=2)
+    assert any(v.abs().max() > 1e-3 for v in got.values())
+    again = random_direction_drops(model, outputs, ids, answer_pos, answer_id, sites, long, n_facts=4, seed=3, draws=2)
+    assert all(torch.equal(got[s], again[s]) for s in sites)
+    with pytest.raises(ValueError, match="one length per fact"):
+        random_direction_drops(model, outputs, ids, answer_pos, answer_id, sites, {s: torch.ones(3) for s in sites},
+                               n_facts=4, seed=3)
