@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from helpers import validate
+from helpers.costs import ffn_flops_per_token
 
 # ----------------------------------------------------------------------------- published hardware figures
 
@@ -278,6 +279,32 @@ def plot_link_roofline(ax, curves: Sequence[tuple[str, str, Sequence[tuple[int, 
     ax.set_yscale("log")
     ax.set(xlim=(low, high), xlabel="ranks in the group R", ylabel="FLOPs per byte sent")
     return ax
+
+
+SPLITS = ("TP", "EP", "FSDP")
+
+
+def training_flops_per_byte(split: str, world_size: int, *, d_model: int = 4096, d_ff: int = 14336, top_k: int = 2,
+                            tokens_per_rank: int = 4096) -> float:
+    """Training FLOPs one rank does per byte it sends in bf16, for one way of splitting ``world_size`` ranks.
+
+    ``"TP"``: ``1/R`` of a token's ``top_k`` gated experts' FLOPs against a ring share of one all-reduce of
+    ``d_model`` numbers per pass, ``(9/4)·k·d_ff/(R−1)``. ``"EP"``: all their FLOPs against the ``k`` rows sent out
+    and back under uniform routing, ``(9/4)·d_ff·R/(R−1)``. ``"FSDP"``: any model (the weights cancel),
+    ``b·R/(R−1)`` for ``tokens_per_rank`` = b. Defaults: Mixtral's experts.
+    """
+    from helpers import expert_parallel, fully_sharded, tensor_parallel    # they run collectives; load on use
+
+    validate.one_of("split", split, SPLITS)
+    validate.int_in_range("world_size", world_size, 2, 1 << 20)
+    if split == "FSDP":
+        return fully_sharded.fully_sharded_flops_per_byte(tokens_per_rank, world_size)
+    flops = top_k * ffn_flops_per_token(d_model, d_ff, gated=True, backward=True)
+    if split == "TP":
+        sent = tensor_parallel.tensor_parallel_bytes_per_token(d_model, world_size, bytes_per_element=2, backward=True)
+        return flops / world_size / sent
+    return flops / expert_parallel.expected_bytes_per_token(d_model, top_k, world_size, bytes_per_element=2,
+                                                            backward=True)
 
 
 # ----------------------------------------------------------------------------- Mixtral 8x7B, counted

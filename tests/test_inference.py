@@ -242,3 +242,15 @@ def test_plot_link_roofline_draws_each_curve_and_each_link_up_to_its_reach():
     plot_link_roofline(ax3, [("a", "C0", [(2, 3.0), (4, 2.0)])], [], styles=["--"])
     assert ax3.lines[0].get_linestyle() == "--"
     plt.close("all")
+
+
+def test_training_flops_per_byte_matches_each_split_s_closed_form():
+    from helpers.inference import training_flops_per_byte
+    for r in (2, 8, 64):
+        assert training_flops_per_byte("TP", r) == pytest.approx(9 / 4 * 2 * 14336 / (r - 1))
+        assert training_flops_per_byte("EP", r, d_model=7168, d_ff=2048, top_k=8) == pytest.approx(9 / 4 * 2048 * r / (r - 1))
+        assert training_flops_per_byte("FSDP", r, tokens_per_rank=4096) == pytest.approx(4096 * r / (r - 1))
+    with pytest.raises(ValueError, match="split"):
+        training_flops_per_byte("DP", 8)
+    with pytest.raises(ValueError, match="world_size"):
+        training_flops_per_byte("TP", 1)
