@@ -407,6 +407,23 @@ def seed_count_lines(race: Race, pairs: Sequence[tuple[str, str]], counts: Seque
     return [head] + rows + [tail]
 
 
+def sweep_summary_lines(race: Race, arms: Sequence[str], shared: tuple[str, str] = ("MoE", "dense, width 11")
+                        ) -> list[str]:
+    """The sweeps in two lines: how many chosen rates sit at an end of the grid (each budget, each of ``arms``),
+    and what ``shared[0]`` scored at ``shared[1]``'s best rate of the first budget against its own."""
+    first, s = race.budgets[0], race.sweeps[race.budgets[0]]
+    ends = sum(race.sweeps[b].best_lr(a) in (race.sweeps[b].lrs[0], race.sweeps[b].lrs[-1])
+               for b in race.budgets for a in arms)
+    lines = [f"sweeps (seeds {s.seeds[0]}–{s.seeds[-1]}, rates {s.lrs[0]:g} to {s.lrs[-1]:g}, doubling): chosen "
+             f"rates at an end of the grid: {ends} of {len(arms) * len(race.budgets)}"]
+    arm, other = shared
+    at = s.best_lr(other)
+    loss = s.loss[arm].mean(1)
+    lines.append(f"one shared rate: at {at:g}, {other}'s best ({first} steps), {arm} scores "
+                 f"{float(loss[s.lrs.index(at)]):.3f} nats; at its own {s.best_lr(arm):g}, {float(loss.min()):.3f}")
+    return lines
+
+
 def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
     """Per arm and budget: its rate, the mean answer loss after 4/5 of the run and at its end, the share of the
     loss that last fifth removed, and the facts answered right at the end."""

@@ -13,6 +13,7 @@ from helpers.facts import load_facts
 from helpers.moe_race import (ARMS, BALANCE_PAIRS, FRESH_SEEDS_PATH, RACE_FRESH_SEEDS_PATH, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
                               SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, convergence_lines, load_family, load_race,
                               loss_family, main, race_figure, rerun_lines, run_race, save_race, seed_count_lines,
+                              sweep_summary_lines,
                               sweep, train_arm)
 from helpers.stats import holm
 
@@ -265,3 +266,11 @@ def test_verdict_figure_draws_one_row_per_verdict_and_its_interval_crosses_zero_
         half = v.threshold * v.comparison.se
         assert (abs(v.comparison.mean) > half) == v.resolved, v.name
     plt.close(fig)
+
+
+def test_the_sweep_summary_counts_rates_at_the_grids_ends_and_reads_the_shared_rate():
+    race = load_race()
+    lines = sweep_summary_lines(race, list(ARMS)[:8])
+    assert lines[0].endswith("chosen rates at an end of the grid: 0 of 16")
+    s = race.sweeps[100]
+    assert f"{float(s.loss['MoE'].mean(1)[s.lrs.index(0.16)]):.3f} nats" in lines[1] and "own 0.08" in lines[1]

@@ -1,0 +1,169 @@
+"""Notebook 07's long run: do the MoEs' dense twins store the facts given many more steps?
+
+The race (``helpers.moe_race``) compares arms after 100 and 300 steps. Here the two dense FFNs the MoEs raced
+(width 11, the top-1 MoE's FLOPs per fact; width 19, the top-2 MoE's) train for ``STEPS`` steps, ten times the
+race's longer budget, with the race's recipe (frozen embeddings, ``d_model`` = 8, AdamW at a constant rate),
+scored at each step of ``MARKS``. A sweep (``LRS`` on ``SWEEP_SEEDS``, answer loss after ``STEPS`` steps) shows
+which rates suit each arm at this length; ``SEEDS`` then train at each rate of ``SEED_LRS``. A dense twin that
+reaches the MoE's score shows the MoE's per-step lead was one of speed; one that stays below it after ten times
+the steps shows more than speed at this length. The file is made by::
+
+    python -m helpers.moe_long_run --results        # about five minutes of CPU
+
+and the notebook trains the first seed of width 11 (rate 0.04) for ``MARKS[0]`` steps live and checks it against the
+file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from helpers.fact_lookup import build_lookup, lookup_data, train_lookup
+from helpers.moe_race import ARMS
+from helpers.progress import progress as progress_bar
+
+LONG_ARMS: tuple[str, ...] = ("dense, width 11", "dense, width 19")
+STEPS = 3_000
+MARKS: tuple[int, ...] = (100, 300, 1_000, 3_000)
+LRS: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08)
+SWEEP_SEEDS: tuple[int, ...] = (100,)
+#: the rates every arm's seeds train at: the best of the sweep for width 11, the best two for width 19
+SEED_LRS: tuple[float, ...] = (0.04, 0.08)
+SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+D_MODEL = 8
+LONG_RUN_PATH = Path(__file__).parent / "data" / "moe_long_run.json"
+
+
+@dataclass
+class LongRun:
+    """Per arm: ``sweep[arm]``, the answer loss after ``steps`` steps at each of ``lrs`` (mean over
+    ``sweep_seeds``) and ``lr[arm]``, the sweep's best rate. Per arm and rate of the seeds, keyed
+    ``"<arm>, lr <rate>"``: ``loss[key]`` and ``right[key]``, ``(len(marks), len(seeds))`` float64, the answer loss
+    (nats) and share of facts right after each step of ``marks``."""
+
+    steps: int
+    marks: list[int]
+    lrs: list[float]
+    sweep_seeds: list[int]
+    seeds: list[int]
+    lr: dict[str, float]
+    sweep: dict[str, list[float]]
+    loss: dict[str, torch.Tensor]
+    right: dict[str, torch.Tensor]
+    environment: dict = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """Per arm and scored step: the share of facts right, mean over seeds (lowest to highest seed)."""
+        head = f"{'share of facts right after':<27}" + "".join(f"{f'{m:,}':>13}" for m in self.marks)
+        rows = [head]
+        for key, right in self.right.items():
+            rows.append(f"{key:<27}" + "".join(
+                f"{float(r.mean()):>6.0%} ({float(r.min()) * 100:.0f}–{float(r.max()) * 100:.0f})"
+                .rjust(13) for r in right))
+        return rows
+
+
+    def sweep_lines(self) -> list[str]:
+        """The rate sweep: each arm's answer loss after ``steps`` steps at each rate, the best one starred."""
+        seeds = ", ".join(map(str, self.sweep_seeds))
+        rows = [f"{f'rates tried (seed {seeds}, loss after {self.steps:,} steps)':<45}"
+                + "".join(f"{lr:>8g}" for lr in self.lrs)]
+        for arm, losses in self.sweep.items():
+            rows.append(f"{arm:<45}" + "".join(f"{v:>7.3f}{'*' if lr == self.lr[arm] else ' '}"
+                                               for lr, v in zip(self.lrs, losses)))
+        return rows
+
+def _train(arm: str, seed: int, lr: float, steps: int, marks: Sequence[int], data) -> list[tuple[float, float]]:
+    model = build_lookup(data, ARMS[arm], D_MODEL, seed)
+    _, _, evals = train_lookup(model, data, steps=steps, lr=lr, eval_at=[m for m in marks if m <= steps])
+    return [evals[m] for m in marks if m <= steps]
+
+
+def run_long(arms: Sequence[str] = LONG_ARMS, seeds: Sequence[int] = SEEDS, *, steps: int = STEPS,
+             marks: Sequence[int] = MARKS, lrs: Sequence[float] = LRS, sweep_seeds: Sequence[int] = SWEEP_SEEDS,
+             seed_lrs: Sequence[float] = SEED_LRS, progress: bool = True, reuse: LongRun | None = None) -> LongRun:
+    """Sweep each arm's rate on ``sweep_seeds`` (answer loss after ``steps``), then train ``seeds`` at each rate of
+    ``seed_lrs``. ``reuse``: a run of the same steps, marks and seeds; the sweep losses and seed runs it has are
+    kept, not trained again, which gives the same file as a full run on the same machine (runs are
+    deterministic)."""
+    marks = sorted({int(m) for m in marks if m <= steps} | {steps})
+    if reuse is not None and (reuse.steps, reuse.marks, reuse.seeds, reuse.sweep_seeds) != (
+            steps, marks, [int(s) for s in seeds], [int(s) for s in sweep_seeds]):
+        raise ValueError("reuse must have the same steps, marks, seeds and sweep seeds as this run")
+    data, chosen, swept, loss, right = lookup_data(), {}, {}, {}, {}
+    for arm in progress_bar(list(arms), desc="long run", disable=not progress):
+        known = {} if reuse is None or arm not in reuse.sweep else dict(zip(reuse.lrs, reuse.sweep[arm]))
+        swept[arm] = [known[lr] if lr in known else
+                      sum(_train(arm, s, lr, steps, [steps], data)[0][0] for s in sweep_seeds) / len(sweep_seeds)
+                      for lr in lrs]
+        chosen[arm] = float(lrs[min(range(len(lrs)), key=swept[arm].__getitem__)])
+        for lr in seed_lrs:
+            key = f"{arm}, lr {lr:g}"
+            if reuse is not None and key in reuse.loss:
+                loss[key], right[key] = reuse.loss[key], reuse.right[key]
+                continue
+            evals = [_train(arm, s, lr, steps, marks, data) for s in seeds]
+            loss[key] = torch.tensor([[e[i][0] for e in evals] for i in range(len(marks))], dtype=torch.float64)
+            right[key] = torch.tensor([[e[i][1] for e in evals] for i in range(len(marks))], dtype=torch.float64)
+    return LongRun(steps, marks, [float(x) for x in lrs], [int(s) for s in sweep_seeds], [int(s) for s in seeds],
+                   chosen, swept, loss, right)
+
+
+def save_long_run(run: LongRun, path: str | Path = LONG_RUN_PATH) -> Path:
+    """Write ``run`` as JSON (losses and shares rounded to 1e-5), with the machine it ran on."""
+    record = {"made_by": "python -m helpers.moe_long_run --results",
+              "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                              "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+              "steps": run.steps, "marks": run.marks, "lrs": run.lrs, "sweep_seeds": run.sweep_seeds,
+              "seeds": run.seeds, "lr": run.lr, "sweep": {a: [round(v, 5) for v in s] for a, s in run.sweep.items()},
+              "loss": {a: t.round(decimals=5).tolist() for a, t in run.loss.items()},
+              "right": {a: t.round(decimals=5).tolist() for a, t in run.right.items()}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_long_run(path: str | Path = LONG_RUN_PATH) -> LongRun:
+    """Read a long run written by ``save_long_run`` (default: notebook 07's, ``LONG_RUN_PATH``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no long run at {path}; make it with python -m helpers.moe_long_run --results")
+    r = json.loads(path.read_text(encoding="utf-8"))
+    as_t = {a: torch.tensor(v, dtype=torch.float64) for a, v in r["loss"].items()}
+    return LongRun(r["steps"], r["marks"], r["lrs"], r["sweep_seeds"], r["seeds"], r["lr"], r["sweep"], as_t,
+                   {a: torch.tensor(v, dtype=torch.float64) for a, v in r["right"].items()}, r["environment"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m helpers.moe_long_run --results``: notebook 07's long run of the MoEs' dense twins."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.moe_long_run", description=main.__doc__)
+    parser.add_argument("--results", action="store_true", required=True, help="run the sweep and the seeds")
+    parser.add_argument("--arms", nargs="+", default=list(LONG_ARMS), choices=list(ARMS), metavar="ARM")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=list(SWEEP_SEEDS))
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(LRS))
+    parser.add_argument("--seed-lrs", type=float, nargs="+", default=list(SEED_LRS))
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--out", default=str(LONG_RUN_PATH))
+    parser.add_argument("--reuse", metavar="PATH", help="keep this file's sweep losses and seeds (see run_long)")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    run = run_long(args.arms, args.seeds, steps=args.steps, lrs=args.lrs, sweep_seeds=args.sweep_seeds,
+                   seed_lrs=args.seed_lrs,
+                   reuse=None if args.reuse is None else load_long_run(args.reuse))
+    print(f"wrote {len(args.arms)} arms × {len(args.seeds)} seeds × {args.steps} steps to "
+          f"{save_long_run(run, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""helpers.moe_long_run: the long run of the MoEs' dense twins, its command, its file, and the numbers notebook 07
+reads from the shipped run."""
+import pytest
+import torch
+
+from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
+from helpers.moe_long_run import (LONG_ARMS, LONG_RUN_PATH, LRS, MARKS, SEED_LRS, SEEDS, STEPS, load_long_run, main,
+                                  run_long, save_long_run)
+from helpers.moe_race import ARMS
+
+
+def test_a_small_run_sweeps_trains_scores_and_round_trips(tmp_path):
+    run = run_long(["dense, width 11"], [0, 1], steps=6, marks=(3, 100), lrs=(0.02, 0.04), sweep_seeds=(5,),
+                   seed_lrs=(0.02,), progress=False)
+    key = "dense, width 11, lr 0.02"
+    assert run.marks == [3, 6] and list(run.loss) == [key]
+    assert run.loss[key].shape == run.right[key].shape == (2, 2)
+    best = min(range(2), key=run.sweep["dense, width 11"].__getitem__)
+    assert run.lr["dense, width 11"] == [0.02, 0.04][best]
+    data = lookup_data()                                    # seed 1 by hand at 0.02: the same run
+    model = build_lookup(data, ARMS["dense, width 11"], 8, 1)
+    train_lookup(model, data, steps=6, lr=0.02)
+    assert lookup_loss_and_accuracy(model, data)[0] == pytest.approx(float(run.loss[key][1, 1]))
+    back = load_long_run(save_long_run(run, tmp_path / "long.json"))
+    torch.testing.assert_close(back.loss[key], run.loss[key], atol=1e-5, rtol=0)
+    assert back.lr == run.lr and back.marks == run.marks and len(back.lines()) == len(back.sweep_lines()) == 2
+    assert back.sweep_lines()[1].count("*") == 1
+
+
+def test_the_command_writes_a_file_and_refuses_bad_steps(tmp_path):
+    out = tmp_path / "cli.json"
+    assert main(["--results", "--arms", "dense, width 19", "--seeds", "0", "--lrs", "0.04", "--seed-lrs", "0.04",
+                 "--steps", "2", "--out", str(out)]) == 0
+    assert load_long_run(out).seeds == [0] and list(load_long_run(out).loss) == ["dense, width 19, lr 0.04"]
+    with pytest.raises(ValueError, match="--steps"):
+        main(["--results", "--steps", "0", "--out", str(out)])
+    with pytest.raises(FileNotFoundError, match="python -m helpers.moe_long_run"):
+        load_long_run(tmp_path / "missing.json")
+
+
+def test_reusing_a_smaller_run_gives_the_full_runs_file():
+    settings = dict(steps=6, marks=(3,), sweep_seeds=(5,), progress=False)
+    part = run_long(LONG_ARMS, [0, 1], lrs=(0.02,), seed_lrs=(0.02,), **settings)
+    extended = run_long(LONG_ARMS, [0, 1], lrs=(0.02, 0.04), seed_lrs=(0.02, 0.04), reuse=part, **settings)
+    full = run_long(LONG_ARMS, [0, 1], lrs=(0.02, 0.04), seed_lrs=(0.02, 0.04), **settings)
+    assert extended.sweep == full.sweep and extended.lr == full.lr and list(extended.loss) == list(full.loss)
+    for key in full.loss:
+        torch.testing.assert_close(extended.loss[key], full.loss[key], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="reuse"):
+        run_long(LONG_ARMS, [0], lrs=(0.02,), reuse=part, **settings)
+
+
+def test_the_shipped_run_is_the_notebooks():
+    run = load_long_run(LONG_RUN_PATH)
+    assert list(run.loss) == [f"{arm}, lr {lr:g}" for arm in LONG_ARMS for lr in SEED_LRS]
+    assert run.steps == STEPS and run.marks == list(MARKS) and run.lrs == list(LRS) and run.seeds == list(SEEDS)
+    assert all(t.shape == (len(MARKS), len(SEEDS)) for t in run.right.values())
+    assert run.lr == {"dense, width 11": 0.04, "dense, width 19": 0.08}      # the sweep's best, both in SEED_LRS
