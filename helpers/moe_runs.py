@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import validate
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN
 from helpers.moe import MoE, RoutingLog, arrival_rank, expert_capacity, moe_aux_loss, moe_layers_stats
@@ -183,6 +184,15 @@ def train_run(arm: str, seed: int, data: FactDataset, *, steps: int = SHORT_STEP
 
 
 # ----------------------------------------------------------------------------- what the notebook reads
+def sentences_seen(seed: int, n_sentences: int, *, steps: int = SHORT_STEPS, batch: int = BATCH) -> int:
+    """How many distinct sentences of ``n_sentences`` the run of ``seed`` draws in ``steps`` batches of ``batch``
+    (``train_lm`` draws each batch's rows with replacement from a generator seeded with ``seed``)."""
+    validate.positive_int("n_sentences", n_sentences)
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.cat([torch.randint(0, n_sentences, (batch,), generator=gen) for _ in range(steps)])
+    return int(rows.unique().numel())
+
+
 def busiest(log_or_summary: RoutingLog | dict, steps: slice = slice(-5, None)) -> float:
     """Busiest expert's load over the mean load, averaged over the given training steps and both layers."""
     mom = (log_or_summary.max_over_mean() if isinstance(log_or_summary, RoutingLog)

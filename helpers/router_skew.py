@@ -146,6 +146,19 @@ def _noisy_load(layer: MoE, x: torch.Tensor, draws: int, zero_router: bool) -> f
         layer.train(was_training)
 
 
+def noisy_busiest(layer: MoE, x: torch.Tensor, *, draws: int = 3, seed: int = 0) -> float:
+    """Mean busiest/mean of ``layer``'s noisy top-1 routing of ``x`` (N, d) over ``draws`` noise draws, the
+    noise drawn from ``torch``'s generator seeded with ``seed`` (the global random state is left as it was).
+    The router's scale matters here, unlike for the noise-free argmax: a smaller ``W_r`` lets the noise decide
+    more often. ``layer`` must be built with ``noisy=True``; its mode is restored."""
+    if not isinstance(layer, MoE) or layer.noise is None:
+        raise ValueError("layer must be an MoE built with noisy=True (its noise weights start at zero)")
+    validate.positive_int("draws", draws)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        return _noisy_load(layer, x, draws, zero_router=False)
+
+
 def layer_controls(layer: MoE, x: torch.Tensor, *, generator: torch.Generator, draws: int = 3) -> dict[str, float]:
     """Busiest/mean of ``layer``'s routing for each control of ``CONTROLS`` on its real inputs ``x`` (N, d).
     Gaussian controls and the noise draw from ``generator``'s stream (the noise through ``torch``'s global

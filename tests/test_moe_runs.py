@@ -135,3 +135,26 @@ def test_capacity_figure_draws_the_mean_over_seeds_per_factor():
     assert list(line.get_xdata()) == list(CAPACITY_FACTORS)
     assert torch.allclose(torch.as_tensor(line.get_ydata(), dtype=torch.float64), mean)
     plt.close(fig)
+
+
+def test_sentences_seen_counts_the_rows_train_lm_draws():
+    from helpers.moe_runs import sentences_seen
+    from helpers.transformer import train_lm
+
+    class Recorder(torch.nn.Module):                     # ids are the row numbers, so the batches name the rows
+        def __init__(self):
+            super().__init__()
+            self.w, self.rows = torch.nn.Parameter(torch.zeros(3)), []
+
+        def forward(self, ids):
+            self.rows.append(ids[:, 0].clone())
+            return self.w.expand(*ids.shape, 3)
+
+    n = 50
+    ids = torch.arange(n)[:, None]
+    model = Recorder()
+    train_lm(model, ids, torch.zeros_like(ids), steps=4, batch_size=8, seed=3, progress=False)
+    assert sentences_seen(3, n, steps=4, batch=8) == torch.cat(model.rows).unique().numel()
+    assert sentences_seen(0, 608, steps=1, batch=1) == 1
+    with pytest.raises(ValueError, match="n_sentences"):
+        sentences_seen(0, 0)

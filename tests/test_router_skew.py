@@ -129,3 +129,21 @@ def test_the_shipped_controls_cover_seeds_0_to_99():
     assert SKEW_PATH.name == "router_skew.json" and seeds == list(range(100))
     assert all(v.shape == (100, 2) for v in stored.loads.values()) and stored_ids.shape == (100, 2)
     assert (stored.loads["W_g = 0, noise"] < stored.loads["all positions"]).float().mean() > 0.9
+
+
+def test_noisy_busiest_is_seeded_leaves_the_random_state_and_evens_a_smaller_router():
+    from helpers.router_skew import noisy_busiest
+
+    torch.manual_seed(0)
+    layer = MoE(16, 8, 1, d_ff=8, noisy=True).eval()
+    x = torch.randn(2000, 16) + 3.0                                           # a shared direction: uneven
+    state = torch.get_rng_state()
+    assert noisy_busiest(layer, x, seed=1) == noisy_busiest(layer, x, seed=1)
+    assert torch.equal(torch.get_rng_state(), state) and not layer.training
+    tiny = MoE(16, 8, 1, d_ff=8, noisy=True)
+    tiny.load_state_dict(layer.state_dict())
+    with torch.no_grad():
+        tiny.router.weight /= 100
+    assert noisy_busiest(tiny, x) < noisy_busiest(layer, x)
+    with pytest.raises(ValueError, match="noisy=True"):
+        noisy_busiest(MoE(16, 8, 1, d_ff=8), x)
