@@ -79,7 +79,7 @@ RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2
 #: each arm's learning rate at the recipe's 1,000 steps: the best held-out FVU on model seed 0 among ``SWEEP_LR``
 #: (``lr_sweep``, run with ``--sweep``; the shipped file does not hold it). Section 4 reads its controls at
 #: 10,000 steps, where every arm is run at 0.01 too (``--rate``, ``at_rate``): for y the better of 0.01 and 0.03
-#: there (``rate_table``), for the slot mixture the better on model 0 (below), for the Gaussian its best at 1,000
+#: there (``rate_table``), for the slot mixture the better on model 0 (below), for the Gaussian its best at 1,000 steps
 ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2}
 #: the slot mixture's autoencoder: on model 0, 0.01 and 0.03 tie at 1,000 steps (held-out FVU 0.91 % and 0.90 %),
 #: and 0.01 is far better at 10,000 (FVU / its PCA-8 0.52 against 0.66): the rate that gives the control its best
