@@ -24,8 +24,8 @@ dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
   trained ones also after 3 times the steps (``tracking_lengths``, ``--only-tracking 3000``);
 
 plus the toy models of ``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer
-than the notebook trains them, the planted check at the recipe (``planted_recovery``, ``--only-planted``), and
-optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
+than the notebook trains them, the planted check at the recipe as an autoencoder and as a transcoder
+(``planted_recovery``, ``--only-planted``), and optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
 
 Make the file (about 10 minutes of one CPU core), or a small run to see the format::
 
@@ -34,7 +34,7 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study --only-control      # the control's longer runs, into the file (~10 min)
     python -m helpers.dictionary_study --only-control --arms sae_slots --lengths 1000 3000 10000   # (~5 min)
     python -m helpers.dictionary_study --only-tracking 3000      # section 6's dictionaries 3x longer (~3 min)
-    python -m helpers.dictionary_study --only-planted            # the planted check at the recipe (~1 min)
+    python -m helpers.dictionary_study --only-planted            # the planted checks at the recipe (~2 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_y --lengths 10000 30000           # (~15 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_slots --lengths 30000             # (~10 min)
 
@@ -62,7 +62,7 @@ from helpers.memory import collect
 from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
 from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, planted_features,
-                                   toy_hidden, train_toy_models)
+                                   planted_pairs, toy_hidden, train_toy_models)
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
@@ -78,7 +78,8 @@ RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2
           "rank": 8}
 #: each arm's learning rate at the recipe's 1,000 steps: the best held-out FVU on model seed 0 among ``SWEEP_LR``
 #: (``lr_sweep``, run with ``--sweep``; the shipped file does not hold it). Section 4 reads its controls at
-#: 10,000 steps, where every arm is run at 0.01 too (``--rate``, ``at_rate``)
+#: 10,000 steps, where every arm is run at 0.01 too (``--rate``, ``at_rate``): for y the better of 0.01 and 0.03
+#: there (``rate_table``), for the slot mixture the better on model 0 (below), for the Gaussian its best at 1,000 steps
 ARM_LR = {"transcoder": 3e-2, "sae_x": 3e-2, "sae_y": 3e-2, "sae_gaussian": 1e-2}
 #: the slot mixture's autoencoder: on model 0, 0.01 and 0.03 tie at 1,000 steps (held-out FVU 0.91 % and 0.90 %),
 #: and 0.01 is far better at 10,000 (FVU / its PCA-8 0.52 against 0.66): the rate that gives the control its best
@@ -285,20 +286,26 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
             "used": used}
 
 
+def _autoencoder_pair(X: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return X, X, T
+
+
 def planted_recovery(seeds: Sequence[int], steps: int = RECIPE["steps"], threshold: float = 0.95,
-                     progress: bool = True) -> dict:
+                     progress: bool = True, transcoder: bool = False) -> dict:
     """The planted check at the recipe of sections 3-6 (``RECIPE``: TopK 8 of 256, data start, lr 0.03, float64):
     one autoencoder per seed on ``planted_features(seed=seed)`` (96 features in 48 dimensions, as many rows as
     the fact model's training prefixes). Per seed, how many of the 96 some direction matches at cosine >
     ``threshold``: the trained ``"dictionary"``, its data start before training (``"untrained"``), and 256 random
-    directions (``"random directions"``)."""
-    data = [planted_features(seed=s) for s in seeds]
-    X = torch.stack([x for x, _ in data])
-    trained = train_dictionaries(X, X, RECIPE["n_features"], RECIPE["k"], list(seeds), steps=steps,
+    directions (``"random directions"``). ``transcoder=True``: one transcoder per seed on
+    ``planted_pairs(seed=seed)`` (keys in x, values in y), counting the planted values its decoder matches."""
+    pairs = [planted_pairs(seed=s) if transcoder else _autoencoder_pair(*planted_features(seed=s)) for s in seeds]
+    data = [(x, T) for x, _, T in pairs]
+    X, Y = (torch.stack([p[i] for p in pairs]) for i in (0, 1))
+    trained = train_dictionaries(X, Y, RECIPE["n_features"], RECIPE["k"], list(seeds), steps=steps,
                                  batch_size=RECIPE["batch_size"], dtype=torch.float64, progress=progress,
                                  desc="planted features")
     directions = {"dictionary": [d.W_dec.detach() for d in trained],
-                  "untrained": [STARTS["data"](x, x, RECIPE["n_features"], s)[2] for (x, _), s in zip(data, seeds)],
+                  "untrained": [STARTS["data"](x, y, RECIPE["n_features"], s)[2] for (x, y, _), s in zip(pairs, seeds)],
                   "random directions": [torch.randn(x.shape[1], RECIPE["n_features"], dtype=torch.float64,
                                                     generator=torch.Generator().manual_seed(s))
                                         for (x, _), s in zip(data, seeds)]}
@@ -639,25 +646,30 @@ def sweep_table(study: dict, layer: int = 1) -> str:
     return "\n".join(lines)
 
 
-def sparse_structure_table(study: dict, layers: Sequence[int] | None = None, control_steps: str | None = None) -> str:
+def sparse_structure_table(study: dict, layers: Sequence[int] | None = None, control_steps: str | None = None,
+                           rate: str | None = None) -> str:
     """Held-out FVU (%) of every arm of section 4, mean (range) over models; ``control_steps``: the two
-    autoencoders trained that long (a key of ``control_steps``)."""
+    autoencoders trained that long (a key of ``control_steps``); ``rate``: their learning rate, named in the rows
+    (the study as returned by ``at_rate(study, rate)``)."""
     layers = _layers(study, layers)
 
     def sae(arm):
         return (lambda e: e[arm]["held_out"]) if control_steps is None else (
             lambda e: e["control_steps"][arm][control_steps])
     at = "" if control_steps is None else f", {int(control_steps):,} st."
+    at += "" if rate is None else f", lr {rate}"
     rows = {"transcoder x -> y, 8 of 256 features": lambda e: e["transcoder"]["held_out"],
             "affine map from x (dense, 48 dims)": lambda e: e["dense"]["affine"],
             "PCA-8 of y (oracle: 8 fixed dims)": lambda e: e["dense"]["pca"],
             f"SAE on y, 8 of 256 features{at}": sae("sae_y"),
             f"SAE on a Gaussian like y{at}": sae("sae_gaussian"),
             "PCA-8 of that Gaussian": lambda e: e["dense"]["pca_gaussian"]}
-    lines = [f"held-out FVU %, mean (range) over {len(study['models'])} models" + "".join(
+    width = max(40, len(max(rows, key=len)))
+    lines = [f"{'held-out FVU %, mean (range) over ' + str(len(study['models'])) + ' models':{width + 2}s}" + "".join(
         f"{'layer ' + str(L):>22s}" for L in layers)]
     for name, get in rows.items():
-        lines.append(f"  {name:40s}" + "".join(f"{_spread(model_means(study, L, get)):>22s}" for L in layers))
+        lines.append(f"  {name:{width}s}"
+                     + "".join(f"{_spread(model_means(study, L, get)):>22s}" for L in layers))
     return "\n".join(lines)
 
 
@@ -722,6 +734,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     elif args.only_planted:
         study = load_study(args.out)
         study["planted"] = planted_recovery(range(5))
+        study["planted_transcoder"] = planted_recovery(range(5), transcoder=True)
     elif args.only_toy:
         study = load_study(args.out)
         study["toy_3x"] = _toy_check(range(5), 3 * 1000)

@@ -35,7 +35,7 @@ from helpers import validate
 from helpers.progress import progress as progress_bar
 
 __all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature",
-           "toy_hidden", "best_cosines", "planted_features"]
+           "toy_hidden", "best_cosines", "planted_features", "planted_pairs"]
 
 
 @dataclass
@@ -195,3 +195,24 @@ def planted_features(n_true: int = 96, d: int = 48, n_rows: int = 1345, mean_on:
     on = torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64) < mean_on / n_true
     sizes = torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64)
     return (on * sizes) @ T.T, T
+
+
+def planted_pairs(n_true: int = 96, d: int = 48, n_rows: int = 1345, mean_on: float = 4.0,
+                  seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Input-output pairs with known key-value features, for a transcoder: feature ``i`` has a random unit key
+    ``K[:, i]`` in the input and an independent random unit value ``V[:, i]`` in the output; in each row it is on
+    with probability ``mean_on / n_true``, with a size uniform on [0, 1] shared by both sides.
+
+    Returns ``(X, Y, V)``: ``X, Y (n_rows, d)`` float64, the rows ``Σ_i size_i K[:, i]`` and ``Σ_i size_i V[:, i]``;
+    ``V (d, n_true)`` float64, the planted values (what a transcoder's decoder should recover)."""
+    n_true, d, n_rows = (validate.positive_int(name, v) for name, v in (("n_true", n_true), ("d", d),
+                                                                       ("n_rows", n_rows)))
+    mean_on = validate.positive_float("mean_on", mean_on)
+    if mean_on > n_true:
+        raise ValueError(f"mean_on must be at most n_true ({n_true}), got {mean_on}")
+    gen = torch.Generator().manual_seed(200 + validate.non_negative_int("seed", seed))
+    K, V = (torch.nn.functional.normalize(torch.randn(d, n_true, generator=gen, dtype=torch.float64), dim=0)
+            for _ in range(2))
+    on = torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64) < mean_on / n_true
+    A = on * torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64)
+    return A @ K.T, A @ V.T, V

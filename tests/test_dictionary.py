@@ -287,3 +287,17 @@ def test_planted_features_builds_rows_from_known_unit_directions():
     for bad in ({"mean_on": 13.0}, {"n_true": 0}, {"mean_on": -1.0}):
         with pytest.raises(ValueError):
             planted_features(n_true=bad.get("n_true", 12), d=6, mean_on=bad.get("mean_on", 2.0))
+
+
+def test_planted_pairs_share_each_rows_feature_sizes_between_keys_and_values():
+    from helpers.superposition import planted_pairs
+    X, Y, V = planted_pairs(n_true=6, d=12, n_rows=200, mean_on=2.0, seed=1)
+    assert X.shape == Y.shape == (200, 12) and V.shape == (12, 6) and X.dtype == Y.dtype == V.dtype == torch.float64
+    torch.testing.assert_close(V.norm(dim=0), torch.ones(6, dtype=torch.float64))
+    sizes = torch.linalg.lstsq(V, Y.T).solution                        # (6, 200), unique: d > n_true
+    assert sizes.min() > -1e-9 and sizes.max() < 1 + 1e-9
+    keys = torch.linalg.lstsq(sizes.T, X).solution                     # X = sizes.T @ K.T with unit keys
+    torch.testing.assert_close(keys.norm(dim=1), torch.ones(6, dtype=torch.float64))
+    assert torch.equal(X, planted_pairs(n_true=6, d=12, n_rows=200, mean_on=2.0, seed=1)[0])
+    with pytest.raises(ValueError):
+        planted_pairs(n_true=6, mean_on=7.0)

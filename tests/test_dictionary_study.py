@@ -104,6 +104,8 @@ def test_the_control_is_in_the_file_at_every_longer_length_and_read_by_the_verdi
     assert table.count("\n") == 3 and "slot mixture" in table and f"{CONTROL_STEPS[-1]:,}" in table
     assert "nan" not in table
     assert "10,000 st." in sparse_structure_table(study, control_steps="10000")
+    named = sparse_structure_table(study, control_steps="10000", rate="0.01")
+    assert "10,000 st., lr 0.01" in named and len({len(line) for line in named.splitlines()}) == 1
 
 
 def test_control_lengths_trains_both_autoencoders_at_each_length():
@@ -227,3 +229,7 @@ def test_planted_recovery_counts_and_the_shipped_planted_check():
     assert shipped["untrained"][0] == out["untrained"][0]               # the start does not depend on the steps
     assert shipped["random directions"][0] == out["random directions"][0]
     assert len(shipped["dictionary"]) == 5 and min(shipped["dictionary"]) > max(shipped["untrained"])
+    as_transcoder = planted_recovery((0,), steps=5, progress=False, transcoder=True)
+    filed = load_study()["planted_transcoder"]
+    assert filed["untrained"][0] == as_transcoder["untrained"][0] != out["untrained"][0]   # x -> y data, its own start
+    assert len(filed["dictionary"]) == 5 and min(filed["dictionary"]) > max(filed["untrained"])
