@@ -17,8 +17,24 @@ from torch import nn
 
 from helpers import validate
 from helpers.interventions import knock_out
-from helpers.memory import (_ids, answer_probability, collect, find_ffns, group_profile, peak_coefficients,
-                            top_triggers, value_logits)
+from helpers.memory import (_ids, answer_probability, collect, find_ffns, group_profile, logits_of,
+                            peak_coefficients, top_triggers, value_logits)
+
+
+def answer_lead(model: nn.Module, ids: torch.Tensor, answer_pos: torch.Tensor,
+                answer_id: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` the answer's logit minus the largest other logit at its position (negative: not the argmax).
+
+    Unlike P(answer), the lead keeps moving when P is near 1, so it shows what a knock-out costs a fact the
+    model is sure of."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = logits_of(model, _ids(ids).to(device))[torch.arange(ids.shape[0]), answer_pos].cpu()  # (N, V)
+    model.train(was_training)
+    answer = logits.gather(1, answer_id[:, None])[:, 0]
+    return answer - logits.scatter(1, answer_id[:, None], float("-inf")).amax(1)
 
 
 class NeuronExplorer:
@@ -57,9 +73,10 @@ class NeuronExplorer:
         self.at_answer = [c[rows, answer_pos] for c in trace.coefficients]                # (N, d_ff) each
         self.values = [value_logits(model, layer, biases=biases) for layer in range(self.memories.n_layers)]
         self.p_before = answer_probability(model, ids, answer_pos, answer_id)              # (N,)
+        self.lead_before = answer_lead(model, ids, answer_pos, answer_id)                   # (N,)
         # every neuron's knock-out, precomputed: one batched forward pass per layer, each row of the batch
         # silencing one neuron at one of the n_facts facts it fires on most (so a redraw runs no model)
-        self.ko_rows, self.ko_after = [], []
+        self.ko_rows, self.ko_after, self.ko_lead_after = [], [], []
         for layer, at in enumerate(self.at_answer):
             d_ff = at.shape[1]
             top_rows = at.topk(min(n_facts, at.shape[0]), dim=0).indices.T                  # (d_ff, n_facts)
@@ -68,8 +85,10 @@ class NeuronExplorer:
             mask[torch.arange(flat.shape[0]), torch.arange(d_ff).repeat_interleave(top_rows.shape[1])] = True
             with knock_out(model, layer, mask):
                 after = answer_probability(model, self.ids[flat], answer_pos[flat], answer_id[flat])
+                lead_after = answer_lead(model, self.ids[flat], answer_pos[flat], answer_id[flat])
             self.ko_rows.append(top_rows)
             self.ko_after.append(after.view(d_ff, -1))                                      # (d_ff, n_facts)
+            self.ko_lead_after.append(lead_after.view(d_ff, -1))                            # (d_ff, n_facts)
 
     @property
     def n_layers(self) -> int:
@@ -82,6 +101,12 @@ class NeuronExplorer:
         validate.int_in_range("neuron", neuron, 0, ffn.d_ff - 1)
         rows = self.ko_rows[layer][neuron]
         return rows, self.p_before[rows], self.ko_after[layer][neuron]
+
+    def knock_out_lead(self, layer: int, neuron: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As ``knock_out_effect``, with the answer's lead over the runner-up (logits, ``answer_lead``) in
+        place of P(answer): ``(rows, lead_before, lead_after)``."""
+        rows, _, _ = self.knock_out_effect(layer, neuron)
+        return rows, self.lead_before[rows], self.ko_lead_after[layer][neuron]
 
     def figure(self, layer: int, neuron: int):
         """One figure about one neuron: its top triggers (across the top), its mean peak per group, what its
@@ -132,21 +157,20 @@ class NeuronExplorer:
         read = "lm_head(ln_f(v))" if self.biases else "no biases"
         value_ax.set(xlabel=f"logit of its value ({read})", title="What it writes: most promoted / suppressed")
 
-        rows, before, after = self.knock_out_effect(layer, neuron)
+        rows, before, after = self.knock_out_lead(layer, neuron)
         change = (after - before).tolist()
         ys = list(range(len(rows)))
-        limit = max(0.05, 1.25 * max(abs(c) for c in change))           # a change of 0.01 stays visible as small
+        limit = max(0.5, 1.25 * max(abs(c) for c in change))            # a change of 0.1 stays visible as small
         ko_ax.barh(ys, change, color=["#CC79A7" if c < 0 else "#009E73" for c in change])
         for y, (c, b) in enumerate(zip(change, before.tolist())):
             right = c < 0.2 * limit                                        # on the side the bar leaves free
-            ko_ax.text(0.97 * limit if right else -0.97 * limit, y, f"{b:.2f} → {b + c:.2f}", va="center",
+            ko_ax.text(0.97 * limit if right else -0.97 * limit, y, f"{b:.1f} → {b + c:.1f}", va="center",
                        ha="right" if right else "left", fontsize=9)
         labels = [self.row_labels[r] if len(self.row_labels[r]) <= 26 else self.row_labels[r][:25] + "…"
                   for r in rows.tolist()]
         ko_ax.set_yticks(ys, labels, fontsize=9)
         ko_ax.invert_yaxis()
         ko_ax.axvline(0, color="0.4", lw=0.8)
-        quiet = "\n(every change below 0.005: no bar to see)" if max(abs(c) for c in change) < 0.005 else ""
-        ko_ax.set(xlim=(-limit, limit), xlabel="change in P(answer)",
-                  title=f"Only it off: its top {len(rows)} facts{quiet}")
+        ko_ax.set(xlim=(-limit, limit), xlabel="change in the answer's lead over the runner-up (logits)",
+                  title=f"Only it off: its top {len(rows)} facts")
         return fig

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.explorer import NeuronExplorer
+from helpers.explorer import NeuronExplorer, answer_lead
 from helpers.fact_model import load_fact_model
 from helpers.facts import RELATIONS, load_facts, make_dataset
 from helpers.interventions import knock_out
@@ -39,11 +39,17 @@ def test_neuron_explorer_shows_what_the_helpers_compute(facts_data):
     assert torch.allclose(after, expected) and len(rows) == 4
     assert torch.equal(before, answer_probability(model, data.ids[rows], data.answer_pos[rows],
                                                   data.answer_id[rows]))
+    lead_rows, lead_before, lead_after = explorer.knock_out_lead(1, 151)      # the knock-out panel reads this
+    assert torch.equal(lead_rows, rows)
+    with knock_out(model, 1, [151]), torch.no_grad():
+        logits = model(data.ids[rows])[torch.arange(len(rows)), data.answer_pos[rows]]
+    answer = logits[torch.arange(len(rows)), data.answer_id[rows]]
+    runner_up = logits.scatter(1, data.answer_id[rows][:, None], float("-inf")).max(1).values
+    assert torch.allclose(lead_after, answer - runner_up, atol=1e-5)
+    assert torch.allclose(lead_before, answer_lead(model, data.ids[rows], data.answer_pos[rows], data.answer_id[rows]))
     fig = explorer.figure(0, 191)
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("Layer 0, neuron 191:")
+    assert "lead over the runner-up" in fig.axes[-1].get_xlabel()
     plt.close(fig)
-    _, before, after = explorer.knock_out_effect(0, 191)          # a panel of invisible bars says so in its title
-    quiet = (after - before).abs().max().item() < 0.005
-    assert ("no bar to see" in fig.axes[-1].get_title()) == quiet
     with pytest.raises(ValueError, match=r"neuron must be an int in \[0, 191\], got 192"):
         explorer.figure(1, 192)
