@@ -43,7 +43,7 @@ from helpers.ffn import FFN
 __all__ = ["experiment_data", "sgd", "adam", "pre_activations", "dead_units", "stuck_fraction", "flat_fraction", "negative_everywhere",
            "firing_rates", "plot_firing_rates", "last_layer_lr_limit", "shove_below_zero_", "ShovedRun", "shoved_run",
            "deep_shove_study", "save_deep_shove", "load_deep_shove", "DEEP_SHOVE_PATH", "ADAM_SHOVE_PATH",
-           "escape_step", "escape_study", "load_escape", "ESCAPE_PATH"]
+           "escape_step", "escape_study", "load_escape", "ESCAPE_PATH", "recheck_stored"]
 
 
 def experiment_data(seed: int = 1, n: int = 256, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -354,6 +354,31 @@ def escape_study(runs: Mapping[float, int] | None = None, seeds: Sequence[int] =
 def load_escape(path: str | Path | None = None) -> dict:
     """Read ``escape_study``'s stored record (``helpers/data/gelu_escape.json`` by default)."""
     return json.loads(Path(path or ESCAPE_PATH).read_text(encoding="utf-8"))
+
+
+def recheck_stored(x: torch.Tensor, y: torch.Tensor, seed: int = 0, escape_steps: int = 1700,
+                   tol: float = 1e-4) -> str:
+    """Recompute seed ``seed`` of every stored file live and say, in one line, whether it matches: each deep-shove
+    arm (``load_deep_shove``, both files, 300 steps) and GELU's escape at lr 4.0 (``load_escape``, its first
+    ``escape_steps`` steps, compared at every stored step, with the step its loss passes the file's ``level``)."""
+    gaps = []
+    for path in (DEEP_SHOVE_PATH, ADAM_SHOVE_PATH):
+        settings, stored = load_deep_shove(path)
+        for name, runs in stored.items():
+            live = shoved_run(name, x, y, seed, margin=settings["margin"], lr=settings.get("lr", 1.0),
+                              optimizer=settings.get("optimizer", "sgd"))
+            gaps.append(max(abs(a - b) for a, b in zip(live.losses, runs[seed].losses)))
+    escape = load_escape()
+    stored = escape["runs"]["4.0"][seed]
+    live = shoved_run(escape["activation"], x, y, seed, margin=escape["margin"], lr=4.0, steps=escape_steps)
+    sampled = live.losses[::escape["every"]]
+    gaps.append(max(abs(a - b) for a, b in zip(sampled, stored["losses"])))
+    gap = max(gaps)
+    within = f"within {tol:.0e}".replace("e-0", "e-") if gap < tol else f"off by up to {gap:.1g}"
+    took = escape_step(live.losses, escape["level"])
+    took = f"not within {escape_steps:,}" if took is None else f"after {took:,}"
+    return (f"seed {seed} of each stored file recomputed live: every loss {within}; GELU from -3 at lr 4.0 "
+            f"passes {escape['level']} {took} steps (file: {stored['escape']:,})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -384,3 +384,11 @@ def test_shove_table_prints_one_row_per_arm_with_ranges_over_seeds():
     assert "frozen" in lines[4] and "0 of 1 seeds" in lines[4]
     with pytest.raises(ValueError, match="runs"):
         shove_table({("relu", "x"): []}, [("relu", "x")], {"relu": "ReLU"}, 0.3)
+
+
+def test_recheck_stored_recomputes_seed_0_of_every_file_in_one_line():
+    from helpers.dead_units import recheck_stored
+    x, y = experiment_data()
+    line = recheck_stored(x, y, escape_steps=21)
+    assert "\n" not in line and "every loss within 1e-4" in line
+    assert "passes 0.45 not within 21 steps (file: 1,624)" in line
