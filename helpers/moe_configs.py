@@ -86,6 +86,20 @@ def expert_combinations(n_experts: int, top_k: int, granularity: int = 1, n_shar
     return math.comb(m * n - s, m * k - s)
 
 
+def group_limited_sets(n_experts: int, top_k: int, n_group: int, topk_group: int) -> int:
+    """Sets of ``top_k`` routed experts whose experts lie in at most ``topk_group`` of ``n_group`` equal groups
+    (DeepSeek-V3's group-limited routing: 256 experts, top 8, 4 of 8 groups). Inclusion-exclusion over the groups
+    a set touches; with ``topk_group = n_group`` it is ``C(n_experts, top_k)``."""
+    g = validate.positive_int("n_group", n_group)
+    if n_experts % g:
+        raise ValueError(f"n_group={g} must divide n_experts={n_experts}")
+    t_max = validate.int_in_range("topk_group", topk_group, 1, g)
+    per_group, k = n_experts // g, validate.int_in_range("top_k", top_k, 1, n_experts)
+    exactly = [sum((-1) ** (t - i) * math.comb(t, i) * math.comb(per_group * i, k) for i in range(t + 1))
+               for t in range(t_max + 1)]                               # sets touching exactly t given groups
+    return sum(math.comb(g, t) * exactly[t] for t in range(1, t_max + 1))
+
+
 def configuration_figure(d_model: int, n_experts: int, top_k: int, d_ff: int, granularity: int, n_shared: int,
                          granularities: Sequence[int] = (1, 2, 4, 8, 16)):
     """DeepSeekMoE's knobs on one layer: sets of routed experts per token against the granularity m (left), and

@@ -70,3 +70,14 @@ def test_bytes_per_token_figure_draws_each_layer_and_its_ratio():
     assert len(left.lines) == len(right.lines) == 2
     assert list(right.lines[0].get_ydata()) == [1.0, 1.0, 1.0] and right.lines[1].get_ydata()[-1] == pytest.approx(4 + 32 / 384)     # E/k and the router
     plt.close(fig)
+
+
+def test_group_limited_sets_counts_deepseek_v3s_limit_and_reduces_to_the_binomial():
+    import itertools
+    import math
+
+    from helpers.moe_configs import group_limited_sets
+    assert group_limited_sets(256, 8, 8, 8) == math.comb(256, 8)
+    assert group_limited_sets(256, 8, 8, 4) == 71_614_201_382_880          # review 07-round12: 17.5 % of C(256, 8)
+    brute = sum(1 for s in itertools.combinations(range(12), 3) if len({e // 3 for e in s}) <= 2)
+    assert group_limited_sets(12, 3, 4, 2) == brute
