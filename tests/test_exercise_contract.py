@@ -467,3 +467,33 @@ def test_the_hidden_cases_reach_every_corner_of_the_declared_domain(exercise):
     (``domain=Domain(...)``) and its hidden cases reach every corner of it (``Exercise.uncovered``)."""
     assert exercise.domain is not None, f"{exercise.title} declares no domain (domain=Domain(allows, corners))"
     assert exercise.uncovered() == [], f"{exercise.title}: no hidden case reaches these corners"
+
+
+
+def test_a_wrapper_around_the_reference_is_the_checkers_own_code():
+    """Trial learner 2026-11-27h: `def f(x): return check_x.reference(x)` passed (only the object was compared).
+    The answers are compiled as a notebook cell is (not from a file of the course)."""
+    cell = """
+from helpers.exercises import nb01
+from helpers.exercises.nb01 import check_collapse
+
+def direct(layers):
+    return check_collapse.reference(layers)
+
+def through_the_module(layers):
+    return nb01.check_collapse.reference(layers)
+
+def helper(layers):
+    return check_collapse.reference(layers)
+
+def through_a_helper(layers):
+    return helper(layers)
+
+by_default = lambda layers, r=check_collapse.reference: r(layers)
+"""
+    scope: dict = {}
+    exec(compile(cell, "/tmp/ipykernel_0/cell.py", "exec"), scope)
+    check = scope["check_collapse"]
+    for name in ("direct", "through_the_module", "through_a_helper", "by_default"):
+        result = check.evaluate(scope[name])
+        assert result.status == "failed" and "checker's own code" in result.message, (name, result.message)

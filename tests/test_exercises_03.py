@@ -358,7 +358,7 @@ NATURAL_WRONG = [
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T + b1, approximate="tanh"), "tanh approximation"),
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1 + b1), "columns of W1 as keys"),
     ("coefficients", lambda x, W1, b1: torch.relu(x @ W1.T + b1), "you used ReLU"),
-    ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T) + b1, None),               # b1 added after GELU
+    ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T) + b1, "after the activation"),  # review 03-round13
     ("triggers", ex._triggers_zero_mask, "with 0"),
     ("triggers", ex._triggers_many_per_example, "one example appears several times"),
     ("triggers", _triggers_position_before_masking, None),
@@ -472,3 +472,9 @@ def test_a_finite_fill_for_the_forbidden_positions_fails_in_exercises_2_4_and_6(
                           (ex.check_relation_profile, profile)]:
         result = check.evaluate(answer)
         assert result.status == FAILED, (check.title, result.message)
+
+
+def test_memory_coefficients_bias_after_the_activation_is_named():
+    """Review 03-round13: GELU(x W1ᵀ) + b1 got the symptom only."""
+    result = ex.check_memory_coefficients.evaluate(lambda x, W1, b1: F.gelu(x @ W1.T) + b1)
+    assert result.status == "failed" and "after the activation" in result.message, result.message

@@ -550,6 +550,9 @@ def test_score_on_input_natural_wrong_answers_fail():
     _expect_hint(nb08.check_score_on_input, nb08.check_score_on_input.mistakes[0][1], 0)
     result = nb08.check_score_on_input.evaluate(mean_of_token_ratios)  # review 08-round7: named now
     assert "mean of each token's ratio" in result.message, result.message
+    squared = nb08.check_score_on_input.evaluate(  # review 08-round8: squared norms named too
+        lambda w1, w3, w2, x, s: float((ffn(w1, w3, w2, s * x) ** 2).sum() / ((s * ffn(w1, w3, w2, x)) ** 2).sum()))
+    assert "squared norms" in squared.message, squared.message
 
 
 def test_group_limited_int32_indices_fail_as_a_type():

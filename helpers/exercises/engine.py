@@ -34,7 +34,8 @@ The rules that decide a failure's message:
   (``bug_class=``, only where its test ``bug_shows`` finds it in every wrong answer). No message names the fix.
 * **The checker's own code is not an answer.** A function that is the exercise's reference, or any function
   defined in the checker modules (reached as ``check_x.reference``, ``check_x.mistakes[0][1]``, ``nbNN._ref``,
-  through ``functools.partial`` or a bound method), never passes.
+  through ``functools.partial`` or a bound method), never passes; nor does a learner's function that calls one
+  (read from its globals, defaults or closure, directly or through its own helpers).
 * **A message is one line**, never a traceback.
 
 Guarantees, whatever state the learner's kernel is in: a check never raises because of the learner's code (a
@@ -88,10 +89,11 @@ DEFAULT_POINTS = {"build": 2, "investigate": 3, "debug": 2}
 _MAX_ERROR_TEXT = 300
 #: The checker modules' folder: a function defined in it is the checker's own code, never an answer.
 _CHECKERS = Path(__file__).resolve().parent
+_REPOSITORY = _CHECKERS.parent.parent
 _UNCHANGED = ("Your function still does what the function as given does on every hidden case: the bug is still "
               "in it.")
 _OWN_CODE = ("this is the checker's own code (its reference solution, or a model of a mistake), not a function of "
-             "yours: write the function in the exercise cell, then run the cell again.")
+             "yours (or yours only calls it): write the function in the exercise cell, then run the cell again.")
 
 
 # ---------------------------------------------------------------- the exercise
@@ -118,6 +120,56 @@ def _unwrap(fn: Any) -> Any:
             return fn
         fn = inner
     return fn
+
+
+def _code_tree(code: Any) -> list:
+    """A code object and every code object nested in it (inner functions, lambdas, comprehensions)."""
+    found, stack = [], [code]
+    while stack:
+        c = stack.pop()
+        found.append(c)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return found
+
+
+def _is_checker_object(obj: Any) -> bool:
+    """A function defined in the checker modules, a checker module itself, or an exercise."""
+    if isinstance(obj, Exercise):
+        return True
+    where = getattr(obj, "__file__", None) or getattr(getattr(_unwrap(obj), "__code__", None), "co_filename", None)
+    try:
+        return where is not None and Path(where).resolve().parent == _CHECKERS
+    except Exception:
+        return False
+
+
+def _reaches_own_code(fn: Any, depth: int = 3) -> bool:
+    """Does ``fn`` call the checker's own code, read from its globals, defaults or closure (a one-line wrapper
+    around ``check_x.reference``, ``nbNN._ref``), directly or through up to ``depth`` functions of its module?"""
+    target = _unwrap(fn)
+    code = getattr(target, "__code__", None)
+    if code is None or depth < 0:
+        return False
+    reached = [*(getattr(target, "__defaults__", None) or ()), *(getattr(target, "__kwdefaults__", None) or {}).values(),
+               *(c.cell_contents for c in (getattr(target, "__closure__", None) or ()) if _has_contents(c))]
+    scope = getattr(target, "__globals__", {})
+    reached += [scope[name] for c in _code_tree(code) for name in c.co_names if name in scope]
+    for obj in reached:
+        if _is_checker_object(obj):
+            return True
+        inner = _unwrap(obj)
+        if callable(obj) and inner is not target and getattr(inner, "__globals__", None) is scope and \
+                _reaches_own_code(inner, depth - 1):  # the learner's own helpers, not the libraries
+            return True
+    return False
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
 
 
 @dataclass(eq=False)
@@ -309,7 +361,12 @@ class Exercise:
             code = getattr(target, "__code__", None)
             if target is reference or (code is not None and code is getattr(reference, "__code__", None)):
                 return True
-            return code is not None and Path(code.co_filename).resolve().parent == _CHECKERS
+            if code is not None and Path(code.co_filename).resolve().parent == _CHECKERS:
+                return True
+            # a learner's wrapper around the checker's code copies it; the course's own files (its tests build
+            # right answers from the reference on purpose) are not judged for that
+            return code is not None and _REPOSITORY not in Path(code.co_filename).resolve().parents and \
+                _reaches_own_code(target)
         except Exception:  # an object we cannot inspect is the learner's own
             return False
 

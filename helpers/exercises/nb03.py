@@ -99,6 +99,9 @@ check_memory_coefficients = Exercise(
          lambda x, W1, b1: x @ W1.T + b1),
         ("b1 is missing: m = GELU(x @ W1.T + b1).",
          lambda x, W1, b1: F.gelu(x @ W1.T)),
+        ("b1 was added after the activation: it belongs inside, m = GELU(x @ W1.T + b1) (the bias shifts each "
+         "key's match score before GELU reads it).",
+         lambda x, W1, b1: F.gelu(x @ W1.T) + b1),
         ("you used ReLU; the course's model uses the exact GELU (torch.nn.functional.gelu).",
          lambda x, W1, b1: torch.relu(x @ W1.T + b1)),
         ("you used GELU's tanh approximation; the exercise asks for the exact GELU (F.gelu without "

@@ -593,6 +593,9 @@ check_score_on_input = Exercise(
          "multiplies the expert's output by s.",
          lambda w1, w3, w2, x, s: float(_swiglu(*(t.double() for t in (w1, w3, w2)), s * x.double()).norm()
                                         / _swiglu(*(t.double() for t in (w1, w3, w2, x))).norm())),
+        ("that is the ratio of squared norms (the square of the asked ratio): ‖·‖ is the Frobenius norm itself, "
+         "torch.linalg.norm or .norm(), not the sum of squares.",
+         lambda w1, w3, w2, x, s: _input_over_output(w1, w3, w2, x, s) ** 2),
         ("that is the mean of each token's ratio; the statement asks for one ratio of Frobenius norms over the "
          "whole batch, ‖expert(s·x)‖ / ‖s·expert(x)‖ with each norm taken over all tokens at once.",
          _per_token_ratio),
