@@ -658,3 +658,17 @@ def test_capacity_keep_a_queue_per_choice_column_is_named(per_column_capacity):
         return kept
 
     assert "its own queue" in hint_of(check_capacity_keep, capacity_keep)
+
+
+def test_noisy_top_k_clean_gate_values_are_named():
+    """Review 05-round14: experts chosen by the noisy H, gates from the clean logits."""
+    import torch.nn.functional as F
+
+    def clean_gates(x, wg, wn, eps, k):
+        h = x @ wg.T + eps * F.softplus(x @ wn.T)
+        index = h.topk(k, -1).indices
+        clean = x @ wg.T
+        return torch.softmax(torch.full_like(clean, float("-inf")).scatter(-1, index, clean.gather(-1, index)), -1)
+
+    result = ex.check_noisy_top_k.evaluate(clean_gates)
+    assert result.status == "failed" and "clean logits" in result.message, result.message

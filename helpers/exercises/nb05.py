@@ -744,6 +744,9 @@ check_noisy_top_k = Exercise(
          lambda x, wg, wn, eps, k: _gates(x @ wg.T + eps * F.softplus(x @ wg.T), k)),
         ("you chose the experts by the clean logits x W_gateᵀ; the noisy logits H decide which k are kept.",
          lambda x, wg, wn, eps, k: _gates(_noisy_logits(x, wg, wn, eps), k, select=x @ wg.T)),
+        ("the noisy logits H chose the experts, but the gates came from the clean logits: G is a softmax over the "
+         "kept entries of the noisy H, not of x W_gateᵀ.",
+         lambda x, wg, wn, eps, k: _gates(x @ wg.T, k, select=_noisy_logits(x, wg, wn, eps))),
     ],
     kind="investigate",
     domain=NOISY_DOMAIN,
