@@ -670,5 +670,5 @@ def test_noisy_top_k_clean_gate_values_are_named():
         clean = x @ wg.T
         return torch.softmax(torch.full_like(clean, float("-inf")).scatter(-1, index, clean.gather(-1, index)), -1)
 
-    result = ex.check_noisy_top_k.evaluate(clean_gates)
+    result = check_noisy_top_k.evaluate(clean_gates)
     assert result.status == "failed" and "clean logits" in result.message, result.message
