@@ -551,7 +551,7 @@ def rate_table(study: dict, layer: int = 1, lengths: Sequence[str] = ("1000", "3
     for arm, name in names.items():
         runs = _runs(study, layer, arm)
         for lr in sorted({lr for lr, n in runs if n in lengths}, reverse=True):
-            cells = [_spread(runs[(lr, n)], 1.0) if (lr, n) in runs else "—" for n in lengths]
+            cells = [_spread(runs[(lr, n)], 1.0, unit="×") if (lr, n) in runs else "—" for n in lengths]
             lines.append(f"  {name + f', lr {lr:g}':52s}" + "".join(f"{c:>18s}" for c in cells))
     return "\n".join(lines)
 
@@ -591,10 +591,10 @@ def tracking_family(study: dict, layers: Sequence[int] | None = None, labels: Se
 
 
 # ---------------------------------------------------------------- printed tables for the notebook
-def _spread(values: Sequence[float], scale: float = 100.0, digits: int = 2) -> str:
-    """``mean (min–max)`` of per-model values, times ``scale``."""
+def _spread(values: Sequence[float], scale: float = 100.0, digits: int = 2, unit: str = "") -> str:
+    """``mean (min–max)`` of per-model values, times ``scale``; ``unit`` follows the mean."""
     v = [scale * x for x in values]
-    return f"{sum(v) / len(v):.{digits}f} ({min(v):.{digits}f}–{max(v):.{digits}f})"
+    return f"{sum(v) / len(v):.{digits}f}{unit} ({min(v):.{digits}f}–{max(v):.{digits}f})"
 
 
 def convergence_table(study: dict, layers: Sequence[int] | None = None) -> str:
@@ -669,7 +669,7 @@ def sparse_structure_table(study: dict, layers: Sequence[int] | None = None, con
         f"{'layer ' + str(L):>22s}" for L in layers)]
     for name, get in rows.items():
         lines.append(f"  {name:{width}s}"
-                     + "".join(f"{_spread(model_means(study, L, get)):>22s}" for L in layers))
+                     + "".join(f"{_spread(model_means(study, L, get), unit=' %'):>22s}" for L in layers))
     return "\n".join(lines)
 
 
