@@ -569,6 +569,29 @@ def failed_runs(sweep: LrSweep, lr: float, threshold: float = 4.0) -> dict[str, 
     return {v: int((sweep.run_mean[v][column] > threshold).sum()) for v in sweep.variants}
 
 
+def lead_in_sweep_steps(sweep: LrSweep, lr: float) -> tuple[float, float, float]:
+    """How big the gated group's lead at ``lr`` is on the sweep's own scale. Returns ``(lead, fraction, rate)``:
+    the dense group's mean run-mean loss minus the gated-no-σ group's at ``lr`` (nats, > 0: gated lower), that
+    lead as a fraction of what the dense group gains from ``lr`` to the sweep's next rate, and the rate multiplier
+    that gains it for the dense group when the loss is read as linear in log lr between the two rates."""
+    if lr not in sweep.lrs[:-1]:
+        raise ValueError(f"lr must be one of the sweep's rates below its largest {sweep.lrs[:-1]}, got {lr!r}")
+    i = sweep.lrs.index(lr)
+    dense = torch.stack([sweep.mean(v) for v in DENSE]).mean(dim=0)
+    gated = torch.stack([sweep.mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
+    lead, gain = float(dense[i] - gated[i]), float(dense[i] - dense[i + 1])
+    fraction = lead / gain
+    return lead, fraction, (sweep.lrs[i + 1] / lr) ** fraction
+
+
+def group_failures(result: VariantComparison, threshold: float = 4.0) -> dict[str, tuple[int, int]]:
+    """``{"gated no σ": (failed, runs), "dense": (failed, runs)}``: runs whose answer loss averages above
+    ``threshold`` nats over the run (near the plateau of ln 152 ≈ 5.0), out of all the group's runs."""
+    return {group: (sum(int((result.run_mean(v) > threshold).sum()) for v in variants),
+                    len(variants) * len(result.seeds))
+            for group, variants in [("gated no σ", GATED_NO_SIGMOID), ("dense", DENSE)]}
+
+
 def sweep_table(sweep: LrSweep) -> str:
     """The sweep as printable lines: per variant the run-mean loss at each rate (mean over the tuning seeds),
     its best rate marked with ``*``."""

@@ -463,3 +463,24 @@ def test_race_verdict_figure_fills_the_resolved_comparisons():
                                                    "each variant at its own lr, 30 seeds"]
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_lead_in_sweep_steps_reads_the_lead_on_the_dense_groups_gain_per_step():
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, LrSweep, lead_in_sweep_steps
+    seeds, lrs = [0, 1], [0.01, 0.02, 0.04]
+    run_mean = {v: torch.tensor([[4.0, 4.0], [3.0, 3.0], [2.0, 2.0]]) for v in DENSE}
+    run_mean.update({v: torch.tensor([[3.75, 3.75], [3.0, 3.0], [2.5, 2.5]]) for v in GATED_NO_SIGMOID})
+    lead, fraction, rate = lead_in_sweep_steps(LrSweep(list(DENSE + GATED_NO_SIGMOID), lrs, seeds, run_mean), 0.01)
+    assert (lead, fraction) == pytest.approx((0.25, 0.25)) and rate == pytest.approx(2 ** 0.25)
+    with pytest.raises(ValueError, match="lr"):
+        lead_in_sweep_steps(LrSweep(list(DENSE + GATED_NO_SIGMOID), lrs, seeds, run_mean), 0.04)
+    stored = lead_in_sweep_steps(load_race().lr_sweep, 0.005)
+    assert stored[0] == pytest.approx(0.107, abs=0.005) and stored[1] == pytest.approx(0.146, abs=0.01)
+
+
+def test_group_failures_counts_runs_above_the_threshold_per_group():
+    from helpers.gating import fresh_tuned_path, FRESH_TUNED_BLOCKS, group_failures, pool_races
+    race = load_race()
+    tuned = pool_races([race, *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
+    assert group_failures(tuned) == {"gated no σ": (19, 360), "dense": (18, 270)}
+    assert group_failures(tuned, threshold=100.0) == {"gated no σ": (0, 360), "dense": (0, 270)}
