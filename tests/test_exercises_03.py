@@ -368,6 +368,7 @@ NATURAL_WRONG = [
     ("values", _values_geva_raw, "Geva"),
     ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i]), "you took row i of w2.weight"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True)), "unbiased variance"),
+    ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=True, centre=False)), "subtract the mean"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False)), "leaves out ε"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False, both=False)),
      "with biases=False your LayerNorm by hand leaves out ε"),

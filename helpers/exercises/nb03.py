@@ -319,11 +319,12 @@ def _right_read(v, ln, head, biases):
     return head(ln(v)) if biases else _ln_no_beta(v, ln) @ head.weight.T
 
 
-def _norm_by_hand(correction: int, eps: bool, both: bool = True):
+def _norm_by_hand(correction: int, eps: bool, both: bool = True, centre: bool = True):
     """A LayerNorm written out by hand, with the variance's divisor d - correction and with or without ε; in both
     modes, or (``both=False``) only without the biases, where no one-call form exists (``lm_head(ln_f(v))`` with)."""
     def read(v, ln, head, biases):
-        z = (v - v.mean()) / torch.sqrt(v.var(correction=correction) + (ln.eps if eps else 0.0)) * ln.weight
+        z = ((v - v.mean()) if centre else v) / torch.sqrt(v.var(correction=correction) + (ln.eps if eps else 0.0)) \
+            * ln.weight
         if biases:
             return F.linear(z + ln.bias, head.weight, head.bias) if both else head(ln(v))
         return z @ head.weight.T
@@ -360,6 +361,8 @@ check_value_logits = Exercise(
          _values_with_read(lambda v, ln, head, b: head(ln(v)) if b else head(_ln_no_beta(v, ln)))),
         ("with the biases you dropped lm_head's bias: the full read-out is lm_head(ln_f(v)), bias included.",
          _values_with_read(lambda v, ln, head, b: (ln(v) if b else _ln_no_beta(v, ln)) @ head.weight.T)),
+        ("your LayerNorm by hand does not subtract the mean: LayerNorm centres v first, (v - v.mean()) / "
+         "sqrt(var + ε), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=0, eps=True, centre=False))),
         ("your LayerNorm by hand leaves out ε: normalise by sqrt(var + ln_f.eps), as nn.LayerNorm does (it matters "
          "for a small value), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=0, eps=False))),
         ("your LayerNorm by hand uses the unbiased variance (divisor d - 1, torch.var's default); LayerNorm divides "
