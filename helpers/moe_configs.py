@@ -126,7 +126,7 @@ def configuration_figure(d_model: int, n_experts: int, top_k: int, d_ff: int, gr
     base = moe_layer_cost(d_model, n_experts, top_k, d_ff)
     chosen = moe_layer_cost(d_model, n_experts, top_k, d_ff, granularity=granularity, n_shared=n_shared)
     rows = [("total parameters", base.total_params, chosen.total_params),
-            ("active parameters", base.active_params, chosen.active_params),
+            ("active, router included", base.active_params, chosen.active_params),
             ("FLOPs per token", base.flops_per_token, chosen.flops_per_token)]
     ys = list(range(len(rows)))[::-1]
     ratios = [b / a for _, a, b in rows]
