@@ -497,3 +497,13 @@ by_default = lambda layers, r=check_collapse.reference: r(layers)
     for name in ("direct", "through_the_module", "through_a_helper", "by_default"):
         result = check.evaluate(scope[name])
         assert result.status == "failed" and "checker's own code" in result.message, (name, result.message)
+
+
+def test_a_wrapper_in_a_console_pseudo_file_is_still_the_checkers_own_code():
+    """Older IPython names a cell '<ipython-input-…>', which resolves under the working directory (the repository
+    when a notebook runs from notebooks/): such a name is never a course file."""
+    scope: dict = {}
+    exec(compile("from helpers.exercises.nb01 import check_collapse\nf = lambda layers: check_collapse.reference(layers)",
+                 "<ipython-input-1-0123456789ab>", "exec"), scope)
+    result = scope["check_collapse"].evaluate(scope["f"])
+    assert result.status == "failed" and "checker's own code" in result.message, result.message

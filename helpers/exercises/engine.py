@@ -122,6 +122,12 @@ def _unwrap(fn: Any) -> Any:
     return fn
 
 
+def _course_file(filename: str) -> bool:
+    """A real file of the course's repository (its tests), not a notebook cell's or a console's pseudo-file."""
+    path = Path(filename)
+    return not filename.startswith("<") and path.is_file() and _REPOSITORY in path.resolve().parents
+
+
 def _code_tree(code: Any) -> list:
     """A code object and every code object nested in it (inner functions, lambdas, comprehensions)."""
     found, stack = [], [code]
@@ -365,8 +371,7 @@ class Exercise:
                 return True
             # a learner's wrapper around the checker's code copies it; the course's own files (its tests build
             # right answers from the reference on purpose) are not judged for that
-            return code is not None and _REPOSITORY not in Path(code.co_filename).resolve().parents and \
-                _reaches_own_code(target)
+            return code is not None and not _course_file(code.co_filename) and _reaches_own_code(target)
         except Exception:  # an object we cannot inspect is the learner's own
             return False
 

@@ -22,14 +22,15 @@ from helpers.expert_parallel import split_sizes
 # ----------------------------------------------------------------------------- 1. FLOPs per token, Llama-style
 def _llama_flops(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int, n_ctx: int,
                  training: bool, *, mac: int = 2, kv: str = "gqa", scores: str = "full", ffn_matrices: int = 3,
-                 factor: int | None = None, layers: bool = True) -> int:
+                 factor: int | None = None, layers: bool = True, context_once: bool = False) -> int:
     d_kv = n_kv_heads * (d_model // n_heads) if kv == "gqa" else d_model
     projections = 2 * d_model * d_model + 2 * d_model * d_kv                   # Q and output; K and V
     context = {"full": 2 * n_ctx * d_model, "causal": n_ctx * d_model,       # QKᵀ and AV (multiply-adds)
                "kv": 2 * n_ctx * d_kv, "none": 0}[scores]
-    per_layer = mac * (projections + context + ffn_matrices * d_model * d_ff)
-    total = per_layer * (n_layers if layers else 1)
-    return total * (factor if factor is not None else (3 if training else 1))
+    times = factor if factor is not None else (3 if training else 1)
+    weights = mac * (projections + ffn_matrices * d_model * d_ff) * times
+    per_layer = weights + mac * context * (1 if context_once else times)
+    return per_layer * (n_layers if layers else 1)
 
 
 def model_flops_reference(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int, n_ctx: int,
@@ -123,6 +124,9 @@ check_model_flops = Exercise(
         ("training = forward + backward = 3× the forward (the backward needs two products per weight "
          "matrix), not 2×.",
          lambda *a: _llama_flops(*a[:6], a[6], factor=2 if a[6] else 1)),
+        ("in training the scores QKᵀ and the mixing AV also run backward, 3× their forward FLOPs like every other "
+         "product; you tripled only the weight matrices.",
+         lambda *a: _llama_flops(*a, context_once=True)),
         ("multiply the per-layer count by n_layers.",
          lambda *a: _llama_flops(*a, layers=False)),
         ("your count went through floating point: above 2**53 a float cannot hold every integer, so keep the "
