@@ -538,28 +538,6 @@ def pool_races(results: Sequence[VariantComparison]) -> VariantComparison:
                              dict(first.ffn_params), dict(first.model_params), dict(first.d_ff), settings)
 
 
-def race_comparisons(race: VariantComparison, n_seeds: int | None = None) -> dict[str, PairedDifference]:
-    """The family notebook 04 reads: ``race_family`` of the race at a shared rate (``race.at_shared_lr``, names
-    ending ", lr <rate>") and of the race at tuned rates (", tuned"), on their first ``n_seeds`` seeds (all: None)."""
-    if race.at_shared_lr is None:
-        raise ValueError("race has no race at a shared learning rate (at_shared_lr); make it with make_race")
-    seeds = race.seeds if n_seeds is None else race.seeds[:validate.int_in_range("n_seeds", n_seeds, 2,
-                                                                                  len(race.seeds))]
-    shared = race.at_shared_lr.select(seeds)
-    return {**race_family(shared, suffix=f", lr {shared.lr(race.variants[0]):g}"),
-            **race_family(race.select(seeds), suffix=", tuned")}
-
-
-def interval_line(family: Mapping[str, PairedDifference], names: Sequence[str], unit: str = " nats") -> str:
-    """``name: mean ± half-width (t)`` for each of ``names``: the 95 % interval of each comparison alone,
-    ``mean ± t_{0.975, n-1} · se``, beside its paired t (how much the data allow, not only whether it resolves)."""
-    parts = []
-    for name in names:
-        p = family[validate.one_of("names", name, list(family))]
-        parts.append(f"{name}: {p.mean:+.2f} ± {p.critical() * p.se:.2f}{unit} (t = {p.t:+.2f})")
-    return "95 % interval of each alone: " + "; ".join(parts)
-
-
 def failed_runs(sweep: LrSweep, lr: float, threshold: float = 4.0) -> dict[str, int]:
     """Per variant, how many tuning runs at ``lr`` average above ``threshold`` nats over the run (near the
     plateau of ln 152 ≈ 5.0: a run that stalls, bounces back or takes off late)."""

@@ -9,11 +9,11 @@ from helpers.costs import saved_per_token
 from helpers.gating import (GROUP, RACE_LRS, RACE_RESULTS_PATH, RACE_SEEDS, RACE_SETTINGS, RACE_SHARED_LR,
                             RACE_VARIANTS, SHAZEER_2020_65K, SHAZEER_2020_65K_SD, SHAZEER_2020_524K, TUNING_SEEDS,
                             FusedGate, VariantComparison, answer_loss, compare_variants, fused_gate_forward,
-                            gate_gradients, load_race, main, make_race, race_comparisons, race_data, race_family, run_race,
+                            gate_gradients, load_race, main, make_race, race_data, race_family, run_race,
                             saved_activation_names, save_race, shazeer_family, stalled, sweep_lr, sweep_table,
-                            welch_from_summary, interval_line, failed_runs, LrSweep, FRESH_TUNED_BLOCKS,
+                            welch_from_summary, failed_runs, LrSweep, FRESH_TUNED_BLOCKS,
                             fresh_tuned_path, pool_races)
-from helpers.stats import holm, paired_difference, welch
+from helpers.stats import holm, welch
 from helpers.transformer import GPTConfig, TinyGPT
 
 
@@ -187,11 +187,6 @@ def test_sweep_picks_the_lowest_mean_and_the_race_uses_it(tmp_path):
     torch.testing.assert_close(loaded.at_shared_lr.curves["relu"], race.at_shared_lr.curves["relu"], atol=1e-5,
                                rtol=0)
     assert loaded.select([1]).at_shared_lr.seeds == [1]
-    assert list(race_comparisons(loaded)) == ["GEGLU − ReLU, lr 0.005", "GEGLU − ReLU, tuned"]
-    assert [p.n for p in race_comparisons(loaded, 2).values()] == [2, 2]
-    plain = run_race(["relu"], [0, 1], lr=0.01, steps=3, eval_every=3, progress=False)
-    with pytest.raises(ValueError, match="no race at a shared learning rate"):
-        race_comparisons(plain)
     assert "0.002" in sweep_table(sweep) and sweep_table(sweep).count("*") == 2
     with pytest.raises(ValueError, match="tuning seeds must not be race seeds"):
         make_race(["relu"], [0, 100], lrs=[0.01], tuning_seeds=[100], steps=3, progress=False)
@@ -309,14 +304,6 @@ def test_race_family_reads_each_variant_against_relu_and_the_groups():
     assert len(race_family(race.select([0, 1]))) == 8
     assert stalled(race, threshold=4.15) == {v: (4 if i >= 5 else (2 if i == 4 else 0)) for i, v in
                                              enumerate(RACE_VARIANTS)}
-
-
-def test_interval_line_is_mean_plus_minus_the_critical_t_times_se():
-    family = {"a": paired_difference([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])}
-    line = interval_line(family, ["a"])
-    assert line.endswith("a: +2.00 ± 2.48 nats (t = +3.46)")          # sd 1, se 1/sqrt 3, t_{0.975,2} = 4.303
-    with pytest.raises(TypeError, match="names"):
-        interval_line(family, [3])
 
 
 def test_failed_runs_counts_run_means_above_the_threshold():
