@@ -423,11 +423,17 @@ def demo_problem(d_model: int = 32, n_experts: int = 4, top_k: int = 2, n_tokens
     return moe, torch.randn(n_tokens, d_model, generator=gen), torch.randn(n_tokens, d_model, generator=gen)
 
 
-def format_records(records: list[DispatchRecord]) -> str:
-    """A small table: rows each rank sent where, and the bytes it sent to other ranks per token."""
-    lines = [f"{'rank':>4} {'tokens':>6} {'rows to each rank':>18} {'bytes sent':>10} {'act. bytes/token':>16}"]
+def format_records(records: list[DispatchRecord], *, split_metadata: bool = False) -> str:
+    """A small table: rows each rank sent where, and the bytes it sent to other ranks per token.
+
+    ``split_metadata``: show the bytes sent as activations + metadata (``metadata_bytes``) instead of their sum.
+    """
+    sent = "bytes sent (+ metadata)" if split_metadata else "bytes sent"
+    lines = [f"{'rank':>4} {'tokens':>6} {'rows to each rank':>18} {sent:>{len(sent)}} {'act. bytes/token':>16}"]
     for r in records:
-        lines.append(f"{r.rank:>4} {r.n_tokens:>6} {str(r.send_counts):>18} {r.bytes_sent:>10} "
+        value = (f"{r.dispatch_bytes + r.combine_bytes:,} + {r.metadata_bytes:,}" if split_metadata
+                 else str(r.bytes_sent))
+        lines.append(f"{r.rank:>4} {r.n_tokens:>6} {str(r.send_counts):>18} {value:>{max(len(sent), 10)}} "
                      f"{r.bytes_per_token():>16.1f}")
     return "\n".join(lines)
 

@@ -240,15 +240,17 @@ def plot_roofline(ax, hardware: Sequence[Hardware], groups: Sequence[tuple[str, 
 
 def plot_link_roofline(ax, curves: Sequence[tuple[str, str, Sequence[tuple[int, float]]]],
                        links: Sequence[tuple[str, float, int | None]], *,
-                       points: Sequence[tuple[int, float, str, str]] = (), styles: Sequence[str] | None = None):
+                       points: Sequence[tuple[int, float, str, str]] = (), styles: Sequence[str] | None = None,
+                       markers: Sequence[str | None] | None = None):
     """Draw FLOPs per byte sent against the group size ``R`` on ``ax``, with each link's ratio as a line.
 
     The communication twin of ``plot_roofline``: a split's transfers can hide behind its arithmetic where its
     curve lies above a link's ``link_ridge``. ``curves`` holds ``(label, colour, [(R, FLOPs per byte), ...])``;
     ``links`` holds ``(name, FLOPs per byte it hides, largest R it joins or None)``, drawn as a horizontal
     dashed line up to that ``R`` (NVLink stops at a server's 8 GPUs); ``points`` are ``(R, FLOPs per byte,
-    label, colour)`` marked on top (labelled on the left at the largest ``R``). ``styles``: one matplotlib line
-    style per curve (default solid), so curves that nearly coincide stay apart. Log-log axes, ``R`` in base 2.
+    label, colour)`` marked on top (labelled below on the left at the largest ``R``). ``styles``: one matplotlib line
+    style per curve (default solid), so curves that nearly coincide stay apart; ``markers``: one matplotlib marker
+    (or None) per curve, a curve with a marker drawn on top. Log-log axes, ``R`` in base 2.
     Returns ``ax``.
     """
     if not curves:
@@ -261,8 +263,12 @@ def plot_link_roofline(ax, curves: Sequence[tuple[str, str, Sequence[tuple[int, 
     styles = ["-"] * len(curves) if styles is None else list(styles)
     if len(styles) != len(curves):
         raise ValueError(f"styles: expected one line style per curve ({len(curves)}), got {len(styles)}")
-    for (label, color, values), style in zip(curves, styles):
-        ax.plot(*zip(*values), color=color, lw=2, ls=style, label=label)
+    markers = [None] * len(curves) if markers is None else list(markers)
+    if len(markers) != len(curves):
+        raise ValueError(f"markers: expected one marker (or None) per curve ({len(curves)}), got {len(markers)}")
+    for (label, color, values), style, marker in zip(curves, styles, markers):
+        ax.plot(*zip(*values), color=color, lw=2, ls=style, label=label, marker=marker, ms=5,
+                zorder=2.5 if marker else 2)
     for index, (name, ratio, reach) in enumerate(links):
         validate.positive_float(f"links[{index}] ratio", ratio)
         end = high if reach is None else min(reach, high)
@@ -273,8 +279,8 @@ def plot_link_roofline(ax, curves: Sequence[tuple[str, str, Sequence[tuple[int, 
     for r, value, label, color in points:
         ax.plot([r], [value], "o", color=color, ms=7, mec="black", zorder=3)
         left = r >= high
-        ax.annotate(label, (r, value), textcoords="offset points", xytext=(-6 if left else 6, -12), fontsize=8,
-                    color=color, ha="right" if left else "left")
+        ax.annotate(label, (r, value), textcoords="offset points", xytext=(-6, -8) if left else (6, -12), fontsize=8,
+                    color=color, ha="right" if left else "left", va="top" if left else "baseline")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(xlim=(low, high), xlabel="ranks in the group R", ylabel="FLOPs per byte sent")
@@ -305,6 +311,24 @@ def training_flops_per_byte(split: str, world_size: int, *, d_model: int = 4096,
         return flops / world_size / sent
     return flops / expert_parallel.expected_bytes_per_token(d_model, top_k, world_size, bytes_per_element=2,
                                                             backward=True)
+
+
+#: DeepSeek-V3's routed experts (DeepSeek-AI 2024, report §4.2): width 7168, expert width 2048, 8 per token;
+#: keyword overrides for ``training_flops_per_byte`` (whose defaults are Mixtral's experts).
+DEEPSEEK_V3_EXPERTS = dict(d_model=7168, d_ff=2048, top_k=8)
+
+
+def largest_hidden_group(split: str, link_ratio: float, *, max_ranks: int = 1024, **shape: int) -> int:
+    """The largest group size ``R`` (2 … ``max_ranks``) whose ``training_flops_per_byte(split, R, **shape)`` is
+    at least ``link_ratio``: the most ranks whose transfers a link can hide; 1 if no ``R`` ≥ 2 reaches it.
+
+    Every split's ratio falls as ``R`` grows (TP's as ``1/(R−1)``), so this is where its curve crosses the
+    link's line. Gated experts in bf16, compared in floats (an exact tie needs integers: Exercise 2).
+    """
+    validate.positive_float("link_ratio", link_ratio)
+    validate.int_in_range("max_ranks", max_ranks, 2, 1 << 20)
+    hidden = [r for r in range(2, max_ranks + 1) if training_flops_per_byte(split, r, **shape) >= link_ratio]
+    return max(hidden, default=1)
 
 
 # ----------------------------------------------------------------------------- Mixtral 8x7B, counted

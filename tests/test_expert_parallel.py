@@ -174,3 +174,13 @@ def test_runs_under_torchrun():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK: equal to the single-process MoE within 1e-6" in proc.stdout
     assert proc.stdout.count("expert parallelism over 2 processes") == 1          # only rank 0 reports
+
+
+def test_format_records_can_show_the_metadata_beside_the_activations():
+    from helpers.expert_parallel import DispatchRecord, format_records
+    record = DispatchRecord(rank=0, world_size=2, n_tokens=32, d_model=32, element_size=4,
+                            send_counts=[31, 33], recv_counts=[31, 31])
+    summed, split = format_records([record]), format_records([record], split_metadata=True)
+    assert "8464" in summed.splitlines()[1] and "bytes sent (+ metadata)" not in summed
+    assert "bytes sent (+ metadata)" in split and "8,192 + 272" in split.splitlines()[1]
+    assert record.metadata_bytes == 8 + 8 * 33

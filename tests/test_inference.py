@@ -241,7 +241,27 @@ def test_plot_link_roofline_draws_each_curve_and_each_link_up_to_its_reach():
     ax3 = plt.figure().add_subplot()
     plot_link_roofline(ax3, [("a", "C0", [(2, 3.0), (4, 2.0)])], [], styles=["--"])
     assert ax3.lines[0].get_linestyle() == "--"
+    ax4 = plt.figure().add_subplot()
+    plot_link_roofline(ax4, [("a", "C0", [(2, 3.0), (4, 2.0)]), ("b", "C1", [(2, 3.0)])], [], markers=["o", None])
+    assert ax4.lines[0].get_marker() == "o" and ax4.lines[0].get_zorder() > ax4.lines[1].get_zorder()
+    with pytest.raises(ValueError, match="markers"):
+        plot_link_roofline(ax4, [("x", "C0", [(2, 3.0)])], [], markers=["o", "s"])
     plt.close("all")
+
+
+def test_largest_hidden_group_is_the_last_r_whose_ratio_reaches_the_link():
+    from helpers.inference import DEEPSEEK_V3_EXPERTS, largest_hidden_group, training_flops_per_byte
+    for link in (2198.0, 19780.0, 9216.0):          # 9216: Mixtral's TP at R = 8 exactly
+        r = largest_hidden_group("TP", link)
+        assert training_flops_per_byte("TP", r) >= link > training_flops_per_byte("TP", r + 1)
+    assert largest_hidden_group("TP", 2198.0) == 30 and largest_hidden_group("TP", 19780.0) == 4
+    assert largest_hidden_group("TP", 1e9) == 1                               # no R >= 2 hides it
+    assert largest_hidden_group("EP", 2198.0, max_ranks=64, **DEEPSEEK_V3_EXPERTS) == 64   # the ratio stays above
+    assert largest_hidden_group("FSDP", 19780.0, max_ranks=64, tokens_per_rank=32768) == 64
+    with pytest.raises(ValueError, match="link_ratio"):
+        largest_hidden_group("TP", 0.0)
+    with pytest.raises(ValueError, match="max_ranks"):
+        largest_hidden_group("TP", 10.0, max_ranks=1)
 
 
 def test_training_flops_per_byte_matches_each_split_s_closed_form():
