@@ -304,7 +304,6 @@ def _dead_after_own_loss(lr, steps, x, y, seed, loss=F.mse_loss):
     (check_collapse, _collapse_reduce),
     (check_collapse, _collapse_by_probing),
     (check_gelu_tanh_derivative, _tanh_derivative_sech),
-    (check_gelu_tanh_derivative, _tanh_derivative_autograd),
     (check_fit_beta, _fit_beta_newton),
     (check_fit_beta, _fit_beta_adam_then_newton),
     (check_fit_beta, _fit_beta_fine_grid),
@@ -465,6 +464,15 @@ def test_float32_answers_to_the_float64_build_exercises_get_a_dtype_note():
                     (check_gelu_tanh_derivative, lambda x: _exact_tanh_slope(x).float())]:
         result = ex.evaluate(ref)
         assert result.status == FAILED and "float32" in result.message and "Likely mistake" not in result.message
+
+
+def test_tanh_slope_from_autograd_fails_the_by_hand_rule():
+    """The statement asks for the slope without autograd: right values taken from torch.autograd fail, named."""
+    for fn in (_tanh_derivative_autograd, _exact_tanh_slope):
+        result = check_gelu_tanh_derivative.evaluate(fn)
+        assert result.status == FAILED and "needs autograd" in result.message, result.message
+    with torch.no_grad():                                   # a learner's own no_grad block changes nothing
+        assert check_gelu_tanh_derivative.evaluate(_tanh_derivative_sech).status == PASSED
 
 
 def _exact_tanh_slope(x):

@@ -262,7 +262,34 @@ def _tanh_instead_of_sech2(x):
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t) * du
 
 
-check_gelu_tanh_derivative = Exercise(
+_BY_HAND = ("the values are right, but your function needs autograd: run with autograd switched off "
+            "(torch.no_grad()), it {what}. The exercise is the derivative by hand: write the product rule and the "
+            "chain rule with torch operations on x.")
+
+
+class _ByHandExercise(Exercise):
+    """A right answer must also run with autograd off: the statement asks for the slope without autograd, so an
+    answer that takes it from ``torch.autograd`` (which then raises, or returns something else) fails."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if not result.passed:
+            return result
+        case = max(self.cases(), key=lambda c: c.args[0].numel())
+        x = case.args[0]
+        try:
+            with torch.no_grad():
+                value = fn(x.clone())
+        except Exception as err:  # the learner's code, called once more: its failure is the verdict
+            return self._result(FAILED, _BY_HAND.format(what=f"raised {type(err).__name__}"), "wrong")
+        reference = self.reference(x.clone())
+        if not (isinstance(value, torch.Tensor) and value.shape == reference.shape
+                and torch.allclose(value.double(), reference, rtol=1e-8, atol=1e-9)):
+            return self._result(FAILED, _BY_HAND.format(what="returns other values"), "wrong")
+        return result
+
+
+check_gelu_tanh_derivative = _ByHandExercise(
     "Exercise 2 (slope of GELU's tanh form)",
     _gelu_tanh_derivative,
     _tanh_derivative_cases,
