@@ -152,6 +152,16 @@ def bias_update_step(bias: torch.Tensor, load: torch.Tensor, gamma: float) -> to
     return bias + validate.non_negative_float("gamma", gamma) * torch.sign(load.mean() - load).to(bias.dtype)
 
 
+def bias_trajectory(loads: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Loss-free balancing replayed: ``loads`` ``(steps, E)``, the slots each expert got at every step, -> the
+    bias ``(steps + 1, E)`` float64 before the first step (zeros) and after each ``bias_update_step``, as
+    ``MoE.update_selection_bias`` moves it when it starts at zero."""
+    bias = [torch.zeros(loads.shape[-1], dtype=torch.float64)]
+    for load in loads:
+        bias.append(bias_update_step(bias[-1], load, gamma))
+    return torch.stack(bias)
+
+
 def arrival_rank(expert_index: torch.Tensor, n_experts: int) -> torch.Tensor:
     """Each slot's place in its expert's queue (0 = first); slots arrive choice by choice and, within a choice,
     in token order (GShard). ``expert_index`` (N, k) or (N,) long -> the same shape; kept if rank < capacity."""

@@ -529,5 +529,31 @@ def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str]):
     return fig
 
 
+def bias_figure(run: SeedRuns):
+    """Loss-free balancing at work in ``run`` (an arm with ``bias_update``; its first seed's loads kept): each
+    expert's load over the mean load per step (left) and its selection bias, replayed from those loads with
+    ``helpers.moe.bias_trajectory`` (right), one colour per expert."""
+    import matplotlib.pyplot as plt
+    from helpers.moe import bias_trajectory
+
+    loads = run.first_loads.double()
+    bias = bias_trajectory(run.first_loads, run.spec["bias_update"])
+    steps = torch.arange(1, loads.shape[0] + 1).numpy()
+    colors = plt.get_cmap("tab10").colors
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    for e in range(loads.shape[1]):
+        left.plot(steps, (loads[:, e] / loads.mean(1)).numpy(), color=colors[e % 10], lw=1.0)
+        right.plot(torch.arange(bias.shape[0]).numpy(), bias[:, e].numpy(), color=colors[e % 10], lw=1.4,
+                   label=f"expert {e}")
+    left.axhline(1.0, color="grey", lw=0.8, ls="--")
+    right.axhline(0.0, color="grey", lw=0.8, ls="--")
+    left.set(xlabel="training step", ylabel="expert's load / mean load (1 = even)",
+             title=f"{run.name}, seed {run.seeds[0]}: load per expert")
+    right.set(xlabel="training step", ylabel="selection bias",
+              title=f"its bias (γ = {run.spec['bias_update']:g} per step)")
+    right.legend(frameon=False, fontsize=8, ncol=2)
+    return fig
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,8 +10,9 @@ matplotlib.use("Agg")
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.facts import load_facts
+from helpers.moe import bias_trajectory
 from helpers.moe_race import (ARMS, BALANCE_PAIRS, FRESH_SEEDS_PATH, RACE_FRESH_SEEDS_PATH, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
-                              SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, convergence_lines, load_family, load_race,
+                              SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, bias_figure, convergence_lines, load_family, load_race,
                               loss_family, main, race_figure, rerun_lines, run_race, save_race, seed_count_lines,
                               sweep_summary_lines,
                               sweep, train_arm)
@@ -43,6 +44,24 @@ def test_train_arm_trains_each_seed_as_a_single_run(continent):
         moe.final(3)
     with pytest.raises(ValueError, match="at least one seed"):
         train_arm("x", ARMS["MoE"], continent, seeds=(), d_model=8, steps=1, lr=1e-2)
+
+
+def test_the_bias_replayed_from_the_loads_is_the_layers(continent):
+    """bias_trajectory rebuilds the selection bias from the loads train_lookup records: after every step it
+    equals the bias the MoE moved itself (the notebook's bias figure rests on this)."""
+    run = train_arm("bias", ARMS["bias, softmax"], continent, seeds=(0,), d_model=8, steps=12, lr=0.08,
+                    keep_loads=True)
+    model = build_lookup(continent, ARMS["bias, softmax"], 8, seed=0)
+    _, loads, _ = train_lookup(model, continent, steps=12, lr=0.08)
+    assert torch.equal(loads, run.first_loads)
+    bias = bias_trajectory(loads, ARMS["bias, softmax"]["bias_update"])
+    assert bias.shape == (13, 8) and bool((bias[0] == 0).all())
+    torch.testing.assert_close(bias[-1], model.ffn.selection_bias.double(), rtol=0, atol=1e-6)
+    assert bool(((bias[1:] - bias[:-1]).abs().round(decimals=9) <= 0.01).all())   # at most γ a step
+    fig = bias_figure(run)
+    assert len(fig.axes) == 2 and len(fig.axes[1].get_lines()) == 8 + 1            # 8 experts and the zero line
+    import matplotlib.pyplot as plt
+    plt.close(fig)
 
 
 def test_sweep_picks_the_rate_with_the_lowest_mean_loss(continent):
