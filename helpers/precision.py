@@ -55,3 +55,27 @@ def gap(result, reference, tol: float = 1e-6) -> str:
         torch.as_tensor(np.asarray(reference), dtype=torch.float64)
     scale = float(ref.abs().max()) if ref.numel() else 0.0
     return bound(max_abs_diff(result, reference), tol, scale=scale)
+
+
+def dtype_tol(dtype: torch.dtype, steps: float) -> float:
+    """``steps`` rounding steps of ``dtype`` relative to a value: a ``tol`` for ``gap`` derived from the format.
+
+    A float format with p significant bits spaces the numbers in [2^e, 2^(e+1)) by 2^(e-p+1), so one step is at
+    most 2^-(p-1) of the value (``torch.finfo(dtype).eps``): 2⁻⁷ ≈ 0.0078 for bfloat16 (p = 8), 2⁻²³ for float32.
+    ``steps`` is how many such steps the comparison allows; with ``gap`` the bound is then
+    ``steps · eps · max(1, max |y|)``.
+    """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    validate.positive_float("steps", steps)
+    return float(steps) * torch.finfo(dtype).eps
+
+
+def describe_dtype_tol(dtype: torch.dtype, steps: float) -> str:
+    """One printable line saying where ``dtype_tol(dtype, steps)`` comes from: bits, relative step, bound."""
+    eps = torch.finfo(dtype).eps
+    bits = 1 - round(np.log2(eps))
+    name = str(dtype).removeprefix("torch.")
+    power = "2" + f"-{bits - 1}".translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return (f"{name}: {bits} significant bits, one step ≤ {power} = {eps:.2g} of the value; "
+            f"bound {steps:g} steps = {dtype_tol(dtype, steps):.3g} × max(1, max |y|)")

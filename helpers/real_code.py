@@ -365,6 +365,24 @@ _FROM_CODE = {
 }
 
 
+def routing_weight_dtypes(blocks: Mapping[str, nn.Module], dtype: torch.dtype = torch.bfloat16) -> str:
+    """The dtype of the routing weights each block's router returns when it and its input are cast to ``dtype``.
+
+    ``blocks``: name -> an MoE block whose router (``gate`` or ``router``) returns (logits, weights, indices),
+    as Mixtral's, Qwen3-MoE's and gpt-oss's do; each router is copied, never changed. One printable line.
+    """
+    import copy
+
+    parts = []
+    for name, block in blocks.items():
+        router = block.gate if hasattr(block, "gate") else block.router
+        router = copy.deepcopy(router).to(dtype)
+        with torch.no_grad():
+            weights = router(torch.randn(4, router.weight.shape[1], dtype=dtype))[1]
+        parts.append(f"{name} {str(weights.dtype).removeprefix('torch.')}")
+    return f"routing weights of a {str(dtype).removeprefix('torch.')} copy: " + ", ".join(parts)
+
+
 def _modeling_source(module: nn.Module) -> str:
     """The source of the modeling file ``module``'s class is defined in."""
     import inspect
@@ -634,6 +652,5 @@ def draw_layouts(d: int = 2, f: int = 3):
             ax.set(xticks=[], yticks=[], xlim=(-0.5, 2 * f + 0.5), ylim=(rows - 0.5, -0.5))
             ax.set_title(title if row == 0 else down_name, loc="left")
             ax.set_frame_on(False)
-    fig.suptitle("One expert's W1 (g: the gate; in GPT-2's dense FFN, its activated W1), W3 (up, u), W2 (down, w) "
-                 "as each family stores it; g21 is W1[2, 1]", fontsize=12)
+    fig.suptitle("One expert as each family stores it (g21 = W1[2, 1]; u: W3, w: W2)", fontsize=12)
     return fig

@@ -41,3 +41,17 @@ def test_gap_divides_by_the_reference_size_floored_at_one():
     assert gap(y + 1.0, y) == "= 0.01"
     assert gap(torch.tensor([0.5]), torch.tensor([0.25])) == "= 0.25"
     assert gap(y.bfloat16().float(), y, 1e-2) == "< 1e-02"
+
+
+def test_dtype_tol_counts_steps_of_the_format_and_says_where_they_come_from():
+    from helpers.precision import describe_dtype_tol, dtype_tol
+    assert dtype_tol(torch.bfloat16, 2) == 2 * 2.0 ** -7
+    assert dtype_tol(torch.float32, 1) == 2.0 ** -23
+    assert gap(torch.tensor([1.0 + 2 ** -7]), torch.tensor([1.0]), dtype_tol(torch.bfloat16, 2)) == "< 2e-02"
+    line = describe_dtype_tol(torch.bfloat16, 2)
+    assert line.startswith("bfloat16: 8 significant bits, one step ≤ 2⁻⁷ = 0.0078 of the value")
+    assert "bound 2 steps = 0.0156" in line
+    with pytest.raises(TypeError, match="dtype must be a floating"):
+        dtype_tol(torch.int64, 1)
+    with pytest.raises(ValueError, match="steps must be a positive"):
+        dtype_tol(torch.bfloat16, 0)

@@ -293,3 +293,12 @@ def test_draw_layouts_reads_each_familys_tensors_out_of_the_real_modules():
     fig = real_code.draw_layouts()
     assert len(fig.axes) == 10
     matplotlib.pyplot.close(fig)
+
+
+def test_routing_weight_dtypes_reads_each_routers_output_dtype_without_changing_it():
+    moe = MoE(4, 4, 2, d_ff=8).eval()
+    blocks = {"Mixtral": real_code.mixtral_block(moe), "Qwen3-MoE": real_code.qwen3_moe_block(moe),
+              "gpt-oss": real_code.gpt_oss_mlp(MoE(4, 4, 2, d_ff=8, bias=True).eval())}
+    line = real_code.routing_weight_dtypes(blocks)
+    assert line == "routing weights of a bfloat16 copy: Mixtral float32, Qwen3-MoE bfloat16, gpt-oss bfloat16"
+    assert all(p.dtype == torch.float32 for b in blocks.values() for p in b.parameters())
