@@ -8,6 +8,11 @@ against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 
 
     python -m helpers.moe_capacity_cost --results      # under a minute of one CPU core
 
+``--trained`` trains the same arms and seeds with every MoE layer at capacity factor ``TRAIN_FACTOR`` (1) instead,
+and also keeps the share of slots dropped at each step (``run_trained``, shipped in ``TRAINED_PATH``)::
+
+    python -m helpers.moe_capacity_cost --trained
+
 ``--seeds`` and ``--out`` make a smaller file (the tests make one). The notebook evaluates its five live runs of
 each arm the same way and checks them against the file.
 """
@@ -35,6 +40,9 @@ SEEDS: tuple[int, ...] = tuple(range(10))
 LR = 1e-2
 #: Where ``python -m helpers.moe_capacity_cost --results`` writes and ``load_cost`` reads.
 COST_PATH = Path(__file__).parent / "data" / "moe_capacity_cost.json"
+#: the capacity factor of the runs trained with the capacity on (``run_trained``), and where they are shipped
+TRAIN_FACTOR = 1.0
+TRAINED_PATH = Path(__file__).parent / "data" / "moe_capacity_trained.json"
 _DIGITS = 5
 
 
@@ -67,12 +75,26 @@ def run_cost(seeds: Sequence[int] = SEEDS, *, progress: bool = True) -> dict:
     return out
 
 
-def load_cost(path: str | Path | None = None) -> dict:
-    """The file written by ``main`` (default: the shipped ``COST_PATH``)."""
-    path = COST_PATH if path is None else Path(path)
+def run_trained(seeds: Sequence[int] = SEEDS, factor: float = TRAIN_FACTOR, *, progress: bool = True) -> dict:
+    """The same arms and seeds (same initial weights and batches) trained with every MoE layer at ``factor``, then
+    scored like ``run_cost``: ``{"factor", "lr", "factors", "ce": {arm: {seed: [ce at each of FACTORS]}},
+    "dropped": {arm: {seed: [share of slots dropped at each training step, mean of the layers]}}}``."""
+    data = make_dataset(load_facts())
+    out: dict = {"factor": factor, "lr": LR, "factors": list(FACTORS), "ce": {}, "dropped": {}}
+    for arm, seed in progress_bar([(a, s) for a in ARMS for s in seeds], desc="runs", disable=not progress):
+        run = train_run(arm, seed, data, lr=LR, capacity_factor=factor)
+        out["ce"].setdefault(arm, {})[str(seed)] = [round(v, _DIGITS) for v in capacity_cost(run.model, data)]
+        out["dropped"].setdefault(arm, {})[str(seed)] = [round(v, _DIGITS) for v in run.log.dropped.mean(1).tolist()]
+    return out
+
+
+def load_cost(path: str | Path | None = None, *, trained: bool = False) -> dict:
+    """The file written by ``main`` (default: the shipped ``COST_PATH``, or ``TRAINED_PATH`` if ``trained``)."""
+    path = (TRAINED_PATH if trained else COST_PATH) if path is None else Path(path)
     if not path.is_file():
+        flag = "--trained" if trained else "--results"
         raise FileNotFoundError(f"no capacity costs at {path}; make them with python -m helpers.moe_capacity_cost "
-                                "--results")
+                                f"{flag}")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -84,13 +106,46 @@ def cost_values(cost: dict, arm: str, factor: float | None, seeds: Sequence[int]
                         dtype=torch.float64)
 
 
-def cost_table(cost: dict) -> str:
-    """Printable lines: mean cross-entropy over the file's seeds per arm (rows) and factor (columns)."""
+def cost_table(cost: dict, trained: dict | None = None) -> str:
+    """Printable lines: mean cross-entropy over the file's seeds per arm (rows) and factor (columns); with
+    ``trained`` (``run_trained``'s file), its arms follow as rows "…, trained at c = 1"."""
     names = ["dropless" if f is None else f"c = {f:g}" for f in cost["factors"]]
-    lines = [f"{'':<16}" + "".join(f"{n:>10}" for n in names)]
-    for arm in cost["ce"]:
-        lines.append(f"{arm:<16}" + "".join(f"{cost_values(cost, arm, f).mean():>10.3f}" for f in cost["factors"]))
+    rows = [(arm if trained is None else f"{arm}, trained dropless", cost, arm) for arm in cost["ce"]]
+    if trained is not None:
+        rows += [(f"{arm}, trained at c = {trained['factor']:g}", trained, arm) for arm in trained["ce"]]
+    width = max(16, *(len(name) + 2 for name, _, _ in rows))
+    lines = [f"{'':<{width}}" + "".join(f"{n:>10}" for n in names)]
+    for name, table, arm in rows:
+        lines.append(f"{name:<{width}}" + "".join(f"{cost_values(table, arm, f).mean():>10.3f}" for f in cost["factors"]))
     return "\n".join(lines)
+
+
+def trained_family(trained: dict, cost: dict) -> dict:
+    """The Holm family's rows for ``run_trained``'s file, seed by seed, per arm: cross-entropy at the training
+    factor of the runs trained at it − of the same seeds trained dropless (``cost``), both scored at that factor."""
+    f = trained["factor"]
+    return {f"{arm.split(', ')[1]}, CE at c = {f:g}: trained at c = {f:g} − dropless": paired_difference(
+        cost_values(trained, arm, f), cost_values(cost, arm, f, [int(s) for s in trained["ce"][arm]]))
+        for arm in trained["ce"]}
+
+
+def dropped_in_training(trained: dict, steps: Sequence[int] = (1, 5, 10, 15)) -> str:
+    """One printable line per arm of ``run_trained``'s file: the share of slots dropped at the given training
+    steps (counted from 1), mean over the file's seeds."""
+    lines = []
+    for arm, table in trained["dropped"].items():
+        share = torch.tensor(list(table.values()), dtype=torch.float64).mean(0)
+        lines.append(f"  {arm}: " + ", ".join(f"step {s} {share[s - 1]:.2f}" for s in steps))
+    return "\n".join(lines)
+
+
+def trained_again(arm: str, seed: int, data: FactDataset, trained: dict) -> float:
+    """Train ``arm``'s ``seed`` again at the file's factor; the largest |live − file| over its cross-entropies
+    (``capacity_cost``) and its shares dropped per training step."""
+    run = train_run(arm, seed, data, lr=trained["lr"], capacity_factor=trained["factor"])
+    ce = largest_cost_difference({(arm, seed): capacity_cost(run.model, data)}, trained)
+    dropped = run.log.dropped.mean(1).double() - torch.tensor(trained["dropped"][arm][str(seed)], dtype=torch.float64)
+    return max(ce, float(dropped.abs().max()))
 
 
 def cost_family(cost: dict, factors: Sequence[float] = (1.25, 1.0)) -> dict:
@@ -114,17 +169,21 @@ def largest_cost_difference(live: dict[tuple[str, int], Sequence[float]], cost: 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m helpers.moe_capacity_cost --results``: train, evaluate at each capacity factor, store."""
     parser = argparse.ArgumentParser(prog="python -m helpers.moe_capacity_cost", description=main.__doc__)
-    parser.add_argument("--results", action="store_true", required=True, help="train the runs, write the file")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--results", action="store_true", help="train dropless, evaluate at each factor, write")
+    which.add_argument("--trained", action="store_true", help=f"train at c = {TRAIN_FACTOR:g} instead (run_trained)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="default: 0 to 9")
-    parser.add_argument("--out", default=str(COST_PATH), help=f"default: {COST_PATH}")
+    parser.add_argument("--out", default=None, help=f"default: {COST_PATH} (--trained: {TRAINED_PATH})")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                        # as in the notebooks (helpers.env.setup)
     try:
-        record = {"made_by": "python -m helpers.moe_capacity_cost --results", **run_cost(args.seeds)}
+        flag = "--trained" if args.trained else "--results"
+        made = run_trained(args.seeds) if args.trained else run_cost(args.seeds)
+        record = {"made_by": f"python -m helpers.moe_capacity_cost {flag}", **made}
     finally:
         torch.set_num_threads(threads)
-    out = Path(args.out)
+    out = Path(args.out or (TRAINED_PATH if args.trained else COST_PATH))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"wrote {out}")

@@ -78,16 +78,19 @@ def lm_config(data: FactDataset) -> GPTConfig:
     return GPTConfig(vocab_size=len(data.vocab), d_model=D_MODEL, n_layers=2, n_heads=4, max_len=data.ids.shape[1])
 
 
-def make_model(arm: str, seed: int, config: GPTConfig) -> TinyGPT:
+def make_model(arm: str, seed: int, config: GPTConfig, capacity_factor: float | None = None) -> TinyGPT:
     """``torch.manual_seed(seed)``, then a ``TinyGPT`` whose FFNs are the arm's (``ARMS``): the MoE arms start
-    from the same weights whatever α."""
+    from the same weights whatever α and ``capacity_factor`` (``None``: dropless; MoE arms only)."""
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
     spec = ARMS[arm]
+    if capacity_factor is not None and spec["ffn"] != "moe":
+        raise ValueError(f"capacity_factor applies to the MoE arms only, got {capacity_factor!r} for {arm!r}")
     torch.manual_seed(seed)
     if spec["ffn"] == "moe":
         return TinyGPT(config, ffn_factory=lambda layer: MoE(config.d_model, N_EXPERTS, 1, d_ff=EXPERT_WIDTH,
-                                                             balance_coef=spec["alpha"]))
+                                                             balance_coef=spec["alpha"],
+                                                             capacity_factor=capacity_factor))
     return TinyGPT(config, ffn_factory=lambda layer: FFN.from_variant("swiglu", config.d_model, spec["d_ff"],
                                                                       bias=False))
 
@@ -163,10 +166,11 @@ def evaluate(model: nn.Module, data: FactDataset) -> tuple[float, float, float, 
 
 
 def train_run(arm: str, seed: int, data: FactDataset, *, steps: int = SHORT_STEPS, lr: float = 1e-2,
-              keep_model: bool = True, checkpoints: Sequence[int] = ()) -> Run:
+              keep_model: bool = True, checkpoints: Sequence[int] = (), capacity_factor: float | None = None) -> Run:
     """One run of the recipe (module docstring); ``checkpoints``: steps after which the cross-entropy over every
-    target is also measured (``Run.curve``, the convergence check)."""
-    model = make_model(arm, seed, lm_config(data))
+    target is also measured (``Run.curve``, the convergence check); ``capacity_factor``: trained with that capacity
+    in every MoE layer (``None``: dropless; evaluation then uses it too, on all sentences as one batch)."""
+    model = make_model(arm, seed, lm_config(data), capacity_factor)
     log = RoutingLog() if ARMS[arm]["ffn"] == "moe" else None
     curve: dict[int, float] = {}
 

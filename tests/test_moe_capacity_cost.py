@@ -45,3 +45,44 @@ def test_the_shipped_file_holds_ten_seeds_of_both_arms():
 def test_load_cost_names_the_command_when_the_file_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="helpers.moe_capacity_cost --results"):
         load_cost(tmp_path / "none.json")
+
+
+def test_a_small_trained_file_round_trips_and_joins_the_table_and_family(tmp_path, data):
+    from helpers.moe_capacity_cost import TRAIN_FACTOR, dropped_in_training, trained_again, trained_family
+    out = tmp_path / "trained.json"
+    assert main(["--trained", "--seeds", "0", "--out", str(out)]) == 0
+    trained = load_cost(out)
+    assert trained["made_by"] == "python -m helpers.moe_capacity_cost --trained"
+    assert trained["factor"] == TRAIN_FACTOR and list(trained["ce"]) == list(ARMS)
+    steps = trained["dropped"]["MoE, α = 0"]["0"]
+    assert len(steps) == 15 and all(0 < s < 1 for s in steps)     # c = 1 drops some slots at every step
+    table = cost_table(load_cost(), trained).splitlines()
+    assert len(table) == 1 + 2 * len(ARMS) and table[-1].startswith("MoE, α = 0.1, trained at c = 1")
+    assert table[1].startswith("MoE, α = 0, trained dropless") and table[1][-30:] == cost_table(load_cost()).splitlines()[1][-30:]
+    assert cost_table(load_cost()).splitlines()[0].startswith(" " * 16 + "  dropless")     # the old layout, unchanged
+    shipped_seed_0 = {k: {a: {"0": v[a]["0"]} for a in v} if k in ("ce", "dropped") else v
+                      for k, v in load_cost(trained=True).items()}
+    assert trained_again("MoE, α = 0", 0, data, shipped_seed_0) < 1e-3
+    family = trained_family(trained, load_cost())
+    assert list(family) == ["α = 0, CE at c = 1: trained at c = 1 − dropless",
+                            "α = 0.1, CE at c = 1: trained at c = 1 − dropless"]
+    assert dropped_in_training(trained).splitlines()[0].startswith("  MoE, α = 0: step 1 0.")
+
+
+def test_the_shipped_trained_file_holds_ten_seeds_of_both_arms(tmp_path):
+    trained = load_cost(trained=True)
+    assert all(list(trained[key][arm]) == [str(s) for s in SEEDS] for key in ("ce", "dropped") for arm in ARMS)
+    assert trained["made_by"] == "python -m helpers.moe_capacity_cost --trained"
+    with pytest.raises(FileNotFoundError, match="--trained"):
+        load_cost(tmp_path / "none.json", trained=True)
+
+
+def test_train_run_with_a_capacity_starts_from_the_dropless_weights(data):
+    from helpers.moe_runs import lm_config, make_model
+    config = lm_config(data)
+    dropless, capped = make_model("MoE, α = 0.1", 3, config), make_model("MoE, α = 0.1", 3, config, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(dropless.state_dict().values(), capped.state_dict().values()))
+    with pytest.raises(ValueError, match="capacity_factor"):
+        make_model("dense, width 96", 0, config, 1.0)
+    run = train_run("MoE, α = 0", 0, data, steps=2, capacity_factor=0.5)
+    assert run.log.dropped.shape == (2, 2) and bool((run.log.dropped >= 0.5).all())
