@@ -56,6 +56,8 @@ real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny 
 superposition the toy model of superposition (n sparse features through m < n dimensions)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
+dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dictionary size (shipped)
+feature_reading  notebook 09's featured feature (the top-list rule) and its two-panel figure
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots
 progress    progress bars that a saved notebook shows finished
