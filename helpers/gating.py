@@ -31,6 +31,9 @@ The tuned arm alone on fresh seeds, at the stored race's rates, one file per blo
 
     python -m helpers.gating --race-results --at-stored-rates --seeds 30 31 ... 59    # and 60 ... 89
 
+The shared-rate blocks (``SHARED_BLOCKS``) and the step-size control (``STEP_CONTROL_MULTIPLIERS``: the dense
+variants at 5 % and 10 % above the slow rate) come from ``--at-shared-lr LR`` with ``--variants`` and ``--seeds``.
+
 (``--seeds``, ``--tuning-seeds``, ``--lrs``, ``--shared-lr``, ``--variants``, ``--steps`` and ``--out`` make a
 smaller run; the tests make one). Take-off is chaotic: the same seed on another CPU kernel
 (``ATEN_CPU_CAPABILITY``) can give a single tuned-rate run a curve up to a few nats away (2.8 measured, GELU), but
@@ -443,6 +446,42 @@ def shared_pools(race: "VariantComparison | None" = None) -> dict[float, "Varian
     for lr, seeds in SHARED_BLOCKS:
         blocks.setdefault(lr, []).append(load_race(shared_path(lr, seeds)))
     return {lr: pool_races(results) for lr, results in blocks.items()}
+
+
+#: The step-size control of the slow-rate lead: the dense variants alone at ``RACE_SHARED_LR`` × each multiplier,
+#: on the shared arm's seeds 0-59, one file per rate (``shared_path``), made by
+#: ``python -m helpers.gating --race-results --at-shared-lr 0.00525 --variants relu gelu swish --seeds 0 ... 59``
+#: (and ``0.0055``).
+STEP_CONTROL_MULTIPLIERS: tuple[float, ...] = (1.05, 1.1)
+STEP_CONTROL_SEEDS: tuple[int, ...] = tuple(range(60))
+
+
+def step_control_lr(multiplier: float) -> float:
+    """The dense arm's rate in the step-size control: ``RACE_SHARED_LR × multiplier`` (0.00525, 0.0055)."""
+    return round(RACE_SHARED_LR * validate.positive_float("multiplier", multiplier), 10)
+
+
+def step_controls() -> dict[float, VariantComparison]:
+    """multiplier -> the stored dense runs at ``step_control_lr(multiplier)`` on ``STEP_CONTROL_SEEDS``."""
+    return {m: load_race(shared_path(step_control_lr(m), STEP_CONTROL_SEEDS)) for m in STEP_CONTROL_MULTIPLIERS}
+
+
+def step_control_family(slow: VariantComparison,
+                        controls: Mapping[float, VariantComparison]) -> dict[str, PairedDifference]:
+    """Is the gated group's lead at a slow shared rate worth a slightly larger step for the dense group?
+
+    ``slow``: every variant at one rate (e.g. ``shared_pools()[0.005]``); ``controls``: multiplier -> the dense
+    variants on the same seeds at a higher rate. Returns ``"gated <rate> − dense <higher rate>"`` -> the
+    gated-no-σ group's mean run-mean loss at ``slow``'s rate minus the dense group's at the control's, paired by seed
+    (< 0: the gated group is still lower)."""
+    gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
+    family = {}
+    for control in controls.values():
+        if control.seeds != slow.seeds:
+            raise ValueError(f"each control must use slow's seeds {slow.seeds}, got {control.seeds}")
+        dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
+        family[f"gated {slow.lr('relu'):g} − dense {control.lr('relu'):g}"] = paired_difference(gated, dense)
+    return family
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (up to nats)
 
 
@@ -622,7 +661,7 @@ def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, Va
         ax.grid(axis="y", visible=False)
     axes[0, 0].set_yticks(range(len(rows)), rows[::-1])
     fig.supxlabel("difference in the same seed (nats); below 0: the first is lower", fontsize=10)
-    fig.suptitle("Run-mean loss minus ReLU (and dense): mean ± Holm threshold × se; filled: resolved by Holm")
+    fig.suptitle("Run-mean loss minus ReLU; last row: gated no σ − dense. Mean ± Holm threshold × se; filled: resolved")
     fig.tight_layout()
     return fig
 

@@ -471,3 +471,35 @@ def test_group_failures_counts_runs_above_the_threshold_per_group():
     tuned = pool_races([race, *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
     assert group_failures(tuned) == {"gated no σ": (19, 360), "dense": (18, 270)}
     assert group_failures(tuned, threshold=100.0) == {"gated no σ": (0, 360), "dense": (0, 270)}
+
+
+def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
+    """The control's command (dense variants only, at 1.05 × the slow rate) and its family, on 2 seeds × 3 steps."""
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, step_control_family, step_control_lr
+    assert (step_control_lr(1.05), step_control_lr(1.1)) == (0.00525, 0.0055)
+    out = tmp_path / "control.json"
+    assert main(["--race-results", "--at-shared-lr", str(step_control_lr(1.05)), "--variants", *DENSE,
+                 "--seeds", "0", "1", "--steps", "3", "--out", str(out)]) == 0
+    assert "wrote 3 variants × 2 seeds at lr 0.00525" in capsys.readouterr().out
+    control = load_race(out)
+    slow = run_race(RACE_VARIANTS, [0, 1], lr=RACE_SHARED_LR, steps=3, eval_every=3, progress=False)
+    family = step_control_family(slow, {1.05: control})
+    assert list(family) == ["gated 0.005 − dense 0.00525"]
+    gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
+    dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
+    assert family["gated 0.005 − dense 0.00525"].mean == pytest.approx(float((gated - dense).mean()), abs=1e-5)
+    with pytest.raises(ValueError, match="seeds"):
+        step_control_family(slow.select([1, 0]), {1.05: control})
+
+
+def test_the_stored_step_size_control():
+    """Seeds 0-59, dense variants at 0.00525 and 0.0055; read against the gated group at 0.005 on the same seeds."""
+    from helpers.gating import DENSE, shared_pools, step_control_family, step_controls
+    controls = step_controls()
+    assert sorted(controls) == [1.05, 1.1]
+    for m, c in controls.items():
+        assert c.seeds == list(range(60)) and c.variants == list(DENSE)
+        assert all(c.lr(v) == round(0.005 * m, 10) for v in DENSE)
+    family = step_control_family(shared_pools()[0.005], controls)
+    assert [p.mean for p in family.values()] == pytest.approx([0.015, 0.101], abs=0.001)
+    assert [p.lower for p in family.values()] == [25, 14]
