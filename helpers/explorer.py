@@ -37,6 +37,11 @@ def answer_lead(model: nn.Module, ids: torch.Tensor, answer_pos: torch.Tensor,
     return answer - logits.scatter(1, answer_id[:, None], float("-inf")).amax(1)
 
 
+def runner_up(logits: torch.Tensor, answer_id: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` the word with the largest logit other than the answer, for ``logits (N, V)``, ``answer_id (N,)``."""
+    return logits.scatter(1, answer_id[:, None], float("-inf")).argmax(1)
+
+
 class NeuronExplorer:
     """Everything notebook 03's neuron explorer shows, computed once so that a redraw is instant.
 
@@ -107,6 +112,18 @@ class NeuronExplorer:
         place of P(answer): ``(rows, lead_before, lead_after)``."""
         rows, _, _ = self.knock_out_effect(layer, neuron)
         return rows, self.lead_before[rows], self.ko_lead_after[layer][neuron]
+
+    def knock_out_logits(self, layer: int, neuron: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """At the facts of ``knock_out_effect``, every word's logit at the answer position with the neuron on
+        and off: ``(on, off)``, each ``(n_facts, vocab)``. Shows *which* words the neuron moves: whether a
+        word it suppresses is ever the answer's runner-up there (``runner_up``)."""
+        rows, _, _ = self.knock_out_effect(layer, neuron)
+        positions = torch.arange(len(rows)), self.answer_pos[rows]
+        with torch.no_grad():
+            on = logits_of(self.model, self.ids[rows])[positions]
+            with knock_out(self.model, layer, [neuron]):
+                off = logits_of(self.model, self.ids[rows])[positions]
+        return on, off
 
     def figure(self, layer: int, neuron: int):
         """One figure about one neuron: its top triggers (across the top), its mean peak per group, what its
