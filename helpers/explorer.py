@@ -177,12 +177,11 @@ class NeuronExplorer:
         rows, before, after = self.knock_out_lead(layer, neuron)
         change = (after - before).tolist()
         ys = list(range(len(rows)))
-        limit = max(0.5, 1.25 * max(abs(c) for c in change))            # a change of 0.1 stays visible as small
+        limit = max(0.5, 2.2 * max(abs(c) for c in change))             # room for a label beyond the longest bar
         ko_ax.barh(ys, change, color=["#CC79A7" if c < 0 else "#009E73" for c in change])
-        for y, (c, b) in enumerate(zip(change, before.tolist())):
-            right = c < 0.2 * limit                                        # on the side the bar leaves free
-            ko_ax.text(0.97 * limit if right else -0.97 * limit, y, f"{b:.1f} → {b + c:.1f}", va="center",
-                       ha="right" if right else "left", fontsize=9)
+        for y, (c, b) in enumerate(zip(change, before.tolist())):          # each label at its bar's end
+            ko_ax.text(c + (0.02 if c >= 0 else -0.02) * limit, y, f"{b:.1f} → {b + c:.1f}", va="center",
+                       ha="left" if c >= 0 else "right", fontsize=9)
         labels = [self.row_labels[r] if len(self.row_labels[r]) <= 26 else self.row_labels[r][:25] + "…"
                   for r in rows.tolist()]
         ko_ax.set_yticks(ys, labels, fontsize=9)
