@@ -37,6 +37,11 @@ def answer_lead(model: nn.Module, ids: torch.Tensor, answer_pos: torch.Tensor,
     return answer - logits.scatter(1, answer_id[:, None], float("-inf")).amax(1)
 
 
+def runner_up(logits: torch.Tensor, answer_id: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` the word with the largest logit other than the answer, for ``logits (N, V)``, ``answer_id (N,)``."""
+    return logits.scatter(1, answer_id[:, None], float("-inf")).argmax(1)
+
+
 class NeuronExplorer:
     """Everything notebook 03's neuron explorer shows, computed once so that a redraw is instant.
 
@@ -108,6 +113,18 @@ class NeuronExplorer:
         rows, _, _ = self.knock_out_effect(layer, neuron)
         return rows, self.lead_before[rows], self.ko_lead_after[layer][neuron]
 
+    def knock_out_logits(self, layer: int, neuron: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """At the facts of ``knock_out_effect``, every word's logit at the answer position with the neuron on
+        and off: ``(on, off)``, each ``(n_facts, vocab)``. Shows *which* words the neuron moves: whether a
+        word it suppresses is ever the answer's runner-up there (``runner_up``)."""
+        rows, _, _ = self.knock_out_effect(layer, neuron)
+        positions = torch.arange(len(rows)), self.answer_pos[rows]
+        with torch.no_grad():
+            on = logits_of(self.model, self.ids[rows])[positions]
+            with knock_out(self.model, layer, [neuron]):
+                off = logits_of(self.model, self.ids[rows])[positions]
+        return on, off
+
     def figure(self, layer: int, neuron: int):
         """One figure about one neuron: its top triggers (across the top), its mean peak per group, what its
         value promotes and suppresses, and what switching it off does to the facts it fires on most."""
@@ -160,12 +177,11 @@ class NeuronExplorer:
         rows, before, after = self.knock_out_lead(layer, neuron)
         change = (after - before).tolist()
         ys = list(range(len(rows)))
-        limit = max(0.5, 1.25 * max(abs(c) for c in change))            # a change of 0.1 stays visible as small
+        limit = max(0.5, 2.2 * max(abs(c) for c in change))             # room for a label beyond the longest bar
         ko_ax.barh(ys, change, color=["#CC79A7" if c < 0 else "#009E73" for c in change])
-        for y, (c, b) in enumerate(zip(change, before.tolist())):
-            right = c < 0.2 * limit                                        # on the side the bar leaves free
-            ko_ax.text(0.97 * limit if right else -0.97 * limit, y, f"{b:.1f} → {b + c:.1f}", va="center",
-                       ha="right" if right else "left", fontsize=9)
+        for y, (c, b) in enumerate(zip(change, before.tolist())):          # each label at its bar's end
+            ko_ax.text(c + (0.02 if c >= 0 else -0.02) * limit, y, f"{b:.1f} → {b + c:.1f}", va="center",
+                       ha="left" if c >= 0 else "right", fontsize=9)
         labels = [self.row_labels[r] if len(self.row_labels[r]) <= 26 else self.row_labels[r][:25] + "…"
                   for r in rows.tolist()]
         ko_ax.set_yticks(ys, labels, fontsize=9)

@@ -34,7 +34,7 @@ import torch
 from helpers import validate
 
 __all__ = ["t_cdf", "t_critical", "p_value", "PairedDifference", "paired_difference", "null_verdict_rate", "Welch",
-           "welch", "Verdict", "holm", "holm_table"]
+           "welch", "Verdict", "holm", "holm_table", "ranks", "spearman"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -352,3 +352,27 @@ def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: in
     head = (f"Holm's step-down over {len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''} "
             f"({100 * level:g} % two-sided{'; t vs its Holm threshold' if compact else ''}): {resolved} resolved")
     return "\n".join([head] + ["  " + v.line(width, unit, digits, t_cap, compact) for v in verdicts])
+
+
+def ranks(values: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """``(n,)`` float64 ranks 1..n of ``values`` (one per run); tied values share their mean rank."""
+    values = _as_runs("values", values)
+    order = values.argsort(stable=True)
+    rank = torch.empty_like(values)
+    rank[order] = torch.arange(1, len(values) + 1, dtype=torch.float64)
+    for v in values.unique():                                    # ties: the mean of the ranks they span
+        tied = values == v
+        rank[tied] = rank[tied].mean()
+    return rank
+
+
+def spearman(a: torch.Tensor | Sequence[float], b: torch.Tensor | Sequence[float]) -> float:
+    """Spearman's rank correlation ρ of two paired samples ``(n,)``: Pearson's r of their ranks (ties share
+    their mean rank). It describes how monotone the relation is over these runs; it is not a verdict."""
+    ra, rb = ranks(a), ranks(b)
+    if ra.shape != rb.shape or len(ra) < 3:
+        raise ValueError(f"a and b must hold the same number (>= 3) of runs, got {len(ra)} and {len(rb)}")
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    if ra.norm() == 0 or rb.norm() == 0:
+        raise ValueError("a and b must each hold at least two different values (a rank correlation needs a spread)")
+    return float(ra @ rb / (ra.norm() * rb.norm()))

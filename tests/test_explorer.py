@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.explorer import NeuronExplorer, answer_lead
+from helpers.explorer import NeuronExplorer, answer_lead, runner_up
 from helpers.fact_model import load_fact_model
 from helpers.facts import RELATIONS, load_facts, make_dataset
 from helpers.interventions import knock_out
@@ -44,9 +44,14 @@ def test_neuron_explorer_shows_what_the_helpers_compute(facts_data):
     with knock_out(model, 1, [151]), torch.no_grad():
         logits = model(data.ids[rows])[torch.arange(len(rows)), data.answer_pos[rows]]
     answer = logits[torch.arange(len(rows)), data.answer_id[rows]]
-    runner_up = logits.scatter(1, data.answer_id[rows][:, None], float("-inf")).max(1).values
-    assert torch.allclose(lead_after, answer - runner_up, atol=1e-5)
+    second = logits.scatter(1, data.answer_id[rows][:, None], float("-inf")).max(1).values
+    assert torch.allclose(lead_after, answer - second, atol=1e-5)
     assert torch.allclose(lead_before, answer_lead(model, data.ids[rows], data.answer_pos[rows], data.answer_id[rows]))
+    on, off = explorer.knock_out_logits(1, 151)                # every word's logit at those facts, on and off
+    assert on.shape == off.shape == (len(rows), len(data.vocab.tokens)) and torch.allclose(off, logits, atol=1e-5)
+    ids = torch.stack([data.answer_id[rows], runner_up(off, data.answer_id[rows])], 1)      # (n_facts, 2)
+    gap = off.gather(1, ids)[:, 0] - off.gather(1, ids)[:, 1]
+    assert torch.allclose(gap, lead_after, atol=1e-5)          # runner_up is the word the lead is measured against
     fig = explorer.figure(0, 191)
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("Layer 0, neuron 191:")
     assert "lead over the runner-up" in fig.axes[-1].get_xlabel()

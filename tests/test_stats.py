@@ -161,3 +161,18 @@ def test_holm_table_compact_keeps_the_numbers_and_verdicts_in_shorter_lines():
         assert len(c) < len(p) and c.split("→")[-1] == p.split("→")[-1]
         assert f"{verdict.comparison.t:+6.2f}" in c and f"vs {verdict.threshold:.2f}" in c
     assert " 0 lower,  5 higher of 5" in compact[1]
+
+
+def test_spearman_is_pearson_of_ranks_with_tied_values_sharing_their_mean_rank():
+    """ρ = 1 for any increasing map, -1 for a decreasing one; ties get their mean rank (scipy's convention)."""
+    from helpers.stats import ranks, spearman
+    x = [0.3, 1.0, 2.5, 7.0, 9.0]
+    assert spearman(x, [v ** 3 for v in x]) == pytest.approx(1.0)
+    assert spearman(x, [-v for v in x]) == pytest.approx(-1.0)
+    assert ranks([2.0, 1.0, 2.0, 5.0]).tolist() == [2.5, 1.0, 2.5, 4.0]
+    # by hand: ranks (1, 2, 3, 4) and (1.5, 1.5, 4, 3), centred: r = 3.5 / sqrt(5 * 4.5)
+    assert spearman([1, 2, 3, 4], [0.2, 0.2, 0.9, 0.5]) == pytest.approx(3.5 / (5 * 4.5) ** 0.5)
+    with pytest.raises(ValueError, match="spread"):
+        spearman([1, 2, 3], [4, 4, 4])
+    with pytest.raises(ValueError, match="same number"):
+        spearman([1, 2, 3], [1, 2, 3, 4])
