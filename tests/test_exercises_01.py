@@ -468,7 +468,21 @@ def test_float32_answers_to_the_float64_build_exercises_get_a_dtype_note():
 
 def test_tanh_slope_from_autograd_fails_the_by_hand_rule():
     """The statement asks for the slope without autograd: right values taken from torch.autograd fail, named."""
-    for fn in (_tanh_derivative_autograd, _exact_tanh_slope):
+    def inside_enable_grad(x):
+        with torch.enable_grad():
+            return _exact_tanh_slope(x)
+
+    def by_torch_func(x):
+        slope = torch.func.grad(lambda t: F.gelu(t, approximate="tanh"))
+        return torch.vmap(slope)(x.reshape(-1)).reshape(x.shape)
+
+    def by_hand_with_functional(x):                         # torch.nn.functional is not autograd
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        t = torch.nn.functional.tanh(u)
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x * x)
+
+    assert check_gelu_tanh_derivative.evaluate(by_hand_with_functional).status == PASSED
+    for fn in (_tanh_derivative_autograd, _exact_tanh_slope, inside_enable_grad, by_torch_func):
         result = check_gelu_tanh_derivative.evaluate(fn)
         assert result.status == FAILED and "needs autograd" in result.message, result.message
     with torch.no_grad():                                   # a learner's own no_grad block changes nothing

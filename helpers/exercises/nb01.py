@@ -262,9 +262,22 @@ def _tanh_instead_of_sech2(x):
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t) * du
 
 
-_BY_HAND = ("the values are right, but your function needs autograd: run with autograd switched off "
-            "(torch.no_grad()), it {what}. The exercise is the derivative by hand: write the product rule and the "
+_BY_HAND = ("the values are right, but your function needs autograd: run with autograd switched off, it "
+            "{what}. The exercise is the derivative by hand: write the product rule and the "
             "chain rule with torch operations on x.")
+
+
+#: attribute and global names that reach torch's automatic differentiation (torch.autograd, torch.func's transforms, .backward())
+_DIFFERENTIATORS = frozenset({"autograd", "backward", "grad", "jacrev", "jacfwd", "vjp", "jvp", "hessian"})
+
+
+def _names_used(code) -> set[str]:
+    """The global and attribute names a function's code (with the functions defined inside it) refers to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_used(const)
+    return names
 
 
 class _ByHandExercise(Exercise):
@@ -275,10 +288,15 @@ class _ByHandExercise(Exercise):
         result = super().evaluate(fn)
         if not result.passed:
             return result
+        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+        used = sorted(_names_used(code) & _DIFFERENTIATORS) if code is not None else []
+        if used:
+            return self._result(FAILED, _BY_HAND.format(what=f"still refers to {', '.join(used)}")
+                                .replace("run with autograd switched off, it still", "it"), "wrong")
         case = max(self.cases(), key=lambda c: c.args[0].numel())
         x = case.args[0]
         try:
-            with torch.no_grad():
+            with torch.inference_mode():                  # enable_grad() inside does not turn it back on
                 value = fn(x.clone())
         except Exception as err:  # the learner's code, called once more: its failure is the verdict
             return self._result(FAILED, _BY_HAND.format(what=f"raised {type(err).__name__}"), "wrong")
