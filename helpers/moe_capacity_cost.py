@@ -120,13 +120,20 @@ def cost_table(cost: dict, trained: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def trained_family(trained: dict, cost: dict) -> dict:
+def trained_family(trained: dict, cost: dict, *, compare_arms: bool = False) -> dict:
     """The Holm family's rows for ``run_trained``'s file, seed by seed, per arm: cross-entropy at the training
-    factor of the runs trained at it − of the same seeds trained dropless (``cost``), both scored at that factor."""
+    factor of the runs trained at it − of the same seeds trained dropless (``cost``), both scored at that factor.
+    With ``compare_arms``, one more row: among the runs trained at the factor, the last arm (α = 0.1) − the first
+    (α = 0), scored at that factor."""
     f = trained["factor"]
-    return {f"{arm.split(', ')[1]}, CE at c = {f:g}: trained at c = {f:g} − dropless": paired_difference(
+    family = {f"{arm.split(', ')[1]}, CE at c = {f:g}: trained at c = {f:g} − dropless": paired_difference(
         cost_values(trained, arm, f), cost_values(cost, arm, f, [int(s) for s in trained["ce"][arm]]))
         for arm in trained["ce"]}
+    if compare_arms:
+        first, *_, last = list(trained["ce"])
+        family[f"trained at c = {f:g}, CE at c = {f:g}: {last.split(', ')[1]} − {first.split(', ')[1]}"] = (
+            paired_difference(cost_values(trained, last, f), cost_values(trained, first, f)))
+    return family
 
 
 def dropped_in_training(trained: dict, steps: Sequence[int] = (1, 5, 10, 15)) -> str:

@@ -66,6 +66,7 @@ def test_a_small_trained_file_round_trips_and_joins_the_table_and_family(tmp_pat
     family = trained_family(trained, load_cost())
     assert list(family) == ["α = 0, CE at c = 1: trained at c = 1 − dropless",
                             "α = 0.1, CE at c = 1: trained at c = 1 − dropless"]
+    assert list(trained_family(trained, load_cost(), compare_arms=True))[2] == "trained at c = 1, CE at c = 1: α = 0.1 − α = 0"
     assert dropped_in_training(trained).splitlines()[0].startswith("  MoE, α = 0: step 1 0.")
 
 
