@@ -24,7 +24,11 @@ column vector ``x`` to ``W x + b`` (a batch of row vectors ``X`` to ``X Wᵀ + b
 
 from __future__ import annotations
 
+import builtins
+import dis
 import math
+import types
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -267,17 +271,57 @@ _BY_HAND = ("the values are right, but your function needs autograd: run with au
             "chain rule with torch operations on x.")
 
 
-#: attribute and global names that reach torch's automatic differentiation (torch.autograd, torch.func's transforms, .backward())
-_DIFFERENTIATORS = frozenset({"autograd", "backward", "grad", "jacrev", "jacfwd", "vjp", "jvp", "hessian"})
+#: torch.func's differentiating transforms (torch.vmap and the rest of torch.func are not differentiation)
+_FUNC_TRANSFORMS = frozenset({"grad", "grad_and_value", "jacrev", "jacfwd", "vjp", "jvp", "hessian", "linearize"})
 
 
-def _names_used(code) -> set[str]:
-    """The global and attribute names a function's code (with the functions defined inside it) refers to."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _names_used(const)
-    return names
+def _is_differentiator(obj: Any) -> bool:
+    """Is ``obj`` a function of torch.autograd (its grad-mode switches aside) or one of torch.func's
+    differentiating transforms?"""
+    if isinstance(obj, types.ModuleType):
+        return False
+    module = getattr(obj, "__module__", None) or ""
+    if module.startswith("torch.autograd"):
+        return not module.startswith("torch.autograd.grad_mode")   # no_grad(), enable_grad(), ... compute nothing
+    return module.startswith(("torch.func", "torch._functorch")) and getattr(obj, "__name__", "") in _FUNC_TRANSFORMS
+
+
+def _differentiators_reached(fn: Any, depth: int = 3, seen: set | None = None) -> list[str]:
+    """Names under which ``fn`` (with the functions defined in it, and the learner's own functions it calls, a few
+    levels deep) loads torch.autograd or a torch.func transform: global lookups followed by their attribute chains
+    (``torch.autograd.grad``, ``grad`` imported from torch.func under any name), resolved to the objects themselves,
+    so a helper of the learner's that happens to be called ``grad`` is not mistaken for one."""
+    seen = set() if seen is None else seen
+    code = getattr(fn, "__code__", None)
+    if code is None or depth < 0 or code in seen:
+        return []
+    seen.add(code)
+    namespace = getattr(fn, "__globals__", {})
+    found, callees = [], []
+
+    def walk(code: types.CodeType) -> None:
+        current, path = None, ""
+        for ins in dis.get_instructions(code):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                current = namespace.get(ins.argval, getattr(builtins, ins.argval, None))
+                path = ins.argval
+            elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and current is not None:
+                current, path = getattr(current, ins.argval, None), f"{path}.{ins.argval}"
+            else:
+                current = None
+                continue
+            if _is_differentiator(current):
+                found.append(path)
+            elif isinstance(current, types.FunctionType):
+                callees.append(current)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                walk(const)
+
+    walk(code)
+    for callee in callees:
+        found += _differentiators_reached(callee, depth - 1, seen)
+    return found
 
 
 class _ByHandExercise(Exercise):
@@ -288,10 +332,12 @@ class _ByHandExercise(Exercise):
         result = super().evaluate(fn)
         if not result.passed:
             return result
-        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-        used = sorted(_names_used(code) & _DIFFERENTIATORS) if code is not None else []
+        try:
+            used = sorted(set(_differentiators_reached(getattr(fn, "__wrapped__", fn))))
+        except Exception:  # an unusual function object: the run below still applies
+            used = []
         if used:
-            return self._result(FAILED, _BY_HAND.format(what=f"still refers to {', '.join(used)}")
+            return self._result(FAILED, _BY_HAND.format(what=f"still calls {', '.join(used)}")
                                 .replace("run with autograd switched off, it still", "it"), "wrong")
         case = max(self.cases(), key=lambda c: c.args[0].numel())
         x = case.args[0]
