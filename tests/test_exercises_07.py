@@ -114,6 +114,18 @@ def test_v3_natural_wrong_answers_fail():
         assert _status(nb07.check_v3_gates, fn)[0] == "failed", fn.__name__
 
 
+def test_v3_choosing_on_logits_plus_bias_is_told_what_it_did():
+    """The review's answer: the top k of logits + bias (no sigmoid in the choice), weights σ(logits)."""
+    def logits_plus_bias(logits, bias, k):
+        index = torch.topk(logits + bias, k).indices
+        weight = torch.sigmoid(logits).gather(1, index)
+        weight = weight / weight.sum(-1, keepdim=True) if k >= 2 else weight
+        return torch.zeros_like(logits).scatter(1, index, weight)
+
+    status, hint, _ = _status(nb07.check_v3_gates, logits_plus_bias)
+    assert status == "failed" and hint == _hint_of(nb07.check_v3_gates, "chosen by logits + bias")
+
+
 # ---------------------------------------------------------------- exercise 2: one bias update
 def test_bias_reference_agrees_with_the_library():
     bias, load = torch.randn(5, dtype=torch.float64), torch.tensor([3, 9, 5, 5, 3])

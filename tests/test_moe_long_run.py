@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
-from helpers.moe_long_run import (LONG_ARMS, LONG_RUN_PATH, LRS, MARKS, SEED_LRS, SEEDS, STEPS, load_long_run, main,
-                                  run_long, save_long_run)
+from helpers.moe_long_run import (DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LRS, MARKS, SEED_LRS, SEEDS, STEPS,
+                                  load_long_run, main, run_long, save_long_run, speed_or_room_figure)
 from helpers.moe_race import ARMS
 
 
@@ -56,3 +56,36 @@ def test_the_shipped_run_is_the_notebooks():
     assert run.steps == STEPS and run.marks == list(MARKS) and run.lrs == list(LRS) and run.seeds == list(SEEDS)
     assert all(t.shape == (len(MARKS), len(SEEDS)) for t in run.right.values())
     assert run.lr == {"dense, width 11": 0.04, "dense, width 19": 0.08}      # the sweep's best, both in SEED_LRS
+
+
+def test_the_deepseekmoe_command_trains_the_arm_at_each_fixed_rate(tmp_path):
+    """The command of ``DEEPSEEK_300_PATH`` on a small run: each fixed rate's seeds are the runs made by hand."""
+    out = tmp_path / "dsm.json"
+    assert main(["--results", "--arms", "DeepSeekMoE", "--seeds", "0", "1", "--lrs", "0.02", "--sweep-seeds", "100",
+                 "--seed-lrs", "0.08", "0.02", "--steps", "4", "--out", str(out)]) == 0
+    run = load_long_run(out)
+    assert list(run.loss) == ["DeepSeekMoE, lr 0.08", "DeepSeekMoE, lr 0.02"] and run.marks == [4]
+    data = lookup_data()
+    model = build_lookup(data, ARMS["DeepSeekMoE"], 8, 1)
+    train_lookup(model, data, steps=4, lr=0.08)
+    assert lookup_loss_and_accuracy(model, data)[0] == pytest.approx(float(run.loss["DeepSeekMoE, lr 0.08"][0, 1]),
+                                                                     abs=1e-5)
+
+
+def test_the_shipped_deepseekmoe_run_is_the_notebooks():
+    run = load_long_run(DEEPSEEK_300_PATH)
+    assert list(run.loss) == ["DeepSeekMoE, lr 0.08", "DeepSeekMoE, lr 0.02"]
+    assert run.steps == 300 and run.marks == [100, 300] and run.seeds == list(range(10))
+    assert all(t.shape == (2, 10) for t in run.loss.values())
+
+
+def test_the_speed_or_room_figure_draws_every_arm_and_each_moe():
+    import matplotlib.pyplot as plt
+
+    run = load_long_run(LONG_RUN_PATH)
+    moes = {"width 11": ("MoE", torch.full((5,), 0.99, dtype=torch.float64), "#0072B2")}
+    fig = speed_or_room_figure(run, moes, colors=["#D55E00"] * 4, styles=["-", "--"] * 2)
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) >= len(run.right) and ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1].startswith("MoE after 300 steps")
+    plt.close(fig)

@@ -196,9 +196,10 @@ check_v3_gates = Exercise(
     [
         ("the bias went into the combine weights too; it only decides which experts are chosen. Take the "
          "weights from the unbiased affinities σ(logits) of the chosen experts.", _v3_wrong("bias in weights")),
-        ("the bias was added inside the sigmoid, σ(logits + bias); DeepSeek-V3 adds it to the affinity after the "
-         "sigmoid, σ(logits) + bias, and only to choose.", _v3_wrong("bias inside sigmoid")),
-        ("the bias was added inside the sigmoid, σ(logits + bias), and that biased affinity was also used as the "
+        ("the experts were chosen by logits + bias (or σ(logits + bias), the same choice): the bias went in before "
+         "the sigmoid. DeepSeek-V3 adds it after, choosing by σ(logits) + bias, and only to choose.",
+         _v3_wrong("bias inside sigmoid")),
+        ("the bias went in before the sigmoid, σ(logits + bias), and that biased affinity was also used as the "
          "weight; choose by σ(logits) + bias and weight by σ(logits).",
          _v3_wrong("bias inside sigmoid, weights too")),
         ("the bias was subtracted; add it: an expert with a positive bias is chosen more often.",
