@@ -27,13 +27,15 @@ def max_abs_diff(a, b) -> float:
     return float((a - b).abs().max()) if a.numel() else 0.0
 
 
-def bound(diff: float, tol: float = 1e-6, *, scale: float | None = None) -> str:
+def bound(diff: float, tol: float = 1e-6, *, scale: float | None = None, digits: int | None = None) -> str:
     """``"< 1e-06"`` when ``0 <= diff < tol``, else ``"= <diff to 2 digits>"``: text that reads the same on every CPU.
 
     Pick ``tol`` from the precision in play: about ``1e-6`` for float32 results of size 1, ``1e-12`` for float64.
     ``scale`` (optional, the results' size, e.g. ``max |y|``) makes the bound relative: float rounding grows
     with the values, so ``diff`` is divided by ``max(1, scale)`` before it is compared and printed. The rule is
-    then ``|Δ| < tol · max(1, max |y|)``: absolute for results below 1, relative above.
+    then ``|Δ| < tol · max(1, max |y|)``: absolute for results below 1, relative above. ``digits`` (optional)
+    prints ``tol`` with that many significant digits (``"< 0.0156"``) instead of one (``"< 2e-02"``), for a
+    tolerance that is not a power of ten.
     """
     if not isinstance(diff, numbers.Real) or isinstance(diff, bool):
         raise TypeError(f"diff must be a number, got {diff!r} ({type(diff).__name__})")
@@ -42,11 +44,14 @@ def bound(diff: float, tol: float = 1e-6, *, scale: float | None = None) -> str:
         if not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not scale >= 0:
             raise ValueError(f"scale must be a number >= 0 (the results' size), got {scale!r}")
         diff = diff / max(1.0, float(scale))
-    return f"< {tol:.0e}" if 0 <= diff < tol else f"= {diff:.2g}"
+    if digits is not None:
+        validate.positive_int("digits", digits)
+    shown = f"{tol:.0e}" if digits is None else f"{tol:.{digits}g}"
+    return f"< {shown}" if 0 <= diff < tol else f"= {diff:.2g}"
 
 
-def gap(result, reference, tol: float = 1e-6) -> str:
-    """``bound(max |result - reference|, tol, scale=max |reference|)``: the relative check in one call.
+def gap(result, reference, tol: float = 1e-6, *, digits: int | None = None) -> str:
+    """``bound(max |result - reference|, tol, scale=max |reference|, digits=digits)``: the relative check in one call.
 
     ``result`` and ``reference``: tensors or arrays of one shape. ``tol``: about ``1e-6`` for float32,
     ``1e-2`` for bfloat16 (its step is 2⁻⁸ ≈ 0.004 below 1).
@@ -54,7 +59,7 @@ def gap(result, reference, tol: float = 1e-6) -> str:
     ref = reference.detach().cpu().double() if isinstance(reference, torch.Tensor) else \
         torch.as_tensor(np.asarray(reference), dtype=torch.float64)
     scale = float(ref.abs().max()) if ref.numel() else 0.0
-    return bound(max_abs_diff(result, reference), tol, scale=scale)
+    return bound(max_abs_diff(result, reference), tol, scale=scale, digits=digits)
 
 
 def dtype_tol(dtype: torch.dtype, steps: float) -> float:

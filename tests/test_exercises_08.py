@@ -553,6 +553,10 @@ def test_score_on_input_natural_wrong_answers_fail():
     squared = nb08.check_score_on_input.evaluate(  # review 08-round8: squared norms named too
         lambda w1, w3, w2, x, s: float((ffn(w1, w3, w2, s * x) ** 2).sum() / ((s * ffn(w1, w3, w2, x)) ** 2).sum()))
     assert "squared norms" in squared.message, squared.message
+    forgot_s = nb08.check_score_on_input.evaluate(  # review 08-round10: the hint names what the answer computed
+        lambda w1, w3, w2, x, s: float(ffn(w1, w3, w2, s * x).norm() / ffn(w1, w3, w2, x).norm()))
+    assert forgot_s.status == FAILED
+    assert "expert(s·x) was compared with expert(x)" in forgot_s.message, forgot_s.message
 
 
 def test_group_limited_int32_indices_fail_as_a_type():

@@ -55,3 +55,14 @@ def test_dtype_tol_counts_steps_of_the_format_and_says_where_they_come_from():
         dtype_tol(torch.int64, 1)
     with pytest.raises(ValueError, match="steps must be a positive"):
         dtype_tol(torch.bfloat16, 0)
+
+
+def test_digits_prints_the_tolerance_it_was_checked_against():
+    from helpers.precision import dtype_tol
+    tol = dtype_tol(torch.bfloat16, 2)
+    assert bound(0.001, tol, digits=3) == "< 0.0156"
+    assert bound(0.001, tol) == "< 2e-02"                       # the default is unchanged
+    assert bound(0.5, tol, digits=3) == "= 0.5"
+    assert gap(torch.tensor([1.0 + 2 ** -7]), torch.tensor([1.0]), tol, digits=3) == "< 0.0156"
+    with pytest.raises(ValueError):
+        bound(0.1, digits=0)

@@ -589,8 +589,8 @@ check_score_on_input = Exercise(
          lambda w1, w3, w2, x, s: 1.0 / _input_over_output(w1, w3, w2, x, s)),
         ("the expert was left out: s·x against s·x is 1; compare the expert's outputs, expert(s·x) against "
          "s·expert(x).", lambda w1, w3, w2, x, s: 1.0),
-        ("s·expert(x) was compared with expert(x) (the score left out of the denominator); the course's MoE "
-         "multiplies the expert's output by s.",
+        ("expert(s·x) was compared with expert(x): the score is left out of the denominator, which should be "
+         "s·expert(x) (the course's MoE multiplies the expert's output by s).",
          lambda w1, w3, w2, x, s: float(_swiglu(*(t.double() for t in (w1, w3, w2)), s * x.double()).norm()
                                         / _swiglu(*(t.double() for t in (w1, w3, w2, x))).norm())),
         ("that is the ratio of squared norms (the square of the asked ratio): ‖·‖ is the Frobenius norm itself, "
