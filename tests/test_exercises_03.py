@@ -269,6 +269,17 @@ def test_weakest_first_and_mixed_std_divisors_are_named():
     assert "(M-1)/M too small" in ex.check_best_match.evaluate(mixed).message
 
 
+def test_the_right_examples_in_index_order_are_named():
+    def index_order(c, valid, neuron, k):                  # the right set, re-sorted by example index
+        best, position = c[:, :, neuron].masked_fill(~valid, float("-inf")).max(dim=1)
+        examples = best.topk(k).indices.sort().values
+        return examples, position[examples]
+
+    result = ex.check_top_triggers.evaluate(index_order)
+    assert result.status == FAILED
+    assert "index order" in result.message
+
+
 # --------------------------------------------------------------------------------------------
 # issue 32: declared domains, the statements' promises, and the natural wrong answers of the trial
 # --------------------------------------------------------------------------------------------
