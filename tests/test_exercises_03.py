@@ -20,9 +20,9 @@ EXERCISES = {
 }
 
 
-def _triggers_unsorted(c, valid, neuron, k):
+def _triggers_unsorted(c, valid, neuron, k):                 # descending index order (ascending index is listed)
     examples, positions = ex._top_triggers(c, valid, neuron, k)
-    order = examples.argsort()
+    order = examples.argsort(descending=True)
     return examples[order], positions[order]
 
 
