@@ -34,6 +34,7 @@ neuron_patterns how many neurons share a relation's pattern, against random sets
 explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
 edit_budget a ROME edit's budget against efficacy and specificity (notebook 03; shipped runs and their command)
+knockout_runs notebook 03's knock-out family on every fact, ten seeds (shipped runs and their command)
 gate_plane  one gated unit over the plane of its two inputs (notebook 04's picture)
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained

@@ -20,9 +20,9 @@ EXERCISES = {
 }
 
 
-def _triggers_unsorted(c, valid, neuron, k):
+def _triggers_unsorted(c, valid, neuron, k):                 # descending index order (ascending index is listed)
     examples, positions = ex._top_triggers(c, valid, neuron, k)
-    order = examples.argsort()
+    order = examples.argsort(descending=True)
     return examples[order], positions[order]
 
 
@@ -267,6 +267,17 @@ def test_weakest_first_and_mixed_std_divisors_are_named():
     assert "weakest first" in result.message
     mixed = ex._match_from(lambda a, b: ex._corr_mixed_divisors(a, b, correction=1, divisor_offset=0))
     assert "(M-1)/M too small" in ex.check_best_match.evaluate(mixed).message
+
+
+def test_the_right_examples_in_index_order_are_named():
+    def index_order(c, valid, neuron, k):                  # the right set, re-sorted by example index
+        best, position = c[:, :, neuron].masked_fill(~valid, float("-inf")).max(dim=1)
+        examples = best.topk(k).indices.sort().values
+        return examples, position[examples]
+
+    result = ex.check_top_triggers.evaluate(index_order)
+    assert result.status == FAILED
+    assert "index order" in result.message
 
 
 # --------------------------------------------------------------------------------------------

@@ -184,6 +184,12 @@ def _triggers_weakest_first(c, valid, neuron, k):
     return examples.flip(0), positions.flip(0)
 
 
+def _triggers_index_order(c, valid, neuron, k):
+    examples, positions = _top_triggers(c, valid, neuron, k)
+    order = examples.argsort()
+    return examples[order], positions[order]
+
+
 def _triggers_ascending_first_k(c, valid, neuron, k):
     best, position = c[:, :, neuron].masked_fill(~valid, float("-inf")).max(dim=1)
     examples = best.argsort()[:k]
@@ -249,6 +255,8 @@ check_top_triggers = Exercise(
          "length t+1.", _triggers_off_by_one),
         ("your k examples are the right ones, but weakest first: return them strongest first (topk, or sort "
          "with descending=True).", _triggers_weakest_first),
+        ("your k examples are the right ones, but in index order (sorted indices): return them strongest first, "
+         "in the order topk gives.", _triggers_index_order),
         ("you sorted the peaks in ascending order and kept the first k: those are the k WEAKEST examples; sort "
          "descending (or use topk) to keep the strongest.", _triggers_ascending_first_k),
     ],

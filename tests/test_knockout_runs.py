@@ -1,0 +1,30 @@
+"""helpers.knockout_runs: the shipped file holds ten seeds on every fact, and the command reproduces seed 0."""
+import pytest
+
+from helpers import knockout_runs
+
+
+def test_the_shipped_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
+    shipped = knockout_runs.load()
+    assert sorted(shipped) == list(range(10))
+    made = knockout_runs.make([0], tmp_path / "ko.json")
+    assert knockout_runs.max_difference(made["runs"]["0"], shipped[0]) < 1e-6
+    assert knockout_runs.load(tmp_path / "ko.json")[0]["size gap below 1e-4"][1] == 3 * 608
+
+
+def test_each_seed_holds_every_set_at_every_site():
+    run = knockout_runs.load()[3]
+    assert set(run["sets"]) == set(run["random direction"]) == set(run["shared"]) == {
+        "L0 subject", "L0 last word", "L1 last word"}
+    for by_set in run["sets"].values():
+        assert set(by_set) == {"own", "other", "matched", "size-matched", "random size-matched", "random"}
+        assert all(len(v) == len(knockout_runs.QUANTITIES) for v in by_set.values())
+        assert by_set["own"][3] == by_set["other"][3] == knockout_runs.N_OFF    # 40 neurons each
+    assert run["matched activity gap"] < 1e-4
+
+
+def test_max_difference_reads_every_number_and_rejects_mismatched_results():
+    a = {"x": [1.0, 2.0], "y": {"z": 3.0}}
+    assert knockout_runs.max_difference(a, {"x": [1.0, 2.5], "y": {"z": 2.0}}) == 1.0
+    with pytest.raises(ValueError, match="same numbers"):
+        knockout_runs.max_difference(a, {"x": [1.0], "y": {"z": 3.0}})
