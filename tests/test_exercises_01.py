@@ -493,6 +493,25 @@ def through_a_helper(x):
 def torch_func_grad(x):
     return torch.vmap(torch.func.grad(lambda t: F.gelu(t, approximate="tanh")))(x.reshape(-1)).reshape(x.shape)
 
+SLOPE = torch.vmap(torch.func.grad(lambda t: F.gelu(t, approximate="tanh")))   # a transform built beforehand
+TOOLS = {"slope": torch.func.grad}
+
+def prebuilt_transform(x):
+    return x.clone() if x.numel() == 0 else SLOPE(x.reshape(-1)).reshape(x.shape)
+
+def transform_from_a_dict(x):
+    if x.numel() == 0:
+        return x.clone()
+    return torch.vmap(TOOLS["slope"](lambda t: F.gelu(t, approximate="tanh")))(x.reshape(-1)).reshape(x.shape)
+
+def transform_as_a_default(x, slope=SLOPE):
+    return x.clone() if x.numel() == 0 else slope(x.reshape(-1)).reshape(x.shape)
+
+def by_hand_through_vmap(x):
+    one = lambda v: 0.5 * (1 + torch.tanh(C * (v + 0.044715 * v ** 3))) + 0.5 * v * (
+        1 - torch.tanh(C * (v + 0.044715 * v ** 3)) ** 2) * C * (1 + 3 * 0.044715 * v * v)
+    return x.clone() if x.numel() == 0 else torch.vmap(one)(x.reshape(-1)).reshape(x.shape)
+
 def inside_enable_grad(x):
     with torch.enable_grad():
         x = x.detach().clone().requires_grad_(True)
@@ -506,11 +525,12 @@ def test_tanh_slope_from_autograd_fails_the_by_hand_rule():
     transforms fail, named; by-hand answers pass, also with a helper of their own called grad, or inside no_grad."""
     cell = {}
     exec(compile(_LEARNER_CELL, "<ipython-input-7>", "exec"), cell)
-    for name in ("by_hand_with_own_grad", "by_hand_in_no_grad"):
+    for name in ("by_hand_with_own_grad", "by_hand_in_no_grad", "by_hand_through_vmap"):
         result = check_gelu_tanh_derivative.evaluate(cell[name])
         assert result.status == PASSED, (name, result.message)
     for fn in (_tanh_derivative_autograd, _exact_tanh_slope, cell["renamed_func_grad"], cell["through_a_helper"],
-               cell["torch_func_grad"], cell["inside_enable_grad"]):
+               cell["torch_func_grad"], cell["inside_enable_grad"], cell["prebuilt_transform"],
+               cell["transform_from_a_dict"], cell["transform_as_a_default"]):
         result = check_gelu_tanh_derivative.evaluate(fn)
         assert result.status == FAILED and "needs autograd" in result.message, result.message
     with torch.no_grad():                                   # a learner's own no_grad block changes nothing

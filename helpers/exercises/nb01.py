@@ -25,9 +25,12 @@ column vector ``x`` to ``W x + b`` (a batch of row vectors ``X`` to ``X Wᵀ + b
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dis
 import math
+import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -324,6 +327,25 @@ def _differentiators_reached(fn: Any, depth: int = 3, seen: set | None = None) -
     return found
 
 
+@contextlib.contextmanager
+def _watch_differentiation(entered: list[str]) -> Iterator[None]:
+    """Record, while the block runs, the first Python function of torch.autograd (its grad-mode switches aside) or
+    of torch.func's differentiating transforms that is entered, however the answer reached it (a transform built
+    before the answer, kept in a dict, passed as a default). Plain tensor arithmetic and torch.vmap enter neither."""
+    def profile(frame, event, arg):
+        if event == "call" and not entered:
+            path = frame.f_code.co_filename.replace("\\", "/")
+            if (("/torch/autograd/" in path and not path.endswith("grad_mode.py"))
+                    or path.endswith("/torch/_functorch/eager_transforms.py")):
+                entered.append(f"torch's {frame.f_code.co_name} ({path.split('/torch/')[-1]})")
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
 class _ByHandExercise(Exercise):
     """A right answer must also run with autograd off: the statement asks for the slope without autograd, so an
     answer that takes it from ``torch.autograd`` (which then raises, or returns something else) fails."""
@@ -341,11 +363,15 @@ class _ByHandExercise(Exercise):
                                 .replace("run with autograd switched off, it still", "it"), "wrong")
         case = max(self.cases(), key=lambda c: c.args[0].numel())
         x = case.args[0]
+        entered: list[str] = []
         try:
-            with torch.inference_mode():                  # enable_grad() inside does not turn it back on
+            with torch.inference_mode(), _watch_differentiation(entered):  # enable_grad() inside stays off
                 value = fn(x.clone())
         except Exception as err:  # the learner's code, called once more: its failure is the verdict
             return self._result(FAILED, _BY_HAND.format(what=f"raised {type(err).__name__}"), "wrong")
+        if entered:
+            return self._result(FAILED, _BY_HAND.format(what=f"still ran {entered[0]}")
+                                .replace("run with autograd switched off, it still", "it"), "wrong")
         reference = self.reference(x.clone())
         if not (isinstance(value, torch.Tensor) and value.shape == reference.shape
                 and torch.allclose(value.double(), reference, rtol=1e-8, atol=1e-9)):
