@@ -131,10 +131,11 @@ def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequenc
             plot_heatmap(ax, shares, xlabel=xlabel, ylabel="training step", title=f"{name}: layer {layer}",
                          vmax=top, xticklabels=[str(i + 1) for i in range(shares.shape[1])] if sort_experts else None,
                          colorbar=False)
-    fig.suptitle("Share of each step's tokens that every expert receives (even split = 1/E)")
+    fig.suptitle("Share of each step's tokens that every expert receives")
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     cax = fig.add_axes((0.92, 0.15, 0.015, 0.7))                  # one colour bar: every panel shares the scale
-    fig.colorbar(axes[0, 0].images[0], cax=cax, label="share of the step's tokens")
+    n_experts = next(iter(logs.values())).counts.shape[-1]
+    fig.colorbar(axes[0, 0].images[0], cax=cax, label=f"share of the step's tokens (even split = 1/{n_experts})")
     return fig
 
 
@@ -151,13 +152,15 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     styles = ["-", "--", ":", "-."]
     n_experts = 0
+    counts = {len(_as_runs(value)) for value in logs.values()}
+    n_seeds = counts.pop() if len(counts) == 1 else 0              # one seed count for all: said once in the legend
     for color, (name, value) in zip(PALETTE, logs.items()):
         runs = _as_runs(value)
         mom = torch.stack([log.max_over_mean() for log in runs])          # (seeds, steps, layers)
         ent = torch.stack([log.load_entropy() for log in runs])
         n_experts = max(n_experts, runs[0].counts.shape[-1])
         steps = torch.arange(mom.shape[1]).numpy()
-        suffix = f" (mean of {len(runs)} seeds)" if len(runs) > 1 else ""
+        suffix = f" (mean of {len(runs)} seeds)" if 1 < len(runs) != n_seeds else ""
         for layer in range(mom.shape[2]):
             label = f"{name}, layer {layer}{suffix}"
             for ax, values in ((left, mom[:, :, layer]), (right, ent[:, :, layer])):
@@ -177,7 +180,8 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
     handles, labels = left.get_legend_handles_labels()
     if any(len(_as_runs(value)) > 1 for value in logs.values()):
         handles.append(Patch(color="0.5", alpha=0.3, lw=0))
-        labels.append("shaded: lowest to highest seed")
+        labels.append(f"lines: mean of {n_seeds} seeds; shaded: lowest to highest" if n_seeds > 1
+                      else "shaded: lowest to highest seed")
     fig.legend(handles, labels, loc="lower center", ncol=min(2, len(labels)), fontsize=11, frameon=False)
     rows = -(-len(labels) // 2)                                   # legend rows under the panels
     fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))

@@ -36,9 +36,11 @@ def test_a_small_file_round_trips_and_reads_as_a_family(tmp_path):
     assert largest_cost_difference(live, cost) == 0
 
 
-def test_the_shipped_file_holds_ten_seeds_of_both_arms():
+def test_the_shipped_file_holds_twenty_seeds_of_both_arms():
+    from helpers.moe_capacity_cost import COST_SEEDS
     cost = load_cost()
-    assert all(list(cost["ce"][arm]) == [str(s) for s in SEEDS] for arm in ARMS)
+    assert COST_SEEDS == tuple(range(20))
+    assert all(list(cost["ce"][arm]) == [str(s) for s in COST_SEEDS] for arm in ARMS)
     assert cost["made_by"] == "python -m helpers.moe_capacity_cost --results"
 
 
