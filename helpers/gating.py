@@ -32,7 +32,8 @@ The tuned arm alone on fresh seeds, at the stored race's rates, one file per blo
     python -m helpers.gating --race-results --at-stored-rates --seeds 30 31 ... 59    # and 60 ... 89
 
 The shared-rate blocks (``SHARED_BLOCKS``) and the step-size control (``STEP_CONTROL_MULTIPLIERS``: the dense
-variants at 5 % and 10 % above the slow rate) come from ``--at-shared-lr LR`` with ``--variants`` and ``--seeds``.
+variants at 5 % and 10 % above the slow rate, and the gated-no-σ ones at 5 %: ``GATED_STEP_CONTROL_PATH``) come from
+``--at-shared-lr LR`` with ``--variants``, ``--seeds`` and ``--out``.
 
 (``--seeds``, ``--tuning-seeds``, ``--lrs``, ``--shared-lr``, ``--variants``, ``--steps`` and ``--out`` make a
 smaller run; the tests make one). Take-off is chaotic: the same seed on another CPU kernel
@@ -482,6 +483,70 @@ def step_control_family(slow: VariantComparison,
         dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
         family[f"gated {slow.lr('relu'):g} − dense {control.lr('relu'):g}"] = paired_difference(gated, dense)
     return family
+
+
+#: The control's other arm: the gated-no-σ variants at 0.00525 (×1.05) on the same seeds 0-59, made by
+#: ``python -m helpers.gating --race-results --at-shared-lr 0.00525 --variants bilinear reglu geglu swiglu
+#: --seeds 0 ... 59 --out helpers/data/gating_race_gated_lr_0.00525_seeds_0-59.json``.
+GATED_STEP_CONTROL_PATH = Path(__file__).parent / "data" / "gating_race_gated_lr_0.00525_seeds_0-59.json"
+
+
+def gated_step_control() -> VariantComparison:
+    """The stored gated-no-σ runs at ``step_control_lr(1.05)`` on ``STEP_CONTROL_SEEDS`` (``GATED_STEP_CONTROL_PATH``)."""
+    return load_race(GATED_STEP_CONTROL_PATH)
+
+
+def group_mean(result: VariantComparison, variants: Sequence[str]) -> torch.Tensor:
+    """``(n_seeds,)`` the mean over ``variants`` of each seed's run-mean loss."""
+    return torch.stack([result.run_mean(v) for v in variants]).mean(dim=0)
+
+
+def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
+                      gated_fast: VariantComparison) -> dict[str, PairedDifference]:
+    """The step-size control with one change for both arms: ``"gated − dense, both at <rate>"``, the gated-no-σ
+    group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
+    ``gated_fast``: the gated ones, at one rate, on ``slow``'s seeds)."""
+    if not (dense_fast.seeds == gated_fast.seeds == slow.seeds):
+        raise ValueError(f"dense_fast and gated_fast must use slow's seeds {slow.seeds}")
+    rate = dense_fast.lr(DENSE[0])
+    if gated_fast.lr(GATED_NO_SIGMOID[0]) != rate:
+        raise ValueError(f"gated_fast must train at dense_fast's rate {rate}, got {gated_fast.lr(GATED_NO_SIGMOID[0])}")
+    return {f"gated − dense, both at {rate:g}": paired_difference(group_mean(gated_fast, GATED_NO_SIGMOID),
+                                                                  group_mean(dense_fast, DENSE))}
+
+
+def step_gains(slow: VariantComparison, dense_fast: VariantComparison,
+               gated_fast: VariantComparison) -> dict[str, PairedDifference]:
+    """What the faster rate buys each group: ``"<group>: <fast> − <slow>"`` -> its run-mean loss at the faster
+    rate minus at ``slow``'s, paired by seed (< 0: the larger step helps)."""
+    out = {}
+    for group, variants, fast in [("gated no σ", GATED_NO_SIGMOID, gated_fast), ("dense", DENSE, dense_fast)]:
+        out[f"{group}: {fast.lr(variants[0]):g} − {slow.lr(variants[0]):g}"] = paired_difference(
+            group_mean(fast, variants), group_mean(slow, variants))
+    return out
+
+
+def race_arms(race: VariantComparison) -> dict[str, VariantComparison]:
+    """The race's pooled arms: ``"lr 0.005"`` and ``"lr 0.01"`` (every variant at one rate, ``shared_pools``) and
+    ``"tuned"`` (the stored race and ``FRESH_TUNED_BLOCKS``, each variant at its own rate)."""
+    tuned = pool_races([race, *(load_race(fresh_tuned_path(seeds)) for seeds in FRESH_TUNED_BLOCKS)])
+    return {**{f"lr {lr:g}": pool for lr, pool in shared_pools(race).items()}, "tuned": tuned}
+
+
+def retrain_check(stored: VariantComparison, seed: int, variant: str = "relu") -> tuple[torch.Tensor, float]:
+    """Retrain ``variant`` on ``seed`` at ``stored``'s rate and settings: ``(n_evals,)`` the live curve, and its
+    largest absolute gap (nats) to the stored curve."""
+    same = {k: v for k, v in stored.settings.items() if k in RACE_SETTINGS}
+    live = run_race([variant], [seed], lr=stored.lr(variant), progress=False, **same).curves[variant][0]
+    return live, float((live - stored.curves[variant][stored.seeds.index(seed)]).abs().max())
+
+
+def block_gaps(arms: Mapping[str, VariantComparison], size: int = 30) -> dict[str, list[PairedDifference]]:
+    """arm -> ``GROUP``'s paired difference in each consecutive block of ``size`` seeds."""
+    return {arm: [race_family(result.select(result.seeds[k:k + size]))[GROUP]
+                  for k in range(0, len(result.seeds), size)] for arm, result in arms.items()}
+
+
 _DIGITS = 5       # losses are stored to 1e-5 nats: far below what another CPU kernel changes (up to nats)
 
 

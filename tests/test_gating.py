@@ -503,3 +503,57 @@ def test_the_stored_step_size_control():
     family = step_control_family(shared_pools()[0.005], controls)
     assert [p.mean for p in family.values()] == pytest.approx([0.015, 0.101], abs=0.001)
     assert [p.lower for p in family.values()] == [25, 14]
+
+
+def _flat_race(variants, seeds, lr, level):
+    """A made-up race: every run of ``variants`` at ``lr`` flat at ``level[v]`` + the seed / 10."""
+    from helpers.gating import VariantComparison
+    curves = {v: torch.tensor([[level[v] + s / 10] * 2 for s in seeds], dtype=torch.float64) for v in variants}
+    return VariantComparison(list(variants), list(seeds), [0, 5], curves, settings={"lr": lr})
+
+
+def test_equal_step_family_and_step_gains_pair_the_groups_by_seed():
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, equal_step_family, step_gains
+    seeds = [0, 1, 2]
+    slow = _flat_race(DENSE + GATED_NO_SIGMOID, seeds, 0.005, {**dict.fromkeys(DENSE, 3.0),
+                                                               **dict.fromkeys(GATED_NO_SIGMOID, 2.9)})
+    dense_fast = _flat_race(DENSE, seeds, 0.00525, dict.fromkeys(DENSE, 2.9))
+    gated_fast = _flat_race(GATED_NO_SIGMOID, seeds, 0.00525, dict.fromkeys(GATED_NO_SIGMOID, 2.8))
+    family = equal_step_family(slow, dense_fast, gated_fast)
+    assert list(family) == ["gated − dense, both at 0.00525"]
+    assert family["gated − dense, both at 0.00525"].mean == pytest.approx(-0.1)
+    gains = step_gains(slow, dense_fast, gated_fast)
+    assert list(gains) == ["gated no σ: 0.00525 − 0.005", "dense: 0.00525 − 0.005"]
+    assert all(g.mean == pytest.approx(-0.1) for g in gains.values())
+    with pytest.raises(ValueError, match="seeds"):
+        equal_step_family(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, [0, 1], 0.00525,
+                                                       dict.fromkeys(GATED_NO_SIGMOID, 2.8)))
+    with pytest.raises(ValueError, match="rate"):
+        equal_step_family(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, seeds, 0.0055,
+                                                       dict.fromkeys(GATED_NO_SIGMOID, 2.8)))
+
+
+def test_block_gaps_split_an_arm_into_blocks_of_seeds():
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, GROUP, block_gaps
+    arm = _flat_race(DENSE + GATED_NO_SIGMOID, list(range(6)), 0.005,
+                     {**dict.fromkeys(DENSE, 3.0), **dict.fromkeys(GATED_NO_SIGMOID, 2.5)})
+    gaps = block_gaps({"slow": arm}, size=3)
+    assert len(gaps["slow"]) == 2 and all(g.mean == pytest.approx(-0.5) and g.n == 3 for g in gaps["slow"])
+    assert GROUP in race_family(arm)
+
+
+def test_retrain_check_reproduces_a_stored_curve(tmp_path):
+    from helpers.gating import retrain_check
+    stored = run_race(["relu"], [3, 4], lr=0.01, steps=3, eval_every=3, progress=False)
+    live, gap = retrain_check(stored, 4)
+    assert live.shape == stored.curves["relu"][1].shape and gap == 0.0
+
+
+def test_the_stored_gated_step_control():
+    """The symmetric arm of notebook 04's step-size control: the gated-no-σ variants at 0.00525 on seeds 0-59,
+    beside the stored dense ones at the same rate."""
+    from helpers.gating import GATED_NO_SIGMOID, gated_step_control, step_controls
+    gated, dense = gated_step_control(), step_controls()[1.05]
+    assert gated.variants == list(GATED_NO_SIGMOID) and gated.seeds == dense.seeds == list(range(60))
+    assert all(gated.lr(v) == 0.00525 == dense.lr("relu") for v in gated.variants)
+    assert gated.eval_steps == dense.eval_steps
