@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 
 from helpers import validate
@@ -30,12 +32,16 @@ from helpers.dictionary import TopKDictionary, fact_prefixes, ffn_io, firing_cou
 from helpers.dictionary_study import MODELS, RECIPE, _r
 from helpers.fact_model import load_fact_model
 from helpers.facts import load_facts, make_dataset
+from helpers.plotting import PALETTE
 from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["SIZES", "SIZES_PATH", "size_scores", "size_study", "load_sizes", "size_table", "size_family", "main"]
+__all__ = ["SIZES", "SIZES_PATH", "SIZES_3X_PATH", "size_scores", "size_study", "load_sizes", "size_table",
+           "size_family", "size_means", "draw_sizes", "main"]
 
 SIZES_PATH = Path(__file__).resolve().parent / "data" / "dictionary_sizes.json"
+#: the same sweep trained 3x longer: ``python -m helpers.dictionary_sizes --steps 3000 --out <this path>``
+SIZES_3X_PATH = SIZES_PATH.with_name("dictionary_sizes_3000.json")
 #: the dictionary sizes swept: below, at and above the layer's 48 dimensions, up to 4× the recipe's 256
 SIZES = (16, 48, 128, 256, 512, 1024)
 
@@ -105,15 +111,48 @@ def size_family(sizes: dict, pairs: Sequence[tuple[int, int]] = ((48, 16), (256,
     return {f"held-out FVU, F = {F} − F = {G}": paired_difference(per_model(F), per_model(G)) for F, G in pairs}
 
 
+def size_means(sizes: dict) -> dict[str, list[float]]:
+    """Per F in ``sizes["sizes"]``, the mean over models (each: the mean over its seeds) of the held-out FVU in %
+    (``"held_out"``) and of the features used, active on some held-out prefix (``"used"``)."""
+    runs = sizes["models"].values()
+
+    def mean(F, key):
+        return sum(sum(e[str(F)][key]) / len(e[str(F)][key]) for e in runs) / len(runs)
+    return {"held_out": [100 * mean(F, "held_out") for F in sizes["sizes"]],
+            "used": [F - mean(F, "dead") for F in sizes["sizes"]]}
+
+
+def draw_sizes(sweeps: Sequence[dict], d: int = 48):
+    """Two panels against F (log scale), one line per sweep (labelled by its steps): the held-out FVU and the
+    features used on the held-out prefixes, means over models; a dotted line at ``d`` (y's dimension)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for sweep, colour in zip(sweeps, PALETTE):
+        means = size_means(sweep)
+        for ax, key in zip(axes, ("held_out", "used")):
+            ax.plot(sweep["sizes"], means[key], "o-", color=colour, label=f"{sweep['steps']:,} steps")
+    for ax, ylabel in zip(axes, ("held-out FVU (%)", "features used (on held-out prefixes)")):
+        ax.axvline(d, color="grey", ls=":", label=f"F = d = {d}")
+        ax.set(xscale="log", xlabel="dictionary size F (features)", ylabel=ylabel, ylim=(0, None))
+        ax.set_xticks(sweeps[0]["sizes"], [str(F) for F in sweeps[0]["sizes"]])
+        ax.minorticks_off()
+    axes[1].axhline(d, color="grey", ls="--", label=f"{d} used")
+    axes[0].legend()
+    axes[1].legend()
+    fig.suptitle("Layer 1 transcoders (k = 8), mean over 5 models")
+    fig.tight_layout()
+    return fig
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--out", type=Path, default=SIZES_PATH)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    study = {"command": "python -m helpers.dictionary_sizes " + " ".join(argv or []), "steps": args.steps,
+    study = {"command": " ".join(["python -m helpers.dictionary_sizes", *argv]), "steps": args.steps,
              "sizes": args.sizes, "models": size_study(args.models, args.sizes, steps=args.steps)}
     args.out.write_text(json.dumps(study, indent=1) + "\n", encoding="utf-8")
     return args.out

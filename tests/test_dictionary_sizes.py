@@ -1,9 +1,11 @@
 """helpers.dictionary_sizes: notebook 09's F-sweep, a small run of the command and the shipped file."""
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
 from helpers.dictionary import TopKDictionary
-from helpers.dictionary_sizes import SIZES, SIZES_PATH, load_sizes, main, size_family, size_scores, size_table
+from helpers.dictionary_sizes import SIZES, SIZES_3X_PATH, SIZES_PATH, draw_sizes, load_sizes, main, size_family, \
+    size_means, size_scores, size_table
 from helpers.dictionary_study import MODELS
 
 
@@ -30,14 +32,26 @@ def test_a_small_run_writes_every_field_and_the_table_reads_it(tmp_path):
         main(["--models", "0", "--sizes", "4", "--steps", "2", "--out", str(tmp_path / "t.json")])
 
 
-def test_the_shipped_file_covers_every_size_and_model():
-    sweep = load_sizes()
-    assert SIZES_PATH.is_file() and sweep["sizes"] == list(SIZES) and sweep["steps"] == 1000
+@pytest.mark.parametrize("path, steps", [(SIZES_PATH, 1000), (SIZES_3X_PATH, 3000)])
+def test_the_shipped_files_cover_every_size_and_model(path, steps):
+    sweep = load_sizes(path)
+    assert path.is_file() and sweep["sizes"] == list(SIZES) and sweep["steps"] == steps
     assert set(sweep["models"]) == {str(m) for m in MODELS}
     for entry in sweep["models"].values():
         for F in SIZES:
             assert all(0 <= v <= F for v in entry[str(F)]["dead"]) and len(entry[str(F)]["held_out"]) == 2
     assert len(size_table(sweep).splitlines()) == 2 + len(SIZES)
+
+
+def test_size_means_and_the_figure():
+    sweep = {"steps": 10, "sizes": [16, 48],
+             "models": {"0": {"16": {"held_out": [0.02, 0.02], "dead": [0, 2]}, "48": {"held_out": [0.01, 0.01], "dead": [4, 4]}},
+                        "1": {"16": {"held_out": [0.04, 0.04], "dead": [0, 0]}, "48": {"held_out": [0.01, 0.03], "dead": [2, 2]}}}}
+    means = size_means(sweep)
+    assert means["held_out"] == pytest.approx([3.0, 1.5]) and means["used"] == pytest.approx([15.5, 45.0])
+    fig = draw_sizes([sweep, sweep])
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel().startswith("features used")
+    plt.close(fig)
 
 
 def test_size_family_pairs_the_models_in_percentage_points():
