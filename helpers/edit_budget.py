@@ -2,8 +2,8 @@
 
 The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the country, with 40 Adam steps
 and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere,
-and at what cost? ``budget_runs`` repeats those edits at other budgets (more steps, with and without the penalty:
-the penalty is what binds) and records, per seed and budget,
+and at what cost? ``budget_runs`` repeats those edits at other budgets (40, 200 or 1000 steps, with and
+without the penalty) and records, per seed and budget,
 the efficacy (share of edits that now give the new capital) and the share of the other countries' capitals
 whose prediction is unchanged (specificity). Too slow to run live for ten seeds; made by
 
@@ -28,6 +28,7 @@ from helpers.memory import collect, token_positions
 
 DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 BUDGETS: dict[str, dict] = {"40 steps, penalty": dict(steps=40, l2=3e-3),
+                            "40 steps, no penalty": dict(steps=40, l2=0.0),
                             "200 steps, penalty": dict(steps=200, l2=3e-3),
                             "200 steps, no penalty": dict(steps=200, l2=0.0),
                             "1000 steps, no penalty": dict(steps=1000, l2=0.0)}

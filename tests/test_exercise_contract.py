@@ -293,7 +293,8 @@ def test_the_reference_in_float32_is_never_called_wrong(ex):
         exact = ex.reference(*copy.deepcopy(args), **copy.deepcopy(kwargs))
         return _like(ex.reference(*_to_float32(args), **_to_float32(kwargs)), exact)
     result = ex.evaluate(in_float32)
-    assert result.hint is None and CLUE_PREFIX not in result.message, result.message
+    assert result.hint is None or "float32" in result.hint, result.message
+    assert CLUE_PREFIX not in result.message, result.message
     if result.status == PASSED or result.reason == "precision":
         return
     extremes = [c.describe() for c in ex.cases()

@@ -490,3 +490,21 @@ def test_memory_coefficients_bias_after_the_activation_is_named():
     """Review 03-round13: GELU(x W1ᵀ) + b1 got the symptom only."""
     result = ex.check_memory_coefficients.evaluate(lambda x, W1, b1: F.gelu(x @ W1.T) + b1)
     assert result.status == "failed" and "after the activation" in result.message, result.message
+
+
+def test_best_match_in_float32_is_named_and_computing_otherwise_in_float32_still_fails():
+    def in_float32(a, b):
+        a, b = a.float(), b.float()
+        za, zb = (a - a.mean(0)) / a.std(0), (b - b.mean(0)) / b.std(0)
+        r = za.T @ zb / (a.shape[0] - 1)
+        v, i = r.max(1)
+        return i, v.double()
+
+    def norms_in_float32(a, b):
+        ac, bc = a.float() - a.float().mean(0), b.float() - b.float().mean(0)
+        v, i = (ac.T @ bc / (ac.norm(dim=0)[:, None] * bc.norm(dim=0)[None])).max(1)
+        return i, v.double()
+
+    result = ex.check_best_match.evaluate(in_float32)
+    assert result.status == "failed" and "float32" in (result.hint or ""), result.message
+    assert ex.check_best_match.evaluate(norms_in_float32).status == "failed"

@@ -788,6 +788,11 @@ def _corr_mixed_divisors(a, b, correction=1, divisor_offset=0):
     return za.T @ zb / (a.shape[0] - divisor_offset)
 
 
+def _match_in_float32(a, b):
+    index, r = _best_match(a.float(), b.float())
+    return index, r.double()
+
+
 def _cosine(a, b):
     return F.normalize(a, dim=0).T @ F.normalize(b, dim=0)
 
@@ -817,6 +822,9 @@ check_best_match = Exercise(
          _match_from(lambda a, b: _corr_mixed_divisors(a, b, correction=0, divisor_offset=1))),
         ("you matched the wrong way round: return one entry per neuron of `a` (the best column of b for each "
          "column of a).", lambda a, b: _best_match(b, a)),
+        ("you computed in float32: with activations near 1e4 that vary by about 1e-2, float32 stores each "
+         "value only to about 1e-3, a tenth of that spread. Keep the float64 inputs as they are.",
+         _match_in_float32),
     ],
     kind="investigate",
     domain=Domain(
