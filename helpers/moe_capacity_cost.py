@@ -8,9 +8,8 @@ against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 
 
     python -m helpers.moe_capacity_cost --results      # about two minutes of one CPU core
 
-Seeds 10-19 were added after looking at seeds 0-9 (whose gap between the two arms' costs was not resolved). The
-family was fixed before they ran: ``cost_family``'s six rows, unchanged, now over seeds 0-19, in notebook 05's
-section 9 Holm family of 13 rows (the drops and ``trained_family``'s rows keep their ten seeds).
+Seeds 10-19 were added after looking at seeds 0-9 (whose gap between the two arms' costs was not resolved), to
+both files with the same commands; notebook 05's section 9 Holm family keeps its 13 rows (the drops keep ten seeds).
 
 ``--trained`` trains the same arms and seeds with every MoE layer at capacity factor ``TRAIN_FACTOR`` (1) instead,
 and also keeps the share of slots dropped at each step (``run_trained``, shipped in ``TRAINED_PATH``)::
@@ -41,7 +40,7 @@ from helpers.stats import paired_difference
 FACTORS: tuple[float | None, ...] = (None, 2.0, 1.25, 1.0)
 ARMS: tuple[str, ...] = ("MoE, α = 0", "MoE, α = 0.1")
 SEEDS: tuple[int, ...] = tuple(range(10))
-#: the seeds of ``run_cost``'s shipped file (10-19 added after looking at 0-9; ``run_trained`` keeps ``SEEDS``)
+#: the seeds of both shipped files (10-19 added after looking at 0-9)
 COST_SEEDS: tuple[int, ...] = tuple(range(20))
 LR = 1e-2
 #: Where ``python -m helpers.moe_capacity_cost --results`` writes and ``load_cost`` reads.
@@ -81,7 +80,7 @@ def run_cost(seeds: Sequence[int] = COST_SEEDS, *, progress: bool = True) -> dic
     return out
 
 
-def run_trained(seeds: Sequence[int] = SEEDS, factor: float = TRAIN_FACTOR, *, progress: bool = True) -> dict:
+def run_trained(seeds: Sequence[int] = COST_SEEDS, factor: float = TRAIN_FACTOR, *, progress: bool = True) -> dict:
     """The same arms and seeds (same initial weights and batches) trained with every MoE layer at ``factor``, then
     scored like ``run_cost``: ``{"factor", "lr", "factors", "ce": {arm: {seed: [ce at each of FACTORS]}},
     "dropped": {arm: {seed: [share of slots dropped at each training step, mean of the layers]}}}``."""
@@ -186,14 +185,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--results", action="store_true", help="train dropless, evaluate at each factor, write")
     which.add_argument("--trained", action="store_true", help=f"train at c = {TRAIN_FACTOR:g} instead (run_trained)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help="default: 0 to 19 (--results), 0 to 9 (--trained)")
+                        help="default: 0 to 19")
     parser.add_argument("--out", default=None, help=f"default: {COST_PATH} (--trained: {TRAINED_PATH})")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                        # as in the notebooks (helpers.env.setup)
     try:
         flag = "--trained" if args.trained else "--results"
-        seeds = args.seeds or list(SEEDS if args.trained else COST_SEEDS)
+        seeds = args.seeds or list(COST_SEEDS)
         made = run_trained(seeds) if args.trained else run_cost(seeds)
         record = {"made_by": f"python -m helpers.moe_capacity_cost {flag}", **made}
     finally:

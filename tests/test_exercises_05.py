@@ -534,6 +534,14 @@ def test_the_float64_overflow_gets_its_own_hint():
     assert "float64 only moves the overflow" in hint_of(check_z_loss, z_loss_grad)
 
 
+def test_a_naive_logsumexp_beside_torch_softmax_is_told_to_use_torch_logsumexp():
+    def z_loss_grad(logits):
+        lse = torch.log(torch.exp(logits).sum(-1, keepdim=True))
+        return 2.0 / logits.shape[0] * lse * torch.softmax(logits, dim=-1)
+
+    assert "torch.logsumexp" in hint_of(check_z_loss, z_loss_grad)
+
+
 # ---------------------------------------------------------------- declared domains and the wrong answers tried at their corners
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
 def test_the_hidden_cases_reach_every_declared_corner(ex):

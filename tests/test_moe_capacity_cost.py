@@ -72,9 +72,10 @@ def test_a_small_trained_file_round_trips_and_joins_the_table_and_family(tmp_pat
     assert dropped_in_training(trained).splitlines()[0].startswith("  MoE, α = 0: step 1 0.")
 
 
-def test_the_shipped_trained_file_holds_ten_seeds_of_both_arms(tmp_path):
+def test_the_shipped_trained_file_holds_twenty_seeds_of_both_arms(tmp_path):
+    from helpers.moe_capacity_cost import COST_SEEDS
     trained = load_cost(trained=True)
-    assert all(list(trained[key][arm]) == [str(s) for s in SEEDS] for key in ("ce", "dropped") for arm in ARMS)
+    assert all(list(trained[key][arm]) == [str(s) for s in COST_SEEDS] for key in ("ce", "dropped") for arm in ARMS)
     assert trained["made_by"] == "python -m helpers.moe_capacity_cost --trained"
     with pytest.raises(FileNotFoundError, match="--trained"):
         load_cost(tmp_path / "none.json", trained=True)

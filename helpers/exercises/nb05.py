@@ -600,9 +600,12 @@ check_z_loss = Exercise(
     _z_loss_grad,
     _z_cases,
     [
-        ("exp over- or underflowed on large logits: subtract each row's maximum m before exponentiating "
-         "(logsumexp = m + log Σ exp(l − m), softmax = exp(l − m) / Σ exp(l − m)).",
+        ("exp over- or underflowed on large logits: use torch.logsumexp and torch.softmax, or subtract each row's "
+         "maximum m before exponentiating (logsumexp = m + log Σ exp(l − m), softmax = exp(l − m) / Σ exp(l − m)).",
          _z_grad_with(lse_of=lambda l: torch.log(torch.exp(l).sum(-1, keepdim=True)), probs_of=_naive_softmax)),
+        ("log(sum(exp(l))) overflows on large logits (log inf = inf): use torch.logsumexp, or subtract each row's "
+         "maximum m first (logsumexp = m + log Σ exp(l − m)).",
+         _z_grad_with(lse_of=lambda l: torch.log(torch.exp(l).sum(-1, keepdim=True)))),
         ("float64 only moves the overflow: exp passes float64's largest value above a logit of about 709, so the "
          "logits near +800 still give inf / inf = NaN. Subtract each row's maximum m before exponentiating "
          "(logsumexp = m + log Σ exp(l − m), softmax = exp(l − m) / Σ exp(l − m)).",
