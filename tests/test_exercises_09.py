@@ -5,10 +5,10 @@ with the course's helpers (the generic contract for every checker is in test_exe
 import pytest
 import torch
 
-from helpers.dictionary import TopKDictionary, fvu, topk_codes
+from helpers.dictionary import TopKDictionary, firing_counts, fvu, topk_codes
 from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
-from helpers.exercises.nb09 import (EXERCISES, check_fvu, check_top_sub_updates, check_topk_activation,
-                                    check_transcoder)
+from helpers.exercises.nb09 import (EXERCISES, check_features_used, check_fvu, check_top_sub_updates,
+                                    check_topk_activation, check_transcoder)
 
 
 def _notes(ex):
@@ -16,8 +16,8 @@ def _notes(ex):
 
 
 def test_kinds_titles_and_blank_stubs():
-    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate"]
-    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 5)]
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate", "investigate"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 6)]
 
     def blank(*args):
         raise NotImplementedError
@@ -294,3 +294,23 @@ def test_sub_updates_that_zero_m_in_place_fail():
     if result.status == PASSED:
         pytest.xfail("this engine does not yet compare a function's inputs after the call")
     assert result.status == FAILED and "m" in result.message, result.message
+
+
+# ---- exercise 5: features used
+def test_features_used_blank_right_and_named_wrong_answers():
+    def blank(codes):
+        raise NotImplementedError
+
+    assert check_features_used.evaluate(blank).status == NOT_ATTEMPTED
+    for right in (lambda c: int((c > 0).any(dim=0).sum()), lambda c: (c > 0).any(dim=0).sum(),
+                  lambda c: int(((c > 0).sum(dim=0) > 0).sum()), lambda c: len(c.nonzero()[:, 1].unique())):
+        assert check_features_used.evaluate(right).status == PASSED
+    for case in check_features_used.cases():
+        (codes,) = case.args
+        assert check_features_used.reference(codes) == int((firing_counts(codes) > 0).sum()), case.note
+    _fails(check_features_used, lambda c: int((c > 0).sum()), "active entries")
+    _fails(check_features_used, lambda c: int((c >= 0).any(dim=0).sum()), "not >= 0")
+    _fails(check_features_used, lambda c: int((c == 0).all(dim=0).sum()), "dead features")
+    _fails(check_features_used, lambda c: int((c > 0).sum(dim=1).max()), "one prefix")
+    _fails(check_features_used, lambda c: int((c > 0).any(dim=1).sum()), "prefixes with some")
+    _fails(check_features_used, lambda c: int((c > 1e-12).any(dim=0).sum()))           # a threshold above 0

@@ -19,6 +19,7 @@ checker                         kind       your function                        
 ``check_transcoder``            build      ``transcoder_forward(x, y, W_enc, b_enc, W_dec, b_dec, k)``  codes, ŷ, loss
 ``check_fvu``                   invest.    ``fraction_of_variance_unexplained(y, y_hat)``             float64
 ``check_top_sub_updates``       invest.    ``top_sub_updates(m, W2, b2, k)``                           ``(N, d_model)``
+``check_features_used``         invest.    ``features_used(codes)``                                    int
 ==============================  =========  ========================================================  =================
 """
 
@@ -594,4 +595,87 @@ check_top_sub_updates = Exercise(
 )
 
 
-EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates]
+# ---------------------------------------------------------------- exercise 5: features used, against a control
+def _features_used(codes: torch.Tensor) -> int:
+    return int((codes > 0).any(dim=0).sum())
+
+
+def _features_used_cases() -> list[Case]:
+    g = _generator(905)
+    cases = []
+
+    def sparse(n, f, k, dtype=torch.float64, scale=1.0):
+        pre = scale * torch.rand(n, f, generator=g, dtype=dtype)
+        return torch.zeros_like(pre).scatter(-1, pre.topk(k, dim=-1).indices, pre.topk(k, dim=-1).values)
+
+    cases.append(Case((sparse(40, 64, 4),), note="TopK-4 codes (40, 64), float64"))
+    cases.append(Case((sparse(30, 50, 3, torch.float32),), note="TopK-3 codes (30, 50), float32"))
+    cases.append(Case((sparse(1, 16, 5),), note="one prefix: (1, 16), 5 active"))
+    cases.append(Case((torch.zeros(12, 20, dtype=torch.float64),), note="every feature dead: all zeros (12, 20)"))
+    every = sparse(30, 10, 10)
+    cases.append(Case((every,), note="no feature dead: k = F, (30, 10)"))
+    cases.append(Case((torch.tensor([[0.0], [2.5], [0.0]], dtype=torch.float64),), note="one feature: (3, 1)"))
+    few = torch.zeros(25, 40, dtype=torch.float64)
+    few[:, 3] = 1.0                                               # one feature on every prefix, three on one each
+    few[0, 7], few[5, 19], few[9, 39] = 0.5, 2.0, 1e-30
+    cases.append(Case((few,), note="many active entries, few features: one feature on all 25 prefixes, "
+                                     "one at 1e-30"))
+    cases.append(Case((sparse(20, 32, 2, torch.float32, scale=1e6),), note="large codes (up to 1e6), float32"))
+    return cases
+
+
+_FEATURES_USED_DOMAIN = Domain(
+    allows="codes: float32 or float64 (N, F), N >= 1, F >= 1, every entry >= 0 (TopK codes: 0 = inactive, any "
+           "positive value, from about 1e-30 up to 1e6, = active), any number of active entries per row. "
+           "Answer: a Python int (or 0-dim integer tensor), the number of columns with an entry > 0.",
+    corners=(
+        _corner("N = 1 (one prefix)", lambda c: c.shape[0] == 1),
+        _corner("F = 1 (one feature)", lambda c: c.shape[1] == 1),
+        _corner("every feature dead (all zeros)", lambda c: not bool((c > 0).any())),
+        _corner("no feature dead", lambda c: bool((c > 0).any(0).all())),
+        _corner("float32 codes", lambda c: c.dtype == torch.float32),
+        _corner("float64 codes", lambda c: c.dtype == torch.float64),
+        _corner("a tiny positive code (<= 1e-20)", lambda c: bool(((c > 0) & (c <= 1e-20)).any())),
+        _corner("large codes (>= 1e5)", lambda c: bool((c >= 1e5).any())),
+        _corner("more active entries than features",
+                lambda c: int((c > 0).sum()) > 2 * int((c > 0).any(0).sum()) > 0),
+    ),
+)
+
+
+def _features_used_wrong(kind: str):
+    def wrong(codes):
+        if kind == "entries":
+            return int((codes > 0).sum())
+        if kind == ">=":
+            return int((codes >= 0).any(dim=0).sum())
+        if kind == "dead":
+            return int((~(codes > 0).any(dim=0)).sum())
+        if kind == "per row":
+            return int((codes > 0).sum(dim=1).max())
+        if kind == "rows":
+            return int((codes > 0).any(dim=1).sum())
+        raise AssertionError(kind)
+    return wrong
+
+
+check_features_used = Exercise(
+    "Exercise 5 (features used, against a control)",
+    _features_used,
+    _features_used_cases,
+    [
+        ("you counted active entries (prefix, feature pairs); count features: columns with at least one entry > 0.",
+         _features_used_wrong("entries")),
+        ("a code of exactly 0 is inactive: test codes > 0, not >= 0.", _features_used_wrong(">=")),
+        ("that is the number of dead features (never active); return the number used.",
+         _features_used_wrong("dead")),
+        ("you counted the active features of one prefix (the most of any row); count the features active on at "
+         "least one prefix: any over dim=0.", _features_used_wrong("per row")),
+        ("you counted prefixes with some active feature (any over dim=1); count features: any over dim=0.",
+         _features_used_wrong("rows")),
+    ],
+    atol=0, rtol=0, kind="investigate", domain=_FEATURES_USED_DOMAIN,
+)
+
+
+EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates, check_features_used]
