@@ -472,16 +472,16 @@ def step_control_family(slow: VariantComparison,
     """Is the gated group's lead at a slow shared rate worth a slightly larger step for the dense group?
 
     ``slow``: every variant at one rate (e.g. ``shared_pools()[0.005]``); ``controls``: multiplier -> the dense
-    variants on the same seeds at a higher rate. Returns ``"gated <rate> − dense <higher rate>"`` -> the
+    variants on the same seeds at a higher rate. Returns ``"gated − dense, dense alone ×<multiplier>"`` -> the
     gated-no-σ group's mean run-mean loss at ``slow``'s rate minus the dense group's at the control's, paired by seed
     (< 0: the gated group is still lower)."""
     gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
     family = {}
-    for control in controls.values():
+    for multiplier, control in controls.items():
         if control.seeds != slow.seeds:
             raise ValueError(f"each control must use slow's seeds {slow.seeds}, got {control.seeds}")
         dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
-        family[f"gated {slow.lr('relu'):g} − dense {control.lr('relu'):g}"] = paired_difference(gated, dense)
+        family[f"gated − dense, dense alone ×{multiplier:g}"] = paired_difference(gated, dense)
     return family
 
 
@@ -503,16 +503,16 @@ def group_mean(result: VariantComparison, variants: Sequence[str]) -> torch.Tens
 
 def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
                       gated_fast: VariantComparison) -> dict[str, PairedDifference]:
-    """The step-size control with one change for both arms: ``"gated − dense, both at <rate>"``, the gated-no-σ
-    group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
+    """The step-size control with one change for both arms: ``"gated − dense, both ×<rate / slow's rate>"``, the
+    gated-no-σ group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
     ``gated_fast``: the gated ones, at one rate, on ``slow``'s seeds)."""
     if not (dense_fast.seeds == gated_fast.seeds == slow.seeds):
         raise ValueError(f"dense_fast and gated_fast must use slow's seeds {slow.seeds}")
     rate = dense_fast.lr(DENSE[0])
     if gated_fast.lr(GATED_NO_SIGMOID[0]) != rate:
         raise ValueError(f"gated_fast must train at dense_fast's rate {rate}, got {gated_fast.lr(GATED_NO_SIGMOID[0])}")
-    return {f"gated − dense, both at {rate:g}": paired_difference(group_mean(gated_fast, GATED_NO_SIGMOID),
-                                                                  group_mean(dense_fast, DENSE))}
+    name = f"gated − dense, both ×{round(rate / slow.lr(DENSE[0]), 6):g}"
+    return {name: paired_difference(group_mean(gated_fast, GATED_NO_SIGMOID), group_mean(dense_fast, DENSE))}
 
 
 def step_gains(slow: VariantComparison, dense_fast: VariantComparison,

@@ -484,10 +484,10 @@ def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
     control = load_race(out)
     slow = run_race(RACE_VARIANTS, [0, 1], lr=RACE_SHARED_LR, steps=3, eval_every=3, progress=False)
     family = step_control_family(slow, {1.05: control})
-    assert list(family) == ["gated 0.005 − dense 0.00525"]
+    assert list(family) == ["gated − dense, dense alone ×1.05"]
     gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
     dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
-    assert family["gated 0.005 − dense 0.00525"].mean == pytest.approx(float((gated - dense).mean()), abs=1e-5)
+    assert family["gated − dense, dense alone ×1.05"].mean == pytest.approx(float((gated - dense).mean()), abs=1e-5)
     with pytest.raises(ValueError, match="seeds"):
         step_control_family(slow.select([1, 0]), {1.05: control})
 
@@ -520,8 +520,8 @@ def test_equal_step_family_and_step_gains_pair_the_groups_by_seed():
     dense_fast = _flat_race(DENSE, seeds, 0.00525, dict.fromkeys(DENSE, 2.9))
     gated_fast = _flat_race(GATED_NO_SIGMOID, seeds, 0.00525, dict.fromkeys(GATED_NO_SIGMOID, 2.8))
     family = equal_step_family(slow, dense_fast, gated_fast)
-    assert list(family) == ["gated − dense, both at 0.00525"]
-    assert family["gated − dense, both at 0.00525"].mean == pytest.approx(-0.1)
+    assert list(family) == ["gated − dense, both ×1.05"]
+    assert family["gated − dense, both ×1.05"].mean == pytest.approx(-0.1)
     gains = step_gains(slow, dense_fast, gated_fast)
     assert list(gains) == ["gated no σ: 0.00525 − 0.005", "dense: 0.00525 − 0.005"]
     assert all(g.mean == pytest.approx(-0.1) for g in gains.values())
