@@ -107,6 +107,9 @@ check_memory_coefficients = Exercise(
         ("you used GELU's tanh approximation; the exercise asks for the exact GELU (F.gelu without "
          "approximate='tanh').",
          lambda x, W1, b1: F.gelu(x @ W1.T + b1, approximate="tanh")),
+        ("your hand-written GELU misses the √2: the exact GELU is z·Φ(z) = ½·z·(1 + erf(z/√2)), not "
+         "½·z·(1 + erf(z)).",
+         lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf(x @ W1.T + b1))),
     ],
 )
 
