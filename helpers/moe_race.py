@@ -364,18 +364,37 @@ def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[
             for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
 
 
+def section_family(race: Race, pairs: Sequence[tuple[str, str]], long, dsm) -> dict[str, PairedDifference]:
+    """Notebook 07's section 4 as one Holm family: the race's loss comparisons (``loss_family``), then the long
+    runs' 4 (share right, in points, seed by seed: a dense twin after 3,000 steps − the MoE after 300, on the race's
+    first ``len(long.seeds)`` seeds) and DeepSeekMoE at fixed rates after 300 steps − width 19 and − fine-grained
+    (loss, on the race's first ``len(dsm.seeds)`` seeds). ``long``, ``dsm``: ``helpers.moe_long_run.LongRun``s."""
+    end, n = long.marks.index(3000), len(long.seeds)
+    room = {f"width {w}, lr {lr} (3,000 steps) − {moe} (300)":
+            paired_difference(100 * long.right[f"dense, width {w}, lr {lr}"][end],
+                              100 * race.runs[300][moe].right()[:n])
+            for w, moe in ((11, "MoE"), (19, "MoE, top-2")) for lr in ("0.04", "0.08")}
+    fixed = {f"300 steps: DeepSeekMoE, {key.split(', ')[-1]} − {arm}":
+             paired_difference(loss[-1], race.runs[300][arm].final()[:len(dsm.seeds)])
+             for key, loss in dsm.loss.items() for arm in ("dense, width 19", "fine-grained")}
+    return {**loss_family(race, pairs), **room, **fixed}
+
+
 def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, loads: bool = False,
-                fresh: Race | None = None, changed_only: bool = False) -> list[str]:
+                fresh: Race | None = None, changed_only: bool = False,
+                extra: dict[str, PairedDifference] | None = None) -> list[str]:
     """The same family judged twice: on ``race`` and on ``other`` (the same seeds at the same rates, trained on
     another CPU kernel), mean difference and Holm's verdict side by side; then how many single runs of the arms
     compared ended more than 0.01 nats apart. ``loads``: the family is the late load's comparisons and then the
     loss's (section 5's); ``fresh``: a third column, the family judged on other seeds trained at the same rates;
     ``changed_only``: print only the comparisons whose verdict differs between columns (the full family is
-    printed once elsewhere), then the counts."""
+    printed once elsewhere), then the counts; ``extra``: further comparisons judged in every column's Holm family
+    (as given: e.g. the rest of a section's family), neither printed nor counted."""
     def family(r: Race) -> dict[str, PairedDifference]:
         return {**load_family(r, pairs), **loss_family(r, pairs)} if loads else loss_family(r, pairs)
 
-    judged = [holm(family(r)) for r in (race, other) + (() if fresh is None else (fresh,))]
+    judged = [holm({**family(r), **(extra or {})}) for r in (race, other) + (() if fresh is None else (fresh,))]
+    judged = [[v for v in col if v.name in family(race)] for col in judged]
     width = max(len(v.name) for v in judged[0]) + 2
     labels = [r.environment.get("cpu_capability", "?") + " kernel" for r in (race, other)]
     if fresh is not None:

@@ -293,3 +293,22 @@ def test_the_sweep_summary_counts_rates_at_the_grids_ends_and_reads_the_shared_r
     assert lines[0].endswith("chosen rates at an end of the grid: 0 of 16")
     s = race.sweeps[100]
     assert f"{float(s.loss['MoE'].mean(1)[s.lrs.index(0.16)]):.3f} nats" in lines[1] and "own 0.08" in lines[1]
+
+
+def test_section_4_is_one_family_of_26_and_the_audit_judges_the_race_inside_it(race):
+    """Notebook 07's section 4: ``section_family`` is the race's 18 then the long runs' 4 and DeepSeekMoE's 4;
+    judged inside it, the race resolves 13 of 18, the default kernel keeps 17 of 18, the fresh seeds 13 of 18."""
+    from helpers.moe_long_run import DEEPSEEK_300_PATH, load_long_run
+    from helpers.moe_race import section_family
+
+    family = section_family(race, RACE_PAIRS, load_long_run(), load_long_run(DEEPSEEK_300_PATH))
+    race_rows = loss_family(race, RACE_PAIRS)
+    assert len(family) == 26 and list(family)[:18] == list(race_rows)
+    verdicts = holm(family)
+    assert sum(v.verdict != "not resolved" for v in verdicts) == 16
+    assert sum(v.verdict != "not resolved" for v in verdicts[:18]) == 13
+    extra = {k: v for k, v in family.items() if k not in race_rows}
+    lines = rerun_lines(race, load_race(KERNEL_RERUN_PATH), RACE_PAIRS, fresh=load_race(RACE_FRESH_SEEDS_PATH),
+                        changed_only=True, extra=extra)
+    assert lines[-1].startswith("same verdict in 17 of 18;") and lines[-1].endswith("same verdict in 13 of 18")
+    assert rerun_lines(race, race, RACE_PAIRS, extra={}) == rerun_lines(race, race, RACE_PAIRS)
