@@ -40,9 +40,9 @@ def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | Non
         kept = torch.as_tensor(kept).double()
         ax.bar(experts, kept.numpy(), color=KEPT_COLOR, label="kept")
         ax.bar(experts, (counts - kept).numpy(), bottom=kept.numpy(), color=DROPPED_COLOR, label="dropped")
-    ax.axhline(float(counts.mean()), color="0.3", ls=":", lw=1.5, label="perfect balance")
+    ax.axhline(float(counts.mean()), color="black", ls=":", lw=2.5, zorder=4, label="perfect balance")  # on top
     if capacity is not None:
-        ax.axhline(capacity, color=DROPPED_COLOR, ls="--", lw=1.5, label=f"capacity = {capacity}")
+        ax.axhline(capacity, color=DROPPED_COLOR, ls="--", lw=1.5, zorder=3, label=f"capacity = {capacity}")
     top = max(float(counts.max()), float(capacity or 0))
     ax.set_ylim(0, 1.4 * top if top > 0 else 1)               # room for the legend above the bars
     ax.set_xticks(experts)
