@@ -110,6 +110,12 @@ check_memory_coefficients = Exercise(
         ("your hand-written GELU misses the √2: the exact GELU is z·Φ(z) = ½·z·(1 + erf(z/√2)), not "
          "½·z·(1 + erf(z)).",
          lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf(x @ W1.T + b1))),
+        ("your hand-written GELU divides by 2 inside erf: the exact GELU is ½·z·(1 + erf(z/√2)), not "
+         "½·z·(1 + erf(z/2)).",
+         lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf((x @ W1.T + b1) / 2))),
+        ("you used GELU's sigmoid approximation z·σ(1.702·z); the exercise asks for the exact GELU, "
+         "½·z·(1 + erf(z/√2)) (F.gelu).",
+         lambda x, W1, b1: (x @ W1.T + b1) * torch.sigmoid(1.702 * (x @ W1.T + b1))),
     ],
 )
 
