@@ -182,6 +182,13 @@ def _triggers_zero_mask(c, valid, neuron, k):
     return examples, position[examples]
 
 
+def _triggers_nan_mask(c, valid, neuron, k):
+    v = valid.to(c.dtype)
+    best, position = (c[:, :, neuron] * v + (1 - v) * float("-inf")).max(dim=1)
+    examples = best.topk(k).indices
+    return examples, position[examples]
+
+
 def _triggers_many_per_example(c, valid, neuron, k):
     flat = c[:, :, neuron].masked_fill(~valid, float("-inf")).reshape(-1)
     index = flat.topk(k).indices
@@ -258,6 +265,8 @@ check_top_triggers = Exercise(
         ("you masked the positions that are not allowed with 0 (e.g. by multiplying with `valid`); where every "
          "allowed value of a row is negative (GELU dips to -0.17), 0 wins and an invalid position is picked. "
          "Mask with -inf: masked_fill(~valid, float('-inf')).", _triggers_zero_mask),
+        ("you masked by arithmetic: at a valid position (1 - valid)·(-inf) is 0·(-inf) = NaN, so the peaks are "
+         "NaN. Mask with masked_fill(~valid, float('-inf')).", _triggers_nan_mask),
         ("one example appears several times: take the best position of each example first (max over T), then "
          "the top k examples.", _triggers_many_per_example),
         ("off by one: return the position t where the prefix ends (the prefix is ids[n, :t+1]), not its "
