@@ -371,7 +371,10 @@ NATURAL_WRONG = [
     ("coefficients", lambda x, W1, b1: torch.relu(x @ W1.T + b1), "you used ReLU"),
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T) + b1, "after the activation"),  # review 03-round13
     ("coefficients", lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf(x @ W1.T + b1)), "misses the √2"),  # 03-r18
+    ("coefficients", lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf((x @ W1.T + b1) / 2)), "inside erf"),  # 03-r19
+    ("coefficients", lambda x, W1, b1: (x @ W1.T + b1) * torch.sigmoid(1.702 * (x @ W1.T + b1)), "sigmoid approximation"),  # 03-r19
     ("triggers", ex._triggers_zero_mask, "with 0"),
+    ("triggers", ex._triggers_nan_mask, "NaN"),  # 03-r19
     ("triggers", ex._triggers_many_per_example, "one example appears several times"),
     ("triggers", _triggers_position_before_masking, None),
     ("triggers", ex._triggers_off_by_one, "off by one"),

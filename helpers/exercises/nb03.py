@@ -110,6 +110,12 @@ check_memory_coefficients = Exercise(
         ("your hand-written GELU misses the √2: the exact GELU is z·Φ(z) = ½·z·(1 + erf(z/√2)), not "
          "½·z·(1 + erf(z)).",
          lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf(x @ W1.T + b1))),
+        ("your hand-written GELU divides by 2 inside erf: the exact GELU is ½·z·(1 + erf(z/√2)), not "
+         "½·z·(1 + erf(z/2)).",
+         lambda x, W1, b1: 0.5 * (x @ W1.T + b1) * (1 + torch.erf((x @ W1.T + b1) / 2))),
+        ("you used GELU's sigmoid approximation z·σ(1.702·z); the exercise asks for the exact GELU, "
+         "½·z·(1 + erf(z/√2)) (F.gelu).",
+         lambda x, W1, b1: (x @ W1.T + b1) * torch.sigmoid(1.702 * (x @ W1.T + b1))),
     ],
 )
 
@@ -172,6 +178,13 @@ def _triggers_no_mask(c, valid, neuron, k):
 
 def _triggers_zero_mask(c, valid, neuron, k):
     best, position = (c[:, :, neuron] * valid).max(dim=1)
+    examples = best.topk(k).indices
+    return examples, position[examples]
+
+
+def _triggers_nan_mask(c, valid, neuron, k):
+    v = valid.to(c.dtype)
+    best, position = (c[:, :, neuron] * v + (1 - v) * float("-inf")).max(dim=1)
     examples = best.topk(k).indices
     return examples, position[examples]
 
@@ -252,6 +265,8 @@ check_top_triggers = Exercise(
         ("you masked the positions that are not allowed with 0 (e.g. by multiplying with `valid`); where every "
          "allowed value of a row is negative (GELU dips to -0.17), 0 wins and an invalid position is picked. "
          "Mask with -inf: masked_fill(~valid, float('-inf')).", _triggers_zero_mask),
+        ("you masked by arithmetic: at a valid position (1 - valid)·(-inf) is 0·(-inf) = NaN, so the peaks are "
+         "NaN. Mask with masked_fill(~valid, float('-inf')).", _triggers_nan_mask),
         ("one example appears several times: take the best position of each example first (max over T), then "
          "the top k examples.", _triggers_many_per_example),
         ("off by one: return the position t where the prefix ends (the prefix is ids[n, :t+1]), not its "
