@@ -368,6 +368,53 @@ def test_fused_ffn_chunk_on_the_wrong_dimension_fails_with_the_error():
     assert result.status == FAILED and "raised" in result.message
 
 
+_PHIS = {"glu": torch.sigmoid, "bilinear": lambda t: t, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+
+
+def _output_split_on_tokens(x, w13, b13, w2, b2, variant):     # review 04-round19: chunk(2, dim=0)
+    u = x @ w13.T
+    if b13 is not None:
+        u = u + b13
+    gate, content = u.chunk(2, dim=0)
+    y = (_PHIS[variant](gate) * content) @ w2.T
+    return y + b2 if b2 is not None else y
+
+
+def _output_sliced_on_tokens(x, w13, b13, w2, b2, variant):    # u[:d_ff], the same mistake written as a slice
+    d_ff = w13.shape[0] // 2
+    u = F.linear(x, w13, b13)
+    return F.linear(_PHIS[variant](u[:d_ff]) * u[d_ff:], w2, b2)
+
+
+@pytest.mark.parametrize("wrong", [_output_split_on_tokens, _output_sliced_on_tokens])
+def test_fused_ffn_split_along_the_tokens_raises_and_is_named(wrong):
+    for _ in range(3):
+        result = check_fused_ffn.evaluate(wrong)
+        assert result.status == FAILED and "raised" in result.message
+        assert "split along its first axis" in result.message and result.hint is not None
+
+
+def test_fused_ffn_token_split_hint_needs_every_case_explained():
+    def split_on_tokens_silu_always(x, w13, b13, w2, b2, variant):        # two mistakes: not named
+        gate, content = F.linear(x, w13, b13).chunk(2, dim=0)
+        return F.linear(F.silu(gate) * content, w2, b2)
+
+    def split_on_tokens_no_b13(x, w13, b13, w2, b2, variant):
+        gate, content = F.linear(x, w13).chunk(2, dim=0)
+        return F.linear(_PHIS[variant](gate) * content, w2, b2)
+
+    def weight_not_transposed(x, w13, b13, w2, b2, variant):              # raises too, another mistake
+        gate, content = (x @ w13).chunk(2, dim=-1)
+        return F.linear(_PHIS[variant](gate) * content, w2, b2)
+
+    def raises_always(x, w13, b13, w2, b2, variant):
+        raise RuntimeError("shapes")
+
+    for wrong in (split_on_tokens_silu_always, split_on_tokens_no_b13, weight_not_transposed, raises_always):
+        result = check_fused_ffn.evaluate(wrong)
+        assert result.status == FAILED and "split along its first axis" not in result.message, wrong.__name__
+
+
 def test_fused_ffn_d_model_one_is_a_case():
     assert any(c.args[0].shape[-1] == 1 for c in check_fused_ffn.cases())
 

@@ -34,13 +34,18 @@ should wait for a prediction).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import warnings
 from fractions import Fraction
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.engine import NOT_ATTEMPTED, Case, Corner, Domain, Exercise
+from helpers.exercises.engine import FAILED, HINT_PREFIX, NOT_ATTEMPTED, Case, Corner, Domain, Exercise, Result, \
+    compare
 from helpers.exercises.returns import python_int
 
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
@@ -459,7 +464,79 @@ def _fused_mistake(kind: str):
     return wrong
 
 
-check_fused_ffn = Exercise(
+def _split_tokens(x, w13, b13, w2, b2, variant):
+    """The mistake ``chunk(2, dim=0)``: the fused output split along its first axis (the tokens for a batch)."""
+    a, b = F.linear(x, w13, b13).chunk(2, dim=0)
+    return F.linear(_phi_and_slope(a, variant)[0] * b, w2, b2)
+
+
+def _token_split_probes() -> list[tuple]:
+    """Inputs outside the statement on which splitting the first axis runs: 2·d_ff tokens, and w2 taking
+    2·d_ff inputs (the right split fails on them). With 2·d_ff tokens, ``u[:d_ff]`` and ``chunk`` agree."""
+    g = _generator(404)
+    probes = []
+    for variant, d, d_ff, biases in [("geglu", 3, 2, True), ("glu", 5, 1, False)]:
+        x = torch.randn(2 * d_ff, d, generator=g, dtype=torch.float64)
+        w13 = torch.randn(2 * d_ff, d, generator=g, dtype=torch.float64)
+        w2 = torch.randn(d, 2 * d_ff, generator=g, dtype=torch.float64)
+        b13 = torch.randn(2 * d_ff, generator=g, dtype=torch.float64) if biases else None
+        b2 = torch.randn(d, generator=g, dtype=torch.float64) if biases else None
+        probes.append((x, w13, b13, w2, b2, variant))
+    return probes
+
+
+_TOKEN_SPLIT_HINT = ("the fused output was split along its first axis (as chunk(2, dim=0) or u[:d_ff] do): for a "
+                     "batch that axis is the tokens, so the function raises. Split the last axis, the 2·d_ff "
+                     "features: chunk(2, dim=-1).")
+
+
+class _FusedFFNExercise(Exercise):
+    """Adds the diagnosis the engine cannot make from outputs alone: ``chunk(2, dim=0)`` on the fused output.
+
+    That answer is right on a 1-D token and raises on every batch, so there is no wrong value to compare. When
+    an answer fails, it is run again: the hint is given only when it raises on exactly the cases where the
+    dim-0 model raises, is right on the others, and returns the dim-0 model's values on inputs (outside the
+    statement) where that split runs.
+    """
+
+    def evaluate(self, fn: Any) -> Result:
+        result = super().evaluate(fn)
+        if result.status != FAILED or HINT_PREFIX in result.message or result.reason != "error" or \
+                not callable(fn):
+            return result
+        if self._splits_tokens(fn):
+            return dataclasses.replace(result, message=f"{result.message} {HINT_PREFIX}{_TOKEN_SPLIT_HINT}",
+                                       hint=_TOKEN_SPLIT_HINT)
+        return result
+
+    def _splits_tokens(self, fn: Any) -> bool:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for case in self.cases():
+                    try:
+                        model = _split_tokens(*copy.deepcopy(case.args))
+                    except Exception:
+                        model = None
+                    try:
+                        got = fn(*copy.deepcopy(case.args))
+                    except Exception:
+                        if model is None:
+                            continue
+                        return False
+                    if model is None or got is None or compare(got, model, self.atol, self.rtol) is not None:
+                        return False  # right where the dim-0 split runs (a 1-D token), raising everywhere else
+                for probe in _token_split_probes():
+                    got = fn(*copy.deepcopy(probe))
+                    if got is None or compare(got, _split_tokens(*copy.deepcopy(probe)), self.atol, self.rtol) \
+                            is not None:
+                        return False
+            return True
+        except Exception:  # the re-run failing just means "not this mistake"
+            return False
+
+
+check_fused_ffn = _FusedFFNExercise(
     "Exercise 3 (one matrix for gate and content)",
     _fused_gated_ffn,
     _fused_cases,
