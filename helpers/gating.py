@@ -674,6 +674,12 @@ def group_failures(result: VariantComparison, threshold: float = 4.0) -> dict[st
             for group, variants in [("gated no σ", GATED_NO_SIGMOID), ("dense", DENSE)]}
 
 
+def plateau_seeds(result: VariantComparison, threshold: float = 4.0) -> torch.Tensor:
+    """``(n_seeds,)`` bool: the seeds on which some run of the two groups (gated no σ, dense) averages above
+    ``threshold`` nats (it stayed near the plateau of ln 152 ≈ 5.0 for much of the run)."""
+    return torch.stack([result.run_mean(v) > threshold for v in GATED_NO_SIGMOID + DENSE]).any(dim=0)
+
+
 def sweep_table(sweep: LrSweep) -> str:
     """The sweep as printable lines: per variant the run-mean loss at each rate (mean over the tuning seeds),
     its best rate marked with ``*``."""

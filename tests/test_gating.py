@@ -557,3 +557,15 @@ def test_the_stored_gated_step_control():
     assert gated.variants == list(GATED_NO_SIGMOID) and gated.seeds == dense.seeds == list(range(60))
     assert all(gated.lr(v) == 0.00525 == dense.lr("relu") for v in gated.variants)
     assert gated.eval_steps == dense.eval_steps
+
+
+def test_plateau_seeds_marks_the_seeds_with_a_run_above_the_threshold():
+    from helpers.gating import (FRESH_TUNED_BLOCKS, GROUP, fresh_tuned_path, group_failures, plateau_seeds,
+                                pool_races, race_family)
+    tuned = pool_races([load_race(), *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
+    stuck = plateau_seeds(tuned)
+    assert stuck.dtype == torch.bool and stuck.shape == (len(tuned.seeds),)
+    assert int(stuck.sum()) == 20 and not plateau_seeds(tuned, threshold=100.0).any()
+    assert sum(n for n, _ in group_failures(tuned).values()) >= int(stuck.sum())   # a seed may hold several
+    gaps = race_family(tuned)[GROUP].diffs
+    assert float(gaps[stuck].std()) > 4 * float(gaps[~stuck].std())
