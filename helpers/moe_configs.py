@@ -194,3 +194,61 @@ def bytes_per_token_figure(layers: dict[str, dict], batches: Sequence[int] = tup
     right.set_title("the MoE's extra read grows with B to E/k")
     fig.tight_layout()
     return fig
+
+
+@dataclass(frozen=True)
+class SwitchRow:
+    """One row of Switch Transformer's Table 1 (Fedus et al., arXiv 2101.03961): pre-training on C4, 32 TPUv3
+    cores per model. ``quality``: negative log perplexity after 100k steps (nats, higher is better); ``hours``: the
+    time to reach −1.50 (None: not reached in the 100k steps trained); ``speed``: examples per second."""
+
+    model: str
+    quality: float
+    hours: float | None
+    speed: float
+
+
+#: Table 1's dense baselines and Switch-Base at capacity factor 1.0 (128 experts in every other FFN layer). T5-Base
+#: and Switch-Base apply the same FLOPs per token; T5-Large applies 3.5 times as many (the paper's section 3.3).
+SWITCH_TABLE_1: tuple[SwitchRow, ...] = (
+    SwitchRow("T5-Base", -1.731, None, 1600),
+    SwitchRow("Switch-Base", -1.561, 62.8, 1000),
+    SwitchRow("T5-Large", -1.550, 131.1, 470),
+)
+SWITCH_THRESHOLD = -1.50
+
+
+def switch_figure(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
+                  colors: Sequence[str] = ("#000000", "#0072B2", "#999999")):
+    """Table 1 of Switch Transformer as three panels, one bar or dot per model: examples per second (per
+    second), negative log perplexity after 100k steps (per step; the dotted line is the −1.50 threshold) and the
+    hours to reach the threshold (a model that did not reach it in 100k steps is marked, not drawn)."""
+    import matplotlib.pyplot as plt
+
+    fig, (speed, step, hours) = plt.subplots(1, 3, figsize=(11, 3.4))
+    x = range(len(rows))
+    names = [r.model for r in rows]
+    speed.bar(x, [r.speed for r in rows], color=colors)
+    step.scatter(x, [r.quality for r in rows], color=colors, s=60, zorder=3)
+    step.axhline(SWITCH_THRESHOLD, color="#999999", ls=":", lw=1)
+    step.set_ylim(-1.8, -1.45)
+    hours.bar(x, [r.hours or 0 for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        speed.annotate(f"{r.speed:,.0f}", (i, r.speed), ha="center", va="bottom", fontsize=9)
+        step.annotate(f"{r.quality:.3f}", (i, r.quality), xytext=(0, 7), textcoords="offset points",
+                      ha="center", fontsize=9)
+        hours.annotate(f"{r.hours:.1f}" if r.hours else "not reached\nin 100k steps", (i, r.hours or 0),
+                       ha="center", va="bottom", fontsize=9)
+    step.annotate("threshold", (len(rows) - 0.5, SWITCH_THRESHOLD), xytext=(0, 3), textcoords="offset points",
+                  ha="right", fontsize=8, color="#666666")
+    speed.set(title="per second (↑)", ylabel="examples per second")
+    step.set(title="per step: after 100k steps (↑)", ylabel="neg. log perplexity (nats)")
+    hours.set(title="time to the threshold (↓)", ylabel="hours to reach −1.50")
+    hours.set_ylim(0, 1.25 * max(r.hours or 0 for r in rows))
+    speed.set_ylim(0, 1.15 * max(r.speed for r in rows))
+    for ax in (speed, step, hours):
+        ax.set_xticks(list(x), names)
+        ax.set_xlim(-0.6, len(rows) - 0.4)
+    fig.suptitle("Switch Transformer, Table 1 (pre-training on C4, 32 TPUv3 cores per model)", fontsize=11)
+    fig.tight_layout()
+    return fig

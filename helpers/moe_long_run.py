@@ -40,10 +40,11 @@ SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 D_MODEL = 8
 LONG_RUN_PATH = Path(__file__).parent / "data" / "moe_long_run.json"
 #: DeepSeekMoE trained 300 steps at two rates fixed in advance (its 100-step rate and fine-grained's 300-step rate
-#: in the race), on the race's seeds 0-9; its tuned 300-step rate blew up in some seeds. The one-rate sweep is a
+#: in the race), on the race's seeds 0-19; its tuned 300-step rate blew up in some seeds. The one-rate sweep is a
 #: formality of the command::
-#:     python -m helpers.moe_long_run --results --arms DeepSeekMoE --seeds 0 1 2 3 4 5 6 7 8 9 --lrs 0.02 \
-#:         --sweep-seeds 100 --seed-lrs 0.08 0.02 --steps 300 --out helpers/data/moe_deepseek_300.json
+#:     python -m helpers.moe_long_run --results --arms DeepSeekMoE --lrs 0.02 --sweep-seeds 100 \
+#:         --seeds 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 \
+#:         --seed-lrs 0.08 0.02 --steps 300 --out helpers/data/moe_deepseek_300.json
 DEEPSEEK_300_PATH = Path(__file__).parent / "data" / "moe_deepseek_300.json"
 
 

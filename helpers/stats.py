@@ -339,11 +339,13 @@ def holm(comparisons: Mapping[str, Comparison], level: float = 0.05) -> list[Ver
 
 
 def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: int = 3,
-               level: float = 0.05, t_cap: float | None = None, compact: bool = False) -> str:
+               level: float = 0.05, t_cap: float | None = None, compact: bool = False,
+               units: Mapping[str, str] | None = None) -> str:
     """``holm``'s verdicts as printed lines: a header naming the family's size, then one line per comparison.
 
     ``t_cap`` (optional): a ``|t|`` above it prints as a bound, ``> +20`` (``Verdict.line``). ``compact``
-    (optional): shorter lines, each t followed by ``vs`` its Holm threshold (named in the header)."""
+    (optional): shorter lines, each t followed by ``vs`` its Holm threshold (named in the header). ``units``
+    (optional): comparison name → its unit, for a family that mixes units (the others print ``unit``)."""
     if t_cap is not None:
         validate.positive_float("t_cap", t_cap)
     verdicts = holm(comparisons, level)
@@ -351,7 +353,9 @@ def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: in
     resolved = sum(v.resolved for v in verdicts)
     head = (f"Holm's step-down over {len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''} "
             f"({100 * level:g} % two-sided{'; t vs its Holm threshold' if compact else ''}): {resolved} resolved")
-    return "\n".join([head] + ["  " + v.line(width, unit, digits, t_cap, compact) for v in verdicts])
+    units = units or {}
+    return "\n".join([head] + ["  " + v.line(width, units.get(v.name, unit), digits, t_cap, compact)
+                              for v in verdicts])
 
 
 def ranks(values: torch.Tensor | Sequence[float]) -> torch.Tensor:

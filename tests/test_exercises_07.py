@@ -193,6 +193,37 @@ def test_bias_natural_wrong_answers_fail():
         assert _status(nb07.check_bias_step, fn)[0] == "failed", fn.__name__
 
 
+def test_bias_the_int64_mean_gets_its_hint_only_when_it_explains_every_case():
+    """The statement no longer says to convert the int64 loads: `.mean()` of them raises on every case and
+    is named; the same call on some cases only, or another error, is not."""
+    def integer_mean(bias, load, gamma):
+        return bias + gamma * torch.sign(load.mean() - load)
+
+    def integer_mean_in_where(bias, load, gamma):
+        m = torch.mean(load)
+        return torch.where(load > m, bias - gamma, torch.where(load < m, bias + gamma, bias))
+
+    for fn in (integer_mean, integer_mean_in_where):
+        status, hint, message = _status(nb07.check_bias_step, fn)
+        assert status == "failed" and hint == nb07.INTEGER_MEAN_HINT and "load.double()" in message, fn.__name__
+
+    def integer_mean_on_small_layers(bias, load, gamma):
+        mean = load.mean() if load.numel() > 4 else load.double().mean()
+        return bias + gamma * torch.sign(mean - load)
+
+    def another_error(bias, load, gamma):
+        return bias + gamma * (load.double()[:1, None] @ bias[None, :2])
+
+    for fn in (integer_mean_on_small_layers, another_error):
+        status, hint, _ = _status(nb07.check_bias_step, fn)
+        assert status == "failed" and hint is None, fn.__name__
+
+    def blank(bias, load, gamma):
+        raise NotImplementedError
+
+    assert _status(nb07.check_bias_step, blank)[0] == "not attempted"
+
+
 # ---------------------------------------------------------------- exercise 3: combinations
 def test_combinations_match_the_library_and_deepseekmoe():
     assert nb07._combinations(16, 2, 1, 0) == 120

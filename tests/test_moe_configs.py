@@ -6,8 +6,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from helpers.moe_configs import (PUBLISHED, bytes_per_token_figure, configuration_figure, expert_combinations,
-                                 published_table, weight_bytes_per_token, width_table)
+from helpers.moe_configs import (PUBLISHED, SWITCH_TABLE_1, bytes_per_token_figure, configuration_figure, expert_combinations,
+                                 published_table, switch_figure, weight_bytes_per_token, width_table)
 
 
 def test_published_table_derives_the_share_and_the_sets():
@@ -81,3 +81,15 @@ def test_group_limited_sets_counts_deepseek_v3s_limit_and_reduces_to_the_binomia
     assert group_limited_sets(256, 8, 8, 4) == 71_614_201_382_880          # review 07-round12: 17.5 % of C(256, 8)
     brute = sum(1 for s in itertools.combinations(range(12), 3) if len({e // 3 for e in s}) <= 2)
     assert group_limited_sets(12, 3, 4, 2) == brute
+
+
+def test_switch_table_1_as_published_and_drawn():
+    import matplotlib.pyplot as plt
+
+    rows = {r.model: r for r in SWITCH_TABLE_1}
+    assert (rows["T5-Base"].speed, rows["Switch-Base"].speed, rows["T5-Large"].speed) == (1600, 1000, 470)
+    assert rows["T5-Base"].hours is None and (rows["Switch-Base"].hours, rows["T5-Large"].hours) == (62.8, 131.1)
+    assert rows["T5-Base"].quality < rows["Switch-Base"].quality < rows["T5-Large"].quality < -1.50
+    fig = switch_figure()
+    assert len(fig.axes) == 3
+    plt.close(fig)

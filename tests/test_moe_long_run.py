@@ -75,8 +75,8 @@ def test_the_deepseekmoe_command_trains_the_arm_at_each_fixed_rate(tmp_path):
 def test_the_shipped_deepseekmoe_run_is_the_notebooks():
     run = load_long_run(DEEPSEEK_300_PATH)
     assert list(run.loss) == ["DeepSeekMoE, lr 0.08", "DeepSeekMoE, lr 0.02"]
-    assert run.steps == 300 and run.marks == [100, 300] and run.seeds == list(range(10))
-    assert all(t.shape == (2, 10) for t in run.loss.values())
+    assert run.steps == 300 and run.marks == [100, 300] and run.seeds == list(range(20))
+    assert all(t.shape == (2, 20) for t in run.loss.values())
 
 
 def test_the_speed_or_room_figure_draws_every_arm_and_each_moe():

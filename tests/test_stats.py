@@ -163,6 +163,17 @@ def test_holm_table_compact_keeps_the_numbers_and_verdicts_in_shorter_lines():
     assert " 0 lower,  5 higher of 5" in compact[1]
 
 
+def test_holm_table_units_name_each_comparisons_unit_in_a_mixed_family():
+    """units= gives some rows their own unit; the others keep unit=, and the verdicts do not change."""
+    family = {"loss": paired_difference([1.0, 2.0, 3.1, 4.0, 5.0], [0.0, 1.1, 2.0, 3.0, 4.1]),
+              "share": paired_difference([10.0, 20.0, 30.0, 40.0, 52.0], [11.0, 20.0, 32.0, 40.0, 50.0])}
+    mixed = holm_table(family, unit=" nats", units={"share": " points"}).splitlines()
+    assert " nats" in mixed[1] and " points" not in mixed[1] and " points" in mixed[2]
+    assert [line.split("→")[-1] for line in mixed] == \
+        [line.split("→")[-1] for line in holm_table(family, unit=" nats").splitlines()]
+    assert holm_table(family, units=None) == holm_table(family)
+
+
 def test_spearman_is_pearson_of_ranks_with_tied_values_sharing_their_mean_rank():
     """ρ = 1 for any increasing map, -1 for a decreasing one; ties get their mean rank (scipy's convention)."""
     from helpers.stats import ranks, spearman

@@ -43,7 +43,7 @@ import math
 
 import torch
 
-from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.engine import FAILED, HINT_PREFIX, Case, Corner, Domain, Exercise
 from helpers.exercises.returns import python_float, python_int
 from helpers.stats import paired_difference, welch
 
@@ -309,7 +309,43 @@ def _bias_wrong(kind: str):
     return wrong
 
 
-check_bias_step = Exercise(
+def _integer_mean(bias, load, gamma):
+    """The int64 trap: ``.mean()`` of the integer loads, which raises (torch has no integer mean)."""
+    return bias + gamma * torch.sign(load.mean() - load)
+
+
+INTEGER_MEAN_HINT = ("`load` holds int64 counts, and torch takes no mean of an integer tensor: convert it first "
+                     "(`load.double()`); the mean load need not be a whole number.")
+
+
+def _raised(fn, case: Case) -> BaseException | None:
+    """The exception ``fn`` raises on fresh copies of the case's inputs, or ``None`` if it returns."""
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
+    try:
+        fn(*args)
+    except (Exception, SystemExit) as err:  # the learner's exception is what is compared
+        return err
+    return None
+
+
+class _BiasStepExercise(Exercise):
+    """The engine names a mistake only from a wrong value. A function that raises gets the int64 hint when,
+    on every hidden case, it raises the very exception (type and message) that ``.mean()`` of the int64 loads
+    raises: then that mean explains every failing case."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if result.passed or result.hint or result.reason != "error":
+            return result
+        for case in self.cases():
+            got, model = _raised(fn, case), _raised(_integer_mean, case)
+            if got is None or model is None or type(got) is not type(model) or str(got) != str(model):
+                return result
+        return self._result(FAILED, f"{result.message} {HINT_PREFIX}{INTEGER_MEAN_HINT}", "error",
+                            INTEGER_MEAN_HINT)
+
+
+check_bias_step = _BiasStepExercise(
     "Exercise 2 (one bias update)",
     _bias_step_answer,
     _bias_cases,
