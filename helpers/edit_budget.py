@@ -4,8 +4,9 @@ The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the
 and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere,
 and at what cost? ``budget_runs`` repeats those edits at other budgets (40, 200 or 1000 steps, with and
 without the penalty) and records, per seed and budget,
-the efficacy (share of edits that now give the new capital) and the share of the other countries' capitals
-whose prediction is unchanged (specificity). Too slow to run live for ten seeds; made by
+the efficacy (share of edits that now give the new capital), the share of the other countries' capitals
+whose prediction is unchanged (specificity) and the size of the write, the median over edits of
+``||δ|| / ||W k*||`` (``δ = Ŵk* − Wk*``). Too slow to run live for ten seeds; made by
 
     python -m helpers.edit_budget          # writes helpers/data/edit_budget.json (a few minutes of CPU)
 
@@ -24,7 +25,7 @@ import torch
 
 from helpers.editing import edit_effects, key_second_moment, mean_keys, rome_edits
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
-from helpers.memory import collect, token_positions
+from helpers.memory import collect, find_ffns, token_positions
 
 DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 BUDGETS: dict[str, dict] = {"40 steps, penalty": dict(steps=40, l2=3e-3),
@@ -48,10 +49,11 @@ def capital_edits(data: FactDataset, n_edits: int = 32, seed: int = 11) -> tuple
 
 def budget_runs(model: torch.nn.Module, data: FactDataset, budgets: dict[str, dict] | None = None,
                 layer: int = 0) -> dict[str, dict[str, float]]:
-    """``{budget: {"efficacy": float, "capitals_kept": float}}`` for one model: the ``capital_edits`` made at
-    the country (its key averaged over the country's prompts, ``C`` from every real token's key, ridge 1e-3),
-    each applied alone; capitals kept is the mean over edits of the share of other countries' capital
-    predictions unchanged."""
+    """``{budget: {"efficacy", "capitals_kept", "delta_ratio"}}`` (floats) for one model: the ``capital_edits``
+    made at the country (its key averaged over the country's prompts, ``C`` from every real token's key, ridge
+    1e-3), each applied alone; capitals kept is the mean over edits of the share of other countries' capital
+    predictions unchanged; ``delta_ratio`` the median over edits of ``||Ŵk* − Wk*|| / ||Wk*||``, each
+    ``(d_model,)``."""
     budgets = BUDGETS if budgets is None else budgets
     vocab = data.vocab
     relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
@@ -65,12 +67,16 @@ def budget_runs(model: torch.nn.Module, data: FactDataset, budgets: dict[str, di
     keys = collect(model, data.ids).coefficients[layer]
     C = key_second_moment(keys[data.ids != vocab.pad_id], ridge=1e-3)
     k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
+    W = find_ffns(model).layer(layer).value_matrix.detach()           # (d_model, d_ff)
+    Wk = k_stars @ W.T                                                 # (E, d_model)
     out = {}
     for name, kwargs in budgets.items():
         W_hats = rome_edits(model, layer, keys, C, k_stars, data.ids, data.answer_pos, edit_rows, new_ids, **kwargs)
         fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, capital_rows)
         out[name] = {"efficacy": fx.success.float().mean().item(),
-                     "capitals_kept": fx.kept(other_capitals).mean().item()}
+                     "capitals_kept": fx.kept(other_capitals).mean().item(),
+                     "delta_ratio": ((torch.einsum("emf,ef->em", W_hats, k_stars) - Wk).norm(dim=1)
+                                     / Wk.norm(dim=1)).median().item()}
     return out
 
 
@@ -87,7 +93,7 @@ def make(seeds: Sequence[int], path: Path = DATA_PATH) -> dict:
 
 
 def load(path: Path = DATA_PATH) -> dict[int, dict[str, dict[str, float]]]:
-    """The shipped runs: ``{seed: {budget: {"efficacy", "capitals_kept"}}}``."""
+    """The shipped runs: ``{seed: {budget: {"efficacy", "capitals_kept", "delta_ratio"}}}``."""
     return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
 
 

@@ -17,6 +17,7 @@ def test_the_shipped_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_
     shipped = edit_budget.load()
     assert sorted(shipped) == list(range(10))
     assert all(set(runs) == set(edit_budget.BUDGETS) for runs in shipped.values())
+    assert all(set(r) == {"efficacy", "capitals_kept", "delta_ratio"} for runs in shipped.values() for r in runs.values())
     made = edit_budget.make([0], tmp_path / "budget.json")
     assert made["runs"]["0"] == shipped[0]
     assert edit_budget.load(tmp_path / "budget.json") == {0: shipped[0]}
@@ -26,5 +27,32 @@ def test_budget_runs_measure_efficacy_and_kept_capitals():
     data = make_dataset(load_facts())
     model = load_fact_model(data, seed=0)[0]
     out = edit_budget.budget_runs(model, data, {"5 steps": dict(steps=5, l2=0.0)})
-    assert set(out) == {"5 steps"} and set(out["5 steps"]) == {"efficacy", "capitals_kept"}
-    assert all(0.0 <= v <= 1.0 for v in out["5 steps"].values())
+    assert set(out) == {"5 steps"} and set(out["5 steps"]) == {"efficacy", "capitals_kept", "delta_ratio"}
+    assert 0.0 <= out["5 steps"]["efficacy"] <= 1.0 and 0.0 <= out["5 steps"]["capitals_kept"] <= 1.0
+    assert out["5 steps"]["delta_ratio"] > 0.0
+
+
+def test_delta_ratio_is_the_size_of_the_optimised_delta():
+    """For one edit, the median ratio is ||δ|| / ||W k*|| of the δ that optimise_deltas returns."""
+    import torch
+    from helpers.editing import edit_prompts, key_second_moment, mean_keys, optimise_deltas
+    from helpers.memory import collect, token_positions
+    data = make_dataset(load_facts())
+    model = load_fact_model(data, seed=0)[0]
+    rows, new_ids = edit_budget.capital_edits(data, n_edits=1)
+    subjects = sorted({f.subject for f in data.facts})
+    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
+    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
+    keys = collect(model, data.ids).coefficients[0]
+    C = key_second_moment(keys[data.ids != data.vocab.pad_id], ridge=1e-3)
+    k = mean_keys(keys, (subject_of[:, None] == subject_of[None, :])[rows], subject_pos)
+    delta = optimise_deltas(model, 0, edit_prompts(data.ids, data.answer_pos, keys, C, k, rows, new_ids),
+                            n_edits=1, steps=5, lr=0.5)
+    expected = (delta.norm() / (k @ model.blocks[0].ffn.w2.weight.T).norm()).item()
+    old = edit_budget.capital_edits
+    edit_budget.capital_edits = lambda d: (rows, new_ids)
+    try:
+        got = edit_budget.budget_runs(model, data, {"5 steps": dict(steps=5, l2=0.0)})["5 steps"]["delta_ratio"]
+    finally:
+        edit_budget.capital_edits = old
+    assert abs(got - expected) < 1e-4 * expected

@@ -28,3 +28,19 @@ def test_max_difference_reads_every_number_and_rejects_mismatched_results():
     assert knockout_runs.max_difference(a, {"x": [1.0, 2.5], "y": {"z": 2.0}}) == 1.0
     with pytest.raises(ValueError, match="same numbers"):
         knockout_runs.max_difference(a, {"x": [1.0], "y": {"z": 3.0}})
+
+
+@pytest.mark.parametrize("n_off", [20, 80])
+def test_the_set_size_files_hold_ten_seeds_at_their_size(n_off):
+    path = knockout_runs.data_path(n_off)
+    assert path.name == f"knockout_runs_{n_off}.json"
+    runs = knockout_runs.load(path)
+    assert sorted(runs) == list(range(10))
+    assert all(run["sets"][site]["own"][3] == run["sets"][site]["other"][3] == n_off
+               for run in runs.values() for site in run["sets"])
+
+
+def test_the_command_reproduces_seed_0_at_20_neurons_per_set(tmp_path):
+    made = knockout_runs.make([0], tmp_path / "ko20.json", n_off=20)
+    assert made["n_off"] == 20 and made["made_by"].endswith("--n-off 20")
+    assert knockout_runs.max_difference(made["runs"]["0"], knockout_runs.load(knockout_runs.data_path(20))[0]) < 1e-6
