@@ -9,7 +9,8 @@ against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 
     python -m helpers.moe_capacity_cost --results      # about two minutes of one CPU core
 
 Seeds 10-19 were added after looking at seeds 0-9 (whose gap between the two arms' costs was not resolved), to
-both files with the same commands; notebook 05's section 9 Holm family keeps its 13 rows (the drops keep ten seeds).
+both files with the same commands (the drops keep ten seeds). Two rows were added to section 9's Holm family
+after looking: each arm scored dropless, trained at ``TRAIN_FACTOR`` − trained dropless.
 
 ``--trained`` trains the same arms and seeds with every MoE layer at capacity factor ``TRAIN_FACTOR`` (1) instead,
 and also keeps the share of slots dropped at each step (``run_trained``, shipped in ``TRAINED_PATH``)::
