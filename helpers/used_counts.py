@@ -6,7 +6,7 @@ fitting draw seed 1, the held-out draw seed 2), a TopK autoencoder (256 features
 is trained for each run in ``RUNS`` (a learning rate and a number of steps) and 2 seeds. Per model, data, run and
 seed the file holds ``used`` (features active on some held-out row) and ``held_out`` (the held-out FVU).
 
-Make the file (about 15 minutes of one CPU core), or a small run to see the format::
+Make the file (about 4 minutes of one CPU core), or a small run to see the format::
 
     python -m helpers.used_counts
     python -m helpers.used_counts --models 0 --steps 20 40 --out /tmp/used.json
