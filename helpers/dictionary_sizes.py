@@ -124,7 +124,8 @@ def size_means(sizes: dict) -> dict[str, list[float]]:
 
 def draw_sizes(sweeps: Sequence[dict], d: int = 48):
     """Two panels against F (log scale), one line per sweep (labelled by its steps): the held-out FVU and the
-    features used on the held-out prefixes, means over models; a dotted line at ``d`` (y's dimension)."""
+    features used on the held-out prefixes (log scale, beside the diagonal "all F used"), means over models; a
+    dotted line at ``d`` (y's dimension)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for sweep, colour in zip(sweeps, PALETTE):
         means = size_means(sweep)
@@ -135,7 +136,11 @@ def draw_sizes(sweeps: Sequence[dict], d: int = 48):
         ax.set(xscale="log", xlabel="dictionary size F (features)", ylabel=ylabel, ylim=(0, None))
         ax.set_xticks(sweeps[0]["sizes"], [str(F) for F in sweeps[0]["sizes"]])
         ax.minorticks_off()
-    axes[1].axhline(d, color="grey", ls="--", label=f"{d} used")
+    F = sweeps[0]["sizes"]
+    axes[1].plot(F, F, color="grey", ls="--", label="all F used")
+    axes[1].set(yscale="log", ylim=(10, 2 * max(F)))
+    axes[1].set_yticks(F, [str(v) for v in F])
+    axes[1].minorticks_off()
     axes[0].legend()
     axes[1].legend()
     fig.suptitle("Layer 1 transcoders (k = 8), mean over 5 models")
