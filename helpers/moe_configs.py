@@ -199,7 +199,7 @@ def bytes_per_token_figure(layers: dict[str, dict], batches: Sequence[int] = tup
 @dataclass(frozen=True)
 class SwitchRow:
     """One row of Switch Transformer's Table 1 (Fedus et al., arXiv 2101.03961): pre-training on C4, 32 TPUv3
-    cores per model. ``quality``: negative log perplexity after 100k steps (nats, higher is better); ``hours``: the
+    cores per model. ``quality``: negative log perplexity after 100k steps (higher is better); ``hours``: the
     time to reach −1.50 (None: not reached in the 100k steps trained); ``speed``: examples per second."""
 
     model: str
@@ -222,7 +222,8 @@ def switch_figure(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
                   colors: Sequence[str] = ("#000000", "#0072B2", "#999999")):
     """Table 1 of Switch Transformer as three panels, one bar or dot per model: examples per second (per
     second), negative log perplexity after 100k steps (per step; the dotted line is the −1.50 threshold) and the
-    hours to reach the threshold (a model that did not reach it in 100k steps is marked, not drawn)."""
+    hours to reach the threshold (every model that reached it needed more than 100k steps, says the caption; one
+    that did not reach it in the 100k steps it was trained is marked, not drawn)."""
     import matplotlib.pyplot as plt
 
     fig, (speed, step, hours) = plt.subplots(1, 3, figsize=(11, 3.4))
@@ -237,13 +238,13 @@ def switch_figure(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
         speed.annotate(f"{r.speed:,.0f}", (i, r.speed), ha="center", va="bottom", fontsize=9)
         step.annotate(f"{r.quality:.3f}", (i, r.quality), xytext=(0, 7), textcoords="offset points",
                       ha="center", fontsize=9)
-        hours.annotate(f"{r.hours:.1f}" if r.hours else "not reached\nin 100k steps", (i, r.hours or 0),
+        hours.annotate(f"{r.hours:.1f}" if r.hours else "not reached in\nits 100k steps", (i, r.hours or 0),
                        ha="center", va="bottom", fontsize=9)
     step.annotate("threshold", (len(rows) - 0.5, SWITCH_THRESHOLD), xytext=(0, 3), textcoords="offset points",
                   ha="right", fontsize=8, color="#666666")
     speed.set(title="per second (↑)", ylabel="examples per second")
-    step.set(title="per step: after 100k steps (↑)", ylabel="neg. log perplexity (nats)")
-    hours.set(title="time to the threshold (↓)", ylabel="hours to reach −1.50")
+    step.set(title="per step: after 100k steps (↑)", ylabel="neg. log perplexity")
+    hours.set(title="time to the threshold (↓)", ylabel="hours to −1.50 (past 100k steps)")
     hours.set_ylim(0, 1.25 * max(r.hours or 0 for r in rows))
     speed.set_ylim(0, 1.15 * max(r.speed for r in rows))
     for ax in (speed, step, hours):
