@@ -357,6 +357,25 @@ def _spill_unit_k_star(C, k, K):
     return K @ u / (u @ unit)
 
 
+def _values_eps_outside(ffn, neuron, ln_f, lm_head, biases=True):
+    """Review 03-round21: a LayerNorm by hand with ε added to the standard deviation, in both modes."""
+    v = ffn.w2.weight[:, neuron].detach()
+    z = (v - v.mean()) / (v.var(unbiased=False).sqrt() + ln_f.eps) * ln_f.weight
+    return (lm_head(z + ln_f.bias) if biases else z @ lm_head.weight.T).detach()
+
+
+def _values_eps_outside_without_biases(ffn, neuron, ln_f, lm_head, biases=True):
+    if biases:
+        return lm_head(ln_f(ffn.w2.weight[:, neuron].detach())).detach()
+    return _values_eps_outside(ffn, neuron, ln_f, lm_head, False)
+
+
+def _spill_u_dot_u(C, k, K):
+    """Review 03-round21: the denominator uᵀu with u = C⁻¹k*."""
+    u = torch.linalg.solve(C, k)
+    return K @ u / (u @ u)
+
+
 def _match_dim0(a, b):
     za, zb = (a - a.mean(0)) / a.std(0), (b - b.mean(0)) / b.std(0)
     best, index = (za.T @ zb / (a.shape[0] - 1)).max(dim=0)
@@ -389,12 +408,15 @@ NATURAL_WRONG = [
      "with biases=False your LayerNorm by hand leaves out ε"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True, both=False)),
      "with biases=False your LayerNorm by hand uses the unbiased variance"),
+    ("values", _values_eps_outside, "adds ε to the standard deviation"),  # 03-r21
+    ("values", _values_eps_outside_without_biases, "with biases=False your LayerNorm by hand adds ε"),  # 03-r21
     ("agreement", _agreement_at_the_peak, "off by one"),
     ("agreement", _agreement_floor, "integer division"),
     ("agreement", ex._agreement_with(lambda c, valid: ex._trigger_max(c, valid, fill=0.0)), "with 0"),
     ("spill", lambda C, k, K: K @ (C @ k) / (k @ C @ k), "C where C⁻¹ belongs"),
     ("spill", lambda C, k, K: K @ torch.linalg.solve(C, k), "α(k*) must be 1"),
     ("spill", lambda C, k, K: K @ torch.linalg.solve(C, k) / (k @ k), "not k*ᵀk*"),
+    ("spill", _spill_u_dot_u, "not (C⁻¹k*)ᵀ(C⁻¹k*)"),  # 03-r21
     ("spill", _spill_unit_k_star, None),
     ("profile", _profile_over_all_rows, "N / n_relations"),
     ("profile", ex._profile_from_peaks(ex._mean_over_positions), "averaged over the positions"),

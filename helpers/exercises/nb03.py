@@ -345,12 +345,16 @@ def _right_read(v, ln, head, biases):
     return head(ln(v)) if biases else _ln_no_beta(v, ln) @ head.weight.T
 
 
-def _norm_by_hand(correction: int, eps: bool, both: bool = True, centre: bool = True):
-    """A LayerNorm written out by hand, with the variance's divisor d - correction and with or without ε; in both
-    modes, or (``both=False``) only without the biases, where no one-call form exists (``lm_head(ln_f(v))`` with)."""
+def _norm_by_hand(correction: int, eps: bool, both: bool = True, centre: bool = True, eps_outside: bool = False):
+    """A LayerNorm written out by hand, with the variance's divisor d - correction and with or without ε (inside the
+    square root, or ``eps_outside``: added to the standard deviation); in both modes, or (``both=False``) only
+    without the biases, where no one-call form exists (``lm_head(ln_f(v))`` with)."""
     def read(v, ln, head, biases):
-        z = ((v - v.mean()) if centre else v) / torch.sqrt(v.var(correction=correction) + (ln.eps if eps else 0.0)) \
-            * ln.weight
+        centred = (v - v.mean()) if centre else v
+        if eps_outside:
+            z = centred / (torch.sqrt(v.var(correction=correction)) + ln.eps) * ln.weight
+        else:
+            z = centred / torch.sqrt(v.var(correction=correction) + (ln.eps if eps else 0.0)) * ln.weight
         if biases:
             return F.linear(z + ln.bias, head.weight, head.bias) if both else head(ln(v))
         return z @ head.weight.T
@@ -396,6 +400,12 @@ check_value_logits = Exercise(
         ("with biases=False your LayerNorm by hand leaves out ε (the biases=True read-out is right): normalise by "
          "sqrt(var + ln_f.eps), as nn.LayerNorm does, or call F.layer_norm(v, shape, ln_f.weight, None, ln_f.eps).",
          _values_with_read(_norm_by_hand(correction=0, eps=False, both=False))),
+        ("your LayerNorm by hand adds ε to the standard deviation; ε belongs inside the square root: "
+         "(v - mean) / sqrt(var + ln_f.eps), as nn.LayerNorm does, or call F.layer_norm.",
+         _values_with_read(_norm_by_hand(correction=0, eps=True, eps_outside=True))),
+        ("with biases=False your LayerNorm by hand adds ε to the standard deviation (the biases=True read-out is "
+         "right); ε belongs inside the square root: (v - mean) / sqrt(var + ln_f.eps), or call F.layer_norm.",
+         _values_with_read(_norm_by_hand(correction=0, eps=True, both=False, eps_outside=True))),
         ("with biases=False your LayerNorm by hand uses the unbiased variance (torch.var's default divisor d - 1; "
          "the biases=True read-out is right): LayerNorm divides by d, var(correction=0), or call F.layer_norm.",
          _values_with_read(_norm_by_hand(correction=1, eps=True, both=False))),
@@ -625,6 +635,9 @@ check_edit_spill = Exercise(
          lambda C, k, K: K @ torch.linalg.solve(C, k)),
         ("the denominator is (C⁻¹k*)ᵀk*, not k*ᵀk*: with it, α(k*) = 1 exactly.",
          lambda C, k, K: K @ torch.linalg.solve(C, k) / (k @ k)),
+        ("the denominator is (C⁻¹k*)ᵀk*, not (C⁻¹k*)ᵀ(C⁻¹k*): with u = C⁻¹k*, divide by u @ k_star, so that "
+         "α(k*) = 1 exactly.",
+         lambda C, k, K: K @ torch.linalg.solve(C, k) / (torch.linalg.solve(C, k) @ torch.linalg.solve(C, k))),
         ("keep the sign: a negative α means the edit pushes that key's output away from v*; return α, not |α|.",
          lambda C, k, K: _edit_spill(C, k, K).abs()),
     ],
