@@ -438,7 +438,7 @@ def sweep_summary_lines(race: Race, arms: Sequence[str], shared: tuple[str, str]
     arm, other = shared
     at = s.best_lr(other)
     loss = s.loss[arm].mean(1)
-    lines.append(f"one shared rate: at {at:g}, {other}'s best ({first} steps), {arm} scores "
+    lines.append(f"one shared rate (sweep seeds): at {at:g}, {other}'s best ({first} steps), {arm} scores "
                  f"{float(loss[s.lrs.index(at)]):.3f} nats; at its own {s.best_lr(arm):g}, {float(loss.min()):.3f}")
     return lines
 
