@@ -97,6 +97,18 @@ def load(path: Path = DATA_PATH) -> dict[int, dict[str, dict[str, float]]]:
     return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
 
 
+def live_gap(model0: torch.nn.Module, data: FactDataset, live: dict[int, dict[str, float]],
+             rerun: str = "40 steps, no penalty", runs: dict | None = None) -> float:
+    """Largest |file − live| difference: ``live`` (``{seed: {"efficacy", "capitals_kept"}}``, computed by the
+    notebook at its own budget, the first of ``BUDGETS``) against the file, and the ``rerun`` budget run now on
+    ``model0`` (the fact model of seed 0) against the file's seed 0."""
+    runs = load() if runs is None else runs
+    first = next(iter(BUDGETS))
+    gaps = [abs(runs[s][first][k] - v) for s, values in live.items() for k, v in values.items()]
+    fresh = budget_runs(model0, data, {rerun: BUDGETS[rerun]})[rerun]
+    return max(gaps + [abs(runs[0][rerun][k] - fresh[k]) for k in fresh])
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))

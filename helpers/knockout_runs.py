@@ -99,6 +99,12 @@ def max_difference(a: dict, b: dict) -> float:
     return max(abs(x - y) for x, y in zip(fa, fb))
 
 
+def live_gap(model: torch.nn.Module, data: FactDataset, seed: int = 0, n_offs: Sequence[int] = (N_OFF, 20)) -> float:
+    """Largest ``max_difference`` between ``summarise`` run now on ``model`` (the fact model of ``seed``) and the
+    shipped file's run of that seed, over the files of ``n_offs`` neurons per set: the notebook's live check."""
+    return max(max_difference(summarise(model, data, seed=seed, n_off=n), load(data_path(n))[seed]) for n in n_offs)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))

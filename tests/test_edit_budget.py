@@ -56,3 +56,14 @@ def test_delta_ratio_is_the_size_of_the_optimised_delta():
     finally:
         edit_budget.capital_edits = old
     assert abs(got - expected) < 1e-4 * expected
+
+
+def test_live_gap_reads_the_notebook_budget_and_the_fresh_rerun():
+    data = make_dataset(load_facts())
+    model = load_fact_model(data, seed=0)[0]
+    shipped = edit_budget.load()
+    first = next(iter(edit_budget.BUDGETS))
+    live = {s: {k: runs[first][k] for k in ("efficacy", "capitals_kept")} for s, runs in shipped.items()}
+    assert edit_budget.live_gap(model, data, live) < 1e-6
+    live[3]["efficacy"] += 0.25
+    assert abs(edit_budget.live_gap(model, data, live) - 0.25) < 1e-6

@@ -394,6 +394,9 @@ NATURAL_WRONG = [
     ("coefficients", lambda x, W1, b1: (x @ W1.T + b1) * torch.sigmoid(1.702 * (x @ W1.T + b1)), "sigmoid approximation"),  # 03-r19
     ("triggers", ex._triggers_zero_mask, "with 0"),
     ("triggers", ex._triggers_nan_mask, "NaN"),  # 03-r19
+    ("triggers", lambda c, valid, neuron, k: (lambda best: (best.values.topk(k).indices, best.indices[
+        best.values.topk(k).indices]))(c[:, :, neuron].masked_fill(valid, float("-inf")).max(dim=1)),
+     "you masked the allowed positions"),  # 03-r22
     ("triggers", ex._triggers_many_per_example, "one example appears several times"),
     ("triggers", _triggers_position_before_masking, None),
     ("triggers", ex._triggers_off_by_one, "off by one"),

@@ -2,6 +2,8 @@
 import pytest
 
 from helpers import knockout_runs
+from helpers.fact_model import load_fact_model
+from helpers.facts import load_facts, make_dataset
 
 
 def test_the_shipped_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
@@ -44,3 +46,8 @@ def test_the_command_reproduces_seed_0_at_20_neurons_per_set(tmp_path):
     made = knockout_runs.make([0], tmp_path / "ko20.json", n_off=20)
     assert made["n_off"] == 20 and made["made_by"].endswith("--n-off 20")
     assert knockout_runs.max_difference(made["runs"]["0"], knockout_runs.load(knockout_runs.data_path(20))[0]) < 1e-6
+
+
+def test_live_gap_compares_a_fresh_run_of_seed_0_with_both_files():
+    data = make_dataset(load_facts())
+    assert knockout_runs.live_gap(load_fact_model(data, seed=0)[0], data) < 1e-6

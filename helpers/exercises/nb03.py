@@ -189,6 +189,12 @@ def _triggers_nan_mask(c, valid, neuron, k):
     return examples, position[examples]
 
 
+def _triggers_inverted_mask(c, valid, neuron, k):
+    best, position = c[:, :, neuron].masked_fill(valid, float("-inf")).max(dim=1)
+    examples = best.topk(k).indices
+    return examples, position[examples]
+
+
 def _triggers_many_per_example(c, valid, neuron, k):
     flat = c[:, :, neuron].masked_fill(~valid, float("-inf")).reshape(-1)
     index = flat.topk(k).indices
@@ -267,6 +273,8 @@ check_top_triggers = Exercise(
          "Mask with -inf: masked_fill(~valid, float('-inf')).", _triggers_zero_mask),
         ("you masked by arithmetic: at a valid position (1 - valid)·(-inf) is 0·(-inf) = NaN, so the peaks are "
          "NaN. Mask with masked_fill(~valid, float('-inf')).", _triggers_nan_mask),
+        ("you masked the allowed positions instead of the others: `valid` is True where a position counts, so "
+         "fill the rest: masked_fill(~valid, float('-inf')).", _triggers_inverted_mask),
         ("one example appears several times: take the best position of each example first (max over T), then "
          "the top k examples.", _triggers_many_per_example),
         ("off by one: return the position t where the prefix ends (the prefix is ids[n, :t+1]), not its "
