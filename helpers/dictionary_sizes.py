@@ -125,14 +125,14 @@ def size_means(sizes: dict) -> dict[str, list[float]]:
 def draw_sizes(sweeps: Sequence[dict], d: int = 48):
     """Two panels against F (log scale), one line per sweep (labelled by its steps): the held-out FVU and the
     features used on the held-out prefixes (log scale, beside the diagonal "all F used"), means over models; a
-    dotted line at ``d`` (y's dimension)."""
+    dotted line at ``d`` (y's nominal dimension)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for sweep, colour in zip(sweeps, PALETTE):
         means = size_means(sweep)
         for ax, key in zip(axes, ("held_out", "used")):
             ax.plot(sweep["sizes"], means[key], "o-", color=colour, label=f"{sweep['steps']:,} steps")
     for ax, ylabel in zip(axes, ("held-out FVU (%)", "features used (on held-out prefixes)")):
-        ax.axvline(d, color="grey", ls=":", label=f"F = d = {d}")
+        ax.axvline(d, color="grey", ls=":", label=f"F = {d} (y's nominal dimension)")
         ax.set(xscale="log", xlabel="dictionary size F (features)", ylabel=ylabel, ylim=(0, None))
         ax.set_xticks(sweeps[0]["sizes"], [str(F) for F in sweeps[0]["sizes"]])
         ax.minorticks_off()

@@ -1,5 +1,5 @@
 """helpers.dictionary_k: notebook 09's k sweep, a small run of the command and the shipped file."""
-from helpers.dictionary_k import K_PATH, KS, STEPS, k_table, load_k, main
+from helpers.dictionary_k import K_PATH, KS, STEPS, k_table, load_k, main, pca_k
 from helpers.dictionary_study import MODELS
 
 
@@ -22,3 +22,11 @@ def test_the_shipped_file_covers_every_model_length_and_k():
     for entry in study["models"].values():
         assert all(len(entry[str(n)][str(k)]["held_out"]) == 2 for n in STEPS for k in KS)
     assert len(k_table(study).splitlines()) == 2 + len(KS)
+
+
+def test_pca_k_falls_with_k_and_adds_a_column():
+    pca = pca_k(models=(0,), ks=(1, 8, 48))
+    assert pca[1][0] > pca[8][0] > 0 and abs(pca[48][0]) < 1e-9
+    study = load_k(K_PATH)
+    lines = k_table(study, pca_k(models=(0,), ks=study["ks"])).splitlines()
+    assert "PCA-k of y" in lines[1] and lines[2].endswith("%")

@@ -191,6 +191,22 @@ def test_transcoder_normalised_loss_is_named():
     assert result.status == FAILED and "variance of y" in result.message, result.message
 
 
+@pytest.mark.parametrize("topk", ["stable sort", "torch.topk"])
+def test_transcoder_loss_averaged_over_d_out_too_is_named(topk):
+    def mean_all(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        pre = x @ W_enc.T + b_enc
+        if topk == "torch.topk":
+            top = pre.topk(k, dim=-1)
+            codes = torch.zeros_like(pre).scatter(-1, top.indices, top.values.clamp(min=0))
+        else:
+            codes = topk_codes(pre, k)
+        y_hat = codes @ W_dec.T + b_dec
+        return codes, y_hat, ((y - y_hat) ** 2).mean()
+
+    result = check_transcoder.evaluate(mean_all)
+    assert result.status == FAILED and "divides by every element" in result.message, result.message
+
+
 def test_sub_updates_every_neuron_kept_is_named_and_tie_hint_is_its_own():
     result = check_top_sub_updates.evaluate(lambda m, W2, b2, k: m @ W2.T + b2)
     assert result.status == FAILED and "kept every neuron" in result.message, result.message

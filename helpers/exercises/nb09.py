@@ -289,7 +289,7 @@ def _transcoder_wrong(kind: str):
             codes = torch.where(_keep_mask(pre, k), pre, torch.zeros((), dtype=pre.dtype))
         elif kind == "dense relu":
             codes = torch.relu(pre)
-        elif kind == "torch.topk":
+        elif "torch.topk" in kind:
             top = pre.topk(k, dim=-1)
             codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
         else:
@@ -299,7 +299,7 @@ def _transcoder_wrong(kind: str):
             y_hat = y_hat + b_dec
         target = x if kind == "target x" else y
         squared = (target - y_hat) ** 2
-        if kind == "mean all":
+        if "mean all" in kind:
             loss = squared.mean()
         elif kind == "sum rows":
             loss = squared.sum()
@@ -333,6 +333,9 @@ check_transcoder = Exercise(
         ("a kept negative pre-activation must become 0: apply ReLU to the k values you keep.",
          _transcoder_wrong("no relu")),
         (TIE_HINT + " (here the all-zero input leaves only b_enc, which has ties).", _transcoder_wrong("torch.topk")),
+        ("two slips: the loss divides by every element (it is d_out times too small; sum the squared error over a "
+         "row's d_out outputs, then average over the rows), and " + TIE_HINT,
+         _transcoder_wrong("mean all, torch.topk")),
         ("the codes keep every positive pre-activation (a plain ReLU): keep only the k largest per row, with "
          "Exercise 1's TopK.", _transcoder_wrong("dense relu")),
     ],
