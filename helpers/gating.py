@@ -680,6 +680,37 @@ def plateau_seeds(result: VariantComparison, threshold: float = 4.0) -> torch.Te
     return torch.stack([result.run_mean(v) > threshold for v in GATED_NO_SIGMOID + DENSE]).any(dim=0)
 
 
+def gap_correlation(a: PairedDifference, b: PairedDifference) -> float:
+    """Pearson correlation of two comparisons' per-seed differences (``(n_seeds,)`` each, same seeds): near 1
+    when the second changes little against the first (a control, not a replication)."""
+    if a.diffs.shape != b.diffs.shape:
+        raise ValueError(f"a and b must hold the same seeds; got {tuple(a.diffs.shape)} and {tuple(b.diffs.shape)}")
+    return float(torch.corrcoef(torch.stack([a.diffs, b.diffs]))[0, 1])
+
+
+@dataclass(frozen=True)
+class PlateauSpread:
+    """How the per-seed gaps split between plateau seeds (some run averaging above the threshold) and the rest:
+    their counts, the sd of the gaps in each part (nats), and the plateau seeds' share of the sum of squared
+    deviations from the mean of all seeds (their share of the variance)."""
+    n_plateau: int
+    n_rest: int
+    sd_plateau: float
+    sd_rest: float
+    variance_share: float
+
+
+def plateau_spread(result: VariantComparison, gaps: PairedDifference, threshold: float = 4.0) -> PlateauSpread:
+    """Split ``gaps`` (``GROUP`` on ``result``'s seeds) by ``plateau_seeds(result, threshold)``: a post-hoc look
+    at where the per-seed spread comes from, not a verdict."""
+    stuck = plateau_seeds(result, threshold)
+    if stuck.shape != gaps.diffs.shape:
+        raise ValueError(f"gaps must hold result's {stuck.numel()} seeds, got {gaps.diffs.numel()}")
+    dev = (gaps.diffs.double() - gaps.diffs.double().mean()) ** 2
+    return PlateauSpread(int(stuck.sum()), int((~stuck).sum()), float(gaps.diffs[stuck].std()),
+                         float(gaps.diffs[~stuck].std()), float(dev[stuck].sum() / dev.sum()))
+
+
 def sweep_table(sweep: LrSweep) -> str:
     """The sweep as printable lines: per variant the run-mean loss at each rate (mean over the tuning seeds),
     its best rate marked with ``*``."""
@@ -733,6 +764,31 @@ def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, Va
     axes[0, 0].set_yticks(range(len(rows)), rows[::-1])
     fig.supxlabel("difference in the same seed (nats); below 0: the first is lower", fontsize=10)
     fig.suptitle("Run-mean loss minus ReLU; last row: gated no σ − dense. Mean ± Holm threshold × se; filled: resolved")
+    fig.tight_layout()
+    return fig
+
+
+def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
+                         sds: Mapping[str, float] = SHAZEER_2020_65K_SD,
+                         long_runs: Mapping[str, float] = SHAZEER_2020_524K):
+    """Shazeer (2020), Table 1 as a picture: per variant (lowest 65k mean at the top) the 65,536-step mean ± sd of
+    four runs (left) and the single 524,288-step run (right, its own x range); gated variants without a sigmoid in
+    one colour, dense FFNs and GLU in another. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    order = sorted(means, key=means.get)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for i, v in enumerate(order):
+        color = "#332288" if v in GATED_NO_SIGMOID else "#CC6677"
+        y = len(order) - 1 - i
+        left.errorbar(means[v], y, xerr=sds[v], fmt="o", color=color, ms=5, capsize=3)
+        right.plot(long_runs[v], y, "D", color=color, ms=5)
+    left.set_yticks(range(len(order)), [VARIANT_NAMES[v] for v in order[::-1]])
+    left.set_title("65,536 steps: mean ± sd of 4 runs")
+    right.set_title("524,288 steps: 1 run")
+    for ax in (left, right):
+        ax.set_xlabel("held-out log-perplexity (lower is better)")
+    fig.suptitle("Shazeer (2020), Table 1; blue: gated without σ, red: dense and GLU")
     fig.tight_layout()
     return fig
 

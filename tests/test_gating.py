@@ -569,3 +569,35 @@ def test_plateau_seeds_marks_the_seeds_with_a_run_above_the_threshold():
     assert sum(n for n, _ in group_failures(tuned).values()) >= int(stuck.sum())   # a seed may hold several
     gaps = race_family(tuned)[GROUP].diffs
     assert float(gaps[stuck].std()) > 4 * float(gaps[~stuck].std())
+
+
+def test_gap_correlation_and_plateau_spread():
+    from helpers.gating import gap_correlation, plateau_seeds, plateau_spread
+    from helpers.stats import paired_difference
+    a = paired_difference([0.1, -0.2, 0.3, 0.0], [0.0, 0.0, 0.0, 0.1])
+    flipped = paired_difference([0.0, 0.0, 0.0, 0.1], [0.1, -0.2, 0.3, 0.0])
+    assert gap_correlation(a, a) == pytest.approx(1.0) and gap_correlation(a, flipped) == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="same seeds"):
+        gap_correlation(a, paired_difference([0.1, 0.2], [0.0, 0.0]))
+    race = load_race()
+    gaps = race_family(race)[GROUP]
+    spread, stuck = plateau_spread(race, gaps), plateau_seeds(race)
+    assert (spread.n_plateau, spread.n_rest) == (int(stuck.sum()), int((~stuck).sum()))
+    assert spread.sd_rest == pytest.approx(float(gaps.diffs[~stuck].std()))
+    dev = (gaps.diffs - gaps.diffs.mean()) ** 2
+    assert spread.variance_share == pytest.approx(float(dev[stuck].sum() / dev.sum()), rel=1e-5)
+    assert 0.0 <= spread.variance_share <= 1.0
+    with pytest.raises(ValueError, match="gaps must hold"):
+        plateau_spread(race, a)
+
+
+def test_shazeer_table_figure_draws_every_variant():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from helpers.gating import shazeer_table_figure
+    fig = shazeer_table_figure()
+    left, right = fig.axes[:2]
+    assert len(left.get_yticks()) == len(SHAZEER_2020_65K) == len(right.lines)
+    assert sorted(line.get_xdata()[0] for line in right.lines) == sorted(SHAZEER_2020_524K.values())
+    plt.close(fig)
