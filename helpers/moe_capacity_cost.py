@@ -142,6 +142,14 @@ def trained_family(trained: dict, cost: dict, *, compare_arms: bool = False) -> 
     return family
 
 
+def after_looking_family(trained: dict, cost: dict) -> dict:
+    """The two rows added to section 9 after looking, seed by seed, per arm: cross-entropy scored dropless of
+    the runs trained at the training factor − of the same seeds trained dropless."""
+    return {f"{arm.split(', ')[1]}, dropless: trained at c = {trained['factor']:g} − dropless": paired_difference(
+        cost_values(trained, arm, None), cost_values(cost, arm, None, [int(s) for s in trained["ce"][arm]]))
+        for arm in trained["ce"]}
+
+
 def dropped_in_training(trained: dict, steps: Sequence[int] = (1, 5, 10, 15)) -> str:
     """One printable line per arm of ``run_trained``'s file: the share of slots dropped at the given training
     steps (counted from 1), mean over the file's seeds."""

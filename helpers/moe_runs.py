@@ -38,7 +38,7 @@ import argparse
 import json
 import math
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +51,7 @@ from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN
 from helpers.moe import MoE, RoutingLog, arrival_rank, expert_capacity, moe_aux_loss, moe_layers_stats
 from helpers.progress import progress as progress_bar
-from helpers.stats import paired_difference
+from helpers.stats import Comparison, holm, paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 ARMS: dict[str, dict] = {
@@ -433,3 +433,18 @@ def section7_families(runs: dict, lr: float) -> tuple[dict, dict]:
         ce[f"CE, 1,000 steps: MoE α = 0.1 − dense {width}"] = paired_difference(
             values(runs, moe, "ce"), values(runs, f"dense, width {width}", "ce"))
     return balance, ce
+
+
+def holm_groups(groups: Mapping[str, Mapping[str, Comparison]], unit: str = "", digits: int = 3) -> str:
+    """One Holm family (``helpers.stats.holm``) over every group's comparisons, printed as its header, then per
+    group its heading and its rows (``Verdict.line``). ``groups``: heading → {comparison name → comparison}."""
+    family = {name: c for rows in groups.values() for name, c in rows.items()}
+    if len(family) != sum(len(rows) for rows in groups.values()):
+        raise ValueError("groups must not repeat a comparison name")
+    verdicts = dict(zip(family, holm(family)))
+    width = max(len(name) for name in family)
+    resolved = sum(v.resolved for v in verdicts.values())
+    lines = [f"Holm's step-down over {len(family)} comparisons (5 % two-sided): {resolved} resolved"]
+    for heading, rows in groups.items():
+        lines += [heading + ":"] + ["  " + verdicts[name].line(width, unit, digits) for name in rows]
+    return "\n".join(lines)

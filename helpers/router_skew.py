@@ -27,8 +27,8 @@ control                    router input
 ``input_geometry`` gives the two numbers behind it: ``|mean| / rms |x|`` and the participation ratio
 ``(Σλ)² / Σλ²`` of the covariance's eigenvalues (d for an isotropic cloud, 1 for a line).
 
-The "excess" of a routing is busiest/mean − 1 (0 at an even load); ``skew_table``'s "excess kept" is a control's
-mean excess over the real inputs' (all positions), both averaged over seeds and layers.
+The "excess" of a routing is busiest/mean − 1 (0 at an even load); ``skew_table``'s last column is a control's
+mean excess as a share of the real inputs' (all positions), both averaged over seeds and layers.
 
 Notebook 05's controls (its ``untrained_moe_lm``: ``TinyGPT`` of ``helpers.moe_runs.lm_config`` on the fact
 sentences, 8 noisy top-1 experts of width 96 per block) on ``SKEW_SEEDS`` = 0-99 are shipped in ``SKEW_PATH``, made
@@ -225,13 +225,13 @@ def skew_table(result: SkewControls) -> str:
     the real inputs' excess over an even load (busiest/mean − 1) that the control keeps."""
     base = result.per_seed("all positions").mean() - 1
     n_layers = result.loads["all positions"].shape[1]
-    head = f"{'router input':<20}" + "".join(f"{'layer ' + str(l):>19}" for l in range(n_layers)) + f"{'excess kept':>13}"
+    head = f"{'router input':<20}" + "".join(f"{'layer ' + str(l):>19}" for l in range(n_layers)) + "% of all positions' excess, both layers".rjust(42)
     lines = [head]
     for c in CONTROLS:
         v = result.loads[c]
         cells = "".join(f"{v[:, l].mean():>7.2f} ({v[:, l].min():.2f}–{v[:, l].max():.2f})" for l in range(n_layers))
         kept = (result.per_seed(c).mean() - 1) / base
-        lines.append(f"{c:<20}{cells}{kept:>12.0%}")
+        lines.append(f"{c:<20}{cells}{kept:>41.0%}")
     return "\n".join(lines)
 
 

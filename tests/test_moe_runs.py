@@ -5,7 +5,7 @@ import torch
 from helpers.facts import load_facts, make_dataset
 from helpers.moe import arrival_rank
 from helpers.moe_runs import (ARMS, CAPACITY_FACTORS, LONG_ARMS, RUNS_PATH, answer_share, best_lr, busiest,
-                              capacity_figure, capacity_summary, capacity_values, dropped_share, largest_difference, lm_config,
+                              capacity_figure, capacity_summary, capacity_values, dropped_share, holm_groups, largest_difference, lm_config,
                               load_runs, long_table, main, make_model, over_seeds, relation_prior, section7_families, starved,
                               summaries, sweep_table, train_run, training_table, values)
 
@@ -158,3 +158,25 @@ def test_sentences_seen_counts_the_rows_train_lm_draws():
     assert sentences_seen(0, 608, steps=1, batch=1) == 1
     with pytest.raises(ValueError, match="n_sentences"):
         sentences_seen(0, 0)
+
+
+def test_holm_groups_is_one_family_printed_in_headed_groups():
+    from helpers.stats import holm_table
+    balance, ce = section7_families(load_runs(), 1e-2)
+    grouped = holm_groups({"balance": balance, "fit": ce}).splitlines()
+    plain = holm_table({**balance, **ce}).splitlines()
+    assert grouped[0] == plain[0]                       # one family: the same header, thresholds and verdicts
+    assert grouped[1] == "balance:" and grouped[2 + len(balance)] == "fit:"
+    assert grouped[2:2 + len(balance)] + grouped[3 + len(balance):] == plain[1:]
+    with pytest.raises(ValueError, match="repeat"):
+        holm_groups({"a": balance, "b": balance})
+
+
+def test_the_printed_ce_row_is_the_paired_t_by_hand():
+    """The row 'CE: MoE α = 0.1 − dense 96' of section 7: +0.049, t +1.97, as the plain paired t by hand."""
+    study = load_runs()
+    d = values(study, "MoE, α = 0.1", "ce", 1e-2) - values(study, "dense, width 96", "ce", 1e-2)
+    row = section7_families(study, 1e-2)[1]["CE: MoE α = 0.1 − dense 96"]
+    t = d.mean() / (d.std() / len(d) ** 0.5)
+    assert f"{d.mean():+.3f}, t {t:+.2f}" == "+0.049, t +1.97"
+    assert abs(row.t - float(t)) < 1e-9
