@@ -537,3 +537,20 @@ def test_best_match_in_float32_is_named_and_computing_otherwise_in_float32_still
     result = ex.check_best_match.evaluate(in_float32)
     assert result.status == "failed" and "float32" in (result.hint or ""), result.message
     assert ex.check_best_match.evaluate(norms_in_float32).status == "failed"
+
+
+@pytest.mark.parametrize("hard_coded", ["F.layer_norm default", "by hand with 1e-5"])
+def test_a_read_out_with_the_default_epsilon_is_named(hard_coded):
+    """The statement says keep ln_f's ε: hidden cases with ε = 1e-2 fail an answer that hard-codes 1e-5."""
+    def wrong(f, i, ln, head, biases=True):
+        with torch.no_grad():
+            v = f.w2.weight[:, i]
+            if hard_coded == "F.layer_norm default":
+                z = F.layer_norm(v, ln.normalized_shape, ln.weight)
+            else:
+                z = (v - v.mean()) / torch.sqrt(v.var(correction=0) + 1e-5) * ln.weight
+            return F.linear(z + ln.bias, head.weight, head.bias) if biases else z @ head.weight.T
+
+    assert any(c.args[2].eps != 1e-5 for c in ex.check_value_logits.cases())
+    result = ex.check_value_logits.evaluate(wrong)
+    assert result.status == FAILED and "default ε" in result.message, result.message

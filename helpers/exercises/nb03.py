@@ -316,11 +316,13 @@ def _value_cases() -> list[Case]:
                                                              (7, 7, 18, False, False),    # square W2
                                                              (4, 12, 33, True, True),
                                                              (6, 1, 15, True, False),     # one neuron
-                                                             (9, 5, 20, False, True)]):   # a tiny value
+                                                             (9, 5, 20, False, True),     # a tiny value
+                                                             (5, 9, 22, True, True),      # ε = 1e-2 from here
+                                                             (6, 4, 19, False, False)]):
         with torch.random.fork_rng(devices=[]):       # module init draws from the global generator
             torch.manual_seed(3000 + k)
             ffn = FFN(d, d_ff).eval()
-            ln_f, lm_head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=head_bias)
+            ln_f, lm_head = nn.LayerNorm(d, eps=1e-2 if k >= 7 else 1e-5), nn.Linear(d, vocab, bias=head_bias)
         with torch.no_grad():                          # a trained-looking final norm: scale and shift not 1 and 0
             ln_f.weight.copy_(1 + 0.5 * torch.randn(d, generator=gen))
             ln_f.bias.copy_(0.5 * torch.randn(d, generator=gen))
@@ -330,7 +332,10 @@ def _value_cases() -> list[Case]:
         if k in (5, 6):                                # values of size 1e-3: variance 1e-6, against ε = 1e-5
             with torch.no_grad():
                 ffn.w2.weight[:, neuron] = 1e-3 * torch.randn(d, generator=gen)
-        note = (f"FFN(d_model={d}, d_ff={d_ff}), neuron={neuron}, LayerNorm({d}), "
+        if k >= 7:                                     # values of size 0.1: variance 1e-2, against ε = 1e-2
+            with torch.no_grad():
+                ffn.w2.weight[:, neuron] = 0.1 * torch.randn(d, generator=gen)
+        note = (f"FFN(d_model={d}, d_ff={d_ff}), neuron={neuron}, LayerNorm({d}, eps={ln_f.eps:g}), "
                 f"lm_head {d}->{vocab} {'with' if head_bias else 'without'} bias, biases={biases}")
         cases.append(Case((ffn, neuron, ln_f, lm_head, biases), note=note))
     return cases
@@ -351,6 +356,15 @@ def _values_with_read(read: Callable[[torch.Tensor, nn.LayerNorm, nn.Linear, boo
 
 def _right_read(v, ln, head, biases):
     return head(ln(v)) if biases else _ln_no_beta(v, ln) @ head.weight.T
+
+
+def _default_eps(ln: nn.LayerNorm) -> nn.LayerNorm:
+    """A copy of ``ln`` with nn.LayerNorm's default ε, 1e-5 (the mistake of not passing ``ln_f.eps``)."""
+    copy = nn.LayerNorm(ln.normalized_shape, eps=1e-5)
+    with torch.no_grad():
+        copy.weight.copy_(ln.weight)
+        copy.bias.copy_(ln.bias)
+    return copy
 
 
 def _norm_by_hand(correction: int, eps: bool, both: bool = True, centre: bool = True, eps_outside: bool = False):
@@ -399,6 +413,8 @@ check_value_logits = Exercise(
          _values_with_read(lambda v, ln, head, b: head(ln(v)) if b else head(_ln_no_beta(v, ln)))),
         ("with the biases you dropped lm_head's bias: the full read-out is lm_head(ln_f(v)), bias included.",
          _values_with_read(lambda v, ln, head, b: (ln(v) if b else _ln_no_beta(v, ln)) @ head.weight.T)),
+        ("you used LayerNorm's default ε (1e-5), not ln_f's own: pass ln_f.eps (here a hidden ln_f has ε = 1e-2).",
+         _values_with_read(lambda v, ln, head, b: _right_read(v, _default_eps(ln), head, b))),
         ("your LayerNorm by hand does not subtract the mean: LayerNorm centres v first, (v - v.mean()) / "
          "sqrt(var + ε), or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=0, eps=True, centre=False))),
         ("your LayerNorm by hand leaves out ε: normalise by sqrt(var + ln_f.eps), as nn.LayerNorm does (it matters "
@@ -433,6 +449,7 @@ check_value_logits = Exercise(
             Corner("square W2 (a row still fits)", lambda c: c.args[0].d_ff == c.args[0].d_model),
             Corner("a value so small that ln_f's ε matters", lambda c: bool(
                 c.args[0].w2.weight[:, c.args[1]].var(correction=0) < 10 * c.args[2].eps)),
+            Corner("ln_f's ε not the default 1e-5", lambda c: c.args[2].eps != 1e-5),
         )),
     returns=tensor_dtype(torch.float32, advice="Keep the inputs' dtype (float32)."),
 )
