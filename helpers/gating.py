@@ -773,7 +773,8 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
                          long_runs: Mapping[str, float] = SHAZEER_2020_524K):
     """Shazeer (2020), Table 1 as a picture: per variant (lowest 65k mean at the top) the 65,536-step mean ± sd of
     four runs (left) and the single 524,288-step run (right, its own x range); gated variants without a sigmoid in
-    one colour, dense FFNs and GLU in another. Returns the matplotlib Figure."""
+    one colour, dense FFNs and GLU in another. The bars are spreads, not tests: bars that part can still be a pair
+    Holm does not resolve. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
     order = sorted(means, key=means.get)
@@ -784,11 +785,11 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
         left.errorbar(means[v], y, xerr=sds[v], fmt="o", color=color, ms=5, capsize=3)
         right.plot(long_runs[v], y, "D", color=color, ms=5)
     left.set_yticks(range(len(order)), [VARIANT_NAMES[v] for v in order[::-1]])
-    left.set_title("65,536 steps: mean ± sd of 4 runs")
+    left.set_title("65,536 steps: mean ± sd of 4 runs (not a test)")
     right.set_title("524,288 steps: 1 run")
     for ax in (left, right):
         ax.set_xlabel("held-out log-perplexity (lower is better)")
-    fig.suptitle("Shazeer (2020), Table 1; blue: gated without σ, red: dense and GLU")
+    fig.suptitle("Shazeer (2020), Table 1; blue: gated without σ, red: dense and GLU; verdicts: the |t| table")
     fig.tight_layout()
     return fig
 
