@@ -112,9 +112,10 @@ def experts_by_load(counts: torch.Tensor) -> torch.Tensor:
 
 
 def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequence[int] = (0,),
-                                 sort_experts: bool = False) -> Figure:
+                                 sort_experts: bool = False, first_step: int = 0) -> Figure:
     """Heat maps, one column per run and one row per layer: training step × expert, colour = share of the
-    step's tokens that went to the expert (one colour scale for all panels).
+    step's tokens that went to the expert (one colour scale for all panels). Steps are labelled from
+    ``first_step`` (0 by default; 1 to count steps as the prose does).
 
     With ``sort_experts`` each panel shows its experts busiest first (by load summed over training), so
     panels of different runs, whose expert ids mean nothing to each other, compare by rank.
@@ -129,6 +130,7 @@ def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequenc
                 shares = shares[:, experts_by_load(log.counts[:, layer])]
                 xlabel = "experts, busiest first"
             plot_heatmap(ax, shares, xlabel=xlabel, ylabel="training step", title=f"{name}: layer {layer}",
+                         yticklabels=[str(s + first_step) for s in range(shares.shape[0])] if first_step else None,
                          vmax=top, xticklabels=[str(i + 1) for i in range(shares.shape[1])] if sort_experts else None,
                          colorbar=False)
     fig.suptitle("Share of each step's tokens that every expert receives")
@@ -143,8 +145,9 @@ def _as_runs(value: RoutingLog | Sequence[RoutingLog]) -> list[RoutingLog]:
     return [value] if isinstance(value, RoutingLog) else list(value)
 
 
-def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) -> Figure:
-    """Two panels over training: busiest expert's load / mean load, and the normalised load entropy.
+def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]], first_step: int = 0) -> Figure:
+    """Two panels over training: busiest expert's load / mean load, and the normalised load entropy; steps
+    numbered from ``first_step``.
 
     One line per run and layer (solid: layer 0, dashed: layer 1, ...). A run given as several logs
     (seeds) is drawn as their mean, with a band from the lowest to the highest seed.
@@ -159,7 +162,7 @@ def load_curves_figure(logs: Mapping[str, RoutingLog | Sequence[RoutingLog]]) ->
         mom = torch.stack([log.max_over_mean() for log in runs])          # (seeds, steps, layers)
         ent = torch.stack([log.load_entropy() for log in runs])
         n_experts = max(n_experts, runs[0].counts.shape[-1])
-        steps = torch.arange(mom.shape[1]).numpy()
+        steps = torch.arange(first_step, first_step + mom.shape[1]).numpy()
         suffix = f" (mean of {len(runs)} seeds)" if 1 < len(runs) != n_seeds else ""
         for layer in range(mom.shape[2]):
             label = f"{name}, layer {layer}{suffix}"
