@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 
-from helpers.dictionary import fact_prefixes, ffn_io, fvu, held_out_split, l0, train_dictionaries
-from helpers.dictionary_study import MODELS, RECIPE, _r, pca_fvu
-from helpers.fact_model import load_fact_model
+from helpers.dictionary import fact_prefixes, fvu, l0, train_dictionaries
+from helpers.dictionary_study import MODELS, RECIPE, _r, layer_data, pca_fvu
 from helpers.facts import load_facts, make_dataset
 from helpers.progress import progress as progress_bar
 
@@ -44,9 +43,7 @@ def k_study(models: Sequence[int] = MODELS, ks: Sequence[int] = KS, steps: Seque
     seeds = list(seeds)
     out: dict = {}
     for m in progress_bar(list(models), desc="k sweep", disable=not progress):
-        inputs, outputs = ffn_io(load_fact_model(data, seed=m)[0].double(), data.ids)
-        x, y = (t[layer][p.rows, p.positions] for t in (inputs, outputs))
-        train, test = held_out_split(len(x), RECIPE["held_out"], RECIPE["split_seed"])
+        x, y, train, test = layer_data(data, p, m, layer)
         out[str(m)] = {str(n): {} for n in steps}
         for n in steps:
             for k in ks:
@@ -64,9 +61,8 @@ def pca_k(models: Sequence[int] = MODELS, ks: Sequence[int] = KS, layer: int = 1
     any code confined to k fixed directions does, an oracle beside the TopK-k transcoders. Under a second of CPU."""
     data = make_dataset(load_facts())
     p = fact_prefixes(data)
-    ys = [ffn_io(load_fact_model(data, seed=m)[0].double(), data.ids)[1][layer][p.rows, p.positions] for m in models]
-    train, test = held_out_split(len(p.rows), RECIPE["held_out"], RECIPE["split_seed"])
-    return {k: [pca_fvu(y[train], y[test], k) for y in ys] for k in ks}
+    splits = [layer_data(data, p, m, layer)[1:] for m in models]          # (y, train, test) per model
+    return {k: [pca_fvu(y[train], y[test], k) for y, train, test in splits] for k in ks}
 
 
 def load_k(path: str | Path | None = None) -> dict:

@@ -27,10 +27,8 @@ import matplotlib.pyplot as plt
 import torch
 
 from helpers import validate
-from helpers.dictionary import TopKDictionary, fact_prefixes, ffn_io, firing_counts, fvu, held_out_split, \
-    train_dictionaries
-from helpers.dictionary_study import MODELS, RECIPE, _r
-from helpers.fact_model import load_fact_model
+from helpers.dictionary import TopKDictionary, fact_prefixes, firing_counts, fvu, train_dictionaries
+from helpers.dictionary_study import MODELS, RECIPE, _r, layer_data
 from helpers.facts import load_facts, make_dataset
 from helpers.plotting import PALETTE
 from helpers.progress import progress as progress_bar
@@ -65,9 +63,7 @@ def size_study(models: Sequence[int] = MODELS, sizes: Sequence[int] = SIZES, see
     p = fact_prefixes(data)
     out: dict = {}
     for m in progress_bar(list(models), desc="dictionary sizes", disable=not progress):
-        inputs, outputs = ffn_io(load_fact_model(data, seed=m)[0].double(), data.ids)
-        x, y = (t[layer][p.rows, p.positions] for t in (inputs, outputs))
-        train, test = held_out_split(len(x), RECIPE["held_out"], RECIPE["split_seed"])
+        x, y, train, test = layer_data(data, p, m, layer)
         out[str(m)] = {}
         for F in sizes:
             ds = train_dictionaries(x[train], y[train], F, RECIPE["k"], list(seeds), steps=steps, lr=3e-2,

@@ -64,7 +64,7 @@ from helpers.stats import PairedDifference, paired_difference
 from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, planted_features,
                                    planted_pairs, toy_hidden, train_toy_models)
 
-__all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
+__all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
            "slot_edge_family", "tracking_lengths", "toy_recovery", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
@@ -96,6 +96,15 @@ UNITS = ("transcoder", "neurons", "sae_x", "random", "untrained_neurons")
 
 
 # ---------------------------------------------------------------- dense yardsticks and the Gaussian control
+def layer_data(data, prefixes, model_seed: int, layer: int = 1):
+    """``(x, y, train, test)``: shipped fact model ``model_seed``'s FFN input and output in ``layer`` at the fact
+    prefixes, float64, each ``(n_prefixes, d_model)``, and the recipe's held-out split of their rows."""
+    inputs, outputs = ffn_io(load_fact_model(data, seed=model_seed)[0].double(), data.ids)
+    x, y = (t[layer][prefixes.rows, prefixes.positions] for t in (inputs, outputs))
+    train, test = held_out_split(len(x), RECIPE["held_out"], RECIPE["split_seed"])
+    return x, y, train, test
+
+
 def pca_projection(y_train: torch.Tensor, y_test: torch.Tensor, rank: int) -> torch.Tensor:
     """``y_test (M, d)`` projected on the mean and top ``rank`` principal directions of ``y_train (N, d)``
     (float64): the best reconstruction from ``rank`` fixed dimensions, fitted on the training rows."""

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import torch
 
-from helpers.dictionary import fact_prefixes, ffn_io, fvu, held_out_split, train_dictionaries
-from helpers.dictionary_study import MODELS, RECIPE, _r, gaussian_like
-from helpers.fact_model import load_fact_model
+from helpers.dictionary import fact_prefixes, fvu, train_dictionaries
+from helpers.dictionary_study import MODELS, RECIPE, _r, gaussian_like, layer_data
 from helpers.facts import load_facts, make_dataset
 from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
@@ -50,8 +49,7 @@ def used_study(models: Sequence[int] = MODELS, runs: Sequence[tuple[float, int]]
     p = fact_prefixes(data)
     sets = []                                                          # (model, name, fit (N, 48), held out)
     for m in models:
-        y = ffn_io(load_fact_model(data, seed=m)[0].double(), data.ids)[1][layer][p.rows, p.positions]
-        train, test = held_out_split(len(y), RECIPE["held_out"], RECIPE["split_seed"])
+        _, y, train, test = layer_data(data, p, m, layer)
         sets.append((m, "y", y[train], y[test]))
         sets.append((m, "gaussian", gaussian_like(y[train], len(train), seed=1).double(),
                      gaussian_like(y[train], len(test), seed=2).double()))
