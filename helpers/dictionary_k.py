@@ -25,8 +25,9 @@ from helpers.dictionary import fact_prefixes, fvu, l0, train_dictionaries
 from helpers.dictionary_study import MODELS, RECIPE, _r, layer_data, pca_fvu
 from helpers.facts import load_facts, make_dataset
 from helpers.progress import progress as progress_bar
+from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["K_PATH", "KS", "STEPS", "k_study", "pca_k", "load_k", "k_table", "main"]
+__all__ = ["K_PATH", "KS", "STEPS", "k_study", "pca_k", "load_k", "k_table", "k_family", "main"]
 
 K_PATH = Path(__file__).resolve().parent / "data" / "dictionary_k.json"
 KS = (1, 2, 4, 8, 16, 32)
@@ -89,6 +90,18 @@ def k_table(study: dict, pca: dict[int, list[float]] | None = None) -> str:
             + (f"{sum(pca[k]) / len(pca[k]):13.2%}" if pca else ""))
     return "\n".join(lines)
 
+
+def k_family(study: dict, pca: dict[int, list[float]], steps: int | None = None) -> dict[str, PairedDifference]:
+    """For ``helpers.stats.holm``: per k, the transcoders' held-out FVU minus PCA-k's, in units of PCA-k's (as
+    section 4 measures against PCA-8), paired over the models (each model: the mean over its seeds), at ``steps``
+    (default: the longest run)."""
+    n = str(steps or study["steps"][-1])
+
+    def ratio(e, k, p):
+        return sum(e[n][str(k)]["held_out"]) / len(e[n][str(k)]["held_out"]) / p
+    return {f"transcoder − PCA-{k}": paired_difference(
+        [ratio(e, k, p) for e, p in zip(study["models"].values(), pca[k])], [1.0] * len(pca[k]))
+        for k in study["ks"]}
 
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

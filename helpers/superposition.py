@@ -35,7 +35,7 @@ from helpers import validate
 from helpers.progress import progress as progress_bar
 
 __all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature",
-           "toy_hidden", "best_cosines", "planted_features", "planted_pairs"]
+           "toy_hidden", "best_cosines", "random_cosine_median", "planted_features", "planted_pairs"]
 
 
 @dataclass
@@ -175,6 +175,18 @@ def best_cosines(true: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
                          f"{tuple(found.shape)}")
     unit = torch.nn.functional.normalize
     return (unit(true, dim=0).T @ unit(found, dim=0)).max(dim=1).values
+
+
+def random_cosine_median(d: int, grid: int = 100_000) -> float:
+    """The median |cos| between two independent, uniformly random unit vectors in ``d >= 2`` dimensions: the
+    overlap scale that features placed at random would show. Exact up to the quadrature (the cosine has density
+    proportional to (1 − t²)^((d − 3)/2) on [−1, 1]); in 5 dimensions about 0.35, in 48 about 0.10."""
+    if not isinstance(d, int) or d < 2:
+        raise ValueError(f"d must be an int >= 2, got {d!r}")
+    t = (torch.arange(grid, dtype=torch.float64) + 0.5) / grid                 # midpoints on [0, 1]
+    density = (1 - t * t) ** ((d - 3) / 2)
+    cdf = density.cumsum(0) / density.sum()
+    return float(t[int(torch.searchsorted(cdf, torch.tensor(0.5, dtype=torch.float64)))])
 
 
 def planted_features(n_true: int = 96, d: int = 48, n_rows: int = 1345, mean_on: float = 4.0,

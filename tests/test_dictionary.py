@@ -11,8 +11,8 @@ from helpers.dictionary import (TopKDictionary, answer_scores, distinct_prefixes
 from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import fact_model_config
 from helpers.memory import collect, find_ffns, prefix_mask
-from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, interference, toy_hidden,
-                                   train_toy_models)
+from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, interference,
+                                   random_cosine_median, toy_hidden, train_toy_models)
 from helpers.transformer import TinyGPT
 
 
@@ -301,3 +301,12 @@ def test_planted_pairs_share_each_rows_feature_sizes_between_keys_and_values():
     assert torch.equal(X, planted_pairs(n_true=6, d=12, n_rows=200, mean_on=2.0, seed=1)[0])
     with pytest.raises(ValueError):
         planted_pairs(n_true=6, mean_on=7.0)
+
+
+def test_random_cosine_median_matches_the_closed_forms():
+    assert abs(random_cosine_median(2) - 2 ** -0.5) < 1e-3 and abs(random_cosine_median(3) - 0.5) < 1e-4
+    assert abs(random_cosine_median(5) - 0.3473) < 1e-3                   # the root of m³ − 3m + 1 = 0
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.nn.functional.normalize(torch.randn(20000, 48, generator=g, dtype=torch.float64), dim=1)
+            for _ in range(2))
+    assert abs(float((a * b).sum(1).abs().median()) - random_cosine_median(48)) < 0.005

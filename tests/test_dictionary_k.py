@@ -1,5 +1,5 @@
 """helpers.dictionary_k: notebook 09's k sweep, a small run of the command and the shipped file."""
-from helpers.dictionary_k import K_PATH, KS, STEPS, k_table, load_k, main, pca_k
+from helpers.dictionary_k import K_PATH, KS, STEPS, k_family, k_table, load_k, main, pca_k
 from helpers.dictionary_study import MODELS
 
 
@@ -30,3 +30,10 @@ def test_pca_k_falls_with_k_and_adds_a_column():
     study = load_k(K_PATH)
     lines = k_table(study, pca_k(models=(0,), ks=study["ks"])).splitlines()
     assert "PCA-k of y" in lines[1] and lines[2].endswith("%")
+
+
+def test_k_family_measures_the_transcoders_in_units_of_pca_k():
+    study = {"ks": [8], "steps": [1000], "models": {"0": {"1000": {"8": {"held_out": [0.01, 0.03]}}},
+                                                    "1": {"1000": {"8": {"held_out": [0.02, 0.02]}}}}}
+    (name, diff), = k_family(study, {8: [0.04, 0.01]}).items()
+    assert name == "transcoder − PCA-8" and [round(v, 12) for v in diff.diffs.tolist()] == [-0.5, 1.0]
