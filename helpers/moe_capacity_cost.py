@@ -150,6 +150,14 @@ def after_looking_family(trained: dict, cost: dict) -> dict:
         for arm in trained["ce"]}
 
 
+def trained_scored_family(trained: dict) -> dict:
+    """Per arm, seed by seed, the runs trained at the training factor: cross-entropy scored at that factor −
+    scored dropless (the same models)."""
+    f = trained["factor"]
+    return {f"{arm.split(', ')[1]}, trained at c = {f:g}: CE at c = {f:g} − dropless": paired_difference(
+        cost_values(trained, arm, f), cost_values(trained, arm, None)) for arm in trained["ce"]}
+
+
 def dropped_in_training(trained: dict, steps: Sequence[int] = (1, 5, 10, 15)) -> str:
     """One printable line per arm of ``run_trained``'s file: the share of slots dropped at the given training
     steps (counted from 1), mean over the file's seeds."""

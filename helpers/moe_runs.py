@@ -435,9 +435,13 @@ def section7_families(runs: dict, lr: float) -> tuple[dict, dict]:
     return balance, ce
 
 
-def holm_groups(groups: Mapping[str, Mapping[str, Comparison]], unit: str = "", digits: int = 3) -> str:
+def holm_groups(groups: Mapping[str, Mapping[str, Comparison]], unit: str = "", digits: int = 3,
+                show: Sequence[str] | None = None) -> str:
     """One Holm family (``helpers.stats.holm``) over every group's comparisons, printed as its header, then per
-    group its heading and its rows (``Verdict.line``). ``groups``: heading → {comparison name → comparison}."""
+    group its heading and its rows (``Verdict.line``). ``groups``: heading → {comparison name → comparison};
+    ``show``: print only these groups' rows (the verdicts still come from the whole family)."""
+    if show is not None and any(heading not in groups for heading in show):
+        raise ValueError(f"show must name groups among {list(groups)}, got {list(show)!r}")
     family = {name: c for rows in groups.values() for name, c in rows.items()}
     if len(family) != sum(len(rows) for rows in groups.values()):
         raise ValueError("groups must not repeat a comparison name")
@@ -446,5 +450,7 @@ def holm_groups(groups: Mapping[str, Mapping[str, Comparison]], unit: str = "", 
     resolved = sum(v.resolved for v in verdicts.values())
     lines = [f"Holm's step-down over {len(family)} comparisons (5 % two-sided): {resolved} resolved"]
     for heading, rows in groups.items():
+        if show is not None and heading not in show:
+            continue
         lines += [heading + ":"] + ["  " + verdicts[name].line(width, unit, digits) for name in rows]
     return "\n".join(lines)

@@ -180,7 +180,6 @@ OTHER_CORRECT = [
     (check_moe_forward, moe_forward_sorted),
     (check_moe_forward, moe_forward_other_tie_break_float64),
     (check_moe_forward, moe_forward_with_the_course_layer),
-    (check_capacity_keep, capacity_keep_vectorised),
     (check_capacity_keep, capacity_keep_loops),
     (check_balance_loss, balance_loss_with_one_hot),
     (check_balance_loss, balance_loss_float64),
@@ -193,6 +192,23 @@ OTHER_CORRECT = [
     (check_noisy_top_k, noisy_gates_float64),
     (check_later_tokens, changed_with_helpers),
 ]
+
+
+def test_a_capacity_keep_through_arrival_rank_fails_and_the_helper_is_restored():
+    """Exercise 2 asks for the rule written out: right values through `arrival_rank` (the notebook imports it, so
+    it is a natural shortcut) fail with a message naming it, under any name, and leave `arrival_rank` as it was."""
+    original = moe.arrival_rank
+    rank = moe.arrival_rank
+
+    def renamed(expert_index, n_experts, capacity_factor):
+        n, k = expert_index.shape
+        return rank(expert_index, n_experts) < math.ceil(capacity_factor * n * k / n_experts)
+
+    for fn in (capacity_keep_vectorised, renamed):
+        result = check_capacity_keep.evaluate(fn)
+        assert result.status == FAILED and "arrival_rank" in result.message, result.message
+    assert moe.arrival_rank is original and rank is original and globals()["moe"].arrival_rank is original
+    assert check_capacity_keep.evaluate(capacity_keep_loops).status == PASSED
 
 
 @pytest.mark.parametrize("ex, fn", OTHER_CORRECT, ids=[fn.__name__ for _, fn in OTHER_CORRECT])

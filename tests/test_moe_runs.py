@@ -170,13 +170,18 @@ def test_holm_groups_is_one_family_printed_in_headed_groups():
     assert grouped[2:2 + len(balance)] + grouped[3 + len(balance):] == plain[1:]
     with pytest.raises(ValueError, match="repeat"):
         holm_groups({"a": balance, "b": balance})
+    shown = holm_groups({"balance": balance, "fit": ce}, show=["fit"]).splitlines()
+    assert shown[0] == plain[0] and shown[1] == "fit:" and shown[2:] == plain[1 + len(balance):]
+    with pytest.raises(ValueError, match="show"):
+        holm_groups({"balance": balance}, show=["fit"])
 
 
 def test_the_printed_ce_row_is_the_paired_t_by_hand():
-    """The row 'CE: MoE α = 0.1 − dense 96' of section 7: +0.049, t +1.97, as the plain paired t by hand."""
+    """The row 'CE: MoE α = 0.1 − dense 96' of section 7: +0.049, t +1.97, as the plain paired t by hand; the
+    notebook prints it as mean / standard error."""
     study = load_runs()
     d = values(study, "MoE, α = 0.1", "ce", 1e-2) - values(study, "dense, width 96", "ce", 1e-2)
     row = section7_families(study, 1e-2)[1]["CE: MoE α = 0.1 − dense 96"]
     t = d.mean() / (d.std() / len(d) ** 0.5)
     assert f"{d.mean():+.3f}, t {t:+.2f}" == "+0.049, t +1.97"
-    assert abs(row.t - float(t)) < 1e-9
+    assert abs(row.t - float(t)) < 1e-9 and abs(row.mean / row.se - float(t)) < 1e-9

@@ -318,6 +318,48 @@ def _capacity_cases() -> list[Case]:
     return cases
 
 
+def _holds(cell, value) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:          # an empty closure cell
+        return False
+
+
+def _uses_arrival_rank(fn) -> str | None:
+    """The statement asks for the rule written out: an answer that calls ``helpers.moe.arrival_rank`` (under any
+    name in the notebook, or through the module) fails, whatever its values."""
+    import helpers.moe as moe
+
+    original, calls = moe.arrival_rank, []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    scope = getattr(fn, "__globals__", {})
+    names = [name for name, value in list(scope.items()) if value is original]
+    cells = [c for c in (getattr(fn, "__closure__", None) or ()) if _holds(c, original)]
+    try:
+        moe.arrival_rank = spy
+        for name in names:
+            scope[name] = spy
+        for c in cells:
+            c.cell_contents = spy
+        fn(torch.tensor([[0, 1], [1, 0], [0, 1]]), 2, 1.0)
+    except Exception:
+        pass
+    finally:
+        moe.arrival_rank = original
+        for name in names:
+            scope[name] = original
+        for c in cells:
+            c.cell_contents = original
+    if calls:
+        return ("right values, but through `arrival_rank`: the exercise asks you to write the serving rule "
+                "yourself (count each expert's slots, first choices in token order, then second choices, ...).")
+    return None
+
+
 def _cap_of(c: Case) -> int:
     idx, e, f = c.args
     return _capacity(f, idx.shape[0], idx.shape[1], e)
@@ -352,7 +394,7 @@ CAPACITY_DOMAIN = Domain(
     ))
 
 
-check_capacity_keep = Exercise(
+check_capacity_keep = _AfterPassExercise(
     "Exercise 2 (capacity and dropped slots)",
     _capacity_keep,
     _capacity_cases,
@@ -382,6 +424,7 @@ check_capacity_keep = Exercise(
     returns=tensor_dtype(torch.bool, name="the mask",
                          advice="A comparison such as `rank < capacity` gives one, or call `.bool()`."),
     domain=CAPACITY_DOMAIN,
+    after=_uses_arrival_rank,
 )
 
 
