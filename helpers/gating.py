@@ -555,6 +555,29 @@ def race_data(relation: str = RACE_RELATION) -> FactDataset:
     return make_dataset(load_facts(relations=[relation]))
 
 
+def init_output_rms(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RACE_SEEDS,
+                    relation: str = RACE_RELATION) -> dict[str, torch.Tensor]:
+    """The FFN's output scale at initialisation in the race: variant -> ``(n_seeds,)`` root mean square of the FFN
+    block's output over every token of ``race_data(relation)``, for the model ``run_race`` builds with that seed
+    (before any step). PyTorch's default ``nn.Linear`` initialisation gives a gated product of two projections a
+    smaller output than a dense activation of one at the matched width."""
+    data = race_data(relation)
+    rms: dict[str, list[float]] = {}
+    for variant in variants:
+        validate.one_of("variants entry", variant, VARIANTS)
+        for seed in seeds:
+            torch.manual_seed(seed)
+            config = GPTConfig(len(data.vocab), max_len=data.ids.shape[1], variant=variant,
+                               **{k: RACE_SETTINGS[k] for k in ("d_model", "n_layers", "n_heads", "bias")})
+            model, caught = TinyGPT(config).eval(), []
+            handle = model.blocks[0].ffn.register_forward_hook(lambda m, i, out: caught.append(out))
+            with torch.no_grad():
+                model(data.ids)
+            handle.remove()
+            rms.setdefault(variant, []).append(caught[0].pow(2).mean().sqrt().item())
+    return {v: torch.tensor(r, dtype=torch.float64) for v, r in rms.items()}
+
+
 def run_race(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RACE_SEEDS, *,
              lr: float | Mapping[str, float], relation: str = RACE_RELATION, progress: bool = True,
              **overrides) -> VariantComparison:

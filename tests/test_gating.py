@@ -12,7 +12,7 @@ from helpers.gating import (GROUP, RACE_LRS, RACE_RESULTS_PATH, RACE_SEEDS, RACE
                             gate_gradients, load_race, main, make_race, race_data, race_family, run_race,
                             saved_activation_names, save_race, shazeer_family, stalled, sweep_lr, sweep_table,
                             welch_from_summary, failed_runs, LrSweep, FRESH_TUNED_BLOCKS,
-                            fresh_tuned_path, pool_races)
+                            fresh_tuned_path, init_output_rms, pool_races)
 from helpers.stats import holm, welch
 from helpers.transformer import GPTConfig, TinyGPT
 
@@ -601,3 +601,22 @@ def test_shazeer_table_figure_draws_every_variant():
     assert len(left.get_yticks()) == len(SHAZEER_2020_65K) == len(right.lines)
     assert sorted(line.get_xdata()[0] for line in right.lines) == sorted(SHAZEER_2020_524K.values())
     plt.close(fig)
+
+
+def test_init_output_rms_is_the_ffn_output_of_the_race_model_before_any_step():
+    rms = init_output_rms(["relu", "swiglu"], [0, 3])
+    assert set(rms) == {"relu", "swiglu"} and all(r.shape == (2,) for r in rms.values())
+    data = race_data()
+    torch.manual_seed(3)
+    config = GPTConfig(len(data.vocab), max_len=data.ids.shape[1], variant="swiglu",
+                       **{k: RACE_SETTINGS[k] for k in ("d_model", "n_layers", "n_heads", "bias")})
+    model = TinyGPT(config).eval()
+    with torch.no_grad():                     # the block's own path: embeddings, attention, then ln2 into the FFN
+        x = model.tok_emb(data.ids) + model.pos_emb(torch.arange(data.ids.shape[1]))
+        block = model.blocks[0]
+        x = x + block.attn(block.ln1(x))
+        out = block.ffn(block.ln2(x))
+    assert rms["swiglu"][1].item() == pytest.approx(out.pow(2).mean().sqrt().item(), rel=1e-6)
+    assert (rms["swiglu"] < rms["relu"]).all()          # the gated product starts smaller (default nn.Linear init)
+    with pytest.raises(ValueError):
+        init_output_rms(["nope"], [0])

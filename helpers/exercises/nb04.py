@@ -336,6 +336,9 @@ def _gate_mistake(kind: str):
         if kind == "sigmoid slope for silu" and variant == "swiglu":
             s = torch.sigmoid(a)
             return gh * s * (1 - s) * b, gh * phi
+        if kind == "silu slope without a" and variant == "swiglu":
+            s = torch.sigmoid(a)
+            return gh * (s + s * (1 - s)) * b, gh * phi
         if kind == "sigmoid slope" and variant == "glu":
             return gh * torch.sigmoid(a) * b, gh * phi
         if kind == "relu at zero" and variant == "reglu":
@@ -377,6 +380,8 @@ check_gate_gradients = Exercise(
          _gate_mistake("no content")),
         ("SwiGLU: SiLU'(a) is σ(a)·(1 + a·(1 − σ(a))); σ(a)·(1 − σ(a)) is the sigmoid's own derivative, "
          "without the product rule for a·σ(a).", _gate_mistake("sigmoid slope for silu")),
+        ("SwiGLU: the product rule's second term keeps the factor a: SiLU'(a) = σ(a) + a·σ(a)·(1 − σ(a)), "
+         "not σ(a) + σ(a)·(1 − σ(a)).", _gate_mistake("silu slope without a")),
     ],
     kind="build",
     domain=GATE_GRADIENTS_DOMAIN,
