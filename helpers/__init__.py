@@ -33,7 +33,7 @@ interventions sub-updates, knock-outs with their controls, activation patching
 neuron_patterns how many neurons share a relation's pattern, against random sets and the untrained twin
 explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
-edit_budget a ROME edit's budget against efficacy and specificity (notebook 03; shipped runs and their command)
+edit_budget a ROME edit's budget against efficacy and specificity, and the edits at both sites (notebook 03; shipped runs and their commands)
 knockout_runs notebook 03's knock-out family on every fact, ten seeds (shipped runs and their command)
 gate_plane  one gated unit over the plane of its two inputs (notebook 04's picture)
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training

@@ -11,6 +11,13 @@ whose prediction is unchanged (specificity) and the size of the write, the media
     python -m helpers.edit_budget          # writes helpers/data/edit_budget.json (a few minutes of CPU)
 
 and checked in the notebook by recomputing one seed.
+
+``site_runs`` records, per seed, the notebook's own 40-step edits at both sites (the country and the last word
+"is"): efficacy, capitals kept, the held-out paraphrase test and the mean α at "is". Made by
+
+    python -m helpers.edit_budget --sites  # writes helpers/data/edit_sites.json (about a minute of CPU)
+
+and checked in the notebook by recomputing seed 0.
 """
 
 from __future__ import annotations
@@ -23,11 +30,17 @@ from pathlib import Path
 
 import torch
 
-from helpers.editing import edit_effects, key_second_moment, mean_keys, rome_edits
+from helpers.editing import (edit_effects, edit_scales, key_second_moment, mean_keys, preferences, rome_edits,
+                             template_ids)
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
 from helpers.memory import collect, find_ffns, token_positions
 
 DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
+SITES_PATH = Path(__file__).parent / "data" / "edit_sites.json"
+PARAPHRASE = "the official capital of {} is"
+"""The held-out paraphrase of the capital prompt: no training prompt reads like this."""
+MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
+"""Two more held-out templates, to check that the paraphrase result is not one template's."""
 BUDGETS: dict[str, dict] = {"40 steps, penalty": dict(steps=40, l2=3e-3),
                             "40 steps, no penalty": dict(steps=40, l2=0.0),
                             "200 steps, penalty": dict(steps=200, l2=3e-3),
@@ -109,8 +122,82 @@ def live_gap(model0: torch.nn.Module, data: FactDataset, live: dict[int, dict[st
     return max(gaps + [abs(runs[0][rerun][k] - fresh[k]) for k in fresh])
 
 
+def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
+              paraphrase: str = PARAPHRASE) -> dict[str, object]:
+    """The notebook's 40-step edits (``capital_edits``, the penalty, each applied alone) in ``layer`` of one
+    model, at the country (key averaged over the country's prompts) and at "is" (the capital prompt's last-word
+    key): ``{site: efficacy, "kept " + site: share of other countries' capitals kept (mean over edits),
+    "paraphrase " + site: {"edited_before", "edited_after", "untouched_before", "untouched_after"}: the shares of
+    ``preferences`` on ``paraphrase``, "alpha": the mean α that the other countries' last-word keys receive from
+    the edits at "is", "more paraphrases": {template: {site: the same four shares}} for ``MORE_PARAPHRASES``}``,
+    all floats."""
+    vocab = data.vocab
+    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
+    subjects = sorted({f.subject for f in data.facts})
+    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
+    same_subject = subject_of[:, None] == subject_of[None, :]
+    subject_pos = token_positions(data.ids, torch.tensor([vocab.stoi[f.subject] for f in data.facts]))
+    capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
+    edit_rows, new_ids = capital_edits(data)
+    pick = (capital_rows[None, :] == edit_rows[:, None]).int().argmax(1)        # each edit's row of capital_rows
+    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
+    countries = [data.facts[int(r)].subject for r in capital_rows]
+    templates = {t: template_ids(vocab, countries, t) for t in (paraphrase, *MORE_PARAPHRASES)}
+    keys = collect(model, data.ids).coefficients[layer]
+    C = key_second_moment(keys[data.ids != vocab.pad_id], ridge=1e-3)
+    out: dict[str, object] = {"more paraphrases": {t: {} for t in MORE_PARAPHRASES}}
+    for site, k in [("country", mean_keys(keys, same_subject[edit_rows], subject_pos)),
+                    ("is", keys[edit_rows, data.answer_pos[edit_rows]])]:
+        W_hats = rome_edits(model, layer, keys, C, k, data.ids, data.answer_pos, edit_rows, new_ids)
+        fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, capital_rows)
+        out[site], out[f"kept {site}"] = fx.success.float().mean().item(), fx.kept(other_capitals).mean().item()
+        for template, ids in templates.items():
+            prefs = preferences(model, layer, W_hats, ids, data.answer_id[capital_rows], pick, new_ids)
+            shares = {name: getattr(prefs, name).float().mean().item() for name in
+                      ("edited_before", "edited_after", "untouched_before", "untouched_after")}
+            if template == paraphrase:
+                out[f"paraphrase {site}"] = shares
+            else:
+                out["more paraphrases"][template][site] = shares
+    is_keys = keys[capital_rows, data.answer_pos[capital_rows]].expand(len(edit_rows), -1, -1)
+    out["alpha"] = edit_scales(C, k, is_keys)[other_capitals[:, capital_rows]].mean().item()
+    return out
+
+
+def make_sites(seeds: Sequence[int], path: Path = SITES_PATH) -> dict:
+    """Run ``site_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+    from helpers.fact_model import load_fact_model
+    torch.set_num_threads(1)
+    data = make_dataset(load_facts())
+    runs = {str(s): site_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
+    result = {"made_by": "python -m helpers.edit_budget --sites", "paraphrases": [PARAPHRASE, *MORE_PARAPHRASES],
+              "runs": runs,
+              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_sites(path: Path = SITES_PATH) -> dict[int, dict[str, object]]:
+    """The shipped site runs: ``{seed: site_runs(...)}``."""
+    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
+
+
+def sites_gap(live: dict[str, object], shipped: dict[str, object]) -> float:
+    """Largest |live − shipped| over every number of two ``site_runs`` results (``inf`` if their keys differ)."""
+    def flat(run, prefix=()):
+        return {key: w for k, v in run.items()
+                for key, w in (flat(v, (*prefix, k)).items() if isinstance(v, dict) else [((*prefix, k), v)])}
+    a, b = flat(live), flat(shipped)
+    return max(abs(a[k] - b[k]) for k in a) if set(a) == set(b) else float("inf")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    parser.add_argument("--out", type=Path, default=DATA_PATH)
-    make(parser.parse_args().seeds, parser.parse_args().out)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--sites", action="store_true", help="the notebook's edits at both sites (edit_sites.json)")
+    args = parser.parse_args()
+    if args.sites:
+        make_sites(args.seeds, args.out or SITES_PATH)
+    else:
+        make(args.seeds, args.out or DATA_PATH)

@@ -33,8 +33,8 @@ import torch
 
 from helpers import validate
 
-__all__ = ["t_cdf", "t_critical", "p_value", "PairedDifference", "paired_difference", "null_verdict_rate", "Welch",
-           "welch", "Verdict", "holm", "holm_table", "ranks", "spearman"]
+__all__ = ["t_cdf", "t_critical", "p_value", "PairedDifference", "paired_difference", "null_verdict_rate", "interval",
+           "Welch", "welch", "Verdict", "holm", "holm_table", "ranks", "spearman"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -236,6 +236,25 @@ class Welch:
         if not (math.isfinite(t) and math.isfinite(crit)) or abs(t) <= crit:
             return "not resolved"
         return "lower" if t < 0 else "higher"
+
+
+def interval(comparison: PairedDifference | Welch, level: float = 0.05) -> tuple[float, float]:
+    """The two-sided ``1 - level`` confidence interval of a comparison's mean difference, ``mean ± t_crit · se``
+    (paired: ``n - 1`` degrees of freedom; Welch: its Welch–Satterthwaite ``df``). A "not resolved" verdict is not
+    "equal": the interval says how large a difference the runs still allow (one comparison's interval, not
+    corrected for a family). For a family of ``m`` judged by ``holm``, ``level = 0.05 / m`` gives Bonferroni's
+    simultaneous intervals: each comparison ``holm`` leaves "not resolved" has one that contains 0. ``(nan, nan)``
+    when undefined (one seed, or no spread in a Welch comparison)."""
+    if isinstance(comparison, PairedDifference):
+        mean, df = comparison.mean, comparison.df
+    elif isinstance(comparison, Welch):
+        mean, df = comparison.diff, comparison.df
+    else:
+        raise TypeError(f"comparison must be a PairedDifference or a Welch, got {type(comparison).__name__}")
+    if not (df >= 1 and math.isfinite(df) and math.isfinite(comparison.se) and comparison.se > 0):
+        return float("nan"), float("nan")
+    half = t_critical(df, level) * comparison.se
+    return mean - half, mean + half
 
 
 def welch(a: torch.Tensor | Sequence[float], b: torch.Tensor | Sequence[float]) -> Welch:

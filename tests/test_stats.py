@@ -187,3 +187,32 @@ def test_spearman_is_pearson_of_ranks_with_tied_values_sharing_their_mean_rank()
         spearman([1, 2, 3], [4, 4, 4])
     with pytest.raises(ValueError, match="same number"):
         spearman([1, 2, 3], [1, 2, 3, 4])
+
+
+def test_interval_is_the_paired_t_interval_and_excludes_zero_exactly_when_the_plain_t_resolves():
+    from helpers.stats import interval
+    c = paired_difference([0.3, 0.1, 0.5, 0.2, 0.4], [0.0] * 5)
+    low, high = interval(c)
+    half = t_critical(4) * c.se
+    assert low == pytest.approx(c.mean - half) and high == pytest.approx(c.mean + half)
+    for diffs in ([0.1, -0.05, 0.2, 0.0, 0.03], [0.1, 0.12, 0.09, 0.11, 0.1]):
+        c = paired_difference(diffs, [0.0] * 5)
+        low, high = interval(c)
+        assert (low > 0 or high < 0) == (c.verdict() != "not resolved")
+    assert all(math.isnan(x) for x in interval(paired_difference([1.0], [0.0])))
+    w = welch([1.0, 2.0, 3.0, 2.5], [0.0, 0.5, 1.5])
+    low, high = interval(w)
+    assert low == pytest.approx(w.diff - t_critical(w.df) * w.se) and high == pytest.approx(w.diff + t_critical(w.df) * w.se)
+    with pytest.raises(TypeError, match="PairedDifference"):
+        interval((0.1, 0.2))
+
+
+def test_bonferroni_intervals_contain_zero_for_every_comparison_holm_leaves_unresolved():
+    from helpers.stats import interval
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        family = {f"c{j}": paired_difference(torch.randn(10, generator=gen, dtype=torch.float64) + 0.3 * j,
+                                             [0.0] * 10) for j in range(6)}
+        for v in holm(family):
+            low, high = interval(v.comparison, 0.05 / len(family))
+            assert v.resolved or low <= 0 <= high
