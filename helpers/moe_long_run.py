@@ -4,9 +4,9 @@ The race (``helpers.moe_race``) compares arms after 100 and 300 steps. Here the 
 (width 11, the top-1 MoE's FLOPs per fact; width 19, the top-2 MoE's) train for ``STEPS`` steps, ten times the
 race's longer budget, with the race's recipe (frozen embeddings, ``d_model`` = 8, AdamW at a constant rate),
 scored at each step of ``MARKS``. A sweep (``LRS`` on ``SWEEP_SEEDS``, answer loss after ``STEPS`` steps) shows
-which rates suit each arm at this length; ``SEEDS`` then train at each rate of ``SEED_LRS``. A dense twin that
-reaches the MoE's score shows the MoE's per-step lead was one of speed; one that stays below it after ten times
-the steps shows more than speed at this length. The file is made by::
+which rates suit each arm at this length; ``SEEDS`` then train at each rate of ``SEED_LRS``. The two MoEs they raced
+train as long on the same seeds (``MOE_LONG_PATH``): whether the MoE's per-step lead lasts once both are trained
+ten times longer. The file is made by::
 
     python -m helpers.moe_long_run --results        # about five minutes of CPU
 
@@ -46,6 +46,11 @@ LONG_RUN_PATH = Path(__file__).parent / "data" / "moe_long_run.json"
 #:         --seeds 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 \
 #:         --seed-lrs 0.08 0.02 --steps 300 --out helpers/data/moe_deepseek_300.json
 DEEPSEEK_300_PATH = Path(__file__).parent / "data" / "moe_deepseek_300.json"
+#: The two MoEs the dense twins raced, trained as long on the same seeds (0-4), each at its race rate for 300 steps,
+#: fixed in advance (no sweep at 3,000 steps)::
+#:     python -m helpers.moe_long_run --results --arms MoE "MoE, top-2" --sweep-seeds --arm-lrs 0.02 0.04 \
+#:         --out helpers/data/moe_long_run_moes.json      # about 30 minutes of CPU
+MOE_LONG_PATH = Path(__file__).parent / "data" / "moe_long_run_moes.json"
 
 
 @dataclass
@@ -83,6 +88,8 @@ class LongRun:
         rows = [f"{f'rates tried (seed {seeds}, loss after {self.steps:,} steps)':<45}"
                 + "".join(f"{lr:>8g}" for lr in self.lrs)]
         for arm, losses in self.sweep.items():
+            if not losses:   # an arm trained at rates fixed in advance
+                continue
             rows.append(f"{arm:<45}" + "".join(f"{v:>7.3f}{'*' if lr == self.lr[arm] else ' '}"
                                                for lr, v in zip(self.lrs, losses)))
         return rows
@@ -95,9 +102,11 @@ def _train(arm: str, seed: int, lr: float, steps: int, marks: Sequence[int], dat
 
 def run_long(arms: Sequence[str] = LONG_ARMS, seeds: Sequence[int] = SEEDS, *, steps: int = STEPS,
              marks: Sequence[int] = MARKS, lrs: Sequence[float] = LRS, sweep_seeds: Sequence[int] = SWEEP_SEEDS,
-             seed_lrs: Sequence[float] = SEED_LRS, progress: bool = True, reuse: LongRun | None = None) -> LongRun:
-    """Sweep each arm's rate on ``sweep_seeds`` (answer loss after ``steps``), then train ``seeds`` at each rate of
-    ``seed_lrs``. ``reuse``: a run of the same steps, marks and seeds; the sweep losses and seed runs it has are
+             seed_lrs: Sequence[float] = SEED_LRS, progress: bool = True, reuse: LongRun | None = None,
+             arm_lrs: dict[str, Sequence[float]] | None = None) -> LongRun:
+    """Sweep each arm's rate on ``sweep_seeds`` (answer loss after ``steps``; no ``sweep_seeds``: no sweep, the
+    arm's first seed rate counts as chosen), then train ``seeds`` at each rate of ``seed_lrs`` (``arm_lrs[arm]``
+    instead, where given). ``reuse``: a run of the same steps, marks and seeds; the sweep losses and seed runs it has are
     kept, not trained again, which gives the same file as a full run on the same machine (runs are
     deterministic)."""
     marks = sorted({int(m) for m in marks if m <= steps} | {steps})
@@ -107,11 +116,15 @@ def run_long(arms: Sequence[str] = LONG_ARMS, seeds: Sequence[int] = SEEDS, *, s
     data, chosen, swept, loss, right = lookup_data(), {}, {}, {}, {}
     for arm in progress_bar(list(arms), desc="long run", disable=not progress):
         known = {} if reuse is None or arm not in reuse.sweep else dict(zip(reuse.lrs, reuse.sweep[arm]))
-        swept[arm] = [known[lr] if lr in known else
-                      sum(_train(arm, s, lr, steps, [steps], data)[0][0] for s in sweep_seeds) / len(sweep_seeds)
-                      for lr in lrs]
-        chosen[arm] = float(lrs[min(range(len(lrs)), key=swept[arm].__getitem__)])
-        for lr in seed_lrs:
+        rates = list((arm_lrs or {}).get(arm, seed_lrs))
+        if not sweep_seeds:  # no sweep: the rates are fixed in advance, the first counts as chosen
+            swept[arm], chosen[arm] = [], float(rates[0])
+        else:
+            swept[arm] = [known[lr] if lr in known else
+                          sum(_train(arm, s, lr, steps, [steps], data)[0][0] for s in sweep_seeds) / len(sweep_seeds)
+                          for lr in lrs]
+            chosen[arm] = float(lrs[min(range(len(lrs)), key=swept[arm].__getitem__)])
+        for lr in rates:
             key = f"{arm}, lr {lr:g}"
             if reuse is not None and key in reuse.loss:
                 loss[key], right[key] = reuse.loss[key], reuse.right[key]
@@ -121,6 +134,22 @@ def run_long(arms: Sequence[str] = LONG_ARMS, seeds: Sequence[int] = SEEDS, *, s
             right[key] = torch.tensor([[e[i][1] for e in evals] for i in range(len(marks))], dtype=torch.float64)
     return LongRun(steps, marks, [float(x) for x in lrs], [int(s) for s in sweep_seeds], [int(s) for s in seeds],
                    chosen, swept, loss, right)
+
+
+def combine(*runs: LongRun) -> LongRun:
+    """One ``LongRun`` holding the arms of ``runs`` (the same steps, marks and seeds), e.g. the dense twins and the
+    MoEs they raced."""
+    first = runs[0]
+    if any((r.steps, r.marks, r.seeds) != (first.steps, first.marks, first.seeds) for r in runs):
+        raise ValueError("combine needs runs of the same steps, marks and seeds")
+    merged = LongRun(first.steps, first.marks, first.lrs, first.sweep_seeds, first.seeds, {}, {}, {}, {},
+                     first.environment)
+    for r in runs:
+        merged.lr.update(r.lr)
+        merged.sweep.update({a: v if r.lrs == first.lrs else [] for a, v in r.sweep.items()})
+        merged.loss.update(r.loss)
+        merged.right.update(r.right)
+    return merged
 
 
 def save_long_run(run: LongRun, path: str | Path = LONG_RUN_PATH) -> Path:
@@ -149,13 +178,14 @@ def load_long_run(path: str | Path = LONG_RUN_PATH) -> LongRun:
                    {a: torch.tensor(v, dtype=torch.float64) for a, v in r["right"].items()}, r["environment"])
 
 
-def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, str]], colors: Sequence[str],
-                         styles: Sequence[str]):
+def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, str]] | None, colors: Sequence[str],
+                         styles: Sequence[str], title: str | None = None):
     """Speed or room, as a picture: the share of facts right against training steps (log scale) for each
     ``"<arm>, lr <rate>"`` of ``run`` (mean over its seeds, band from the lowest to the highest seed), and per
     dense arm the MoE it raced after 300 steps: ``moes[arm] = (label, right, color)``, ``right`` ``(seeds,)`` the MoE's
     share right on the same seeds, drawn as a star at 300 steps (bar: lowest to highest seed) and a dotted line
-    across. ``colors``, ``styles``: one per key of ``run.right``."""
+    across (``None``: no stars). ``colors``, ``styles``: one per key of ``run.right``; ``title``: instead of the
+    default (the seeds are named in either)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
@@ -164,7 +194,7 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
         ax.plot(marks, 100 * right.mean(1).numpy(), color=color, ls=style, marker="o", ms=4, label=key)
         ax.fill_between(marks, 100 * right.min(1).values.numpy(), 100 * right.max(1).values.numpy(), color=color,
                         alpha=0.12)
-    for i, (arm, (label, right, color)) in enumerate(moes.items()):
+    for i, (arm, (label, right, color)) in enumerate((moes or {}).items()):
         mean = 100 * float(right.mean())
         ax.axhline(mean, color=color, ls=":", lw=1.2)
         ax.errorbar([300 * 1.08 ** (i - (len(moes) - 1) / 2)], [mean], yerr=[[mean - 100 * float(right.min())], [100 * float(right.max()) - mean]],
@@ -172,7 +202,8 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
     ax.set_xscale("log")
     ax.set_xticks(marks, [f"{m:,}" for m in run.marks])
     ax.set(xlabel="training step (log scale)", ylabel="facts answered right (%)",
-           title=f"Dense FFNs trained longer against the MoEs at 300 steps (seeds {run.seeds[0]}–{run.seeds[-1]})")
+           title=(title or "Dense FFNs trained longer against the MoEs at 300 steps")
+           + f" (seeds {run.seeds[0]}–{run.seeds[-1]})")
     ax.legend(frameon=False, fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
@@ -184,17 +215,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", action="store_true", required=True, help="run the sweep and the seeds")
     parser.add_argument("--arms", nargs="+", default=list(LONG_ARMS), choices=list(ARMS), metavar="ARM")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=list(SWEEP_SEEDS))
+    parser.add_argument("--sweep-seeds", type=int, nargs="*", default=list(SWEEP_SEEDS),
+                        help="none: no sweep (the rates of --seed-lrs are fixed in advance)")
     parser.add_argument("--lrs", type=float, nargs="+", default=list(LRS))
     parser.add_argument("--seed-lrs", type=float, nargs="+", default=list(SEED_LRS))
+    parser.add_argument("--arm-lrs", type=float, nargs="+", metavar="LR",
+                        help="one rate per arm of --arms, in order: each arm's only seed rate (instead of --seed-lrs)")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--out", default=str(LONG_RUN_PATH))
     parser.add_argument("--reuse", metavar="PATH", help="keep this file's sweep losses and seeds (see run_long)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    if args.arm_lrs is not None and len(args.arm_lrs) != len(args.arms):
+        raise ValueError(f"--arm-lrs needs one rate per arm: {len(args.arms)} arms, {len(args.arm_lrs)} rates")
     run = run_long(args.arms, args.seeds, steps=args.steps, lrs=args.lrs, sweep_seeds=args.sweep_seeds,
-                   seed_lrs=args.seed_lrs,
+                   seed_lrs=args.seed_lrs, arm_lrs=None if args.arm_lrs is None else
+                   {arm: [lr] for arm, lr in zip(args.arms, args.arm_lrs)},
                    reuse=None if args.reuse is None else load_long_run(args.reuse))
     print(f"wrote {len(args.arms)} arms × {len(args.seeds)} seeds × {args.steps} steps to "
           f"{save_long_run(run, args.out)}")

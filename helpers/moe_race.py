@@ -366,18 +366,21 @@ def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[
 
 def section_family(race: Race, pairs: Sequence[tuple[str, str]], long, dsm) -> dict[str, PairedDifference]:
     """Notebook 07's section 4 as one Holm family: the race's loss comparisons (``loss_family``), then the long
-    runs' 4 (share right, in points, seed by seed: a dense twin after 3,000 steps − the MoE after 300, on the race's
-    first ``len(long.seeds)`` seeds) and DeepSeekMoE at fixed rates after 300 steps − width 19 and − fine-grained
-    (loss, on the race's first ``len(dsm.seeds)`` seeds). ``long``, ``dsm``: ``helpers.moe_long_run.LongRun``s."""
-    end, n = long.marks.index(3000), len(long.seeds)
-    room = {f"width {w}, lr {lr} (3,000 steps) − {moe} (300)":
-            paired_difference(100 * long.right[f"dense, width {w}, lr {lr}"][end],
-                              100 * race.runs[300][moe].right()[:n])
-            for w, moe in ((11, "MoE"), (19, "MoE, top-2")) for lr in ("0.04", "0.08")}
+    runs' 4 (answer loss after 3,000 steps, seed by seed: each MoE at its fixed rate − its dense twin at each of
+    the twin's rates, on the race's first ``len(long.seeds)`` seeds) and DeepSeekMoE at fixed rates after 300 steps
+    − width 19 and − fine-grained (loss, on the race's first ``len(dsm.seeds)`` seeds). ``long``, ``dsm``:
+    ``helpers.moe_long_run.LongRun``s, ``long`` holding the dense twins and the MoEs (``moe_long_run.combine``)."""
+    end = long.marks.index(3000)
+    both = {}
+    for moe, w in (("MoE", 11), ("MoE, top-2", 19)):
+        moe_key = f"{moe}, lr {long.lr[moe]:g}"
+        for lr in ("0.04", "0.08"):
+            both[f"3,000 steps: {moe_key} − width {w}, lr {lr}"] = paired_difference(
+                long.loss[moe_key][end], long.loss[f"dense, width {w}, lr {lr}"][end])
     fixed = {f"300 steps: DeepSeekMoE, {key.split(', ')[-1]} − {arm}":
              paired_difference(loss[-1], race.runs[300][arm].final()[:len(dsm.seeds)])
              for key, loss in dsm.loss.items() for arm in ("dense, width 19", "fine-grained")}
-    return {**loss_family(race, pairs), **room, **fixed}
+    return {**loss_family(race, pairs), **both, **fixed}
 
 
 def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, loads: bool = False,
@@ -460,13 +463,17 @@ def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
-def race_figure(race: Race, arms: Sequence[str], colors: Sequence[str], styles: Sequence[str]):
+def race_figure(race: Race, arms: Sequence[str], colors: Sequence[str], styles: Sequence[str],
+                title: str | None = None):
     """Left: the first budget's training answer loss per step (mean over seeds, band from the lowest to the
-    highest seed). Right: every seed's answer loss at the end of its run, for each budget."""
+    highest seed). Right: every seed's answer loss at the end of its run, for each budget. ``title``: above both
+    (e.g. the seed set)."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.15, 1]})
     first, budgets = race.budgets[0], race.budgets
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
     for i, (arm, color, style) in enumerate(zip(arms, colors, styles)):
         r = race.runs[first][arm]
         steps = torch.arange(1, r.curve.shape[1] + 1).numpy()
@@ -489,10 +496,11 @@ def race_figure(race: Race, arms: Sequence[str], colors: Sequence[str], styles: 
     return fig
 
 
-def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats"):
+def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None):
     """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
     difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the
-    comparison is resolved (filled marker) and contains it when not (open marker)."""
+    comparison is resolved (filled marker) and contains it when not (open marker). ``seeds``: the seed set, named
+    in the title."""
     import matplotlib.pyplot as plt
 
     from helpers.plotting import PALETTE
@@ -507,7 +515,8 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats"):
     ax.set_yticks(range(len(verdicts)), [v.name.strip() for v in verdicts], fontsize=8)
     ax.invert_yaxis()
     ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE",
-           title="Filled: resolved (blue lower, orange higher); open: not resolved")
+           title=("" if seeds is None else f"{seeds}\n")
+           + "Filled: resolved (blue lower, orange higher); open: not resolved")
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig

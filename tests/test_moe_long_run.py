@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
-from helpers.moe_long_run import (DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LRS, MARKS, SEED_LRS, SEEDS, STEPS,
-                                  load_long_run, main, run_long, save_long_run, speed_or_room_figure)
+from helpers.moe_long_run import (DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LRS, MARKS, MOE_LONG_PATH, SEED_LRS,
+                                  SEEDS, STEPS, combine, load_long_run, main, run_long, save_long_run,
+                                  speed_or_room_figure)
 from helpers.moe_race import ARMS
 
 
@@ -88,4 +89,41 @@ def test_the_speed_or_room_figure_draws_every_arm_and_each_moe():
     ax = fig.axes[0]
     assert len(ax.get_lines()) >= len(run.right) and ax.get_xscale() == "log"
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1].startswith("MoE after 300 steps")
+    plt.close(fig)
+
+
+def test_arm_rates_without_a_sweep_train_each_arm_at_its_own_rate(tmp_path):
+    """The command of ``MOE_LONG_PATH`` on a small run: no sweep, one fixed rate per arm, the runs made by hand."""
+    out = tmp_path / "moes.json"
+    assert main(["--results", "--arms", "MoE", "MoE, top-2", "--seeds", "1", "--sweep-seeds", "--arm-lrs", "0.02",
+                 "0.04", "--steps", "3", "--out", str(out)]) == 0
+    run = load_long_run(out)
+    assert list(run.loss) == ["MoE, lr 0.02", "MoE, top-2, lr 0.04"] and run.lr == {"MoE": 0.02, "MoE, top-2": 0.04}
+    assert run.sweep == {"MoE": [], "MoE, top-2": []} and run.sweep_lines()[1:] == []
+    data = lookup_data()
+    model = build_lookup(data, ARMS["MoE, top-2"], 8, 1)
+    train_lookup(model, data, steps=3, lr=0.04)
+    assert lookup_loss_and_accuracy(model, data)[0] == pytest.approx(float(run.loss["MoE, top-2, lr 0.04"][0, 0]),
+                                                                     abs=1e-5)
+    with pytest.raises(ValueError, match="--arm-lrs"):
+        main(["--results", "--arms", "MoE", "--arm-lrs", "0.02", "0.04", "--out", str(out)])
+
+
+def test_the_shipped_moe_run_matches_the_dense_twins_and_combines_with_them():
+    moes, dense = load_long_run(MOE_LONG_PATH), load_long_run(LONG_RUN_PATH)
+    assert list(moes.loss) == ["MoE, lr 0.02", "MoE, top-2, lr 0.04"]
+    assert (moes.steps, moes.marks, moes.seeds) == (dense.steps, dense.marks, dense.seeds)
+    both = combine(dense, moes)
+    assert list(both.loss) == list(dense.loss) + list(moes.loss) and both.lr["MoE"] == 0.02
+    assert both.sweep_lines() == dense.sweep_lines() and len(both.lines()) == 1 + 6
+    with pytest.raises(ValueError, match="combine"):
+        combine(dense, load_long_run(DEEPSEEK_300_PATH))
+
+
+def test_the_figure_draws_without_stars_and_names_the_seeds():
+    import matplotlib.pyplot as plt
+
+    fig = speed_or_room_figure(load_long_run(LONG_RUN_PATH), None, colors=["#D55E00"] * 4, styles=["-"] * 4,
+                               title="Long runs")
+    assert fig.axes[0].get_title() == "Long runs (seeds 0–4)" and len(fig.axes[0].get_legend().get_texts()) == 4
     plt.close(fig)
