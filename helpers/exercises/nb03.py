@@ -94,6 +94,9 @@ check_memory_coefficients = Exercise(
         ("you used the columns of W1 as keys (W1 without its transpose, the row layout); in nn.Linear's "
          "layout the keys are the rows of W1 (shape (d_ff, d_model)), so the match scores are x @ W1.T.",
          lambda x, W1, b1: F.gelu(torch.matmul(x, W1) + b1)),
+        ("W1 was used without its transpose where it is square (d_ff = d_model): there the shapes cannot tell the "
+         "layout, but nn.Linear's keys are always the rows of W1, so the match scores are x @ W1.T on every shape.",
+         lambda x, W1, b1: F.gelu(x @ (W1 if W1.shape[0] == x.shape[-1] else W1.T) + b1)),
         ("you forgot the activation: these are the pre-activations k_i·x + b1_i; the memory coefficient is "
          "GELU of that.",
          lambda x, W1, b1: x @ W1.T + b1),
