@@ -18,6 +18,14 @@ and checked in the notebook by recomputing one seed.
     python -m helpers.edit_budget --sites  # writes helpers/data/edit_sites.json (about a minute of CPU)
 
 and checked in the notebook by recomputing seed 0.
+
+``keep_runs`` records, per seed, the notebook's 40-step country edits without and with the keep term (the
+edited country's other facts held at their answers): efficacy, capitals kept and the country's own other facts
+kept, per relation. Made by
+
+    python -m helpers.edit_budget --keep   # writes helpers/data/edit_keep.json (a few minutes of CPU)
+
+and checked in the notebook against its live seed 0.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from helpers.memory import collect, find_ffns, token_positions
 
 DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 SITES_PATH = Path(__file__).parent / "data" / "edit_sites.json"
+KEEP_PATH = Path(__file__).parent / "data" / "edit_keep.json"
 PARAPHRASE = "the official capital of {} is"
 """The held-out paraphrase of the capital prompt: no training prompt reads like this."""
 MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
@@ -191,13 +200,62 @@ def sites_gap(live: dict[str, object], shipped: dict[str, object]) -> float:
     return max(abs(a[k] - b[k]) for k in a) if set(a) == set(b) else float("inf")
 
 
+def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict[str, dict[str, float]]:
+    """The notebook's 40-step country edits (``capital_edits``, the penalty, each applied alone) in ``layer``,
+    ``"plain"`` (new answer only) and ``"keep"`` (with the keep term on the edited country's other facts):
+    ``{name: {"efficacy", "capitals_kept", "own <relation>" for each relation but capital: the share of the
+    edited countries' facts of that relation whose prediction is unchanged (mean over edits)}}``."""
+    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
+    subjects = sorted({f.subject for f in data.facts})
+    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
+    same_subject = subject_of[:, None] == subject_of[None, :]
+    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
+    edit_rows, new_ids = capital_edits(data)
+    its_other = same_subject[edit_rows] & (torch.arange(len(data.facts))[None, :] != edit_rows[:, None])
+    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
+    checked = torch.nonzero(other_capitals.any(0) | same_subject[edit_rows].any(0))[:, 0]
+    keys = collect(model, data.ids).coefficients[layer]
+    C = key_second_moment(keys[data.ids != data.vocab.pad_id], ridge=1e-3)
+    k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
+    out = {}
+    for name, keep in [("plain", None), ("keep", its_other)]:
+        W_hats = rome_edits(model, layer, keys, C, k_stars, data.ids, data.answer_pos, edit_rows, new_ids,
+                            keep_rows=keep, keep_ids=data.answer_id)
+        fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, checked)
+        out[name] = {"efficacy": fx.success.float().mean().item(), "capitals_kept": fx.kept(other_capitals).mean().item(),
+                     **{f"own {r}": fx.kept(its_other & (relation_of == i)).mean().item()
+                        for i, r in enumerate(RELATIONS) if r != "capital"}}
+    return out
+
+
+def make_keep(seeds: Sequence[int], path: Path = KEEP_PATH) -> dict:
+    """Run ``keep_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+    from helpers.fact_model import load_fact_model
+    torch.set_num_threads(1)
+    data = make_dataset(load_facts())
+    runs = {str(s): keep_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
+    result = {"made_by": "python -m helpers.edit_budget --keep", "runs": runs,
+              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_keep(path: Path = KEEP_PATH) -> dict[int, dict[str, dict[str, float]]]:
+    """The shipped keep-term runs: ``{seed: keep_runs(...)}``."""
+    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sites", action="store_true", help="the notebook's edits at both sites (edit_sites.json)")
+    parser.add_argument("--keep", action="store_true", help="the country edits with and without the keep term "
+                                                            "(edit_keep.json)")
     args = parser.parse_args()
-    if args.sites:
+    if args.keep:
+        make_keep(args.seeds, args.out or KEEP_PATH)
+    elif args.sites:
         make_sites(args.seeds, args.out or SITES_PATH)
     else:
         make(args.seeds, args.out or DATA_PATH)

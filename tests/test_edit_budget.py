@@ -93,3 +93,15 @@ def test_sites_gap_reads_nested_numbers_and_flags_missing_keys():
     assert edit_budget.sites_gap(run, {"country": 0.5}) == float("inf")
     deep = {"more paraphrases": {"t": {"is": {"edited_after": 0.5}}}}
     assert edit_budget.sites_gap(deep, {"more paraphrases": {"t": {"is": {"edited_after": 0.25}}}}) == 0.25
+
+
+def test_the_shipped_keep_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
+    shipped = edit_budget.load_keep()
+    assert sorted(shipped) == list(range(10))
+    names = {"efficacy", "capitals_kept", "own continent", "own language", "own currency"}
+    assert all(set(runs) == {"plain", "keep"} and all(set(r) == names for r in runs.values())
+               for runs in shipped.values())
+    made = edit_budget.make_keep([0], tmp_path / "keep.json")        # equal up to another CPU kernel's rounding
+    assert all(abs(made["runs"]["0"][n][k] - v) < 1e-6 for n, run in shipped[0].items() for k, v in run.items())
+    assert edit_budget.load_keep(tmp_path / "keep.json") == {0: made["runs"]["0"]}
+    assert shipped[0]["keep"]["own currency"] > shipped[0]["plain"]["own currency"]   # seed 0: 100 % against 56 %
