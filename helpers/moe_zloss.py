@@ -4,11 +4,12 @@ The recipe is ``helpers.moe_runs``'s (``make_model("MoE, α = 0.1", seed, ...)``
 sentences a step), with every MoE layer's ``z_coef`` either ST-MoE's 1e-3 (the course's default, as in every arm
 of ``helpers.moe_runs``) or 0. After ``CHECKPOINTS`` steps each run is scored on all 608 sentences in eval mode
 (``router_stats``): the z-loss itself, the mean logsumexp of the router logits, the largest router logit, the
-mean logit, averaged over the two layers (the largest logit: the larger of the two), and the cross-entropy.
+mean logit and the router's mean top probability (its confidence), averaged over the two layers (the largest
+logit: the larger of the two), and the cross-entropy.
 
 The shipped file ``ZLOSS_PATH`` is made by::
 
-    python -m helpers.moe_zloss --results          # about 5 minutes of one CPU core
+    python -m helpers.moe_zloss --results --jobs 2   # about 10 minutes of CPU time, split over 2 processes
 
 ``--seeds``, ``--steps`` and ``--out`` make a smaller file (the tests make one). The learning rate is constant, so
 a run's state after 15 steps is the 15-step run's: the notebook checks the file's step-15 values of the z-loss
@@ -37,7 +38,7 @@ ARM, LR = "MoE, α = 0.1", 1e-2
 Z_COEFS: tuple[float, ...] = (1e-3, 0.0)
 CHECKPOINTS: tuple[int, ...] = (15, 300)
 SEEDS: tuple[int, ...] = tuple(range(10))
-KEYS = ("z_loss", "lse", "max_logit", "mean_logit", "ce")
+KEYS = ("z_loss", "lse", "max_logit", "mean_logit", "top_prob", "ce")
 #: Where ``python -m helpers.moe_zloss --results`` writes the runs and ``load_zloss`` reads them.
 ZLOSS_PATH = Path(__file__).parent / "data" / "moe_zloss.json"
 _DIGITS = 5
@@ -45,12 +46,14 @@ _DIGITS = 5
 
 def router_stats(records: Sequence) -> dict[str, float]:
     """The router's logits over every position, from the MoE layers' records of an evaluation pass (``evaluate``):
-    the z-loss, the mean logsumexp and the mean logit (each averaged over layers), and the largest logit."""
+    the z-loss, the mean logsumexp, the mean logit and the mean top probability (each averaged over layers), and
+    the largest logit."""
     logits = [r.routing.logits.double() for r in records]
     return {"z_loss": sum(router_z_loss(l).item() for l in logits) / len(logits),
             "lse": sum(torch.logsumexp(l, -1).mean().item() for l in logits) / len(logits),
             "max_logit": max(l.max().item() for l in logits),
-            "mean_logit": sum(l.mean().item() for l in logits) / len(logits)}
+            "mean_logit": sum(l.mean().item() for l in logits) / len(logits),
+            "top_prob": sum(torch.softmax(l, -1).amax(-1).mean().item() for l in logits) / len(logits)}
 
 
 def zloss_run(seed: int, z_coef: float, data: FactDataset, *, checkpoints: Sequence[int] = CHECKPOINTS) -> dict:
@@ -72,14 +75,30 @@ def zloss_run(seed: int, z_coef: float, data: FactDataset, *, checkpoints: Seque
     return out
 
 
+def _job(args: tuple[float, int, tuple[int, ...]]) -> dict:
+    """One (z_coef, seed) run in a worker process, on one thread (as in the notebooks)."""
+    z, seed, checkpoints = args
+    torch.set_num_threads(1)
+    return zloss_run(seed, z, make_dataset(load_facts()), checkpoints=checkpoints)
+
+
 def run_study(*, seeds: Sequence[int] = SEEDS, checkpoints: Sequence[int] = CHECKPOINTS,
-              progress: bool = True) -> dict:
-    """``{z_coef: {step: {seed: stats}}}`` (keys as strings, JSON keys)."""
+              progress: bool = True, jobs: int = 1) -> dict:
+    """``{z_coef: {step: {seed: stats}}}`` (keys as strings, JSON keys); ``jobs`` > 1 runs that many processes
+    (each run is seeded, so the file does not depend on it)."""
     data = make_dataset(load_facts())
     out: dict = {}
-    jobs = [(z, s) for z in Z_COEFS for s in seeds]
-    for z, seed in progress_bar(jobs, desc="z-loss runs", disable=not progress):
-        for step, stats in zloss_run(seed, z, data, checkpoints=checkpoints).items():
+    work = [(z, s) for z in Z_COEFS for s in seeds]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(progress_bar(pool.map(_job, [(z, s, tuple(checkpoints)) for z, s in work]),
+                                        total=len(work), desc="z-loss runs", disable=not progress))
+    else:
+        results = [zloss_run(s, z, data, checkpoints=checkpoints)
+                   for z, s in progress_bar(work, desc="z-loss runs", disable=not progress)]
+    for (z, seed), result in zip(work, results):
+        for step, stats in result.items():
             out.setdefault(f"{z:g}", {}).setdefault(str(step), {})[str(seed)] = {
                 k: round(v, _DIGITS) for k, v in stats.items()}
     return out
@@ -118,7 +137,7 @@ def zloss_family(study: dict, step: int | None = None) -> dict[str, PairedDiffer
     mean logsumexp, the largest logit, the mean logit and the cross-entropy."""
     step = max(study["settings"]["checkpoints"]) if step is None else step
     names = {"z_loss": "z-loss", "lse": "mean logsumexp", "max_logit": "largest logit",
-             "mean_logit": "mean logit", "ce": "CE, all targets"}
+             "mean_logit": "mean logit", "top_prob": "mean top probability", "ce": "CE, all targets"}
     return {f"{name}: with − without": paired_difference(zloss_values(study, Z_COEFS[0], step, key),
                                                          zloss_values(study, 0.0, step, key))
             for key, name in names.items()}
@@ -127,12 +146,12 @@ def zloss_family(study: dict, step: int | None = None) -> dict[str, PairedDiffer
 def zloss_table(study: dict) -> str:
     """Printable lines: each checkpoint's mean over seeds of the router statistics, with and without the z-loss."""
     steps = study["settings"]["checkpoints"]
-    lines = [f"{'':<22}" + "".join(f"{'z-loss':>9}{'mean lse':>10}{'max logit':>11}{'mean logit':>12}" for _ in [0])]
+    lines = [f"{'':<22}{'z-loss':>9}{'mean lse':>10}{'max logit':>11}{'mean logit':>12}{'top prob':>10}"]
     for step in steps:
         for z in Z_COEFS:
-            row = [float(zloss_values(study, z, step, k).mean()) for k in KEYS[:4]]
+            row = [float(zloss_values(study, z, step, k).mean()) for k in KEYS[:5]]
             label = f"step {step}, z_coef {z:g}"
-            lines.append(f"{label:<22}{row[0]:>9.2f}{row[1]:>10.2f}{row[2]:>11.2f}{row[3]:>12.2f}")
+            lines.append(f"{label:<22}{row[0]:>9.2f}{row[1]:>10.2f}{row[2]:>11.2f}{row[3]:>12.2f}{row[4]:>10.2f}")
     return "\n".join(lines)
 
 
@@ -151,11 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, nargs="+", default=list(CHECKPOINTS),
                         help=f"checkpoints, default: {list(CHECKPOINTS)}")
     parser.add_argument("--out", default=str(ZLOSS_PATH), help=f"default: {ZLOSS_PATH}")
+    parser.add_argument("--jobs", type=int, default=1, help="processes to run the runs in (default: 1)")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                        # as in the notebooks (helpers.env.setup)
     try:
-        study = run_study(seeds=args.seeds, checkpoints=args.steps)
+        study = run_study(seeds=args.seeds, checkpoints=args.steps, jobs=args.jobs)
     finally:
         torch.set_num_threads(threads)
     print(f"wrote {save_zloss(study, args.out, checkpoints=args.steps)}")

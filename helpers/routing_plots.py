@@ -284,7 +284,7 @@ def plot_dispatch(ax: Axes, expert_index: torch.Tensor, n_experts: int, capacity
     for t in range(n):
         ax.text(0, token_y[t], f"token {t}", ha="right", va="center", fontsize=9)
     for e in range(n_experts + 1):
-        label = f"expert {e}" if e < n_experts else "dropped (adds 0; the residual carries the token)"
+        label = f"expert {e}" if e < n_experts else "dropped slots (each adds 0 to its token's output)"
         ax.text(x_in, row_y[e] + 0.42, label, fontsize=9, color="0.2" if e < n_experts else PALETTE[1])
         for r in range(capacity if e < n_experts else 0):
             ax.add_patch(plt.Rectangle((x_in + 0.1 + r * step, row_y[e] - 0.27), 0.54, 0.54, fill=False,

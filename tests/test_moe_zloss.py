@@ -21,7 +21,7 @@ def test_a_small_file_round_trips_and_reads_as_a_family(tmp_path):
         for key in KEYS:
             assert zloss_values(study, z, 3, key).shape == (2,)
     family = zloss_family(study)
-    assert len(family) == 5 and all(row.n == 2 for row in family.values())
+    assert len(family) == 6 and all(row.n == 2 for row in family.values())
     assert "step 3, z_coef 0.001" in zloss_table(study)
 
 
@@ -58,3 +58,13 @@ def test_the_shipped_file_holds_every_seed_and_checkpoint():
 def test_load_zloss_names_the_command_when_the_file_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="helpers.moe_zloss --results"):
         load_zloss(tmp_path / "missing.json")
+
+
+def test_router_stats_reads_the_mean_top_probability():
+    class Record:
+        def __init__(self, logits):
+            self.routing = type("R", (), {"logits": logits})()
+
+    even, sure = torch.zeros(3, 4, dtype=torch.float64), torch.tensor([[10.0, 0, 0, 0]] * 3, dtype=torch.float64)
+    stats = router_stats([Record(even), Record(sure)])
+    assert abs(stats["top_prob"] - (0.25 + torch.softmax(sure[0], -1)[0].item()) / 2) < 1e-12
