@@ -32,7 +32,7 @@ The tuned arm alone on fresh seeds, at the stored race's rates, one file per blo
     python -m helpers.gating --race-results --at-stored-rates --seeds 30 31 ... 59    # and 60 ... 89
 
 The shared-rate blocks (``SHARED_BLOCKS``) and the step-size control (``STEP_CONTROL_MULTIPLIERS``: the dense
-variants at 5 % and 10 % above the slow rate, and the gated-no-σ ones at 5 %: ``GATED_STEP_CONTROL_PATH``) come from
+variants at 5 % and 10 % above the slow rate, and the gated ones without a sigmoid at 5 %: ``GATED_STEP_CONTROL_PATH``) come from
 ``--at-shared-lr LR`` with ``--variants``, ``--seeds`` and ``--out``.
 
 (``--seeds``, ``--tuning-seeds``, ``--lrs``, ``--shared-lr``, ``--variants``, ``--steps`` and ``--out`` make a
@@ -473,7 +473,7 @@ def step_control_family(slow: VariantComparison,
 
     ``slow``: every variant at one rate (e.g. ``shared_pools()[0.005]``); ``controls``: multiplier -> the dense
     variants on the same seeds at a higher rate. Returns ``"gated − dense, dense alone ×<multiplier>"`` -> the
-    gated-no-σ group's mean run-mean loss at ``slow``'s rate minus the dense group's at the control's, paired by seed
+    gated (not GLU) group's mean run-mean loss at ``slow``'s rate minus the dense group's at the control's, paired by seed
     (< 0: the gated group is still lower)."""
     gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
     family = {}
@@ -485,14 +485,14 @@ def step_control_family(slow: VariantComparison,
     return family
 
 
-#: The control's other arm: the gated-no-σ variants at 0.00525 (×1.05) on the same seeds 0-59, made by
+#: The control's other arm: the gated (not GLU) variants at 0.00525 (×1.05) on the same seeds 0-59, made by
 #: ``python -m helpers.gating --race-results --at-shared-lr 0.00525 --variants bilinear reglu geglu swiglu
 #: --seeds 0 ... 59 --out helpers/data/gating_race_gated_lr_0.00525_seeds_0-59.json``.
 GATED_STEP_CONTROL_PATH = Path(__file__).parent / "data" / "gating_race_gated_lr_0.00525_seeds_0-59.json"
 
 
 def gated_step_control() -> VariantComparison:
-    """The stored gated-no-σ runs at ``step_control_lr(1.05)`` on ``STEP_CONTROL_SEEDS`` (``GATED_STEP_CONTROL_PATH``)."""
+    """The stored gated (not GLU) runs at ``step_control_lr(1.05)`` on ``STEP_CONTROL_SEEDS`` (``GATED_STEP_CONTROL_PATH``)."""
     return load_race(GATED_STEP_CONTROL_PATH)
 
 
@@ -504,7 +504,7 @@ def group_mean(result: VariantComparison, variants: Sequence[str]) -> torch.Tens
 def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
                       gated_fast: VariantComparison) -> dict[str, PairedDifference]:
     """The step-size control with one change for both arms: ``"gated − dense, both ×<rate / slow's rate>"``, the
-    gated-no-σ group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
+    gated (not GLU) group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
     ``gated_fast``: the gated ones, at one rate, on ``slow``'s seeds)."""
     if not (dense_fast.seeds == gated_fast.seeds == slow.seeds):
         raise ValueError(f"dense_fast and gated_fast must use slow's seeds {slow.seeds}")
@@ -520,7 +520,7 @@ def step_gains(slow: VariantComparison, dense_fast: VariantComparison,
     """What the faster rate buys each group: ``"<group>: <fast> − <slow>"`` -> its run-mean loss at the faster
     rate minus at ``slow``'s, paired by seed (< 0: the larger step helps)."""
     out = {}
-    for group, variants, fast in [("gated no σ", GATED_NO_SIGMOID, gated_fast), ("dense", DENSE, dense_fast)]:
+    for group, variants, fast in [("gated (not GLU)", GATED_NO_SIGMOID, gated_fast), ("dense", DENSE, dense_fast)]:
         out[f"{group}: {fast.lr(variants[0]):g} − {slow.lr(variants[0]):g}"] = paired_difference(
             group_mean(fast, variants), group_mean(slow, variants))
     return out
@@ -626,7 +626,7 @@ def make_race(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RA
 #: The race's two groups: the dense FFNs, and the gated ones without a sigmoid (Shazeer's better group).
 DENSE: tuple[str, ...] = ("relu", "gelu", "swish")
 GATED_NO_SIGMOID: tuple[str, ...] = ("bilinear", "reglu", "geglu", "swiglu")
-GROUP = "gated no σ − dense"
+GROUP = "gated (not GLU) − dense"
 
 
 def race_family(result: VariantComparison, suffix: str = "") -> dict[str, PairedDifference]:
@@ -640,6 +640,23 @@ def race_family(result: VariantComparison, suffix: str = "") -> dict[str, Paired
         family[GROUP + suffix] = paired_difference(torch.stack([metric(v) for v in GATED_NO_SIGMOID]).mean(dim=0),
                                                    torch.stack([metric(v) for v in DENSE]).mean(dim=0))
     return family
+
+
+def final_loss_gap(result: VariantComparison) -> PairedDifference:
+    """``GROUP`` scored by the answer loss at the last evaluated step instead of the run mean, paired by seed: the
+    same runs read with another score (the run mean rewards an early take-off, the final loss only the end)."""
+    final = {v: result.curves[v][:, -1].double() for v in DENSE + GATED_NO_SIGMOID}
+    return paired_difference(torch.stack([final[v] for v in GATED_NO_SIGMOID]).mean(dim=0),
+                             torch.stack([final[v] for v in DENSE]).mean(dim=0))
+
+
+def rounding_t_range(a: str, b: str, n_runs: int = 4, half_unit: float = 5e-4) -> tuple[float, float]:
+    """Smallest and largest Welch |t| of Table 1's pair ``(a, b)`` when each printed mean and sd may be off by up to
+    ``half_unit`` (the paper prints 3 decimals): every corner of that box, 16 comparisons."""
+    m, s, r = SHAZEER_2020_65K, SHAZEER_2020_65K_SD, (-half_unit, half_unit)
+    ts = [abs(welch_from_summary(m[a] + i, s[a] + j, m[b] + k, s[b] + l, n_runs).t)
+          for i in r for j in r for k in r for l in r]
+    return min(ts), max(ts)
 
 
 def pool_races(results: Sequence[VariantComparison]) -> VariantComparison:
@@ -676,7 +693,7 @@ def failed_runs(sweep: LrSweep, lr: float, threshold: float = 4.0) -> dict[str, 
 
 def lead_in_sweep_steps(sweep: LrSweep, lr: float) -> tuple[float, float, float]:
     """How big the gated group's lead at ``lr`` is on the sweep's own scale. Returns ``(lead, fraction, rate)``:
-    the dense group's mean run-mean loss minus the gated-no-σ group's at ``lr`` (nats, > 0: gated lower), that
+    the dense group's mean run-mean loss minus the gated (not GLU) group's at ``lr`` (nats, > 0: gated lower), that
     lead as a fraction of what the dense group gains from ``lr`` to the sweep's next rate, and the rate multiplier
     that gains it for the dense group when the loss is read as linear in log lr between the two rates."""
     if lr not in sweep.lrs[:-1]:
@@ -690,15 +707,15 @@ def lead_in_sweep_steps(sweep: LrSweep, lr: float) -> tuple[float, float, float]
 
 
 def group_failures(result: VariantComparison, threshold: float = 4.0) -> dict[str, tuple[int, int]]:
-    """``{"gated no σ": (failed, runs), "dense": (failed, runs)}``: runs whose answer loss averages above
+    """``{"gated (not GLU)": (failed, runs), "dense": (failed, runs)}``: runs whose answer loss averages above
     ``threshold`` nats over the run (near the plateau of ln 152 ≈ 5.0), out of all the group's runs."""
     return {group: (sum(int((result.run_mean(v) > threshold).sum()) for v in variants),
                     len(variants) * len(result.seeds))
-            for group, variants in [("gated no σ", GATED_NO_SIGMOID), ("dense", DENSE)]}
+            for group, variants in [("gated (not GLU)", GATED_NO_SIGMOID), ("dense", DENSE)]}
 
 
 def plateau_seeds(result: VariantComparison, threshold: float = 4.0) -> torch.Tensor:
-    """``(n_seeds,)`` bool: the seeds on which some run of the two groups (gated no σ, dense) averages above
+    """``(n_seeds,)`` bool: the seeds on which some run of the two groups (gated (not GLU), dense) averages above
     ``threshold`` nats (it stayed near the plateau of ln 152 ≈ 5.0 for much of the run)."""
     return torch.stack([result.run_mean(v) > threshold for v in GATED_NO_SIGMOID + DENSE]).any(dim=0)
 
@@ -751,7 +768,7 @@ def sweep_group_gaps(sweep: LrSweep) -> dict[float, PairedDifference]:
     without a sigmoid minus that of the dense ones, paired by seed (how the group's gap moves with the step size)."""
     missing = set(DENSE + GATED_NO_SIGMOID) - set(sweep.variants)
     if missing:
-        raise ValueError(f"sweep must hold every dense and gated-no-σ variant; missing {sorted(missing)}")
+        raise ValueError(f"sweep must hold every dense and gated (not GLU) variant; missing {sorted(missing)}")
     return {lr: paired_difference(torch.stack([sweep.run_mean[v][i] for v in GATED_NO_SIGMOID]).mean(dim=0),
                                   torch.stack([sweep.run_mean[v][i] for v in DENSE]).mean(dim=0))
             for i, lr in enumerate(sweep.lrs)}
@@ -786,7 +803,7 @@ def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, Va
         ax.grid(axis="y", visible=False)
     axes[0, 0].set_yticks(range(len(rows)), rows[::-1])
     fig.supxlabel("difference in the same seed (nats); below 0: the first is lower", fontsize=10)
-    fig.suptitle("Run-mean loss minus ReLU; last row: gated no σ − dense. Mean ± Holm threshold × se; filled: resolved")
+    fig.suptitle("Run-mean loss minus ReLU; last row: gated (not GLU) − dense. Bars: Holm-adjusted; filled: resolved")
     fig.tight_layout()
     return fig
 

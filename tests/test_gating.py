@@ -469,8 +469,8 @@ def test_group_failures_counts_runs_above_the_threshold_per_group():
     from helpers.gating import fresh_tuned_path, FRESH_TUNED_BLOCKS, group_failures, pool_races
     race = load_race()
     tuned = pool_races([race, *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
-    assert group_failures(tuned) == {"gated no σ": (19, 360), "dense": (18, 270)}
-    assert group_failures(tuned, threshold=100.0) == {"gated no σ": (0, 360), "dense": (0, 270)}
+    assert group_failures(tuned) == {"gated (not GLU)": (19, 360), "dense": (18, 270)}
+    assert group_failures(tuned, threshold=100.0) == {"gated (not GLU)": (0, 360), "dense": (0, 270)}
 
 
 def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
@@ -523,7 +523,7 @@ def test_equal_step_family_and_step_gains_pair_the_groups_by_seed():
     assert list(family) == ["gated − dense, both ×1.05"]
     assert family["gated − dense, both ×1.05"].mean == pytest.approx(-0.1)
     gains = step_gains(slow, dense_fast, gated_fast)
-    assert list(gains) == ["gated no σ: 0.00525 − 0.005", "dense: 0.00525 − 0.005"]
+    assert list(gains) == ["gated (not GLU): 0.00525 − 0.005", "dense: 0.00525 − 0.005"]
     assert all(g.mean == pytest.approx(-0.1) for g in gains.values())
     with pytest.raises(ValueError, match="seeds"):
         equal_step_family(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, [0, 1], 0.00525,
@@ -550,7 +550,7 @@ def test_retrain_check_reproduces_a_stored_curve(tmp_path):
 
 
 def test_the_stored_gated_step_control():
-    """The symmetric arm of notebook 04's step-size control: the gated-no-σ variants at 0.00525 on seeds 0-59,
+    """The symmetric arm of notebook 04's step-size control: the gated (not GLU) variants at 0.00525 on seeds 0-59,
     beside the stored dense ones at the same rate."""
     from helpers.gating import GATED_NO_SIGMOID, gated_step_control, step_controls
     gated, dense = gated_step_control(), step_controls()[1.05]
@@ -620,3 +620,23 @@ def test_init_output_rms_is_the_ffn_output_of_the_race_model_before_any_step():
     assert (rms["swiglu"] < rms["relu"]).all()          # the gated product starts smaller (default nn.Linear init)
     with pytest.raises(ValueError):
         init_output_rms(["nope"], [0])
+
+
+def test_rounding_t_range_brackets_the_printed_t():
+    """Notebook 04, cell 37: GEGLU − ReGLU's |t| within Table 1's rounding (review 04-round25, CONFUSING 3)."""
+    from helpers.gating import rounding_t_range, shazeer_family
+    low, high = rounding_t_range("geglu", "reglu")
+    t = abs(shazeer_family()["geglu", "reglu"].t)
+    assert low < t < high
+    assert (round(low, 1), round(high, 1)) == (3.5, 5.6)
+
+
+def test_final_loss_gap_reads_the_last_step():
+    """The tuned race scored at step 100 (review 04-round25, WRONG 1): the same runs, another score."""
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, final_loss_gap, load_race, race_arms
+    tuned = race_arms(load_race())["tuned"]
+    gap = final_loss_gap(tuned)
+    by_hand = (torch.stack([tuned.curves[v][:, -1] for v in GATED_NO_SIGMOID]).mean(0)
+               - torch.stack([tuned.curves[v][:, -1] for v in DENSE]).mean(0))
+    torch.testing.assert_close(gap.diffs, by_hand.double())
+    assert len(gap.diffs) == 90 and round(gap.mean, 3) == -0.049
