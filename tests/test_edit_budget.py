@@ -76,15 +76,15 @@ def test_the_shipped_site_runs_hold_ten_seeds_and_the_command_reproduces_seed_0(
             "more paraphrases"}
     assert all(set(run) == keys for run in shipped.values())
     made = edit_budget.make_sites([0], tmp_path / "sites.json")
-    assert edit_budget.sites_gap(made["runs"]["0"], shipped[0]) < 1e-6
+    assert edit_budget.sites_gap(made["runs"]["0"], shipped[0]) < 1e-5
     assert edit_budget.load_sites(tmp_path / "sites.json") == {0: made["runs"]["0"]}
 
 
 def test_site_runs_at_the_country_are_the_budget_files_first_budget():
     shipped, budgets = edit_budget.load_sites(), edit_budget.load()
     first = next(iter(edit_budget.BUDGETS))
-    assert all(abs(shipped[s]["country"] - budgets[s][first]["efficacy"]) < 1e-6
-               and abs(shipped[s]["kept country"] - budgets[s][first]["capitals_kept"]) < 1e-6 for s in shipped)
+    assert all(abs(shipped[s]["country"] - budgets[s][first]["efficacy"]) < 1e-5
+               and abs(shipped[s]["kept country"] - budgets[s][first]["capitals_kept"]) < 1e-5 for s in shipped)
 
 
 def test_sites_gap_reads_nested_numbers_and_flags_missing_keys():
@@ -102,6 +102,6 @@ def test_the_shipped_keep_file_holds_ten_seeds_and_the_command_reproduces_seed_0
     assert all(set(runs) == {"plain", "keep"} and all(set(r) == names for r in runs.values())
                for runs in shipped.values())
     made = edit_budget.make_keep([0], tmp_path / "keep.json")        # equal up to another CPU kernel's rounding
-    assert all(abs(made["runs"]["0"][n][k] - v) < 1e-6 for n, run in shipped[0].items() for k, v in run.items())
+    assert all(abs(made["runs"]["0"][n][k] - v) < 1e-5 for n, run in shipped[0].items() for k, v in run.items())
     assert edit_budget.load_keep(tmp_path / "keep.json") == {0: made["runs"]["0"]}
     assert shipped[0]["keep"]["own currency"] > shipped[0]["plain"]["own currency"]   # seed 0: 100 % against 56 %
