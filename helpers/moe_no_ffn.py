@@ -14,8 +14,6 @@ The shipped file ``NO_FFN_PATH`` is made by::
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import torch
 from torch import nn
 
 from helpers.facts import FactDataset, load_facts, make_dataset
-from helpers.moe_runs import BATCH, SHORT_STEPS, evaluate, lm_config, values
+from helpers.moe_runs import BATCH, SHORT_STEPS, evaluate, lm_config, read_results, values, write_results
 from helpers.stats import PairedDifference, paired_difference
 from helpers.transformer import TinyGPT, train_lm
 
@@ -53,24 +51,13 @@ def save_no_ffn(seeds: Sequence[int], path: str | Path) -> Path:
     """Train ``seeds`` and write ``{"runs": {seed: ce}}`` as JSON with the settings and the machine."""
     data = make_dataset(load_facts())
     runs = {str(s): round(no_ffn_run(s, data), _DIGITS) for s in seeds}
-    record = {"made_by": "python -m helpers.moe_no_ffn --results",
-              "settings": {"steps": SHORT_STEPS, "lr": LR, "batch": BATCH},
-              "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                              "threads": torch.get_num_threads()},
-              "runs": runs}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
-    return path
+    return write_results(path, "python -m helpers.moe_no_ffn --results",
+                         {"steps": SHORT_STEPS, "lr": LR, "batch": BATCH}, {"runs": runs})
 
 
 def load_no_ffn(path: str | Path | None = None) -> dict:
     """The file written by ``save_no_ffn`` (default: the shipped ``NO_FFN_PATH``), as a dict."""
-    path = NO_FFN_PATH if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no no-FFN runs at {path}; make them with python -m helpers.moe_no_ffn --results")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_results(NO_FFN_PATH if path is None else path, "no-FFN runs", "python -m helpers.moe_no_ffn --results")
 
 
 def no_ffn_values(no_ffn: dict) -> torch.Tensor:

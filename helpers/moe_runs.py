@@ -297,27 +297,38 @@ def run_study(*, seeds: Sequence[int] = SEEDS, lrs: Sequence[float] = LRS, long_
     return out
 
 
-def save_runs(study: dict, path: str | Path, *, lrs: Sequence[float] = LRS, long_steps: int = LONG_STEPS) -> Path:
-    """Write ``run_study``'s result as JSON with its settings and the machine it ran on."""
-    record = {"made_by": "python -m helpers.moe_runs --results",
-              "settings": {"short_steps": SHORT_STEPS, "lrs": list(lrs), "long_steps": long_steps,
-                           "long_lr": LONG_LR, "batch": BATCH},
+def write_results(path: str | Path, made_by: str, settings: dict, body: dict) -> Path:
+    """Write a study file: ``{"made_by", "settings", "environment" (the machine it ran on), **body}`` as JSON.
+    Shared by notebook 05's study modules (``moe_runs``, ``moe_zloss``, ``moe_no_ffn``)."""
+    record = {"made_by": made_by, "settings": settings,
               "environment": {"torch": torch.__version__, "python": platform.python_version(),
                               "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                               "threads": torch.get_num_threads()},
-              **study}
+              **body}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
     return path
 
 
+def read_results(path: str | Path, what: str, command: str) -> dict:
+    """The study file at ``path`` as a dict; a missing file names ``what`` it holds and the ``command`` that makes it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} at {path}; make them with {command}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def save_runs(study: dict, path: str | Path, *, lrs: Sequence[float] = LRS, long_steps: int = LONG_STEPS) -> Path:
+    """Write ``run_study``'s result as JSON with its settings and the machine it ran on."""
+    return write_results(path, "python -m helpers.moe_runs --results",
+                         {"short_steps": SHORT_STEPS, "lrs": list(lrs), "long_steps": long_steps,
+                          "long_lr": LONG_LR, "batch": BATCH}, study)
+
+
 def load_runs(path: str | Path | None = None) -> dict:
     """The file written by ``save_runs`` (default: the shipped ``RUNS_PATH``), as a dict."""
-    path = RUNS_PATH if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no MoE runs at {path}; make them with python -m helpers.moe_runs --results")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_results(RUNS_PATH if path is None else path, "MoE runs", "python -m helpers.moe_runs --results")
 
 
 def values(runs: dict, arm: str, key: str, lr: float | None = None, seeds: Sequence[int] | None = None) -> torch.Tensor:

@@ -19,8 +19,6 @@ arm against its live section-7 runs.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from torch import nn
 
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.moe import MoE, moe_aux_loss, router_z_loss
-from helpers.moe_runs import BATCH, evaluate, lm_config, make_model
+from helpers.moe_runs import BATCH, evaluate, lm_config, make_model, read_results, write_results
 from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
 from helpers.transformer import train_lm
@@ -106,24 +104,13 @@ def run_study(*, seeds: Sequence[int] = SEEDS, checkpoints: Sequence[int] = CHEC
 
 def save_zloss(study: dict, path: str | Path, *, checkpoints: Sequence[int] = CHECKPOINTS) -> Path:
     """Write ``run_study``'s result as JSON with its settings and the machine it ran on."""
-    record = {"made_by": "python -m helpers.moe_zloss --results",
-              "settings": {"arm": ARM, "lr": LR, "batch": BATCH, "checkpoints": list(checkpoints)},
-              "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                              "threads": torch.get_num_threads()},
-              "runs": study}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
-    return path
+    return write_results(path, "python -m helpers.moe_zloss --results",
+                         {"arm": ARM, "lr": LR, "batch": BATCH, "checkpoints": list(checkpoints)}, {"runs": study})
 
 
 def load_zloss(path: str | Path | None = None) -> dict:
     """The file written by ``save_zloss`` (default: the shipped ``ZLOSS_PATH``), as a dict."""
-    path = ZLOSS_PATH if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no z-loss runs at {path}; make them with python -m helpers.moe_zloss --results")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_results(ZLOSS_PATH if path is None else path, "z-loss runs", "python -m helpers.moe_zloss --results")
 
 
 def zloss_values(study: dict, z_coef: float, step: int, key: str) -> torch.Tensor:
