@@ -34,6 +34,7 @@ import argparse
 import json
 import platform
 from collections.abc import Sequence
+from typing import NamedTuple
 from pathlib import Path
 
 import torch
@@ -69,6 +70,33 @@ def capital_edits(data: FactDataset, n_edits: int = 32, seed: int = 11) -> tuple
     return capital_rows[pick], data.answer_id[capital_rows[(pick + shift) % len(capital_rows)]]
 
 
+class _Edits(NamedTuple):
+    """The notebook's capital edits and the masks every study below scores them with (rows index ``data.facts``)."""
+    relation_of: torch.Tensor      # (facts,) relation index
+    same_subject: torch.Tensor     # (facts, facts) bool
+    subject_pos: torch.Tensor      # (facts,) the subject's position in each prompt
+    capital_rows: torch.Tensor     # (countries,) the capital facts
+    edit_rows: torch.Tensor        # (E,) the edited capital facts
+    new_ids: torch.Tensor          # (E,) their new answers
+    other_capitals: torch.Tensor   # (E, facts) bool: other countries' capital facts
+    keys: torch.Tensor             # (facts, T, d_ff) the layer's key coefficients
+    C: torch.Tensor                # (d_ff, d_ff) their second moment over real tokens, ridge 1e-3
+
+
+def _edits(model: torch.nn.Module, data: FactDataset, layer: int) -> _Edits:
+    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
+    subjects = sorted({f.subject for f in data.facts})
+    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
+    same_subject = subject_of[:, None] == subject_of[None, :]
+    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
+    capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
+    edit_rows, new_ids = capital_edits(data)
+    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
+    keys = collect(model, data.ids).coefficients[layer]
+    C = key_second_moment(keys[data.ids != data.vocab.pad_id], ridge=1e-3)
+    return _Edits(relation_of, same_subject, subject_pos, capital_rows, edit_rows, new_ids, other_capitals, keys, C)
+
+
 def budget_runs(model: torch.nn.Module, data: FactDataset, budgets: dict[str, dict] | None = None,
                 layer: int = 0) -> dict[str, dict[str, float]]:
     """``{budget: {"efficacy", "capitals_kept", "delta_ratio"}}`` (floats) for one model: the ``capital_edits``
@@ -77,17 +105,7 @@ def budget_runs(model: torch.nn.Module, data: FactDataset, budgets: dict[str, di
     predictions unchanged; ``delta_ratio`` the median over edits of ``||Ŵk* − Wk*|| / ||Wk*||``, each
     ``(d_model,)``."""
     budgets = BUDGETS if budgets is None else budgets
-    vocab = data.vocab
-    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
-    subjects = sorted({f.subject for f in data.facts})
-    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
-    same_subject = subject_of[:, None] == subject_of[None, :]
-    subject_pos = token_positions(data.ids, torch.tensor([vocab.stoi[f.subject] for f in data.facts]))
-    capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
-    edit_rows, new_ids = capital_edits(data)
-    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
-    keys = collect(model, data.ids).coefficients[layer]
-    C = key_second_moment(keys[data.ids != vocab.pad_id], ridge=1e-3)
+    _, same_subject, subject_pos, capital_rows, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
     k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
     W = find_ffns(model).layer(layer).value_matrix.detach()           # (d_model, d_ff)
     Wk = k_stars @ W.T                                                 # (E, d_model)
@@ -140,20 +158,10 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
     ``preferences`` on ``paraphrase``, "alpha": the mean α that the other countries' last-word keys receive from
     the edits at "is", "more paraphrases": {template: {site: the same four shares}} for ``MORE_PARAPHRASES``}``,
     all floats."""
-    vocab = data.vocab
-    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
-    subjects = sorted({f.subject for f in data.facts})
-    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
-    same_subject = subject_of[:, None] == subject_of[None, :]
-    subject_pos = token_positions(data.ids, torch.tensor([vocab.stoi[f.subject] for f in data.facts]))
-    capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
-    edit_rows, new_ids = capital_edits(data)
+    _, same_subject, subject_pos, capital_rows, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
     pick = (capital_rows[None, :] == edit_rows[:, None]).int().argmax(1)        # each edit's row of capital_rows
-    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
     countries = [data.facts[int(r)].subject for r in capital_rows]
-    templates = {t: template_ids(vocab, countries, t) for t in (paraphrase, *MORE_PARAPHRASES)}
-    keys = collect(model, data.ids).coefficients[layer]
-    C = key_second_moment(keys[data.ids != vocab.pad_id], ridge=1e-3)
+    templates = {t: template_ids(data.vocab, countries, t) for t in (paraphrase, *MORE_PARAPHRASES)}
     out: dict[str, object] = {"more paraphrases": {t: {} for t in MORE_PARAPHRASES}}
     for site, k in [("country", mean_keys(keys, same_subject[edit_rows], subject_pos)),
                     ("is", keys[edit_rows, data.answer_pos[edit_rows]])]:
@@ -205,17 +213,9 @@ def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict
     ``"plain"`` (new answer only) and ``"keep"`` (with the keep term on the edited country's other facts):
     ``{name: {"efficacy", "capitals_kept", "own <relation>" for each relation but capital: the share of the
     edited countries' facts of that relation whose prediction is unchanged (mean over edits)}}``."""
-    relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
-    subjects = sorted({f.subject for f in data.facts})
-    subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
-    same_subject = subject_of[:, None] == subject_of[None, :]
-    subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
-    edit_rows, new_ids = capital_edits(data)
+    relation_of, same_subject, subject_pos, _, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
     its_other = same_subject[edit_rows] & (torch.arange(len(data.facts))[None, :] != edit_rows[:, None])
-    other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
     checked = torch.nonzero(other_capitals.any(0) | same_subject[edit_rows].any(0))[:, 0]
-    keys = collect(model, data.ids).coefficients[layer]
-    C = key_second_moment(keys[data.ids != data.vocab.pad_id], ridge=1e-3)
     k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
     out = {}
     for name, keep in [("plain", None), ("keep", its_other)]:
