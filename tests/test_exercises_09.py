@@ -330,3 +330,44 @@ def test_features_used_blank_right_and_named_wrong_answers():
     _fails(check_features_used, lambda c: int((c > 0).sum(dim=1).max()), "one prefix")
     _fails(check_features_used, lambda c: int((c > 0).any(dim=1).sum()), "prefixes with some")
     _fails(check_features_used, lambda c: int((c > 1e-12).any(dim=0).sum()))           # a threshold above 0
+
+
+# ---- review 09-round23: Ex 2 calling a blank Ex 1, Ex 4's norm axis, Ex 5's argmax
+def test_transcoder_that_calls_a_blank_topk_says_exercise_1_is_a_stub():
+    def topk_activation(pre, k):
+        raise NotImplementedError
+
+    def transcoder_forward(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        codes = topk_activation(x @ W_enc.T + b_enc, k)
+        y_hat = codes @ W_dec.T + b_dec
+        return codes, y_hat, float(((y - y_hat) ** 2).sum(-1).mean())
+
+    result = check_transcoder.evaluate(transcoder_forward)
+    assert result.status == FAILED
+    assert "topk_activation" in result.message and "Exercise 1" in result.message
+
+    def blank(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        raise NotImplementedError
+
+    assert check_transcoder.evaluate(blank).status == NOT_ATTEMPTED
+
+
+def test_sub_updates_with_norms_over_the_wrong_axis_are_named_not_raised():
+    def top_sub_updates(m, W2, b2, k):
+        size = m.abs() * W2.norm(dim=1)
+        kept = size.sort(dim=-1, descending=True, stable=True).indices[:, :k]
+        keep = torch.zeros_like(m, dtype=torch.bool).scatter(-1, kept, True)
+        return b2 + (m * keep) @ W2.T
+
+    result = check_top_sub_updates.evaluate(top_sub_updates)
+    assert result.status == FAILED
+    assert "wrong axis" in result.line() and "W2.norm(dim=0)" in result.line()
+
+
+def test_features_used_by_argmax_gets_its_hint():
+    def features_used(codes):
+        return torch.unique(codes.argmax(1)).numel()
+
+    result = check_features_used.evaluate(features_used)
+    assert result.status == FAILED
+    assert "argmax" in result.line()

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.engine import Case, Corner, Domain, Exercise, _fresh
+from helpers.exercises.verdict import FAILED, NOT_ATTEMPTED
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -311,7 +312,40 @@ def _transcoder_wrong(kind: str):
     return wrong
 
 
-check_transcoder = Exercise(
+def _stub_called_by(fn, case: Case) -> str | None:
+    """The name of another function whose ``NotImplementedError`` ``fn`` passes on (e.g. Exercise 1's blank
+    ``topk_activation`` called from a finished ``transcoder_forward``), or None when ``fn`` itself is the stub."""
+    args, kwargs = _fresh(case.args, case.kwargs)
+    try:
+        fn(*args, **kwargs)
+    except NotImplementedError as err:
+        tb = err.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = getattr(fn, "__code__", None)
+        return None if code is None or tb.tb_frame.f_code is code else tb.tb_frame.f_code.co_name
+    except Exception:
+        return None
+    return None
+
+
+class _NeedsExercise1(Exercise):
+    """Exercise 2 may call the learner's ``topk_activation``: while that is still Exercise 1's stub, say so
+    instead of calling a finished Exercise 2 "not attempted"."""
+
+    def _evaluate(self, fn):
+        result = super()._evaluate(fn)
+        if result.status != NOT_ATTEMPTED or not callable(fn):
+            return result
+        stub = _stub_called_by(fn, self.cases()[0])
+        if stub is None:
+            return result
+        return self._result(FAILED, f"your function calls `{stub}`, which still raises NotImplementedError: finish "
+                                    f"Exercise 1 (or write the TopK inside this function), then run this cell again.",
+                            "calls a stub")
+
+
+check_transcoder = _NeedsExercise1(
     "Exercise 2 (a transcoder's forward pass and loss)",
     _transcoder,
     _transcoder_cases,
@@ -544,6 +578,8 @@ def _sub_update_wrong(kind: str):
     def wrong(m, W2, b2, k):
         if kind == "W2 layout":
             return (m * _keep_mask(m.abs() * W2.norm(dim=1), k)) @ W2 + b2
+        if kind == "norm axis":
+            return (m * _keep_mask(m.abs() * W2.norm(dim=1), k)) @ W2.T + b2
         if kind == "every neuron":
             return m @ W2.T + b2
         score = {"signed": m * W2.norm(dim=0), "positive part": m.clamp(min=0) * W2.norm(dim=0),
@@ -579,6 +615,9 @@ check_top_sub_updates = Exercise(
         ("b2 is missing: the FFN output is b2 plus the kept sub-updates.", _sub_update_wrong("no b2")),
         ("W2 is (d_model, d_ff) in nn.Linear's layout: value i is the column W2[:, i], its norm "
          "W2.norm(dim=0), and the output (m · keep) @ W2.T + b2.", _sub_update_wrong("W2 layout")),
+        ("wrong axis for the value norms: W2.norm(dim=1) gives one norm per output dimension (d_model of them); "
+         "the size of sub-update i uses column i of W2, W2.norm(dim=0), one norm per neuron.",
+         _sub_update_wrong("norm axis")),
         ("you kept every neuron (the whole FFN output): keep only the k neurons of each row with the largest "
          "sub-update |m_i|·‖W2[:, i]‖ and drop the others.", _sub_update_wrong("every neuron")),
         ("among neurons whose sub-update size |m_i|·‖W2[:, i]‖ equals the k-th largest, keep the lowest indices: "
@@ -658,6 +697,8 @@ def _features_used_wrong(kind: str):
             return int((codes > 0).sum(dim=1).max())
         if kind == "rows":
             return int((codes > 0).any(dim=1).sum())
+        if kind == "argmax":
+            return int(torch.unique(codes.argmax(dim=1)).numel())
         raise AssertionError(kind)
     return wrong
 
@@ -676,6 +717,8 @@ check_features_used = Exercise(
          "least one prefix: any over dim=0.", _features_used_wrong("per row")),
         ("you counted prefixes with some active feature (any over dim=1); count features: any over dim=0.",
          _features_used_wrong("rows")),
+        ("you counted the features that are the *largest* in some row (argmax); a feature counts as used when it "
+         "is active (> 0) in any row, even if never the largest: (codes > 0).any(dim=0).", _features_used_wrong("argmax")),
     ],
     atol=0, rtol=0, kind="investigate", domain=_FEATURES_USED_DOMAIN,
 )
