@@ -262,7 +262,8 @@ def lr_sweep(model, data, layer: int, seeds: Sequence[int], steps: int = RECIPE[
 
 
 def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: int = 40, n_inputs: int = 2000,
-                 steps: int = 2000, lr: float = 1e-2, threshold: float = 0.95, progress: bool = True) -> dict:
+                 steps: int = 2000, lr: float = 1e-2, threshold: float = 0.95, progress: bool = True,
+                 extra: Sequence[tuple[torch.Tensor, int]] = ()) -> dict:
     """Section 2 of notebook 09: sparse autoencoders (TopK, k = 1, ``n_directions`` directions) trained on the
     hidden vectors ``h = W x`` of each toy model (``toys``: ``train_toy_models``' result) at ``sparsity``, from the
     data start and from the random start, side by side; and random directions as the control.
@@ -271,14 +272,18 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
     the true features with ``‖W_i‖ > 0.5``, how many of them some direction matches at cosine > ``threshold``
     (``best_cosines``), and how many directions each autoencoder uses (active on some input). The arm "data start,
     untrained" scores the data start's directions at step 0 (what training adds is the difference). The autoencoders
-    train in float64, so that the counts do not depend on the CPU's float32 kernels.
+    train in float64, so that the counts do not depend on the CPU's float32 kernels. ``extra``: more
+    ``(hidden (n_inputs, m), seed)`` data sets whose data-start autoencoders train in the same batch (it costs
+    little more); their directions ``(m, n_directions)`` come back under ``"extra"``.
     """
     truth = [toys.W[toys.index(sparsity, seed=s)] for s in seeds]                          # (m, n) each
     hidden = torch.stack([toy_hidden(W.double(), sparsity, n=n_inputs, seed=s) for s, W in zip(seeds, truth)])
-    both = torch.cat([hidden, hidden])
-    trained = train_dictionaries(both, both, n_directions, 1, [*seeds, *seeds], steps=steps, lr=lr,
-                                 start=["data"] * len(seeds) + ["random"] * len(seeds), dtype=torch.float64,
-                                 progress=progress, desc="toy autoencoders, data and random starts")
+    both = torch.cat([hidden, hidden, *(h[None].double() for h, _ in extra)])
+    trained = train_dictionaries(both, both, n_directions, 1, [*seeds, *seeds, *(s for _, s in extra)],
+                                 steps=steps, lr=lr, dtype=torch.float64, progress=progress,
+                                 start=["data"] * len(seeds) + ["random"] * len(seeds) + ["data"] * len(extra),
+                                 desc="toy autoencoders, data and random starts")
+    extra_found, trained = trained[2 * len(seeds):], trained[:2 * len(seeds)]
     found = {"data start": trained[:len(seeds)], "random start": trained[len(seeds):]}
     directions = {"data start, untrained": [STARTS["data"](h, h, n_directions, s)[2] for s, h in zip(seeds, hidden)],
                   **{name: [d.W_dec.detach() for d in ds] for name, ds in found.items()}}
@@ -292,7 +297,7 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
     return {"represented": [int(r.sum()) for r in represented],
             "recovered": {name: [int((best_cosines(W[:, r], D) > threshold).sum())
                                  for W, r, D in zip(truth, represented, dirs)] for name, dirs in directions.items()},
-            "used": used}
+            "used": used, "extra": [d.W_dec.detach() for d in extra_found]}
 
 
 def _autoencoder_pair(X: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,149 @@
+r"""Elhage et al.'s (2022) "ReLU hidden layer" toy model: superposition in a layer with neurons (notebook 09).
+
+The toy of ``helpers.superposition`` has no neurons: any rotation of its hidden space gives the same model. This
+one puts a ReLU on the hidden layer, which gives it a privileged basis, as an FFN's neurons have:
+
+    h  = ReLU(W x)            (m,)   W: (m, n); W[j, i] is the weight from feature i to neuron j
+    x' = ReLU(Wᵀ h + b)       (n,)
+
+trained on the same sparse data (each feature 0 with probability ``S``, else uniform on [0, 1]) with importances
+``decay**i``. The paper's setting: ``n = 10`` features, ``m = 5`` neurons, ``decay = 0.75``.
+
+What is read off it:
+
+* ``features_per_neuron``: the features with weight above a threshold into each neuron (> 1: polysemantic);
+* the **neuron direction** of feature i, ``ReLU(W[:, i])``: the neurons' activations when feature i alone is on
+  at 1. A feature is **held** when that direction has length above 0.5;
+* how many of the n neuron directions a sparse dictionary trained on ``h`` recovers (cosine above 0.95), against
+  the neurons themselves (the basis vectors) and against the same dictionary on the untrained twin (the
+  starting weights, never trained).
+
+``neuron_toy_runs`` does this for several seeds; ``python -m helpers.neuron_toy`` writes
+``helpers/data/neuron_toy.json`` (five seeds, about 10 s), which notebook 09 reads beside a live seed 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers import validate
+from helpers.dictionary import train_dictionaries
+from helpers.superposition import best_cosines
+
+__all__ = ["NEURON_TOY", "NEURON_TOY_PATH", "train_neuron_toys", "neuron_hidden", "features_per_neuron",
+           "neuron_directions", "recovered_features", "neuron_toy_runs", "load_neuron_toy"]
+
+NEURON_TOY_PATH = Path(__file__).resolve().parent / "data" / "neuron_toy.json"
+NEURON_TOY = {"n_features": 10, "n_hidden": 5, "importance_decay": 0.75, "sparsity": 0.9, "steps": 1000,
+              "n_inputs": 2000, "n_directions": 40, "k": 1, "dictionary_steps": 2000, "lr": 1e-2,
+              "weight_threshold": 0.5, "cosine": 0.95}
+
+
+def train_neuron_toys(seeds: Sequence[int], *, sparsity: float = 0.9, n_features: int = 10, n_hidden: int = 5,
+                      importance_decay: float = 0.75, steps: int = 1000, batch_size: int = 256,
+                      lr: float = 1e-2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Train one ReLU-hidden-layer toy per seed, side by side (AdamW, fresh data every step, float64).
+
+    Each seed draws its start (Xavier-normal) and its data from its own generators, so a seed's model is the same
+    whichever seeds train beside it. Returns ``(W, W_start)``, each ``(len(seeds), m, n)``: trained and untrained.
+    """
+    seeds = [validate.non_negative_int("seed", s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    sparsity = validate.probability("sparsity", sparsity)
+    n, m = validate.positive_int("n_features", n_features), validate.positive_int("n_hidden", n_hidden)
+    std = (2.0 / (n + m)) ** 0.5
+    start = torch.stack([torch.randn(m, n, generator=torch.Generator().manual_seed(s), dtype=torch.float64) * std
+                         for s in seeds])
+    W = start.clone().requires_grad_()
+    b = torch.zeros(len(seeds), n, dtype=torch.float64, requires_grad=True)
+    importance = importance_decay ** torch.arange(n, dtype=torch.float64)
+    gens = [torch.Generator().manual_seed(1_000 + s) for s in seeds]
+    opt = torch.optim.AdamW([W, b], lr=lr)
+    for _ in range(validate.positive_int("steps", steps)):
+        u = torch.stack([torch.rand(batch_size, n, generator=g, dtype=torch.float64) for g in gens])
+        x = torch.where(u < 1 - sparsity, u / (1 - sparsity), 0.0)   # on with probability 1 - S, uniform on [0, 1)
+        h = torch.relu(torch.bmm(x, W.transpose(1, 2)))                                     # (S, B, m)
+        loss = (importance * (x - torch.relu(torch.bmm(h, W) + b[:, None, :])) ** 2).mean(1).sum(-1)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        opt.step()
+    return W.detach(), start
+
+
+def neuron_hidden(W: torch.Tensor, sparsity: float, n: int, seed: int = 0) -> torch.Tensor:
+    """``(n, m)``: the neuron activations ``ReLU(W x)`` of ``n`` inputs with at least one feature on."""
+    validate.float_tensor("W", W, min_dims=2)
+    gen = torch.Generator().manual_seed(validate.non_negative_int("seed", seed))
+    kept: list[torch.Tensor] = []
+    while sum(len(k) for k in kept) < n:
+        shape = (4 * n, W.shape[1])
+        x = torch.rand(shape, generator=gen, dtype=torch.float64) * (
+            torch.rand(shape, generator=gen, dtype=torch.float64) >= sparsity)
+        kept.append(x[(x > 0).any(1)])
+    return torch.relu(torch.cat(kept)[:n].to(W.dtype) @ W.T)
+
+
+def features_per_neuron(W: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """``(..., m)``: for each neuron, how many features reach it with a weight above ``threshold``."""
+    return (W > threshold).sum(-1)
+
+
+def neuron_directions(W: torch.Tensor) -> torch.Tensor:
+    """``(m, n)``: column i is ``ReLU(W[:, i])``, the neurons' activations when feature i alone is on at 1."""
+    return torch.relu(W)
+
+
+def recovered_features(W: torch.Tensor, found: torch.Tensor, cosine: float = 0.95) -> int:
+    """How many held features (neuron direction longer than 0.5) some column of ``found (m, F)`` matches at a
+    cosine above ``cosine``."""
+    d = neuron_directions(W)
+    held = d.norm(dim=0) > 0.5
+    return int((best_cosines(d[:, held], found) > cosine).sum()) if held.any() else 0
+
+
+def neuron_toy_runs(seeds: Sequence[int] = range(5), config: dict = NEURON_TOY) -> dict:
+    """Per seed: features per neuron, held features, and recovered counts (dictionary on the trained neurons,
+    the neurons themselves, dictionary on the untrained twin's neurons)."""
+    seeds = list(seeds)
+    c = config
+    W, W0 = train_neuron_toys(seeds, sparsity=c["sparsity"], n_features=c["n_features"], n_hidden=c["n_hidden"],
+                              importance_decay=c["importance_decay"], steps=c["steps"], lr=c["lr"])
+    hidden = torch.stack([neuron_hidden(w, c["sparsity"], c["n_inputs"], seed=s)
+                          for weights in (W, W0) for s, w in zip(seeds, weights)])               # (2 S, N, m)
+    dicts = train_dictionaries(hidden, hidden, c["n_directions"], c["k"], seeds * 2, steps=c["dictionary_steps"],
+                               lr=c["lr"], dtype=torch.float64, progress=False)
+    eye = torch.eye(c["n_hidden"], dtype=torch.float64)
+    return {"seeds": seeds,
+            "features_per_neuron": features_per_neuron(W, c["weight_threshold"]).tolist(),
+            "held": {"trained": [int((neuron_directions(w).norm(dim=0) > 0.5).sum()) for w in W],
+                     "untrained": [int((neuron_directions(w).norm(dim=0) > 0.5).sum()) for w in W0]},
+            "recovered": {"dictionary on the neurons": [recovered_features(w, d.W_dec.detach(), c["cosine"])
+                                                        for w, d in zip(W, dicts[:len(seeds)])],
+                          "the neurons themselves": [recovered_features(w, eye, c["cosine"]) for w in W],
+                          "dictionary, untrained twin": [recovered_features(w, d.W_dec.detach(), c["cosine"])
+                                                         for w, d in zip(W0, dicts[len(seeds):])]}}
+
+
+def load_neuron_toy(path: Path = NEURON_TOY_PATH) -> dict:
+    """The shipped runs (``python -m helpers.neuron_toy``)."""
+    return json.loads(Path(path).read_text())
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=NEURON_TOY_PATH)
+    args = parser.parse_args(argv)
+    out = {"config": NEURON_TOY, **neuron_toy_runs(range(5))}
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return args.out
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    print(main())

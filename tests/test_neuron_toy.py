@@ -1,0 +1,27 @@
+"""helpers.neuron_toy: the shipped file's seed 0 is recomputed exactly, and the readings mean what they say."""
+import torch
+
+from helpers.neuron_toy import (NEURON_TOY, features_per_neuron, load_neuron_toy, neuron_hidden, neuron_toy_runs,
+                                recovered_features, train_neuron_toys)
+
+
+def test_seed_0_recomputed_matches_the_shipped_file():
+    filed, live = load_neuron_toy(), neuron_toy_runs([0])
+    assert filed["config"] == NEURON_TOY
+    assert live["features_per_neuron"][0] == filed["features_per_neuron"][0]
+    assert {k: v[0] for k, v in live["held"].items()} == {k: v[0] for k, v in filed["held"].items()}
+    assert {k: v[0] for k, v in live["recovered"].items()} == {k: v[0] for k, v in filed["recovered"].items()}
+
+
+def test_a_seed_trains_the_same_whichever_seeds_train_beside_it():
+    alone, _ = train_neuron_toys([1], steps=30)
+    together, _ = train_neuron_toys([0, 1], steps=30)
+    assert torch.allclose(alone[0], together[1], atol=1e-12)
+
+
+def test_readings_on_a_hand_made_layer():
+    W = torch.tensor([[1.0, 0.0, 0.8], [0.0, 1.0, -0.6]], dtype=torch.float64)   # 2 neurons, 3 features
+    assert features_per_neuron(W).tolist() == [2, 1]
+    assert recovered_features(W, torch.eye(2, dtype=torch.float64)) == 3        # ReLU(W_2) = (0.8, 0): neuron 0
+    h = neuron_hidden(W, 0.5, 50, seed=0)
+    assert h.shape == (50, 2) and bool((h >= 0).all())
