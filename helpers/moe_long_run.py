@@ -179,16 +179,21 @@ def load_long_run(path: str | Path = LONG_RUN_PATH) -> LongRun:
 
 
 def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, str]] | None, colors: Sequence[str],
-                         styles: Sequence[str], title: str | None = None):
+                         styles: Sequence[str], title: str | None = None, loss_panel: bool = False):
     """Speed or room, as a picture: the share of facts right against training steps (log scale) for each
     ``"<arm>, lr <rate>"`` of ``run`` (mean over its seeds, band from the lowest to the highest seed), and per
     dense arm the MoE it raced after 300 steps: ``moes[arm] = (label, right, color)``, ``right`` ``(seeds,)`` the MoE's
     share right on the same seeds, drawn as a star at 300 steps (bar: lowest to highest seed) and a dotted line
     across (``None``: no stars). ``colors``, ``styles``: one per key of ``run.right``; ``title``: instead of the
-    default (the seeds are named in either)."""
+    default (the seeds are named in either). ``loss_panel``: a second panel (``fig.axes[1]``) with the answer loss
+    on a log scale, the line the geometric mean over the seeds (a single seed's spike does not set it), the band
+    the lowest to the highest seed."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    if loss_panel:
+        fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(12, 4.4))
+    else:
+        fig, ax = plt.subplots(figsize=(8.5, 4.6))
     marks = torch.tensor(run.marks).numpy()
     for (key, right), color, style in zip(run.right.items(), colors, styles):
         ax.plot(marks, 100 * right.mean(1).numpy(), color=color, ls=style, marker="o", ms=4, label=key)
@@ -205,6 +210,13 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
            title=(title or "Dense FFNs trained longer against the MoEs at 300 steps")
            + f" (seeds {run.seeds[0]}–{run.seeds[-1]})")
     ax.legend(frameon=False, fontsize=8, loc="lower right")
+    if loss_panel:
+        for (key, loss), color, style in zip(run.loss.items(), colors, styles):
+            ax_loss.plot(marks, loss.log().mean(1).exp().numpy(), color=color, ls=style, marker="o", ms=4, label=key)
+            ax_loss.fill_between(marks, loss.min(1).values.numpy(), loss.max(1).values.numpy(), color=color, alpha=0.12)
+        ax_loss.set(xscale="log", yscale="log", xlabel="training step (log scale)",
+                    ylabel="answer loss (nats, log scale)", title="the same runs' answer loss (line: geometric mean)")
+        ax_loss.set_xticks(marks, [f"{m:,}" for m in run.marks])
     fig.tight_layout()
     return fig
 

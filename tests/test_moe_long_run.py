@@ -127,3 +127,14 @@ def test_the_figure_draws_without_stars_and_names_the_seeds():
                                title="Long runs")
     assert fig.axes[0].get_title() == "Long runs (seeds 0–4)" and len(fig.axes[0].get_legend().get_texts()) == 4
     plt.close(fig)
+
+
+def test_the_loss_panel_draws_every_arm_on_log_axes():
+    import matplotlib.pyplot as plt
+
+    run = load_long_run(LONG_RUN_PATH)
+    fig = speed_or_room_figure(run, None, colors=["#D55E00"] * 4, styles=["-"] * 4, loss_panel=True)
+    right, loss = fig.axes[:2]
+    assert right.get_ylabel().startswith("facts answered right") and len(loss.get_lines()) == len(run.loss)
+    assert loss.get_xscale() == loss.get_yscale() == "log"
+    plt.close(fig)
