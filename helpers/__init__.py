@@ -62,7 +62,7 @@ dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstr
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
 dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dictionary size (shipped)
 dictionary_k notebook 09's k sweep: held-out FVU per number of active features (shipped)
-used_counts notebook 09's Exercise 5: features used on y and its Gaussian per learning rate and run length (shipped)
+used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 feature_reading  notebook 09's featured feature (the top-list rule) and its two-panel figure
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots
