@@ -81,6 +81,27 @@ SHAZEER_2020_524K: dict[str, float] = {
     "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645,
 }
 
+#: Shazeer (2020), Tables 2-4: each pre-trained model (524,288 steps) fine-tuned once on a mixture of GLUE,
+#: SuperGLUE and SQuAD, best checkpoint per task, dev sets: variant -> (GLUE average, SuperGLUE average,
+#: SQuAD v1.1 EM, SQuAD F1). ``SHAZEER_2020_FINETUNE_SD``: the inter-run standard deviations the paper lists,
+#: measured by Raffel et al. (2019) for their own ReLU model.
+SHAZEER_2020_FINETUNE: dict[str, tuple[float, float, float, float]] = {
+    "relu": (83.80, 72.76, 83.18, 90.87), "gelu": (83.86, 72.98, 83.09, 90.79),
+    "swish": (83.60, 72.40, 83.25, 90.76), "glu": (84.20, 73.95, 82.88, 90.69),
+    "geglu": (84.12, 73.96, 83.55, 91.12), "bilinear": (83.79, 73.81, 83.82, 91.06),
+    "swiglu": (84.36, 74.56, 83.42, 91.03), "reglu": (84.67, 73.66, 83.53, 91.18),
+}
+SHAZEER_2020_FINETUNE_SD: tuple[float, float, float, float] = (0.235, 0.416, 0.343, 0.226)
+FINETUNE_SCORES: tuple[str, ...] = ("GLUE", "SuperGLUE", "SQuAD EM", "SQuAD F1")
+
+
+def finetune_group_gaps(scores=None) -> dict[str, float]:
+    """Shazeer's fine-tuning scores: score name -> mean of the gated variants without a sigmoid minus mean of the
+    dense ones (points; > 0: the gated group scores higher). One run per variant, so a reading, not a test."""
+    scores = SHAZEER_2020_FINETUNE if scores is None else scores
+    return {name: sum(scores[v][i] for v in GATED_NO_SIGMOID) / len(GATED_NO_SIGMOID)
+            - sum(scores[v][i] for v in DENSE) / len(DENSE) for i, name in enumerate(FINETUNE_SCORES)}
+
 
 def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
                    activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -667,3 +667,12 @@ def test_family_table_has_one_row_per_comparison_and_the_controls():
     lines = family_table(verdicts, ["x", "y"]).splitlines()
     assert len(lines) == 3 and lines[0].split() == ["x", "y"]
     assert lines[1].startswith("A − B") and lines[1].count("*") == 1 and lines[-1].startswith("control ×2")
+
+
+def test_finetune_group_gaps_from_shazeer_tables():
+    from helpers.gating import FINETUNE_SCORES, SHAZEER_2020_FINETUNE, finetune_group_gaps
+    gaps = finetune_group_gaps()
+    assert list(gaps) == list(FINETUNE_SCORES) and len(SHAZEER_2020_FINETUNE) == 8
+    assert gaps["GLUE"] == pytest.approx((84.12 + 83.79 + 84.36 + 84.67) / 4 - (83.80 + 83.86 + 83.60) / 3)
+    flat = {v: (1.0, 2.0, 3.0, 4.0) for v in SHAZEER_2020_FINETUNE}
+    assert all(g == pytest.approx(0.0) for g in finetune_group_gaps(flat).values())
