@@ -81,6 +81,27 @@ SHAZEER_2020_524K: dict[str, float] = {
     "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645,
 }
 
+#: Shazeer (2020), Tables 2-4: each pre-trained model (524,288 steps) fine-tuned once on a mixture of GLUE,
+#: SuperGLUE and SQuAD, best checkpoint per task, dev sets: variant -> (GLUE average, SuperGLUE average,
+#: SQuAD v1.1 EM, SQuAD F1). ``SHAZEER_2020_FINETUNE_SD``: the inter-run standard deviations the paper lists,
+#: measured by Raffel et al. (2019) for their own ReLU model.
+SHAZEER_2020_FINETUNE: dict[str, tuple[float, float, float, float]] = {
+    "relu": (83.80, 72.76, 83.18, 90.87), "gelu": (83.86, 72.98, 83.09, 90.79),
+    "swish": (83.60, 72.40, 83.25, 90.76), "glu": (84.20, 73.95, 82.88, 90.69),
+    "geglu": (84.12, 73.96, 83.55, 91.12), "bilinear": (83.79, 73.81, 83.82, 91.06),
+    "swiglu": (84.36, 74.56, 83.42, 91.03), "reglu": (84.67, 73.66, 83.53, 91.18),
+}
+SHAZEER_2020_FINETUNE_SD: tuple[float, float, float, float] = (0.235, 0.416, 0.343, 0.226)
+FINETUNE_SCORES: tuple[str, ...] = ("GLUE", "SuperGLUE", "SQuAD EM", "SQuAD F1")
+
+
+def finetune_group_gaps(scores=None) -> dict[str, float]:
+    """Shazeer's fine-tuning scores: score name -> mean of the gated variants without a sigmoid minus mean of the
+    dense ones (points; > 0: the gated group scores higher). One run per variant, so a reading, not a test."""
+    scores = SHAZEER_2020_FINETUNE if scores is None else scores
+    return {name: sum(scores[v][i] for v in GATED_NO_SIGMOID) / len(GATED_NO_SIGMOID)
+            - sum(scores[v][i] for v in DENSE) / len(DENSE) for i, name in enumerate(FINETUNE_SCORES)}
+
 
 def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
                    activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -472,7 +493,7 @@ def step_control_family(slow: VariantComparison,
     """Is the gated group's lead at a slow shared rate worth a slightly larger step for the dense group?
 
     ``slow``: every variant at one rate (e.g. ``shared_pools()[0.005]``); ``controls``: multiplier -> the dense
-    variants on the same seeds at a higher rate. Returns ``"gated − dense, dense alone ×<multiplier>"`` -> the
+    variants on the same seeds at a higher rate. Returns ``"<GROUP>, dense alone ×<multiplier>"`` -> the
     gated (not GLU) group's mean run-mean loss at ``slow``'s rate minus the dense group's at the control's, paired by seed
     (< 0: the gated group is still lower)."""
     gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
@@ -481,7 +502,7 @@ def step_control_family(slow: VariantComparison,
         if control.seeds != slow.seeds:
             raise ValueError(f"each control must use slow's seeds {slow.seeds}, got {control.seeds}")
         dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
-        family[f"gated − dense, dense alone ×{multiplier:g}"] = paired_difference(gated, dense)
+        family[f"{GROUP}, dense alone ×{multiplier:g}"] = paired_difference(gated, dense)
     return family
 
 
@@ -503,7 +524,7 @@ def group_mean(result: VariantComparison, variants: Sequence[str]) -> torch.Tens
 
 def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
                       gated_fast: VariantComparison) -> dict[str, PairedDifference]:
-    """The step-size control with one change for both arms: ``"gated − dense, both ×<rate / slow's rate>"``, the
+    """The step-size control with one change for both arms: ``"<GROUP>, both ×<rate / slow's rate>"``, the
     gated (not GLU) group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
     ``gated_fast``: the gated ones, at one rate, on ``slow``'s seeds)."""
     if not (dense_fast.seeds == gated_fast.seeds == slow.seeds):
@@ -511,7 +532,7 @@ def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
     rate = dense_fast.lr(DENSE[0])
     if gated_fast.lr(GATED_NO_SIGMOID[0]) != rate:
         raise ValueError(f"gated_fast must train at dense_fast's rate {rate}, got {gated_fast.lr(GATED_NO_SIGMOID[0])}")
-    name = f"gated − dense, both ×{round(rate / slow.lr(DENSE[0]), 6):g}"
+    name = f"{GROUP}, both ×{round(rate / slow.lr(DENSE[0]), 6):g}"
     return {name: paired_difference(group_mean(gated_fast, GATED_NO_SIGMOID), group_mean(dense_fast, DENSE))}
 
 
@@ -832,6 +853,57 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
     fig.suptitle("Shazeer (2020), Table 1; blue: gated without σ, red: dense and GLU; verdicts: the |t| table")
     fig.tight_layout()
     return fig
+
+
+def family_table(verdicts: Mapping[str, "Verdict"], arms: Sequence[str]) -> str:
+    """A Holm family of ``"<comparison>, <arm>"`` rows as one printable table: one line per comparison, one column
+    per arm, each cell ``mean (t)`` in nats with ``*`` where Holm resolves it; rows whose name does not end in an
+    arm (the step-size controls) follow, one compact line each."""
+    rows: dict[str, dict[str, "Verdict"]] = {}
+    extra = []
+    for name, v in verdicts.items():
+        arm = next((a for a in arms if name.endswith(f", {a}")), None)
+        if arm is None:
+            extra.append(v)
+        else:
+            rows.setdefault(name[: -len(arm) - 2], {})[arm] = v
+    width = max(len(r) for r in rows)
+    lines = [f"{'':<{width}}" + "".join(f"{a:>18}" for a in arms)]
+    for row, cells in rows.items():
+        lines.append(f"{row:<{width}}" + "".join(
+            f"{cells[a].comparison.mean:>+9.3f} ({cells[a].comparison.t:+5.1f}){'*' if cells[a].resolved else ' '}"
+            for a in arms))
+    width = max((len(v.name) for v in extra), default=0)
+    return "\n".join(lines + [v.line(width=width, digits=3, compact=True) for v in extra])
+
+
+@dataclass(frozen=True)
+class TakeoffSplit:
+    """The tuned race split by runs that never take off (answer loss still above the threshold at the last step).
+    ``stuck``: variant -> such runs; ``seeds``: seeds holding one among the dense and gated (not GLU) variants;
+    ``all_gap``/``rest_gap``: ``GROUP`` on the run mean over all seeds / without those seeds; ``all_final``/
+    ``rest_final``: the same on the loss at the last step; ``sd_stuck``/``sd_rest``: sd of the per-seed run-mean
+    gaps on those seeds / the others (nats)."""
+    stuck: dict[str, int]
+    seeds: int
+    all_gap: PairedDifference
+    rest_gap: PairedDifference
+    all_final: PairedDifference
+    rest_final: PairedDifference
+    sd_stuck: float
+    sd_rest: float
+
+
+def takeoff_split(result: VariantComparison, threshold: float = 4.0) -> TakeoffSplit:
+    """Count the runs of ``result`` still above ``threshold`` nats at the last step (near the plateau ln 152 ≈ 5.0:
+    they never took off) and read ``GROUP`` with and without the seeds that hold one: a post-hoc look at where
+    the spread comes from, not a verdict."""
+    stuck = torch.stack([result.final(v) > threshold for v in DENSE + GATED_NO_SIGMOID]).any(dim=0)
+    rest = result.select([s for s, m in zip(result.seeds, stuck.tolist()) if not m])
+    gaps = race_family(result)[GROUP].diffs
+    return TakeoffSplit({v: int((result.final(v) > threshold).sum()) for v in result.variants}, int(stuck.sum()),
+                        race_family(result)[GROUP], race_family(rest)[GROUP], final_loss_gap(result),
+                        final_loss_gap(rest), float(gaps[stuck].std()), float(gaps[~stuck].std()))
 
 
 def stalled(result: VariantComparison, threshold: float = 1.0) -> dict[str, int]:

@@ -484,10 +484,10 @@ def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
     control = load_race(out)
     slow = run_race(RACE_VARIANTS, [0, 1], lr=RACE_SHARED_LR, steps=3, eval_every=3, progress=False)
     family = step_control_family(slow, {1.05: control})
-    assert list(family) == ["gated − dense, dense alone ×1.05"]
+    assert list(family) == ["gated (not GLU) − dense, dense alone ×1.05"]
     gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
     dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
-    assert family["gated − dense, dense alone ×1.05"].mean == pytest.approx(float((gated - dense).mean()), abs=1e-5)
+    assert family["gated (not GLU) − dense, dense alone ×1.05"].mean == pytest.approx(float((gated - dense).mean()), abs=1e-5)
     with pytest.raises(ValueError, match="seeds"):
         step_control_family(slow.select([1, 0]), {1.05: control})
 
@@ -520,8 +520,8 @@ def test_equal_step_family_and_step_gains_pair_the_groups_by_seed():
     dense_fast = _flat_race(DENSE, seeds, 0.00525, dict.fromkeys(DENSE, 2.9))
     gated_fast = _flat_race(GATED_NO_SIGMOID, seeds, 0.00525, dict.fromkeys(GATED_NO_SIGMOID, 2.8))
     family = equal_step_family(slow, dense_fast, gated_fast)
-    assert list(family) == ["gated − dense, both ×1.05"]
-    assert family["gated − dense, both ×1.05"].mean == pytest.approx(-0.1)
+    assert list(family) == ["gated (not GLU) − dense, both ×1.05"]
+    assert family["gated (not GLU) − dense, both ×1.05"].mean == pytest.approx(-0.1)
     gains = step_gains(slow, dense_fast, gated_fast)
     assert list(gains) == ["gated (not GLU): 0.00525 − 0.005", "dense: 0.00525 − 0.005"]
     assert all(g.mean == pytest.approx(-0.1) for g in gains.values())
@@ -640,3 +640,39 @@ def test_final_loss_gap_reads_the_last_step():
                - torch.stack([tuned.curves[v][:, -1] for v in DENSE]).mean(0))
     torch.testing.assert_close(gap.diffs, by_hand.double())
     assert len(gap.diffs) == 90 and round(gap.mean, 3) == -0.049
+
+
+def test_takeoff_split_counts_stalled_runs_and_drops_their_seeds():
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, FRESH_TUNED_BLOCKS, fresh_tuned_path, pool_races, takeoff_split
+    tuned = pool_races([load_race(), *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
+    split = takeoff_split(tuned)
+    assert split.stuck == {v: int((tuned.final(v) > 4.0).sum()) for v in tuned.variants}
+    assert split.stuck == {"relu": 3, "gelu": 4, "swish": 4, "glu": 1, "bilinear": 2, "reglu": 2, "geglu": 1,
+                           "swiglu": 6}
+    assert split.seeds == 12 and split.rest_gap.n == split.all_gap.n - 12 == 78
+    assert split.all_gap.mean == pytest.approx(race_family(tuned)[GROUP].mean)
+    assert split.rest_gap.mean == pytest.approx(0.108, abs=5e-4) and abs(split.rest_final.mean) < 5e-4
+    assert split.sd_stuck > 4 * split.sd_rest
+    none = takeoff_split(tuned, threshold=100.0)
+    assert none.seeds == 0 and none.rest_gap.n == len(tuned.seeds) and set(DENSE + GATED_NO_SIGMOID) <= set(none.stuck)
+
+
+def test_family_table_has_one_row_per_comparison_and_the_controls():
+    from helpers.gating import family_table
+    from helpers.stats import holm, paired_difference
+    fam = {"A − B, x": paired_difference([1.0, 1.1, 0.9, 1.2, 1.0], [0.0] * 5),
+           "A − B, y": paired_difference([0.1, -0.1, 0.2, -0.2, 0.0], [0.0] * 5),
+           "control ×2": paired_difference([0.1, 0.2, 0.0, 0.1, 0.1], [0.0] * 5)}
+    verdicts = {v.name: v for v in holm(fam)}
+    lines = family_table(verdicts, ["x", "y"]).splitlines()
+    assert len(lines) == 3 and lines[0].split() == ["x", "y"]
+    assert lines[1].startswith("A − B") and lines[1].count("*") == 1 and lines[-1].startswith("control ×2")
+
+
+def test_finetune_group_gaps_from_shazeer_tables():
+    from helpers.gating import FINETUNE_SCORES, SHAZEER_2020_FINETUNE, finetune_group_gaps
+    gaps = finetune_group_gaps()
+    assert list(gaps) == list(FINETUNE_SCORES) and len(SHAZEER_2020_FINETUNE) == 8
+    assert gaps["GLUE"] == pytest.approx((84.12 + 83.79 + 84.36 + 84.67) / 4 - (83.80 + 83.86 + 83.60) / 3)
+    flat = {v: (1.0, 2.0, 3.0, 4.0) for v in SHAZEER_2020_FINETUNE}
+    assert all(g == pytest.approx(0.0) for g in finetune_group_gaps(flat).values())
