@@ -245,6 +245,83 @@ def load_keep(path: Path = KEEP_PATH) -> dict[int, dict[str, dict[str, float]]]:
     return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
 
 
+# ---------------------------------------------------------------- reading the shipped runs (notebook 03, section 8)
+def keep_values(runs: dict, name: str, what: str, seeds: Sequence[int]) -> list[float]:
+    """One value per seed from ``load_keep()``: ``what`` ("efficacy", "capitals_kept", or "own": the mean over
+    the edited country's three other relations) for ``name`` ("plain" or "keep")."""
+    out = []
+    for s in seeds:
+        run = runs[s][name]
+        own = [v for k, v in run.items() if k.startswith("own")]
+        out.append(sum(own) / len(own) if what == "own" else run[what])
+    return out
+
+
+def split_by_trace(values: Sequence[float], read_at: dict[int, str], seeds: Sequence[int]) -> list[list[float]]:
+    """Per-seed ``values`` split in two: [seeds whose trace reads the capital at the country, seeds read at "is"]."""
+    return [[v for v, s in zip(values, seeds) if read_at[s] == where] for where in ("country", "is")]
+
+
+def paraphrase_shares(sites: dict, seeds: Sequence[int], site: str, who: str, when: str,
+                      template: str = PARAPHRASE) -> list[float]:
+    """Per seed, from ``load_sites()``: the share of the ``who`` ("edited"/"untouched") countries whose new
+    capital beats the true one on the held-out ``template``, ``when`` ("before"/"after") the edit at ``site``."""
+    runs = [sites[s][f"paraphrase {site}"] if template == PARAPHRASE else sites[s]["more paraphrases"][template][site]
+            for s in seeds]
+    return [run[f"{who}_{when}"] for run in runs]
+
+
+def paraphrase_rises(sites: dict, seeds: Sequence[int], site: str,
+                     template: str = PARAPHRASE) -> tuple[list[float], list[float]]:
+    """Per seed: the rise (after − before) of ``paraphrase_shares`` for the edited and the untouched countries."""
+    return tuple([a - b for a, b in zip(paraphrase_shares(sites, seeds, site, who, "after", template),
+                                        paraphrase_shares(sites, seeds, site, who, "before", template))]
+                 for who in ("edited", "untouched"))
+
+
+def site_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
+    """Section 8's seven comparisons, judged as one Holm family: four Welch tests of the country edit, seeds
+    traced at the country against seeds traced at "is" (efficacy at 40 steps with and without the penalty and at
+    1000 steps without it; capitals kept at 1000 steps), then three paired tests of the paraphrase rise
+    (``paraphrase_rises``, edited − untouched): at the country, at "is", and the country's minus the one at "is"."""
+    from helpers.stats import paired_difference, welch
+    big = "1000 steps, no penalty"
+
+    def split(key, budget=None):
+        values = [sites[s][key] if budget is None else budgets[s][budget][key] for s in seeds]
+        return split_by_trace(values, read_at, seeds)
+
+    rise = {site: paraphrase_rises(sites, seeds, site) for site in ("country", "is")}
+    net = {site: [e - u for e, u in zip(*rise[site])] for site in rise}
+    return {"efficacy, 40 steps": welch(*split("country")),
+            "efficacy, 40 steps, no penalty": welch(*split("efficacy", "40 steps, no penalty")),
+            "efficacy, 1000 steps, no penalty": welch(*split("efficacy", big)),
+            "other capitals kept, 1000 steps, no penalty": welch(*split("capitals_kept", big)),
+            "edit at country: edited − untouched rise": paired_difference(*rise["country"]),
+            "edit at 'is': edited − untouched rise": paired_difference(*rise["is"]),
+            "the same, edit at country − at 'is'": paired_difference(net["country"], net["is"])}
+
+
+def template_family(sites: dict, seeds: Sequence[int]) -> dict:
+    """The country edit's paraphrase rise, edited − untouched, on each of the three held-out templates."""
+    from helpers.stats import paired_difference
+    return {f"'{t.format('X')}'": paired_difference(*paraphrase_rises(sites, seeds, "country", t))
+            for t in (PARAPHRASE, *MORE_PARAPHRASES)}
+
+
+def budget_summary(budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict[str, tuple]:
+    """Per budget: (efficacy range in the seeds read at the country, the same at "is", median ‖δ‖/‖Wk*‖ at the
+    country, the same at "is"), ranges as (min, max) and medians over seeds of the per-seed median edit."""
+    import statistics
+    out = {}
+    for name in budgets[seeds[0]]:
+        eff = split_by_trace([budgets[s][name]["efficacy"] for s in seeds], read_at, seeds)
+        size = split_by_trace([budgets[s][name]["delta_ratio"] for s in seeds], read_at, seeds)
+        out[name] = ((min(eff[0]), max(eff[0])), (min(eff[1]), max(eff[1])),
+                     statistics.median(size[0]), statistics.median(size[1]))
+    return out
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))

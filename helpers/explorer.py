@@ -55,18 +55,18 @@ class NeuronExplorer:
         tokens: the vocabulary's words (``tokens[i]`` is token ``i``). groups: one label per example.
         row_labels: a short text per example (for the knock-out panel).
         k: how many triggers to list. n_tokens: promoted and suppressed tokens shown. n_facts: facts knocked out.
-        biases: how values are read (see ``project_to_vocab``).
+        biases: how values are read (see ``project_to_vocab``). group_kind: what a group is, for the figure's title.
     """
 
     def __init__(self, model: nn.Module, ids: torch.Tensor, valid: torch.Tensor, answer_pos: torch.Tensor,
                  answer_id: torch.Tensor, tokens: Sequence[str], groups: Sequence[object],
                  row_labels: Sequence[str], *, k: int = 8, n_tokens: int = 6, n_facts: int = 8,
-                 biases: bool = False) -> None:
+                 biases: bool = False, group_kind: str = "relation") -> None:
         self.model, self.memories = model, find_ffns(model)
         self.ids, self.valid = _ids(ids), valid
         self.answer_pos, self.answer_id = answer_pos, answer_id
         self.tokens, self.row_labels = list(tokens), list(row_labels)
-        self.n_tokens, self.n_facts, self.biases = n_tokens, n_facts, biases
+        self.n_tokens, self.n_facts, self.biases, self.group_kind = n_tokens, n_facts, biases, group_kind
         trace = collect(model, ids)
         rows = torch.arange(ids.shape[0])
         self.triggers = [top_triggers(c, k, valid) for c in trace.coefficients]          # (d_ff, k) each
@@ -147,7 +147,7 @@ class NeuronExplorer:
             prefix = prefix if len(prefix) <= 44 else "…" + prefix[-43:]
             rows.append((v, prefix, self.tokens[int(self.ids[e, p + 1])]))
         width = max(len(prefix) for _, prefix, _ in rows)
-        lines = [f"m = {v:5.2f}  {prefix:{width}s} → {word}" for v, prefix, word in rows]
+        lines = [f"m = {v:5.2f}  {prefix:{width}s}  → {word}" for v, prefix, word in rows]
         half = (len(lines) + 1) // 2
         for column, chunk in enumerate([lines[:half], lines[half:]]):
             text_ax.text(0.5 * column, 1.0, "\n".join(chunk), va="top", ha="left", family="monospace", fontsize=9,
@@ -160,7 +160,7 @@ class NeuronExplorer:
         group_ax.bar(names, profile.tolist(), color=["#0072B2" if v >= 0 else "#D55E00" for v in profile.tolist()])
         group_ax.axhline(0, color="0.4", lw=0.8)
         group_ax.tick_params(axis="x", rotation=30)
-        group_ax.set(ylabel="mean peak coefficient m", title="Where it fires: mean peak per group")
+        group_ax.set(ylabel="mean peak coefficient m", title=f"Where it fires: mean peak per {self.group_kind}")
 
         logits = self.values[layer][neuron]
         top, bottom = logits.topk(self.n_tokens), logits.topk(self.n_tokens, largest=False)

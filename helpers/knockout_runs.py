@@ -105,6 +105,37 @@ def live_gap(model: torch.nn.Module, data: FactDataset, seed: int = 0, n_offs: S
     return max(max_difference(summarise(model, data, seed=seed, n_off=n), load(data_path(n))[seed]) for n in n_offs)
 
 
+COMPARED = ("own", "activity-matched", "size-matched", "random size-matched", "random direction")
+"""The sets notebook 03 compares with "other" (in the files the activity-matched set is called "matched")."""
+
+
+def per_seed_mean(runs: dict, site: str, name: str, seeds: Sequence[int], quantity: str = "drop") -> list[float]:
+    """One value per seed from ``load()``: the mean over the facts of ``quantity`` (one of ``QUANTITIES``) when
+    set ``name`` is off at ``site``; for ``"random direction"`` (a random vector as long as "other" removes),
+    the drop in P(right answer)."""
+    if name == "random direction":
+        return [runs[s]["random direction"][site] for s in seeds]
+    j = QUANTITIES.index(quantity)
+    return [runs[s]["sets"][site][name.removeprefix("activity-")][j] for s in seeds]
+
+
+def family(runs: dict, site_names: Sequence[str], seeds: Sequence[int]) -> dict:
+    """Set − other, drop in P(right answer), paired by seed: one comparison per set of ``COMPARED`` and site."""
+    from helpers.stats import paired_difference
+    return {f"{site}: {name} − other": paired_difference(per_seed_mean(runs, site, name, seeds),
+                                                         per_seed_mean(runs, site, "other", seeds))
+            for site in site_names for name in COMPARED}
+
+
+def same_verdicts(site_names: Sequence[str], seeds: Sequence[int], n_offs: Sequence[int] = (20, 80)) -> dict[int, int]:
+    """``{n: how many of the family's Holm verdicts at n neurons per set equal those at N_OFF}``, from the
+    shipped files of each set size."""
+    from helpers.stats import holm
+    verdicts = {n: {v.name: v.verdict for v in holm(family(load(data_path(n)), site_names, seeds))}
+                for n in (*n_offs, N_OFF)}
+    return {n: sum(verdicts[n][c] == verdicts[N_OFF][c] for c in verdicts[N_OFF]) for n in n_offs}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))

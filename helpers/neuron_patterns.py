@@ -73,3 +73,21 @@ def selective_share(coefficients: torch.Tensor, profile: torch.Tensor, valid: to
     if n_relation == 0:
         raise ValueError("no neuron of this layer is a relation neuron: the share of selective ones is undefined")
     return ((best_other < 0.5 * own_mean) & relation_neuron).sum().item() / n_relation
+
+
+def share_family(trained: Mapping[int, object], untrained: Mapping[int, object], valid: torch.Tensor,
+                 labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layers: Sequence[int],
+                 k: int = 10, threshold: float = 0.8) -> tuple[dict, dict]:
+    """Trained − untrained share of neurons passing ``threshold`` (``pattern_share_table``), paired by seed, per
+    layer and labelling. ``trained``, ``untrained``: ``{seed: memory.collect(...)}`` of the same seeds.
+    Returns ``(family, means)``: ``family`` ``{"layer L, same <labelling>": PairedDifference}``; ``means``
+    ``{L: (trained, untrained)}``, each an ``(n_labellings,)`` tensor of means over seeds."""
+    from helpers.stats import paired_difference
+    family, means = {}, {}
+    for layer in layers:
+        after, before = (pattern_share_table([traces[s].coefficients[layer] for s in trained], valid, labellings, k,
+                                             threshold) for traces in (trained, untrained))
+        family |= {f"layer {layer}, same {label}": paired_difference(after[:, j], before[:, j])
+                   for j, label in enumerate(labellings)}
+        means[layer] = (after.mean(0), before.mean(0))
+    return family, means

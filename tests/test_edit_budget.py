@@ -105,3 +105,17 @@ def test_the_shipped_keep_file_holds_ten_seeds_and_the_command_reproduces_seed_0
     assert all(abs(made["runs"]["0"][n][k] - v) < 1e-5 for n, run in shipped[0].items() for k, v in run.items())
     assert edit_budget.load_keep(tmp_path / "keep.json") == {0: made["runs"]["0"]}
     assert shipped[0]["keep"]["own currency"] > shipped[0]["plain"]["own currency"]   # seed 0: 100 % against 56 %
+
+
+def test_the_section_8_families_read_the_shipped_runs():
+    sites, budgets, keep = edit_budget.load_sites(), edit_budget.load(), edit_budget.load_keep()
+    read_at = {s: "country" if s in (0, 2, 4, 6, 7, 8) else "is" for s in range(10)}
+    at_country, at_is = edit_budget.split_by_trace([sites[s]["country"] for s in range(10)], read_at, range(10))
+    assert (len(at_country), len(at_is)) == (6, 4)
+    family = edit_budget.site_family(sites, budgets, read_at, range(10))
+    assert len(family) == 7 and family["efficacy, 40 steps"].diff > 0
+    assert len(edit_budget.template_family(sites, range(10))) == 3
+    own = edit_budget.keep_values(keep, "keep", "own", range(10))
+    assert len(own) == 10 and all(0.0 <= v <= 1.0 for v in own)
+    summary = edit_budget.budget_summary(budgets, read_at, range(10))
+    assert set(summary) == set(edit_budget.BUDGETS)

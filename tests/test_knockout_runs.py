@@ -51,3 +51,17 @@ def test_the_command_reproduces_seed_0_at_20_neurons_per_set(tmp_path):
 def test_live_gap_compares_a_fresh_run_of_seed_0_with_both_files():
     data = make_dataset(load_facts())
     assert knockout_runs.live_gap(load_fact_model(data, seed=0)[0], data) < 1e-5
+
+
+def test_family_compares_every_set_with_other_at_every_site_and_verdicts_hold_across_set_sizes():
+    runs = knockout_runs.load()
+    site_names = list(runs[0]["sets"])
+    fam = knockout_runs.family(runs, site_names, range(10))
+    assert len(fam) == len(site_names) * len(knockout_runs.COMPARED) == 15
+    own = knockout_runs.per_seed_mean(runs, site_names[0], "own", range(10))
+    other = knockout_runs.per_seed_mean(runs, site_names[0], "other", range(10))
+    assert fam[f"{site_names[0]}: own − other"].mean == pytest.approx(sum(a - b for a, b in zip(own, other)) / 10,
+                                                                     abs=1e-6)
+    assert knockout_runs.per_seed_mean(runs, site_names[0], "activity-matched", [0], "neurons off") == \
+        [runs[0]["sets"][site_names[0]]["matched"][3]]
+    assert set(knockout_runs.same_verdicts(site_names, range(10))) == {20, 80}

@@ -46,3 +46,18 @@ def test_selective_share_counts_relation_neurons_whose_other_relations_stay_belo
     assert selective_share(c, half_selective, valid, relation, k=4, threshold=0.8) == 0.5
     with pytest.raises(ValueError, match="relation neuron"):
         selective_share(c, -selective, valid, relation, k=4, threshold=0.8)   # no positive own mean
+
+
+def test_share_family_is_the_paired_trained_minus_untrained_share_per_layer_and_labelling():
+    from types import SimpleNamespace
+    from helpers.neuron_patterns import share_family
+    valid = torch.ones(12, 3, dtype=torch.bool)
+    labellings = {"all": (None, ["a", "b", "c"] * 4)}
+    trace = lambda seed: SimpleNamespace(coefficients=[_coefficients(seed=seed), _coefficients(seed=seed + 50)])
+    trained, untrained = {s: trace(s) for s in range(3)}, {s: trace(s + 10) for s in range(3)}
+    family, means = share_family(trained, untrained, valid, labellings, range(2), k=4, threshold=0.5)
+    assert list(family) == ["layer 0, same all", "layer 1, same all"]
+    after = pattern_share_table([trained[s].coefficients[1] for s in range(3)], valid, labellings, 4, 0.5)
+    before = pattern_share_table([untrained[s].coefficients[1] for s in range(3)], valid, labellings, 4, 0.5)
+    assert family["layer 1, same all"].mean == pytest.approx((after - before)[:, 0].mean().item())
+    assert means[1][0].tolist() == pytest.approx(after.mean(0).tolist())
