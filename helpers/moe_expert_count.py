@@ -23,6 +23,7 @@ import torch
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.moe_runs import read_results, write_results
+from helpers.precision import bound
 from helpers.stats import PairedDifference, paired_difference
 
 EXPERT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -62,9 +63,25 @@ def losses(study: dict, n_experts: int) -> torch.Tensor:
     return torch.tensor([table[s] for s in sorted(table, key=int)], dtype=torch.float64)
 
 
-def seed0_reference(study: dict, n_experts: int) -> float:
-    """Seed 0's answer loss for ``n_experts`` as trained on this process's CPU kernel (see the module docstring)."""
-    return study["seed0_by_kernel"][torch.backends.cpu.get_cpu_capability()][str(n_experts)]
+def seed0_reference(study: dict, n_experts: int) -> float | None:
+    """Seed 0's answer loss for ``n_experts`` as trained on this process's CPU kernel (see the module docstring),
+    or None when the file holds no run made on this kernel (e.g. AVX512)."""
+    runs = study["seed0_by_kernel"].get(torch.backends.cpu.get_cpu_capability())
+    return None if runs is None else runs[str(n_experts)]
+
+
+def live_check(study: dict, n_experts: int, live: float) -> str:
+    """One line comparing a live seed-0 run with the file's run on the same CPU kernel.
+
+    A 100-step run at this rate moves by up to ~0.13 nats between CPU kernels, so it is compared only with a run
+    made on the same kernel; on a kernel the file does not store, the line says so instead of comparing."""
+    reference = seed0_reference(study, n_experts)
+    if reference is None:
+        stored = ", ".join(f"{kernel} {runs[str(n_experts)]:.3f}" for kernel, runs in study["seed0_by_kernel"].items())
+        return (f"E = {n_experts}, seed 0 live: {live:.3f}; the file has no run on this CPU kernel to compare with "
+                f"(stored: {stored}; runs this short move between kernels)")
+    return (f"E = {n_experts}, seed 0 live against the file (same CPU kernel): "
+            f"|difference| {bound(abs(live - reference), 1e-3)}")
 
 
 def doubling_family(study: dict) -> dict[str, PairedDifference]:

@@ -1,5 +1,7 @@
-from helpers.moe_expert_count import (EXPERT_COUNTS, doubling_family, expert_count_run, load_expert_count, losses,
-                                      main, seed0_reference)
+import torch
+
+from helpers.moe_expert_count import (EXPERT_COUNTS, doubling_family, expert_count_run, live_check, load_expert_count,
+                                      losses, main, seed0_reference)
 
 
 def test_the_shipped_file_holds_ten_seeds_per_count_and_seed_0_reproduces():
@@ -20,3 +22,11 @@ def test_a_small_file_round_trips(tmp_path, monkeypatch):
     assert main(["--results", "--seeds", "0", "--out", str(out)]) == 0
     study = load_expert_count(out)
     assert list(study["loss"]) == ["1", "2"] and list(study["loss"]["1"]) == ["0"]
+
+
+def test_live_check_on_a_kernel_the_file_does_not_store(monkeypatch):
+    """On a kernel without a stored run (e.g. AVX512) the check says so instead of raising."""
+    study = load_expert_count()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    line = live_check(study, 4, 0.61)
+    assert "no run on this CPU kernel" in line and "0.610" in line
