@@ -252,6 +252,23 @@ def training_table(runs: dict[tuple[str, int], Run], arms: Sequence[str], seeds:
     return "\n".join(lines)
 
 
+def file_training_table(study: dict, arms: Sequence[str], lr: float, seeds: Sequence[int] | None = None) -> str:
+    """``training_table`` from the shipped file (every seed it holds unless ``seeds``): busiest/mean per layer
+    over the last 5 training steps, experts starved (of 16) per seed, cross-entropy over all targets and answers."""
+    lines = [f"{'':<18}{'busiest/mean, layer 0':>23}{'layer 1':>18}{'starved':>22}{'CE, all targets':>22}"
+             f"{'answers':>18}"]
+    for arm in arms:
+        rs = summaries(study, arm, lr, seeds)
+        if "max_over_mean" in rs[0]:
+            layer = [over_seeds([float(torch.tensor(r["max_over_mean"])[-5:, l].mean()) for r in rs]) for l in range(2)]
+            hungry = ",".join(str(starved(r)) for r in rs)
+        else:
+            layer, hungry = ["–", "–"], "–"
+        lines.append(f"{arm:<18}{layer[0]:>23}{layer[1]:>18}{hungry:>22}{over_seeds([r['ce'] for r in rs], 3):>22}"
+                     f"{over_seeds([r['answer_ce'] for r in rs]):>18}")
+    return "\n".join(lines)
+
+
 def largest_difference(runs: dict[tuple[str, int], Run], study: dict) -> float:
     """The largest |cross-entropy of a live run − the file's run of the same arm, seed and learning rate|."""
     return max(abs(r.ce - study["short"][r.arm][f"{r.lr:g}"][str(r.seed)]["ce"]) for r in runs.values())

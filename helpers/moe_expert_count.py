@@ -1,0 +1,134 @@
+"""Notebook 05's expert-count sweep: more experts at the same active FLOPs, on notebook 07's fact lookup.
+
+Every arm is notebook 07's race MoE (d = 8, top-1 experts of width 8, balancing α = 0.1) with E = 1, 2, 4, 8 or
+16 experts: each fact runs one expert of width 8 whatever E is, so the FLOPs per fact grow only with the router.
+100 steps at the race MoE's 100-step rate (8e-2) for every E, seeds 0-9; the answer loss over every fact is kept.
+
+    python -m helpers.moe_expert_count --results     # writes helpers/data/moe_expert_count.json (a few minutes)
+
+A single run is sensitive to the CPU kernel (seed 0 moves by up to ~0.06 nats between ATEN_CPU_CAPABILITY=avx2
+and =default), so the file also keeps seed 0 of every E as trained on each kernel, for the notebook's live check:
+
+    ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --seed0-kernel
+    ATEN_CPU_CAPABILITY=default python -m helpers.moe_expert_count --seed0-kernel
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
+from helpers.moe_runs import read_results, write_results
+from helpers.precision import bound
+from helpers.stats import PairedDifference, paired_difference
+
+EXPERT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16)
+SEEDS: tuple[int, ...] = tuple(range(10))
+STEPS, LR, D_MODEL = 100, 8e-2, 8
+PATH = Path(__file__).parent / "data" / "moe_expert_count.json"
+COMMAND = "python -m helpers.moe_expert_count --results"
+
+
+def spec(n_experts: int) -> dict:
+    """The race MoE's FFN with ``n_experts`` top-1 experts of width 8."""
+    return {"ffn": "moe", "n_experts": n_experts, "top_k": 1, "d_ff": 8, "balance_coef": 0.1, "z_coef": 0.0}
+
+
+def expert_count_run(n_experts: int, seed: int, data=None) -> float:
+    """One run: the answer loss (nats) over every fact after ``STEPS`` steps."""
+    data = lookup_data() if data is None else data
+    model = build_lookup(data, spec(n_experts), d_model=D_MODEL, seed=seed)
+    train_lookup(model, data, steps=STEPS, lr=LR)
+    return lookup_loss_and_accuracy(model, data)[0]
+
+
+def run_sweep(seeds: Sequence[int] = SEEDS, counts: Sequence[int] | None = None) -> dict:
+    """Every E's answer loss for every seed, rounded to 5 decimals: {"loss": {E: {seed: loss}}}."""
+    data, counts = lookup_data(), EXPERT_COUNTS if counts is None else counts
+    return {"loss": {str(e): {str(s): round(expert_count_run(e, s, data), 5) for s in seeds} for e in counts}}
+
+
+def load_expert_count(path: str | Path | None = None) -> dict:
+    """The shipped sweep (or the file at ``path``)."""
+    return read_results(PATH if path is None else path, "expert-count runs", COMMAND)
+
+
+def losses(study: dict, n_experts: int) -> torch.Tensor:
+    """(seeds,) float64 answer losses of one E, in seed order."""
+    table = study["loss"][str(n_experts)]
+    return torch.tensor([table[s] for s in sorted(table, key=int)], dtype=torch.float64)
+
+
+def seed0_reference(study: dict, n_experts: int) -> float | None:
+    """Seed 0's answer loss for ``n_experts`` as trained on this process's CPU kernel (see the module docstring),
+    or None when the file holds no run made on this kernel (e.g. AVX512)."""
+    runs = study["seed0_by_kernel"].get(torch.backends.cpu.get_cpu_capability())
+    return None if runs is None else runs[str(n_experts)]
+
+
+def live_check(study: dict, n_experts: int, live: float) -> str:
+    """One line comparing a live seed-0 run with the file's run on the same CPU kernel.
+
+    A 100-step run at this rate moves by up to ~0.13 nats between CPU kernels, so it is compared only with a run
+    made on the same kernel; on a kernel the file does not store, the line says so instead of comparing."""
+    reference = seed0_reference(study, n_experts)
+    if reference is None:
+        stored = ", ".join(f"{kernel} {runs[str(n_experts)]:.3f}" for kernel, runs in study["seed0_by_kernel"].items())
+        return (f"E = {n_experts}, seed 0 live: {live:.3f}; the file has no run on this CPU kernel to compare with "
+                f"(stored: {stored}; runs this short move between kernels)")
+    return (f"E = {n_experts}, seed 0 live against the file (same CPU kernel): "
+            f"|difference| {bound(abs(live - reference), 1e-3)}")
+
+
+def doubling_family(study: dict) -> dict[str, PairedDifference]:
+    """Each doubling of E against the count before it, paired by seed: one Holm family."""
+    counts = [int(e) for e in study["loss"]]
+    return {f"E = {b} − E = {a}": paired_difference(losses(study, b), losses(study, a))
+            for a, b in zip(counts, counts[1:])}
+
+
+def figure(study: dict):
+    """Answer loss against E: one grey line per seed, the mean in black."""
+    import matplotlib.pyplot as plt
+    counts = [int(e) for e in study["loss"]]
+    values = torch.stack([losses(study, e) for e in counts])          # (E values, seeds)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(counts, values.numpy(), color="0.8", lw=0.8)
+    ax.plot(counts, values.mean(1).numpy(), "o-", color="black", lw=2, label=f"mean of {values.shape[1]} seeds")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts, [str(e) for e in counts])
+    ax.set_xlabel("experts E (top-1: one expert of width 8 per fact)")
+    ax.set_ylabel("answer loss after 100 steps (nats)")
+    ax.set_title("Notebook 07's fact lookup: more experts, same active FLOPs")
+    ax.legend(title="grey: one seed")
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--results", action="store_true")
+    what.add_argument("--seed0-kernel", action="store_true", help="add this kernel's seed 0 of every E to the file")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--out", default=str(PATH))
+    args = parser.parse_args(argv)
+    if args.seed0_kernel:
+        study, data = load_expert_count(args.out), lookup_data()
+        study.setdefault("seed0_by_kernel", {})[torch.backends.cpu.get_cpu_capability()] = {
+            str(e): round(expert_count_run(e, 0, data), 5) for e in EXPERT_COUNTS}
+        Path(args.out).write_text(json.dumps(study, separators=(",", ":")) + "\n", encoding="utf-8")
+        print(f"added seed 0 on this kernel to {args.out}")
+        return 0
+    settings = {"steps": STEPS, "lr": LR, "d_model": D_MODEL, "expert_counts": list(EXPERT_COUNTS), "spec": spec(0)}
+    write_results(args.out, COMMAND, settings, run_sweep(args.seeds))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
