@@ -879,7 +879,7 @@ def family_table(verdicts: Mapping[str, "Verdict"], arms: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class TakeoffSplit:
-    """The tuned race split by runs that never take off (answer loss still above the threshold at the last step).
+    """The tuned race split by runs not yet taken off (answer loss still above the threshold at the last step).
     ``stuck``: variant -> such runs; ``seeds``: seeds holding one among the dense and gated (not GLU) variants;
     ``all_gap``/``rest_gap``: ``GROUP`` on the run mean over all seeds / without those seeds; ``all_final``/
     ``rest_final``: the same on the loss at the last step; ``sd_stuck``/``sd_rest``: sd of the per-seed run-mean
@@ -896,7 +896,7 @@ class TakeoffSplit:
 
 def takeoff_split(result: VariantComparison, threshold: float = 4.0) -> TakeoffSplit:
     """Count the runs of ``result`` still above ``threshold`` nats at the last step (near the plateau ln 152 ≈ 5.0:
-    they never took off) and read ``GROUP`` with and without the seeds that hold one: a post-hoc look at where
+    they had not taken off) and read ``GROUP`` with and without the seeds that hold one: a post-hoc look at where
     the spread comes from, not a verdict."""
     stuck = torch.stack([result.final(v) > threshold for v in DENSE + GATED_NO_SIGMOID]).any(dim=0)
     rest = result.select([s for s, m in zip(result.seeds, stuck.tolist()) if not m])
