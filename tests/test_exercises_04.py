@@ -121,13 +121,29 @@ def test_fused_ffn_other_correct_forms_pass():
         out = (phis[variant](both[..., :d_ff]) * both[..., d_ff:]) @ w2.T
         return out if b2 is None else out + b2
 
-    def weights_split_first(x, w13, b13, w2, b2, variant):      # two matmuls: not fused, but equal
+    def with_einsum(x, w13, b13, w2, b2, variant):
+        both = torch.einsum("...d,fd->...f", x, w13)
+        if b13 is not None:
+            both = both + b13
+        d_ff = w13.shape[0] // 2
+        out = torch.einsum("...f,df->...d", phis[variant](both[..., :d_ff]) * both[..., d_ff:], w2)
+        return out if b2 is None else out + b2
+
+    for fn in (with_chunk, with_matmul, with_einsum):
+        assert check_fused_ffn.evaluate(fn).status == PASSED, fn.__name__
+
+
+def test_fused_ffn_two_products_for_gate_and_content_fail_with_the_count():
+    """The statement asks for one product with w13: the right values from two products are named."""
+    phis = {"glu": torch.sigmoid, "bilinear": lambda t: t, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+
+    def weights_split_first(x, w13, b13, w2, b2, variant):      # two matmuls: equal values, not fused
         w1, w3 = w13.split(w13.shape[0] // 2)
         b1, b3 = (None, None) if b13 is None else b13.split(w13.shape[0] // 2)
         return F.linear(phis[variant](F.linear(x, w1, b1)) * F.linear(x, w3, b3), w2, b2)
 
-    for fn in (with_chunk, with_matmul, weights_split_first):
-        assert check_fused_ffn.evaluate(fn).status == PASSED, fn.__name__
+    result = check_fused_ffn.evaluate(weights_split_first)
+    assert result.status == FAILED and "3 matrix products" in result.message and "one product with w13" in result.hint
 
 
 def test_fused_ffn_equals_the_course_ffn():

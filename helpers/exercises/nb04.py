@@ -43,9 +43,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
-from helpers.exercises.engine import FAILED, HINT_PREFIX, NOT_ATTEMPTED, Case, Corner, Domain, Exercise, Result, \
-    compare
+from helpers.exercises.engine import FAILED, HINT_PREFIX, NOT_ATTEMPTED, PASSED, Case, Corner, Domain, Exercise, \
+    Result, compare
+from helpers.exercises.sandbox import checking_state
+from helpers.exercises.timelimit import CheckTimeout, TimeLimit
 from helpers.exercises.returns import python_int
 
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
@@ -391,11 +394,11 @@ check_gate_gradients = Exercise(
 # ---------------------------------------------------------------- exercise 3: one matrix for gate and content
 def _fused_gated_ffn(x: torch.Tensor, w13: torch.Tensor, b13: torch.Tensor | None, w2: torch.Tensor,
                      b2: torch.Tensor | None, variant: str) -> torch.Tensor:
-    """The three-matrix form on W1 = w13[:d_ff], W3 = w13[d_ff:] (the checker's reference)."""
-    d_ff = w13.shape[0] // 2
-    b1, b3 = (None, None) if b13 is None else (b13[:d_ff], b13[d_ff:])
-    phi, _ = _phi_and_slope(F.linear(x, w13[:d_ff], b1), variant)
-    return F.linear(phi * F.linear(x, w13[d_ff:], b3), w2, b2)
+    """One product with w13, split on the last axis into the gate (W1's rows) and the content (W3's rows), then
+    one with w2 (the checker's reference)."""
+    gate, content = F.linear(x, w13, b13).chunk(2, dim=-1)
+    phi, _ = _phi_and_slope(gate, variant)
+    return F.linear(phi * content, w2, b2)
 
 
 def _fused_sizes(case: Case) -> tuple[int, int]:
@@ -495,6 +498,38 @@ _TOKEN_SPLIT_HINT = ("the fused output was split along its first axis (as chunk(
                      "features: chunk(2, dim=-1).")
 
 
+_PRODUCTS = frozenset({F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__,
+                       torch.mm, torch.Tensor.mm, torch.bmm, torch.addmm, torch.einsum, torch.tensordot,
+                       torch.mv, torch.Tensor.mv, torch.inner})
+
+
+class _ProductCounter(TorchFunctionMode):
+    """Counts the matrix products a function calls (F.linear, @, matmul, mm, einsum, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.products = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.products += func in _PRODUCTS
+        return func(*args, **(kwargs or {}))
+
+
+def _products_used(fn: Any, case: Case) -> int | None:
+    """How many matrix products ``fn`` calls on one case (None when it cannot be counted)."""
+    try:
+        with checking_state(), TimeLimit(5.0, 10.0), _ProductCounter() as counter:
+            fn(*copy.deepcopy(case.args))
+        return counter.products
+    except (Exception, CheckTimeout):
+        return None
+
+
+_TWO_PRODUCTS_HINT = ("the values are right, but the gate and the content come from separate products ({n} "
+                      "matrix products in all): the exercise asks for one product with w13, split afterwards, "
+                      "then one with w2.")
+
+
 class _FusedFFNExercise(Exercise):
     """Adds the diagnosis the engine cannot make from outputs alone: ``chunk(2, dim=0)`` on the fused output.
 
@@ -506,6 +541,13 @@ class _FusedFFNExercise(Exercise):
 
     def evaluate(self, fn: Any) -> Result:
         result = super().evaluate(fn)
+        if result.status == PASSED:  # right values: were gate and content one product, as the statement asks?
+            n = _products_used(fn, self.cases()[0])
+            if n is not None and n > 2:
+                hint = _TWO_PRODUCTS_HINT.format(n=n)
+                return dataclasses.replace(result, status=FAILED, reason="wrong", hint=hint,
+                                           message=f"{HINT_PREFIX}{hint}")
+            return result
         if result.status != FAILED or HINT_PREFIX in result.message or result.reason != "error" or \
                 not callable(fn):
             return result
