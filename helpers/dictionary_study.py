@@ -263,7 +263,7 @@ def lr_sweep(model, data, layer: int, seeds: Sequence[int], steps: int = RECIPE[
 
 def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: int = 40, n_inputs: int = 2000,
                  steps: int = 2000, lr: float = 1e-2, threshold: float = 0.95, progress: bool = True,
-                 extra: Sequence[tuple[torch.Tensor, int]] = ()) -> dict:
+                 extra: Sequence[tuple] = ()) -> dict:
     """Section 2 of notebook 09: sparse autoencoders (TopK, k = 1, ``n_directions`` directions) trained on the
     hidden vectors ``h = W x`` of each toy model (``toys``: ``train_toy_models``' result) at ``sparsity``, from the
     data start and from the random start, side by side; and random directions as the control.
@@ -273,15 +273,17 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
     (``best_cosines``), and how many directions each autoencoder uses (active on some input). The arm "data start,
     untrained" scores the data start's directions at step 0 (what training adds is the difference). The autoencoders
     train in float64, so that the counts do not depend on the CPU's float32 kernels. ``extra``: more
-    ``(hidden (n_inputs, m), seed)`` data sets whose data-start autoencoders train in the same batch (it costs
-    little more); their directions ``(m, n_directions)`` come back under ``"extra"``.
+    ``(hidden (n_inputs, m), seed)`` or ``(hidden, seed, start)`` data sets whose autoencoders (from ``start``,
+    default ``"data"``) train in the same batch (it costs little more); their directions ``(m, n_directions)``
+    come back under ``"extra"``.
     """
     truth = [toys.W[toys.index(sparsity, seed=s)] for s in seeds]                          # (m, n) each
     hidden = torch.stack([toy_hidden(W.double(), sparsity, n=n_inputs, seed=s) for s, W in zip(seeds, truth)])
-    both = torch.cat([hidden, hidden, *(h[None].double() for h, _ in extra)])
-    trained = train_dictionaries(both, both, n_directions, 1, [*seeds, *seeds, *(s for _, s in extra)],
+    extra = [(e[0], e[1], e[2] if len(e) > 2 else "data") for e in extra]
+    both = torch.cat([hidden, hidden, *(h[None].double() for h, _, _ in extra)])
+    trained = train_dictionaries(both, both, n_directions, 1, [*seeds, *seeds, *(s for _, s, _ in extra)],
                                  steps=steps, lr=lr, dtype=torch.float64, progress=progress,
-                                 start=["data"] * len(seeds) + ["random"] * len(seeds) + ["data"] * len(extra),
+                                 start=["data"] * len(seeds) + ["random"] * len(seeds) + [a for _, _, a in extra],
                                  desc="toy autoencoders, data and random starts")
     extra_found, trained = trained[2 * len(seeds):], trained[:2 * len(seeds)]
     found = {"data start": trained[:len(seeds)], "random start": trained[len(seeds):]}

@@ -13,10 +13,11 @@ What is read off it:
 
 * ``features_per_neuron``: the features with weight above a threshold into each neuron (> 1: polysemantic);
 * the **neuron direction** of feature i, ``ReLU(W[:, i])``: the neurons' activations when feature i alone is on
-  at 1. A feature is **held** when that direction has length above 0.5;
-* how many of the n neuron directions a sparse dictionary trained on ``h`` recovers (cosine above 0.95), against
-  the neurons themselves (the basis vectors) and against the same dictionary on the untrained twin (the
-  starting weights, never trained).
+  at 1. A feature is **represented** when that direction has length above 0.5 (section 1's test, through the ReLU);
+* how many of the represented features a sparse dictionary trained on ``h`` recovers (some direction at cosine
+  above 0.95), from the random start and from the data start, against two controls: the neurons themselves (the
+  basis vectors) and the data start at step 0 (each direction one input ``h``, never trained; at S = 0.9 most
+  inputs have one feature on, so this start already recovers almost every represented feature).
 
 ``neuron_toy_runs`` does this for several seeds; ``python -m helpers.neuron_toy`` writes
 ``helpers/data/neuron_toy.json`` (five seeds, about 10 s), which notebook 09 reads beside a live seed 0.
@@ -32,11 +33,11 @@ from pathlib import Path
 import torch
 
 from helpers import validate
-from helpers.dictionary import train_dictionaries
+from helpers.dictionary import STARTS, train_dictionaries
 from helpers.superposition import best_cosines
 
 __all__ = ["NEURON_TOY", "NEURON_TOY_PATH", "train_neuron_toys", "neuron_hidden", "features_per_neuron",
-           "neuron_directions", "recovered_features", "neuron_toy_runs", "load_neuron_toy"]
+           "neuron_directions", "represented", "recovered_features", "recovery_arms", "neuron_toy_runs", "load_neuron_toy"]
 
 NEURON_TOY_PATH = Path(__file__).resolve().parent / "data" / "neuron_toy.json"
 NEURON_TOY = {"n_features": 10, "n_hidden": 5, "importance_decay": 0.75, "sparsity": 0.9, "steps": 1000,
@@ -99,35 +100,48 @@ def neuron_directions(W: torch.Tensor) -> torch.Tensor:
     return torch.relu(W)
 
 
+def represented(W: torch.Tensor) -> torch.Tensor:
+    """``(n,)`` bool: the features whose neuron direction ``ReLU(W[:, i])`` is longer than 0.5."""
+    return neuron_directions(W).norm(dim=0) > 0.5
+
+
 def recovered_features(W: torch.Tensor, found: torch.Tensor, cosine: float = 0.95) -> int:
-    """How many held features (neuron direction longer than 0.5) some column of ``found (m, F)`` matches at a
-    cosine above ``cosine``."""
-    d = neuron_directions(W)
-    held = d.norm(dim=0) > 0.5
-    return int((best_cosines(d[:, held], found) > cosine).sum()) if held.any() else 0
+    """How many represented features (neuron direction longer than 0.5) some column of ``found (m, F)`` matches
+    at a cosine above ``cosine``."""
+    d, keep = neuron_directions(W), represented(W)
+    return int((best_cosines(d[:, keep], found) > cosine).sum()) if keep.any() else 0
+
+
+def recovery_arms(W: torch.Tensor, hidden: torch.Tensor, trained: Sequence[torch.Tensor], seed: int,
+                  config: dict = NEURON_TOY) -> dict[str, int]:
+    """One seed's recovered counts: the data start at step 0 (its directions, from ``hidden``), the dictionaries
+    trained from the data start and from the random start (``trained``: their ``W_dec``, in that order), and the
+    neurons themselves."""
+    c = config
+    start = STARTS["data"](hidden, hidden, c["n_directions"], seed)[2]
+    arms = {"data start, step 0": start, "data start, trained": trained[0], "random start, trained": trained[1],
+            "the neurons themselves": torch.eye(W.shape[0], dtype=W.dtype)}
+    return {name: recovered_features(W, D.to(W.dtype), c["cosine"]) for name, D in arms.items()}
 
 
 def neuron_toy_runs(seeds: Sequence[int] = range(5), config: dict = NEURON_TOY) -> dict:
-    """Per seed: features per neuron, held features, and recovered counts (dictionary on the trained neurons,
-    the neurons themselves, dictionary on the untrained twin's neurons)."""
+    """Per seed: features per neuron, represented features (trained and untrained toy), and ``recovery_arms``'
+    counts; the dictionaries train ``dictionary_steps`` from the data start and from the random start."""
     seeds = list(seeds)
     c = config
     W, W0 = train_neuron_toys(seeds, sparsity=c["sparsity"], n_features=c["n_features"], n_hidden=c["n_hidden"],
                               importance_decay=c["importance_decay"], steps=c["steps"], lr=c["lr"])
-    hidden = torch.stack([neuron_hidden(w, c["sparsity"], c["n_inputs"], seed=s)
-                          for weights in (W, W0) for s, w in zip(seeds, weights)])               # (2 S, N, m)
-    dicts = train_dictionaries(hidden, hidden, c["n_directions"], c["k"], seeds * 2, steps=c["dictionary_steps"],
-                               lr=c["lr"], dtype=torch.float64, progress=False)
-    eye = torch.eye(c["n_hidden"], dtype=torch.float64)
+    hidden = torch.stack([neuron_hidden(w, c["sparsity"], c["n_inputs"], seed=s) for s, w in zip(seeds, W)])
+    dicts = train_dictionaries(torch.cat([hidden, hidden]), torch.cat([hidden, hidden]), c["n_directions"], c["k"],
+                               seeds * 2, steps=c["dictionary_steps"], lr=c["lr"], dtype=torch.float64,
+                               progress=False, start=["data"] * len(seeds) + ["random"] * len(seeds))
+    arms = [recovery_arms(w, h, (dicts[i].W_dec.detach(), dicts[len(seeds) + i].W_dec.detach()), s, c)
+            for i, (s, w, h) in enumerate(zip(seeds, W, hidden))]
     return {"seeds": seeds,
             "features_per_neuron": features_per_neuron(W, c["weight_threshold"]).tolist(),
-            "held": {"trained": [int((neuron_directions(w).norm(dim=0) > 0.5).sum()) for w in W],
-                     "untrained": [int((neuron_directions(w).norm(dim=0) > 0.5).sum()) for w in W0]},
-            "recovered": {"dictionary on the neurons": [recovered_features(w, d.W_dec.detach(), c["cosine"])
-                                                        for w, d in zip(W, dicts[:len(seeds)])],
-                          "the neurons themselves": [recovered_features(w, eye, c["cosine"]) for w in W],
-                          "dictionary, untrained twin": [recovered_features(w, d.W_dec.detach(), c["cosine"])
-                                                         for w, d in zip(W0, dicts[len(seeds):])]}}
+            "represented": {"trained": [int(represented(w).sum()) for w in W],
+                            "untrained": [int(represented(w).sum()) for w in W0]},
+            "recovered": {name: [a[name] for a in arms] for name in arms[0]}}
 
 
 def load_neuron_toy(path: Path = NEURON_TOY_PATH) -> dict:

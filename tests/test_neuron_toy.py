@@ -2,15 +2,17 @@
 import torch
 
 from helpers.neuron_toy import (NEURON_TOY, features_per_neuron, load_neuron_toy, neuron_hidden, neuron_toy_runs,
-                                recovered_features, train_neuron_toys)
+                                recovered_features, recovery_arms, train_neuron_toys)
 
 
 def test_seed_0_recomputed_matches_the_shipped_file():
     filed, live = load_neuron_toy(), neuron_toy_runs([0])
     assert filed["config"] == NEURON_TOY
     assert live["features_per_neuron"][0] == filed["features_per_neuron"][0]
-    assert {k: v[0] for k, v in live["held"].items()} == {k: v[0] for k, v in filed["held"].items()}
+    assert {k: v[0] for k, v in live["represented"].items()} == {k: v[0] for k, v in filed["represented"].items()}
     assert {k: v[0] for k, v in live["recovered"].items()} == {k: v[0] for k, v in filed["recovered"].items()}
+    assert list(filed["recovered"]) == ["data start, step 0", "data start, trained", "random start, trained",
+                                        "the neurons themselves"]
 
 
 def test_a_seed_trains_the_same_whichever_seeds_train_beside_it():
@@ -25,3 +27,12 @@ def test_readings_on_a_hand_made_layer():
     assert recovered_features(W, torch.eye(2, dtype=torch.float64)) == 3        # ReLU(W_2) = (0.8, 0): neuron 0
     h = neuron_hidden(W, 0.5, 50, seed=0)
     assert h.shape == (50, 2) and bool((h >= 0).all())
+
+
+def test_the_step_0_arm_scores_the_data_start_itself():
+    """With every direction one input h, the step-0 arm counts the features some single input points along."""
+    W = torch.tensor([[1.0, 0.0, 0.8], [0.0, 1.0, -0.6]], dtype=torch.float64)
+    h = neuron_hidden(W, 0.5, 50, seed=0)
+    arms = recovery_arms(W, h, (torch.eye(2, dtype=torch.float64),) * 2, seed=0, config={**NEURON_TOY, "n_directions": 50})
+    assert arms["the neurons themselves"] == arms["random start, trained"] == 3
+    assert 0 <= arms["data start, step 0"] <= 3
