@@ -91,3 +91,14 @@ def share_family(trained: Mapping[int, object], untrained: Mapping[int, object],
                    for j, label in enumerate(labellings)}
         means[layer] = (after.mean(0), before.mean(0))
     return family, means
+
+
+def resolved_higher_at(trained: Mapping[int, object], untrained: Mapping[int, object], valid: torch.Tensor,
+                       labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layers: Sequence[int],
+                       k: int = 10, needed: Sequence[int] = (7, 9)) -> dict[int, int]:
+    """The robustness of ``share_family``'s verdicts to its threshold: for each ``n`` in ``needed`` (n of the top
+    ``k`` must share), how many of the family's comparisons Holm resolves as trained above untrained."""
+    from helpers.stats import holm
+    return {n: sum(v.verdict == "higher" for v in holm(share_family(trained, untrained, valid, labellings, layers,
+                                                                     k, n / k)[0]))
+            for n in needed}

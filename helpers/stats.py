@@ -364,7 +364,9 @@ def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: in
 
     ``t_cap`` (optional): a ``|t|`` above it prints as a bound, ``> +20`` (``Verdict.line``). ``compact``
     (optional): shorter lines, each t followed by ``vs`` its Holm threshold (named in the header). ``units``
-    (optional): comparison name → its unit, for a family that mixes units (the others print ``unit``)."""
+    (optional): comparison name → its unit, for a family that mixes units (the others print ``unit``). When a
+    not-resolved row's ``|t|`` clears its own threshold (the step-down stopped earlier), a last line names the
+    rank where it stopped."""
     if t_cap is not None:
         validate.positive_float("t_cap", t_cap)
     verdicts = holm(comparisons, level)
@@ -373,8 +375,14 @@ def holm_table(comparisons: Mapping[str, Comparison], unit: str = "", digits: in
     head = (f"Holm's step-down over {len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''} "
             f"({100 * level:g} % two-sided{'; t vs its Holm threshold' if compact else ''}): {resolved} resolved")
     units = units or {}
-    return "\n".join([head] + ["  " + v.line(width, units.get(v.name, unit), digits, t_cap, compact)
-                              for v in verdicts])
+    lines = [head] + ["  " + v.line(width, units.get(v.name, unit), digits, t_cap, compact) for v in verdicts]
+    stopped = [v for v in verdicts if not v.resolved]
+    if any(abs(v.comparison.t) > v.threshold for v in stopped):   # a later row clears its threshold: say why
+        v = min(stopped, key=lambda v: v.rank)
+        lines.append(f"  the step-down stops at rank {v.rank} of {len(verdicts)} ({v.name}: |t| "
+                     f"{abs(v.comparison.t):.2f} below its threshold {v.threshold:.2f});\n  rows after it stay not "
+                     f"resolved even where t clears their threshold")
+    return "\n".join(lines)
 
 
 def ranks(values: torch.Tensor | Sequence[float]) -> torch.Tensor:

@@ -216,3 +216,15 @@ def test_bonferroni_intervals_contain_zero_for_every_comparison_holm_leaves_unre
         for v in holm(family):
             low, high = interval(v.comparison, 0.05 / len(family))
             assert v.resolved or low <= 0 <= high
+
+
+def test_holm_table_says_where_the_step_down_stopped_only_when_a_later_row_clears_its_threshold():
+    """A not-resolved row past its own threshold gets a last line naming the rank where the step-down stopped."""
+    stopped = holm_table({"x": _with_t(-t_critical(9, 0.03)), "y": _with_t(-t_critical(9, 0.04))}).splitlines()
+    assert len(stopped) == 5 and stopped[1].endswith("→ not resolved") and stopped[2].endswith("→ not resolved")
+    assert stopped[3].startswith("  the step-down stops at rank 1 of 2 (x: |t| ")
+    assert stopped[4] == "  rows after it stay not resolved even where t clears their threshold"
+    # no such row: no line (all resolved, or the not-resolved rows stay below their thresholds)
+    for family in ({"a": _with_t(-8.0), "b": _with_t(6.0)}, {"a": _with_t(-8.0), "b": _with_t(0.5)}):
+        text = holm_table(family)
+        assert "step-down stops" not in text and len(text.splitlines()) == 3
