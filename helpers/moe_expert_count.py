@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from helpers.costs import torch_threads
+from helpers.costs import measure_flops, torch_threads
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
+from helpers.moe import MoE
 from helpers.moe_runs import read_results, write_results
 from helpers.precision import bound
 from helpers.stats import PairedDifference, paired_difference
@@ -90,8 +91,6 @@ def live_check(study: dict, n_experts: int, live: float) -> str:
 def flops_per_fact(n_experts: int, n_facts: int = 64) -> int:
     """Forward FLOPs per fact of the sweep's MoE layer with ``n_experts`` (``FlopCounterMode``): one expert of
     width 8 (the same for every E) plus the router, 2·d·E."""
-    from helpers.costs import measure_flops
-    from helpers.moe import MoE
     layer, x = MoE(D_MODEL, n_experts, 1, d_ff=8).eval(), torch.zeros(n_facts, D_MODEL)
     with torch.no_grad():
         return measure_flops(lambda: layer(x)) // n_facts
