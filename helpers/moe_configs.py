@@ -7,6 +7,8 @@ number k of routed experts per token, how the router weighs them and how the loa
 can be sent to, C(E, k); ``width_table`` prints the widths. ``expert_combinations`` counts those sets for DeepSeekMoE's fine-grained (m) and
 shared (s) experts, and ``configuration_figure`` draws both knobs for one layer. ``weight_bytes_per_token``
 counts what a batch's decode step reads per token, and ``bytes_per_token_figure`` draws it against the batch.
+``GATE_CONVENTIONS`` and ``gate_table``: the gates of Mixtral, DeepSeekMoE and DeepSeek-V3 as configurations of the
+course's ``helpers.moe.MoE`` (checked against transformers' routers in ``tests/test_moe_configs.py``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from helpers import validate
 from helpers.costs import moe_layer_cost
 from helpers.ffn import ffn_param_count
 from helpers.inference import expected_experts_touched
+from helpers.moe import MoE
 
 
 @dataclass(frozen=True)
@@ -253,3 +258,38 @@ def switch_figure(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
     fig.suptitle("Switch Transformer, Table 1 (pre-training on C4, 32 TPUv3 cores per model)", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+#: name: (how the gates are made, the ``MoE`` options that make them, the scale applied after them). DeepSeekMoE
+#: (Dai et al. 2024; transformers' ``DeepseekV2TopkRouter``, ``norm_topk_prob`` False) keeps the chosen softmax
+#: scores as they are; DeepSeek-V3 normalises the chosen sigmoids and scales them by its ``routed_scaling_factor``.
+GATE_CONVENTIONS: dict[str, tuple[str, dict, float]] = {
+    "Mixtral": ("softmax over all E, renormalised over the k", {}, 1.0),
+    "DeepSeekMoE": ("softmax over all E, kept as they are", {"renormalise": False}, 1.0),
+    "DeepSeek-V3": ("sigmoid per expert, normalised over the k, × 2.5", {"score": "sigmoid"}, 2.5),
+}
+
+
+def gate_layers(d_model: int = 16, n_experts: int = 8, top_k: int = 2, seed: int = 0) -> dict[str, tuple[MoE, float]]:
+    """One ``MoE`` per convention of ``GATE_CONVENTIONS``, all with the same router weights; value: (layer, scale)."""
+    torch.manual_seed(seed)
+    layers = {name: (MoE(d_model, n_experts, top_k, d_ff=4, **options).eval(), scale)
+              for name, (_, options, scale) in GATE_CONVENTIONS.items()}
+    first = next(iter(layers.values()))[0].router.weight
+    with torch.no_grad():
+        for layer, _ in layers.values():
+            layer.router.weight.copy_(first)
+    return layers
+
+
+def gate_table(x: torch.Tensor, layers: dict[str, tuple[MoE, float]] | None = None) -> list[str]:
+    """For one token ``x`` (d_model,): each convention's chosen experts, their gates (best first) and the gates' sum."""
+    layers = layers or gate_layers(d_model=x.shape[-1])
+    rows = [f"{'model':<13}{'the gates':<50}{'chosen':>8}{'gates':>15}{'sum':>7}"]
+    with torch.no_grad():
+        for name, (layer, scale) in layers.items():
+            routing = layer.route(x.reshape(1, -1))
+            gates = (routing.weight[0] * scale).tolist()
+            rows.append(f"{name:<13}{GATE_CONVENTIONS[name][0]:<50}{str(routing.expert_index[0].tolist()):>8}"
+                        f"{' '.join(f'{g:6.3f}' for g in gates):>15}{sum(gates):>7.3f}")
+    return rows

@@ -93,3 +93,42 @@ def test_switch_table_1_as_published_and_drawn():
     fig = switch_figure()
     assert len(fig.axes) == 3
     plt.close(fig)
+
+
+def test_gate_conventions_match_transformers_routers():
+    """Each convention of ``GATE_CONVENTIONS`` against transformers' router built from a tiny config, same weights."""
+    import torch
+
+    pytest.importorskip("transformers")
+    from transformers import DeepseekV2Config, DeepseekV3Config, MixtralConfig
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2TopkRouter
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+    from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
+
+    from helpers.moe_configs import gate_layers, gate_table
+
+    layers = gate_layers(16, 8, 2, seed=3)
+    routers = {
+        "Mixtral": MixtralTopKRouter(MixtralConfig(hidden_size=16, num_local_experts=8, num_experts_per_tok=2)),
+        "DeepSeekMoE": DeepseekV2TopkRouter(DeepseekV2Config(
+            hidden_size=16, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2, topk_method="greedy", n_group=1, topk_group=1,
+            routed_scaling_factor=1.0, norm_topk_prob=False)),
+        "DeepSeek-V3": DeepseekV3TopkRouter(DeepseekV3Config(
+            hidden_size=16, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, norm_topk_prob=True,
+            routed_scaling_factor=2.5)),
+    }
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    for name, router in routers.items():
+        layer, scale = layers[name]
+        with torch.no_grad():
+            router.weight.copy_(layer.router.weight)
+            out = router(x)
+            routing = layer.route(x)
+        weights, index = out[-2], out[-1]
+        order = index.argsort(-1)       # transformers need not sort the chosen; compare expert by expert
+        ours = routing.expert_index.argsort(-1)
+        assert torch.equal(index.gather(1, order), routing.expert_index.gather(1, ours)), name
+        assert torch.allclose(weights.float().gather(1, order), (routing.weight * scale).gather(1, ours), atol=1e-6), name
+    assert len(gate_table(x[0], layers)) == 4
+    # the default MoE is unchanged by the option: renormalised, as in notebooks 05, 06 and 08
+    assert layers["Mixtral"][0].renormalise and not layers["DeepSeekMoE"][0].renormalise
