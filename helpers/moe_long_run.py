@@ -51,6 +51,16 @@ DEEPSEEK_300_PATH = Path(__file__).parent / "data" / "moe_deepseek_300.json"
 #:     python -m helpers.moe_long_run --results --arms MoE "MoE, top-2" --sweep-seeds --arm-lrs 0.02 0.04 \
 #:         --out helpers/data/moe_long_run_moes.json      # about 30 minutes of CPU
 MOE_LONG_PATH = Path(__file__).parent / "data" / "moe_long_run_moes.json"
+#: Seeds 5-9 of the same runs (the race's next five seeds), the rates of seeds 0-4 fixed in advance, no sweep; with
+#: seeds 0-4 they make the ten seeds notebook 07 reads (``load_ten_seeds``)::
+#:     python -m helpers.moe_long_run --results --sweep-seeds --seeds 5 6 7 8 9 \
+#:         --out helpers/data/moe_long_run_seeds_5_9.json
+#:     python -m helpers.moe_long_run --results --arms MoE --sweep-seeds --arm-lrs 0.02 --seeds 5 6 7 8 9 \
+#:         --out /tmp/moe1.json      # and "MoE, top-2" at 0.04 to /tmp/moe2.json; then, in Python:
+#:     save_long_run(combine(load_long_run("/tmp/moe1.json"), load_long_run("/tmp/moe2.json")),
+#:                   "helpers/data/moe_long_run_moes_seeds_5_9.json")   # about 20 minutes of CPU in all
+LONG_SEEDS_5_9_PATH = Path(__file__).parent / "data" / "moe_long_run_seeds_5_9.json"
+MOE_LONG_SEEDS_5_9_PATH = Path(__file__).parent / "data" / "moe_long_run_moes_seeds_5_9.json"
 
 
 @dataclass
@@ -150,6 +160,26 @@ def combine(*runs: LongRun) -> LongRun:
         merged.loss.update(r.loss)
         merged.right.update(r.right)
     return merged
+
+
+def concat_seeds(*runs: LongRun) -> LongRun:
+    """One ``LongRun`` holding the seeds of ``runs`` in order (the same steps, marks and arm-rate keys); the sweep and
+    chosen rates are the first run's."""
+    first = runs[0]
+    if any((r.steps, r.marks, list(r.loss)) != (first.steps, first.marks, list(first.loss)) for r in runs):
+        raise ValueError("concat_seeds needs runs of the same steps, marks and arms")
+    seeds = [s for r in runs for s in r.seeds]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"concat_seeds needs different seeds, got {seeds}")
+    return LongRun(first.steps, first.marks, first.lrs, first.sweep_seeds, seeds, dict(first.lr), dict(first.sweep),
+                   {k: torch.cat([r.loss[k] for r in runs], 1) for k in first.loss},
+                   {k: torch.cat([r.right[k] for r in runs], 1) for k in first.right}, first.environment)
+
+
+def load_ten_seeds() -> LongRun:
+    """Notebook 07's 3,000-step family: the dense twins and the two MoEs, seeds 0-9 (four shipped files)."""
+    return combine(concat_seeds(load_long_run(LONG_RUN_PATH), load_long_run(LONG_SEEDS_5_9_PATH)),
+                   concat_seeds(load_long_run(MOE_LONG_PATH), load_long_run(MOE_LONG_SEEDS_5_9_PATH)))
 
 
 def save_long_run(run: LongRun, path: str | Path = LONG_RUN_PATH) -> Path:

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
-from helpers.moe_long_run import (DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LRS, MARKS, MOE_LONG_PATH, SEED_LRS,
-                                  SEEDS, STEPS, combine, load_long_run, main, run_long, save_long_run,
-                                  speed_or_room_figure)
+from helpers.moe_long_run import (DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LONG_SEEDS_5_9_PATH, LRS, MARKS,
+                                  MOE_LONG_PATH, MOE_LONG_SEEDS_5_9_PATH, SEED_LRS, SEEDS, STEPS, combine, concat_seeds,
+                                  load_long_run, load_ten_seeds, main, run_long, save_long_run, speed_or_room_figure)
 from helpers.moe_race import ARMS
 
 
@@ -138,3 +138,26 @@ def test_the_loss_panel_draws_every_arm_on_log_axes():
     assert right.get_ylabel().startswith("facts answered right") and len(loss.get_lines()) == len(run.loss)
     assert loss.get_xscale() == loss.get_yscale() == "log"
     plt.close(fig)
+
+
+def test_concat_seeds_is_one_run_over_all_the_seeds():
+    settings = dict(steps=4, marks=(2,), sweep_seeds=(), seed_lrs=(0.02,), progress=False)
+    whole = run_long(["dense, width 11"], [0, 1, 2], **settings)
+    parts = concat_seeds(run_long(["dense, width 11"], [0, 1], **settings),
+                         run_long(["dense, width 11"], [2], **settings))
+    assert parts.seeds == [0, 1, 2] and list(parts.loss) == list(whole.loss)
+    for key in whole.loss:
+        torch.testing.assert_close(parts.loss[key], whole.loss[key], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="different seeds"):
+        concat_seeds(whole, whole)
+
+
+def test_the_shipped_ten_seeds_are_the_notebooks():
+    """Seeds 5-9 at the rates of seeds 0-4, fixed in advance (no sweep): notebook 07's 3,000-step family."""
+    more, moes = load_long_run(LONG_SEEDS_5_9_PATH), load_long_run(MOE_LONG_SEEDS_5_9_PATH)
+    assert more.seeds == moes.seeds == [5, 6, 7, 8, 9] and more.sweep_seeds == moes.sweep_seeds == []
+    assert list(more.loss) == list(load_long_run(LONG_RUN_PATH).loss)
+    assert list(moes.loss) == list(load_long_run(MOE_LONG_PATH).loss) == ["MoE, lr 0.02", "MoE, top-2, lr 0.04"]
+    ten = load_ten_seeds()
+    assert ten.seeds == list(range(10)) and all(t.shape == (len(MARKS), 10) for t in ten.loss.values())
+    assert ten.lr == {"dense, width 11": 0.04, "dense, width 19": 0.08, "MoE": 0.02, "MoE, top-2": 0.04}

@@ -299,10 +299,10 @@ def test_section_4_is_one_family_of_26_and_the_audit_judges_the_race_inside_it(r
     """Notebook 07's section 4: ``section_family`` is the race's 18 then the 3,000-step runs' 4 (each MoE − its dense
     twin) and DeepSeekMoE's 4;
     judged inside it, the race resolves 13 of 18, the default kernel keeps 17 of 18, the fresh seeds 13 of 18."""
-    from helpers.moe_long_run import DEEPSEEK_300_PATH, MOE_LONG_PATH, combine, load_long_run
+    from helpers.moe_long_run import DEEPSEEK_300_PATH, load_long_run, load_ten_seeds
     from helpers.moe_race import section_family
 
-    long = combine(load_long_run(), load_long_run(MOE_LONG_PATH))
+    long = load_ten_seeds()
     family = section_family(race, RACE_PAIRS, long, load_long_run(DEEPSEEK_300_PATH))
     race_rows = loss_family(race, RACE_PAIRS)
     assert len(family) == 26 and list(family)[:18] == list(race_rows)
