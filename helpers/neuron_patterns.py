@@ -75,6 +75,46 @@ def selective_share(coefficients: torch.Tensor, profile: torch.Tensor, valid: to
     return ((best_other < 0.5 * own_mean) & relation_neuron).sum().item() / n_relation
 
 
+def _top_shares(traces: Mapping[int, object], valid: torch.Tensor,
+                labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layer: int,
+                k: int) -> list[list[torch.Tensor]]:
+    """Per model and labelling, the ``(d_ff,)`` share of each neuron's top-k triggers carrying its most common
+    label (``memory.pattern_share``): the costly part of ``pattern_share_table``, done once for every threshold."""
+    out = []
+    for s in traces:
+        c = traces[s].coefficients[layer]
+        row = []
+        for name, (rows, labels) in labellings.items():
+            c_rows, valid_rows = (c, valid) if rows is None else (c[rows], valid[rows])
+            if len(labels) != c_rows.shape[0]:
+                raise ValueError(f"labellings[{name!r}] must give one label per counted prompt "
+                                 f"({c_rows.shape[0]}), got {len(labels)}")
+            row.append(pattern_share(top_triggers(c_rows, k, valid_rows).examples, labels))
+        out.append(row)
+    return out
+
+
+def share_families(trained: Mapping[int, object], untrained: Mapping[int, object], valid: torch.Tensor,
+                   labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layers: Sequence[int],
+                   k: int = 10, needed: Sequence[int] = (8,)) -> dict[int, tuple[dict, dict]]:
+    """``share_family`` at several thresholds at once, ``{n: (family, means)}`` with ``n`` of the top ``k`` that
+    must share (threshold ``n / k``); each neuron's top triggers are found once."""
+    from helpers.stats import paired_difference
+    if not labellings:
+        raise ValueError("labellings must name at least one (rows, labels) pair, got none")
+    out = {n: ({}, {}) for n in needed}
+    for layer in layers:
+        shares = [_top_shares(traces, valid, labellings, layer, k) for traces in (trained, untrained)]
+        for n in needed:
+            after, before = (torch.tensor([[(v * k >= n - 1e-6).float().mean().item() for v in row] for row in table])
+                             for table in shares)
+            family, means = out[n]
+            family |= {f"layer {layer}, same {label}": paired_difference(after[:, j], before[:, j])
+                       for j, label in enumerate(labellings)}
+            means[layer] = (after.mean(0), before.mean(0))
+    return out
+
+
 def share_family(trained: Mapping[int, object], untrained: Mapping[int, object], valid: torch.Tensor,
                  labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layers: Sequence[int],
                  k: int = 10, threshold: float = 0.8) -> tuple[dict, dict]:
@@ -82,15 +122,14 @@ def share_family(trained: Mapping[int, object], untrained: Mapping[int, object],
     layer and labelling. ``trained``, ``untrained``: ``{seed: memory.collect(...)}`` of the same seeds.
     Returns ``(family, means)``: ``family`` ``{"layer L, same <labelling>": PairedDifference}``; ``means``
     ``{L: (trained, untrained)}``, each an ``(n_labellings,)`` tensor of means over seeds."""
-    from helpers.stats import paired_difference
-    family, means = {}, {}
-    for layer in layers:
-        after, before = (pattern_share_table([traces[s].coefficients[layer] for s in trained], valid, labellings, k,
-                                             threshold) for traces in (trained, untrained))
-        family |= {f"layer {layer}, same {label}": paired_difference(after[:, j], before[:, j])
-                   for j, label in enumerate(labellings)}
-        means[layer] = (after.mean(0), before.mean(0))
-    return family, means
+    validate.positive_float("threshold", threshold)
+    return share_families(trained, untrained, valid, labellings, layers, k, (threshold * k,))[threshold * k]
+
+
+def resolved_higher(families: Mapping[int, tuple[dict, dict]]) -> dict[int, int]:
+    """For each ``n`` of ``share_families``' result, how many comparisons Holm resolves as trained above untrained."""
+    from helpers.stats import holm
+    return {n: sum(v.verdict == "higher" for v in holm(family)) for n, (family, _) in families.items()}
 
 
 def resolved_higher_at(trained: Mapping[int, object], untrained: Mapping[int, object], valid: torch.Tensor,
@@ -98,7 +137,4 @@ def resolved_higher_at(trained: Mapping[int, object], untrained: Mapping[int, ob
                        k: int = 10, needed: Sequence[int] = (7, 9)) -> dict[int, int]:
     """The robustness of ``share_family``'s verdicts to its threshold: for each ``n`` in ``needed`` (n of the top
     ``k`` must share), how many of the family's comparisons Holm resolves as trained above untrained."""
-    from helpers.stats import holm
-    return {n: sum(v.verdict == "higher" for v in holm(share_family(trained, untrained, valid, labellings, layers,
-                                                                     k, n / k)[0]))
-            for n in needed}
+    return resolved_higher(share_families(trained, untrained, valid, labellings, layers, k, needed))
