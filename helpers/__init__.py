@@ -60,6 +60,7 @@ fully_sharded the FFN's weights sharded over processes (ZeRO-3/FSDP): all-gather
 inference   arithmetic intensity on published hardware, decode vs prefill, an MoE's bytes per step, Mixtral's count
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
 superposition the toy model of superposition (n sparse features through m < n dimensions)
+toy_runs    notebook 09's toy models of superposition and their dictionaries, seeds 0-4 (shipped)
 neuron_toy  notebook 09's "ReLU hidden layer" toy: polysemantic neurons and a dictionary on them (shipped)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
