@@ -61,7 +61,7 @@ from helpers.costs import saved_activation_names, torch_threads  # noqa: F401  (
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN, VARIANT_NAMES, VARIANTS
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, Verdict, Welch, paired_difference
+from helpers.stats import PairedDifference, Verdict, Welch, interval, paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 #: Shazeer (2020), Table 1: held-out log-perplexity of T5's span-corruption objective on C4 (T5 base, d_model
@@ -360,7 +360,8 @@ class VariantComparison:
 def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence[int] = (0, 1, 2), *,
                      d_model: int = 24, n_layers: int = 1, n_heads: int = 2, bias: bool = False,
                      steps: int = 100, lr: float | Mapping[str, float] = 1e-2, eval_every: int = 5,
-                     num_threads: int | None = 1, progress: bool = True) -> VariantComparison:
+                     num_threads: int | None = 1, progress: bool = True,
+                     w2_scale: Mapping[str, float] | None = None) -> VariantComparison:
     """Train one ``TinyGPT`` per (variant, seed) on ``data`` and record the answer loss.
 
     Everything but the FFN variant (and, if ``lr`` maps variants to rates, its learning rate) is held fixed:
@@ -376,6 +377,8 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
         num_threads: torch threads while training (``None``: unchanged). These matrices
             are tiny, so one thread is as fast as two and gives the same numbers on any machine.
         progress: one tqdm bar over the runs.
+        w2_scale: variant -> factor applied to every block's FFN ``w2`` right after initialisation (a control
+            on the FFN's output size at the start; ``None``: no rescaling).
     """
     if not isinstance(data, FactDataset):
         raise TypeError(f"data must be a FactDataset, got {type(data).__name__}")
@@ -397,8 +400,11 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
     else:
         lrs = dict.fromkeys(variants, validate.positive_float("lr", lr))
     result = VariantComparison(list(variants), list(seeds), [0] + list(range(eval_every, steps + 1, eval_every)))
+    scales = {v: validate.positive_float(f"w2_scale[{v!r}]", x) for v, x in (w2_scale or {}).items()}
     result.settings = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, bias=bias, steps=steps,
                            lr=dict(lrs) if isinstance(lr, Mapping) else lr, eval_every=eval_every)
+    if scales:
+        result.settings["w2_scale"] = scales
     runs = [(v, s) for v in variants for s in seeds]
     with torch_threads(num_threads):
         for variant, seed in progress_bar(runs, desc="variant × seed runs", disable=not progress):
@@ -406,6 +412,10 @@ def compare_variants(data: FactDataset, variants: Sequence[str], seeds: Sequence
             config = GPTConfig(len(data.vocab), d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                                max_len=data.ids.shape[1], variant=variant, bias=bias)
             model = TinyGPT(config)
+            if variant in scales:
+                with torch.no_grad():
+                    for block in model.blocks:
+                        block.ffn.w2.weight.mul_(scales[variant])
             curve = [answer_loss(model, data)]
 
             def on_step(step: int, m: nn.Module, loss: float) -> None:
@@ -483,12 +493,12 @@ def step_control_lr(multiplier: float) -> float:
     return round(RACE_SHARED_LR * validate.positive_float("multiplier", multiplier), 10)
 
 
-def step_controls() -> dict[float, VariantComparison]:
+def dense_at_faster_rates() -> dict[float, VariantComparison]:
     """multiplier -> the stored dense runs at ``step_control_lr(multiplier)`` on ``STEP_CONTROL_SEEDS``."""
     return {m: load_race(shared_path(step_control_lr(m), STEP_CONTROL_SEEDS)) for m in STEP_CONTROL_MULTIPLIERS}
 
 
-def step_control_family(slow: VariantComparison,
+def dense_faster_gaps(slow: VariantComparison,
                         controls: Mapping[float, VariantComparison]) -> dict[str, PairedDifference]:
     """Is the gated group's lead at a slow shared rate worth a slightly larger step for the dense group?
 
@@ -512,9 +522,52 @@ def step_control_family(slow: VariantComparison,
 GATED_STEP_CONTROL_PATH = Path(__file__).parent / "data" / "gating_race_gated_lr_0.00525_seeds_0-59.json"
 
 
-def gated_step_control() -> VariantComparison:
+def gated_at_faster_rate() -> VariantComparison:
     """The stored gated (not GLU) runs at ``step_control_lr(1.05)`` on ``STEP_CONTROL_SEEDS`` (``GATED_STEP_CONTROL_PATH``)."""
     return load_race(GATED_STEP_CONTROL_PATH)
+
+
+#: The output-size control of the slow-rate lead: SwiGLU at ``RACE_SHARED_LR`` with its FFN's ``w2`` multiplied at
+#: initialisation so that its output RMS matches ReLU's (``init_rms_scale``), on seeds 0-29, made by
+#: ``python -m helpers.gating --race-results --at-shared-lr 0.005 --variants swiglu --match-init-rms relu
+#: --seeds 0 ... 29 --out helpers/data/gating_race_swiglu_init_rms_matched_lr_0.005_seeds_0-29.json``.
+INIT_RMS_SEEDS: tuple[int, ...] = tuple(range(5))
+INIT_RMS_CONTROL_PATH = Path(__file__).parent / "data" / "gating_race_swiglu_init_rms_matched_lr_0.005_seeds_0-29.json"
+
+
+def init_rms_scale(variant: str, reference: str = "relu", seeds: Sequence[int] = INIT_RMS_SEEDS) -> float:
+    """The factor on ``variant``'s ``w2`` that gives its FFN output, at initialisation, ``reference``'s RMS
+    (ratio of the two mean RMS over ``seeds``, ``init_output_rms``)."""
+    rms = init_output_rms((reference, variant), seeds)
+    return float(rms[reference].mean() / rms[variant].mean())
+
+
+def init_rms_control() -> VariantComparison:
+    """The stored SwiGLU runs whose output RMS at initialisation was matched to ReLU's (``INIT_RMS_CONTROL_PATH``)."""
+    return load_race(INIT_RMS_CONTROL_PATH)
+
+
+def output_size_family(slow: VariantComparison, matched: VariantComparison) -> dict[str, PairedDifference]:
+    """Does SwiGLU's lead at a slow rate come from its smaller output at initialisation? ``slow``: every variant at
+    one rate; ``matched``: SwiGLU at that rate with its initial output RMS matched to ReLU's, on some of ``slow``'s
+    seeds. Returns the run-mean loss, paired by seed: matched SwiGLU − SwiGLU, and matched SwiGLU − ReLU."""
+    if matched.lr("swiglu") != slow.lr("swiglu"):
+        raise ValueError(f"matched must train at slow's rate {slow.lr('swiglu')}, got {matched.lr('swiglu')}")
+    same = slow.select(matched.seeds)
+    out = matched.run_mean("swiglu")
+    return {"SwiGLU, output matched at init − SwiGLU": paired_difference(out, same.run_mean("swiglu")),
+            "SwiGLU, output matched at init − ReLU": paired_difference(out, same.run_mean("relu"))}
+
+
+#: Seeds 0-4 at ``RACE_SHARED_LR`` trained three times as long (300 steps), made by ``python -m helpers.gating
+#: --race-results --at-shared-lr 0.005 --variants relu swiglu --steps 300 --seeds 0 1 2 3 4 --out
+#: helpers/data/gating_race_lr_0.005_300_steps_seeds_0-4.json``.
+LONG_RUN_PATH = Path(__file__).parent / "data" / "gating_race_lr_0.005_300_steps_seeds_0-4.json"
+
+
+def long_runs() -> VariantComparison:
+    """The stored 300-step runs at the slow shared rate (``LONG_RUN_PATH``)."""
+    return load_race(LONG_RUN_PATH)
 
 
 def group_mean(result: VariantComparison, variants: Sequence[str]) -> torch.Tensor:
@@ -522,7 +575,7 @@ def group_mean(result: VariantComparison, variants: Sequence[str]) -> torch.Tens
     return torch.stack([result.run_mean(v) for v in variants]).mean(dim=0)
 
 
-def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
+def both_faster_gap(slow: VariantComparison, dense_fast: VariantComparison,
                       gated_fast: VariantComparison) -> dict[str, PairedDifference]:
     """The step-size control with one change for both arms: ``"<GROUP>, both ×<rate / slow's rate>"``, the
     gated (not GLU) group minus the dense group with both at the faster rate, paired by seed (``dense_fast``: the dense variants,
@@ -536,7 +589,7 @@ def equal_step_family(slow: VariantComparison, dense_fast: VariantComparison,
     return {name: paired_difference(group_mean(gated_fast, GATED_NO_SIGMOID), group_mean(dense_fast, DENSE))}
 
 
-def step_gains(slow: VariantComparison, dense_fast: VariantComparison,
+def faster_rate_gains(slow: VariantComparison, dense_fast: VariantComparison,
                gated_fast: VariantComparison) -> dict[str, PairedDifference]:
     """What the faster rate buys each group: ``"<group>: <fast> − <slow>"`` -> its run-mean loss at the faster
     rate minus at ``slow``'s, paired by seed (< 0: the larger step helps)."""
@@ -604,7 +657,7 @@ def run_race(variants: Sequence[str] = RACE_VARIANTS, seeds: Sequence[int] = RAC
              **overrides) -> VariantComparison:
     """``compare_variants`` on ``race_data(relation)`` with ``RACE_SETTINGS`` (``overrides`` replace some) at ``lr``
     (one rate, or variant -> rate: the stored race's are ``load_race().lr(variant)``)."""
-    unknown = set(overrides) - set(RACE_SETTINGS)
+    unknown = set(overrides) - set(RACE_SETTINGS) - {"w2_scale"}
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; known: {sorted(RACE_SETTINGS)}")
     result = compare_variants(race_data(relation), variants, seeds, lr=lr, progress=progress,
@@ -804,8 +857,9 @@ def sweep_gap_lines(sweep: LrSweep) -> str:
 
 
 def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, VariantComparison]):
-    """One panel per arm (name -> pooled race): each ``race_family`` comparison's mean difference ± its Holm
-    threshold × se, filled where Holm resolves it. ``verdicts``: ``"<comparison>, <arm>"`` -> ``helpers.stats``
+    """One panel per arm (name -> pooled race): each ``race_family`` comparison's mean difference with its
+    Bonferroni interval over the whole family (``helpers.stats.interval`` at 5 % / family size: simultaneous
+    intervals), filled where Holm resolves it. ``verdicts``: ``"<comparison>, <arm>"`` -> ``helpers.stats``
     Verdict, the whole family judged together. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
@@ -814,7 +868,9 @@ def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, Va
     for ax, (arm, result) in zip(axes[0], arms.items()):
         for i, row in enumerate(rows):
             v = verdicts[f"{row}, {arm}"]
-            ax.errorbar(v.comparison.mean, len(rows) - 1 - i, xerr=v.threshold * v.comparison.se, fmt="o",
+            low, high = interval(v.comparison, 0.05 / len(verdicts))
+            ax.errorbar(v.comparison.mean, len(rows) - 1 - i, fmt="o",
+                        xerr=[[v.comparison.mean - low], [high - v.comparison.mean]],
                         color="#332288", mfc="#332288" if v.resolved else "white", ms=5, capsize=2)
         ax.axvline(0, color="0.3", lw=1)
         ax.axhline(0.5, color="0.7", lw=0.8, ls="--")                  # the group comparison below the line
@@ -824,7 +880,8 @@ def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, Va
         ax.grid(axis="y", visible=False)
     axes[0, 0].set_yticks(range(len(rows)), rows[::-1])
     fig.supxlabel("difference in the same seed (nats); below 0: the first is lower", fontsize=10)
-    fig.suptitle("Run-mean loss minus ReLU; last row: gated (not GLU) − dense. Bars: Holm-adjusted; filled: resolved")
+    fig.suptitle("Run-mean loss minus ReLU; last row: gated (not GLU) − dense. Bars: Bonferroni intervals over the "
+                 "family; filled: resolved\n(Holm, stepping down, can resolve a row whose bar just reaches 0)")
     fig.tight_layout()
     return fig
 
@@ -878,7 +935,7 @@ def family_table(verdicts: Mapping[str, "Verdict"], arms: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
-class TakeoffSplit:
+class StalledSeedSplit:
     """The tuned race split by runs not yet taken off (answer loss still above the threshold at the last step).
     ``stuck``: variant -> such runs; ``seeds``: seeds holding one among the dense and gated (not GLU) variants;
     ``all_gap``/``rest_gap``: ``GROUP`` on the run mean over all seeds / without those seeds; ``all_final``/
@@ -894,14 +951,14 @@ class TakeoffSplit:
     sd_rest: float
 
 
-def takeoff_split(result: VariantComparison, threshold: float = 4.0) -> TakeoffSplit:
+def split_stalled_seeds(result: VariantComparison, threshold: float = 4.0) -> StalledSeedSplit:
     """Count the runs of ``result`` still above ``threshold`` nats at the last step (near the plateau ln 152 ≈ 5.0:
     they had not taken off) and read ``GROUP`` with and without the seeds that hold one: a post-hoc look at where
     the spread comes from, not a verdict."""
     stuck = torch.stack([result.final(v) > threshold for v in DENSE + GATED_NO_SIGMOID]).any(dim=0)
     rest = result.select([s for s, m in zip(result.seeds, stuck.tolist()) if not m])
     gaps = race_family(result)[GROUP].diffs
-    return TakeoffSplit({v: int((result.final(v) > threshold).sum()) for v in result.variants}, int(stuck.sum()),
+    return StalledSeedSplit({v: int((result.final(v) > threshold).sum()) for v in result.variants}, int(stuck.sum()),
                         race_family(result)[GROUP], race_family(rest)[GROUP], final_loss_gap(result),
                         final_loss_gap(rest), float(gaps[stuck].std()), float(gaps[~stuck].std()))
 
@@ -991,19 +1048,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--at-shared-lr", type=float, default=None, metavar="LR",
                         help="no sweep: train --seeds with every variant at LR (more seeds or another rate for the "
                              f"control), written to {SHARED_PATH.name}")
+    parser.add_argument("--match-init-rms", default=None, metavar="REFERENCE", choices=sorted(VARIANTS),
+                        help="with --at-shared-lr: multiply each other variant's w2 at initialisation so its FFN "
+                             "output RMS matches REFERENCE's (init_rms_scale, seeds 0-4)")
     parser.add_argument("--out", default=None, help=f"default: {RACE_RESULTS_PATH}, or with --at-stored-rates "
                                                     f"{FRESH_TUNED_PATH}")
     args = parser.parse_args(argv)
-    overrides = {"steps": args.steps}
+    if args.match_init_rms is not None and args.at_shared_lr is None:
+        raise SystemExit("--match-init-rms needs --at-shared-lr")
+    overrides: dict = {"steps": args.steps}
     if args.steps < RACE_SETTINGS["eval_every"]:
         overrides["eval_every"] = args.steps
     if args.at_shared_lr is not None:
         if args.at_stored_rates:
             raise SystemExit("--at-shared-lr and --at-stored-rates exclude each other")
         lr = validate.positive_float("--at-shared-lr", args.at_shared_lr)
+        made_by = f"python -m helpers.gating --race-results --at-shared-lr {lr:g}"
+        if args.match_init_rms is not None:
+            overrides["w2_scale"] = {v: init_rms_scale(v, args.match_init_rms) for v in args.variants
+                                     if v != args.match_init_rms}
+            made_by += f" --match-init-rms {args.match_init_rms}"
         result = run_race(args.variants, args.seeds, lr=lr, **overrides)
-        out = save_race(result, args.out or shared_path(lr, args.seeds),
-                        made_by=f"python -m helpers.gating --race-results --at-shared-lr {lr:g}")
+        out = save_race(result, args.out or shared_path(lr, args.seeds), made_by=made_by)
         print(f"wrote {len(args.variants)} variants × {len(args.seeds)} seeds at lr {lr:g} to {out}")
         return 0
     if args.at_stored_rates:

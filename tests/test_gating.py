@@ -475,7 +475,7 @@ def test_group_failures_counts_runs_above_the_threshold_per_group():
 
 def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
     """The control's command (dense variants only, at 1.05 × the slow rate) and its family, on 2 seeds × 3 steps."""
-    from helpers.gating import DENSE, GATED_NO_SIGMOID, step_control_family, step_control_lr
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, dense_faster_gaps, step_control_lr
     assert (step_control_lr(1.05), step_control_lr(1.1)) == (0.00525, 0.0055)
     out = tmp_path / "control.json"
     assert main(["--race-results", "--at-shared-lr", str(step_control_lr(1.05)), "--variants", *DENSE,
@@ -483,24 +483,24 @@ def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
     assert "wrote 3 variants × 2 seeds at lr 0.00525" in capsys.readouterr().out
     control = load_race(out)
     slow = run_race(RACE_VARIANTS, [0, 1], lr=RACE_SHARED_LR, steps=3, eval_every=3, progress=False)
-    family = step_control_family(slow, {1.05: control})
+    family = dense_faster_gaps(slow, {1.05: control})
     assert list(family) == ["gated (not GLU) − dense, dense alone ×1.05"]
     gated = torch.stack([slow.run_mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
     dense = torch.stack([control.run_mean(v) for v in DENSE]).mean(dim=0)
     assert family["gated (not GLU) − dense, dense alone ×1.05"].mean == pytest.approx(float((gated - dense).mean()), abs=1e-5)
     with pytest.raises(ValueError, match="seeds"):
-        step_control_family(slow.select([1, 0]), {1.05: control})
+        dense_faster_gaps(slow.select([1, 0]), {1.05: control})
 
 
 def test_the_stored_step_size_control():
     """Seeds 0-59, dense variants at 0.00525 and 0.0055; read against the gated group at 0.005 on the same seeds."""
-    from helpers.gating import DENSE, shared_pools, step_control_family, step_controls
-    controls = step_controls()
+    from helpers.gating import DENSE, shared_pools, dense_faster_gaps, dense_at_faster_rates
+    controls = dense_at_faster_rates()
     assert sorted(controls) == [1.05, 1.1]
     for m, c in controls.items():
         assert c.seeds == list(range(60)) and c.variants == list(DENSE)
         assert all(c.lr(v) == round(0.005 * m, 10) for v in DENSE)
-    family = step_control_family(shared_pools()[0.005], controls)
+    family = dense_faster_gaps(shared_pools()[0.005], controls)
     assert [p.mean for p in family.values()] == pytest.approx([0.015, 0.101], abs=0.001)
     assert [p.lower for p in family.values()] == [25, 14]
 
@@ -512,24 +512,24 @@ def _flat_race(variants, seeds, lr, level):
     return VariantComparison(list(variants), list(seeds), [0, 5], curves, settings={"lr": lr})
 
 
-def test_equal_step_family_and_step_gains_pair_the_groups_by_seed():
-    from helpers.gating import DENSE, GATED_NO_SIGMOID, equal_step_family, step_gains
+def test_both_faster_gap_and_faster_rate_gains_pair_the_groups_by_seed():
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, both_faster_gap, faster_rate_gains
     seeds = [0, 1, 2]
     slow = _flat_race(DENSE + GATED_NO_SIGMOID, seeds, 0.005, {**dict.fromkeys(DENSE, 3.0),
                                                                **dict.fromkeys(GATED_NO_SIGMOID, 2.9)})
     dense_fast = _flat_race(DENSE, seeds, 0.00525, dict.fromkeys(DENSE, 2.9))
     gated_fast = _flat_race(GATED_NO_SIGMOID, seeds, 0.00525, dict.fromkeys(GATED_NO_SIGMOID, 2.8))
-    family = equal_step_family(slow, dense_fast, gated_fast)
+    family = both_faster_gap(slow, dense_fast, gated_fast)
     assert list(family) == ["gated (not GLU) − dense, both ×1.05"]
     assert family["gated (not GLU) − dense, both ×1.05"].mean == pytest.approx(-0.1)
-    gains = step_gains(slow, dense_fast, gated_fast)
+    gains = faster_rate_gains(slow, dense_fast, gated_fast)
     assert list(gains) == ["gated (not GLU): 0.00525 − 0.005", "dense: 0.00525 − 0.005"]
     assert all(g.mean == pytest.approx(-0.1) for g in gains.values())
     with pytest.raises(ValueError, match="seeds"):
-        equal_step_family(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, [0, 1], 0.00525,
+        both_faster_gap(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, [0, 1], 0.00525,
                                                        dict.fromkeys(GATED_NO_SIGMOID, 2.8)))
     with pytest.raises(ValueError, match="rate"):
-        equal_step_family(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, seeds, 0.0055,
+        both_faster_gap(slow, dense_fast, _flat_race(GATED_NO_SIGMOID, seeds, 0.0055,
                                                        dict.fromkeys(GATED_NO_SIGMOID, 2.8)))
 
 
@@ -552,8 +552,8 @@ def test_retrain_check_reproduces_a_stored_curve(tmp_path):
 def test_the_stored_gated_step_control():
     """The symmetric arm of notebook 04's step-size control: the gated (not GLU) variants at 0.00525 on seeds 0-59,
     beside the stored dense ones at the same rate."""
-    from helpers.gating import GATED_NO_SIGMOID, gated_step_control, step_controls
-    gated, dense = gated_step_control(), step_controls()[1.05]
+    from helpers.gating import GATED_NO_SIGMOID, gated_at_faster_rate, dense_at_faster_rates
+    gated, dense = gated_at_faster_rate(), dense_at_faster_rates()[1.05]
     assert gated.variants == list(GATED_NO_SIGMOID) and gated.seeds == dense.seeds == list(range(60))
     assert all(gated.lr(v) == 0.00525 == dense.lr("relu") for v in gated.variants)
     assert gated.eval_steps == dense.eval_steps
@@ -643,9 +643,9 @@ def test_final_loss_gap_reads_the_last_step():
 
 
 def test_takeoff_split_counts_stalled_runs_and_drops_their_seeds():
-    from helpers.gating import DENSE, GATED_NO_SIGMOID, FRESH_TUNED_BLOCKS, fresh_tuned_path, pool_races, takeoff_split
+    from helpers.gating import DENSE, GATED_NO_SIGMOID, FRESH_TUNED_BLOCKS, fresh_tuned_path, pool_races, split_stalled_seeds
     tuned = pool_races([load_race(), *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
-    split = takeoff_split(tuned)
+    split = split_stalled_seeds(tuned)
     assert split.stuck == {v: int((tuned.final(v) > 4.0).sum()) for v in tuned.variants}
     assert split.stuck == {"relu": 3, "gelu": 4, "swish": 4, "glu": 1, "bilinear": 2, "reglu": 2, "geglu": 1,
                            "swiglu": 6}
@@ -653,7 +653,7 @@ def test_takeoff_split_counts_stalled_runs_and_drops_their_seeds():
     assert split.all_gap.mean == pytest.approx(race_family(tuned)[GROUP].mean)
     assert split.rest_gap.mean == pytest.approx(0.108, abs=5e-4) and abs(split.rest_final.mean) < 5e-4
     assert split.sd_stuck > 4 * split.sd_rest
-    none = takeoff_split(tuned, threshold=100.0)
+    none = split_stalled_seeds(tuned, threshold=100.0)
     assert none.seeds == 0 and none.rest_gap.n == len(tuned.seeds) and set(DENSE + GATED_NO_SIGMOID) <= set(none.stuck)
 
 
@@ -676,3 +676,36 @@ def test_finetune_group_gaps_from_shazeer_tables():
     assert gaps["GLUE"] == pytest.approx((84.12 + 83.79 + 84.36 + 84.67) / 4 - (83.80 + 83.86 + 83.60) / 3)
     flat = {v: (1.0, 2.0, 3.0, 4.0) for v in SHAZEER_2020_FINETUNE}
     assert all(g == pytest.approx(0.0) for g in finetune_group_gaps(flat).values())
+
+
+def test_w2_scale_multiplies_the_ffn_output_at_initialisation():
+    from helpers.gating import run_race
+    plain = run_race(["swiglu"], [0], lr=0.005, steps=5, eval_every=5, progress=False)
+    scaled = run_race(["swiglu"], [0], lr=0.005, steps=5, eval_every=5, progress=False, w2_scale={"swiglu": 2.0})
+    assert scaled.settings["w2_scale"] == {"swiglu": 2.0} and "w2_scale" not in plain.settings
+    assert float((scaled.curves["swiglu"][0] - plain.curves["swiglu"][0]).abs().max()) > 1e-4
+    with pytest.raises(ValueError):
+        run_race(["swiglu"], [0], lr=0.005, steps=5, eval_every=5, progress=False, w2_scale={"swiglu": -1.0})
+
+
+def test_the_stored_init_rms_control_and_its_family():
+    from helpers.gating import init_rms_control, init_rms_scale, output_size_family, race_arms, load_race
+    matched = init_rms_control()
+    assert matched.variants == ["swiglu"] and matched.seeds == list(range(30)) and matched.lr("swiglu") == 0.005
+    assert matched.settings["w2_scale"]["swiglu"] == pytest.approx(init_rms_scale("swiglu"), rel=1e-3)
+    slow = race_arms(load_race())["lr 0.005"]
+    family = output_size_family(slow, matched)
+    assert list(family) == ["SwiGLU, output matched at init − SwiGLU", "SwiGLU, output matched at init − ReLU"]
+    assert all(p.n == 30 for p in family.values())
+    expected = (matched.run_mean("swiglu") - slow.select(matched.seeds).run_mean("swiglu")).mean()
+    assert family["SwiGLU, output matched at init − SwiGLU"].mean == pytest.approx(float(expected))
+
+
+def test_the_stored_long_runs_start_as_the_race_does():
+    from helpers.gating import long_runs, race_arms, load_race
+    long = long_runs()
+    assert long.eval_steps[-1] == 300 and long.seeds == [0, 1, 2, 3, 4] and long.lr("relu") == 0.005
+    same = race_arms(load_race())["lr 0.005"].select(long.seeds)
+    k = long.eval_steps.index(100) + 1
+    for v in long.variants:
+        assert float((long.curves[v][:, :k] - same.curves[v]).abs().max()) < 0.05
