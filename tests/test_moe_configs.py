@@ -95,27 +95,55 @@ def test_switch_table_1_as_published_and_drawn():
     plt.close(fig)
 
 
+class _RoutingOfMoE:
+    """An MoE block's own routing (``gate`` + ``route_tokens_to_experts``) behind the router interface: for
+    transformers releases whose router returns only logits (Colab's 5.6)."""
+
+    def __init__(self, moe, batched: bool):
+        self.moe, self.batched, self.weight = moe, batched, moe.gate.weight
+
+    def __call__(self, x):
+        import torch
+
+        logits = torch.nn.functional.linear(x.float(), self.weight.float())    # (tokens, experts)
+        index, weights = self.moe.route_tokens_to_experts(logits[None] if self.batched else logits)
+        return weights, index
+
+
+def _router(kind: str, config):
+    """transformers' router for ``kind``, or its MoE block's routing where the release has no router class."""
+    import torch
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as v2
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as v3
+    from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
+
+    if kind == "DeepSeekMoE" and not hasattr(v2, "DeepseekV2TopkRouter"):
+        return _RoutingOfMoE(v2.DeepseekV2Moe(config), batched=True)
+    router = {"Mixtral": MixtralTopKRouter, "DeepSeekMoE": getattr(v2, "DeepseekV2TopkRouter", None),
+              "DeepSeek-V3": v3.DeepseekV3TopkRouter}[kind](config)
+    if isinstance(router(torch.zeros(1, config.hidden_size)), torch.Tensor):      # logits only
+        return _RoutingOfMoE(v3.DeepseekV3MoE(config), batched=False)
+    return router
+
+
 def test_gate_conventions_match_transformers_routers():
     """Each convention of ``GATE_CONVENTIONS`` against transformers' router built from a tiny config, same weights."""
     import torch
 
     pytest.importorskip("transformers")
     from transformers import DeepseekV2Config, DeepseekV3Config, MixtralConfig
-    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2TopkRouter
-    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
-    from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
 
     from helpers.moe_configs import gate_layers, gate_table
 
     layers = gate_layers(16, 8, 2, seed=3)
     routers = {
-        "Mixtral": MixtralTopKRouter(MixtralConfig(hidden_size=16, num_local_experts=8, num_experts_per_tok=2)),
-        "DeepSeekMoE": DeepseekV2TopkRouter(DeepseekV2Config(
-            hidden_size=16, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2, topk_method="greedy", n_group=1, topk_group=1,
-            routed_scaling_factor=1.0, norm_topk_prob=False)),
-        "DeepSeek-V3": DeepseekV3TopkRouter(DeepseekV3Config(
-            hidden_size=16, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, norm_topk_prob=True,
-            routed_scaling_factor=2.5)),
+        "Mixtral": _router("Mixtral", MixtralConfig(hidden_size=16, num_local_experts=8, num_experts_per_tok=2)),
+        "DeepSeekMoE": _router("DeepSeekMoE", DeepseekV2Config(
+            hidden_size=16, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2,
+            topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=False)),
+        "DeepSeek-V3": _router("DeepSeek-V3", DeepseekV3Config(
+            hidden_size=16, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2,
+            n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5)),
     }
     x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
     for name, router in routers.items():
