@@ -13,6 +13,16 @@ from helpers import validate
 from helpers.memory import pattern_neuron_share, pattern_share, top_triggers
 
 
+def _counted(c: torch.Tensor, valid: torch.Tensor, name: str, rows: torch.Tensor | None,
+             labels: Sequence[object]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The counted prompts' ``(coefficients, valid)`` of one labelling, checked to hold one label per prompt."""
+    c_rows, valid_rows = (c, valid) if rows is None else (c[rows], valid[rows])
+    if len(labels) != c_rows.shape[0]:
+        raise ValueError(f"labellings[{name!r}] must give one label per counted prompt "
+                         f"({c_rows.shape[0]}), got {len(labels)}")
+    return c_rows, valid_rows
+
+
 def pattern_share_table(coefficients: Sequence[torch.Tensor], valid: torch.Tensor,
                         labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]],
                         k: int = 10, threshold: float = 0.8) -> torch.Tensor:
@@ -31,10 +41,7 @@ def pattern_share_table(coefficients: Sequence[torch.Tensor], valid: torch.Tenso
     for c in coefficients:
         row = []
         for name, (rows, labels) in labellings.items():
-            c_rows, valid_rows = (c, valid) if rows is None else (c[rows], valid[rows])
-            if len(labels) != c_rows.shape[0]:
-                raise ValueError(f"labellings[{name!r}] must give one label per counted prompt "
-                                 f"({c_rows.shape[0]}), got {len(labels)}")
+            c_rows, valid_rows = _counted(c, valid, name, rows, labels)
             row.append(pattern_neuron_share(c_rows, valid_rows, labels, k, threshold))
         table.append(row)
     return torch.tensor(table)
@@ -85,10 +92,7 @@ def _top_shares(traces: Mapping[int, object], valid: torch.Tensor,
         c = traces[s].coefficients[layer]
         row = []
         for name, (rows, labels) in labellings.items():
-            c_rows, valid_rows = (c, valid) if rows is None else (c[rows], valid[rows])
-            if len(labels) != c_rows.shape[0]:
-                raise ValueError(f"labellings[{name!r}] must give one label per counted prompt "
-                                 f"({c_rows.shape[0]}), got {len(labels)}")
+            c_rows, valid_rows = _counted(c, valid, name, rows, labels)
             row.append(pattern_share(top_triggers(c_rows, k, valid_rows).examples, labels))
         out.append(row)
     return out
