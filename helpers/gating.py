@@ -821,8 +821,8 @@ def plateau_spread(result: VariantComparison, gaps: PairedDifference, threshold:
     if stuck.shape != gaps.diffs.shape:
         raise ValueError(f"gaps must hold result's {stuck.numel()} seeds, got {gaps.diffs.numel()}")
     dev = (gaps.diffs.double() - gaps.diffs.double().mean()) ** 2
-    return PlateauSpread(int(stuck.sum()), int((~stuck).sum()), float(gaps.diffs[stuck].std()),
-                         float(gaps.diffs[~stuck].std()), float(dev[stuck].sum() / dev.sum()))
+    return PlateauSpread(int(stuck.sum()), int((~stuck).sum()), _sd(gaps.diffs[stuck]), _sd(gaps.diffs[~stuck]),
+                         float(dev[stuck].sum() / dev.sum()))
 
 
 def sweep_table(sweep: LrSweep) -> str:
@@ -937,12 +937,14 @@ def family_table(verdicts: Mapping[str, "Verdict"], arms: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class StalledSeedSplit:
     """The tuned race split by runs not yet taken off (answer loss still above the threshold at the last step).
-    ``stuck``: variant -> such runs; ``seeds``: seeds holding one among the dense and gated (not GLU) variants;
-    ``all_gap``/``rest_gap``: ``GROUP`` on the run mean over all seeds / without those seeds; ``all_final``/
-    ``rest_final``: the same on the loss at the last step; ``sd_stuck``/``sd_rest``: sd of the per-seed run-mean
-    gaps on those seeds / the others (nats)."""
+    ``stuck``: variant -> such runs; ``seeds``: seeds holding one among the seven variants of ``GROUP`` (the dense
+    and gated (not GLU) ones; GLU's runs are left out); ``seeds_any``: seeds holding one among every variant of
+    ``result``; ``all_gap``/``rest_gap``: ``GROUP`` on the run mean over all seeds / without the ``seeds`` ones;
+    ``all_final``/``rest_final``: the same on the loss at the last step; ``sd_stuck``/``sd_rest``: sd of the
+    per-seed run-mean gaps on those seeds / the others (nats; NaN where fewer than 2 seeds)."""
     stuck: dict[str, int]
     seeds: int
+    seeds_any: int
     all_gap: PairedDifference
     rest_gap: PairedDifference
     all_final: PairedDifference
@@ -956,11 +958,17 @@ def split_stalled_seeds(result: VariantComparison, threshold: float = 4.0) -> St
     they had not taken off) and read ``GROUP`` with and without the seeds that hold one: a post-hoc look at where
     the spread comes from, not a verdict."""
     stuck = torch.stack([result.final(v) > threshold for v in DENSE + GATED_NO_SIGMOID]).any(dim=0)
+    stuck_any = torch.stack([result.final(v) > threshold for v in result.variants]).any(dim=0)
     rest = result.select([s for s, m in zip(result.seeds, stuck.tolist()) if not m])
     gaps = race_family(result)[GROUP].diffs
     return StalledSeedSplit({v: int((result.final(v) > threshold).sum()) for v in result.variants}, int(stuck.sum()),
-                        race_family(result)[GROUP], race_family(rest)[GROUP], final_loss_gap(result),
-                        final_loss_gap(rest), float(gaps[stuck].std()), float(gaps[~stuck].std()))
+                            int(stuck_any.sum()), race_family(result)[GROUP], race_family(rest)[GROUP],
+                            final_loss_gap(result), final_loss_gap(rest), _sd(gaps[stuck]), _sd(gaps[~stuck]))
+
+
+def _sd(values: torch.Tensor) -> float:
+    """Sample sd (n − 1) of ``(n,)`` values; NaN when n < 2 (where ``Tensor.std`` warns about degrees of freedom)."""
+    return float(values.std()) if values.numel() >= 2 else float("nan")
 
 
 def stalled(result: VariantComparison, threshold: float = 1.0) -> dict[str, int]:

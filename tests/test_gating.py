@@ -1,3 +1,4 @@
+import math
 import pytest
 import torch
 import torch.nn.functional as F
@@ -650,11 +651,15 @@ def test_takeoff_split_counts_stalled_runs_and_drops_their_seeds():
     assert split.stuck == {"relu": 3, "gelu": 4, "swish": 4, "glu": 1, "bilinear": 2, "reglu": 2, "geglu": 1,
                            "swiglu": 6}
     assert split.seeds == 12 and split.rest_gap.n == split.all_gap.n - 12 == 78
+    assert split.seeds_any == 13       # GLU's stalled run sits on a seed of its own (review 04-round31, WRONG 1)
+    every = torch.stack([tuned.final(v) > 4.0 for v in tuned.variants]).any(dim=0)
+    assert split.seeds_any == int(every.sum())
     assert split.all_gap.mean == pytest.approx(race_family(tuned)[GROUP].mean)
     assert split.rest_gap.mean == pytest.approx(0.108, abs=5e-4) and abs(split.rest_final.mean) < 5e-4
     assert split.sd_stuck > 4 * split.sd_rest
     none = split_stalled_seeds(tuned, threshold=100.0)
     assert none.seeds == 0 and none.rest_gap.n == len(tuned.seeds) and set(DENSE + GATED_NO_SIGMOID) <= set(none.stuck)
+    assert math.isnan(none.sd_stuck) and none.seeds_any == 0      # no stalled seed: no sd, and no warning
 
 
 def test_family_table_has_one_row_per_comparison_and_the_controls():
