@@ -527,12 +527,16 @@ def gated_at_faster_rate() -> VariantComparison:
     return load_race(GATED_STEP_CONTROL_PATH)
 
 
-#: The output-size control of the slow-rate lead: SwiGLU at ``RACE_SHARED_LR`` with its FFN's ``w2`` multiplied at
-#: initialisation so that its output RMS matches ReLU's (``init_rms_scale``), on seeds 0-29, made by
-#: ``python -m helpers.gating --race-results --at-shared-lr 0.005 --variants swiglu --match-init-rms relu
-#: --seeds 0 ... 29 --out helpers/data/gating_race_swiglu_init_rms_matched_lr_0.005_seeds_0-29.json``.
+#: The output-size control of the slow-rate lead: each gated (not GLU) variant at ``RACE_SHARED_LR`` with its FFN's
+#: ``w2`` multiplied at initialisation so that its output RMS matches ReLU's (``init_rms_scale``), on seeds 0-29.
+#: SwiGLU's runs were made by ``python -m helpers.gating --race-results --at-shared-lr 0.005 --variants swiglu
+#: --match-init-rms relu --seeds 0 ... 29 --out helpers/data/gating_race_swiglu_init_rms_matched_lr_0.005_seeds_0-29.json``,
+#: the other three's (review 04-round31) by ``python -m helpers.gating --race-results --at-shared-lr 0.005
+#: --variants bilinear reglu geglu --match-init-rms relu --seeds 0 ... 29
+#: --out helpers/data/gating_race_gated_init_rms_matched_lr_0.005_seeds_0-29.json`` (about 90 s).
 INIT_RMS_SEEDS: tuple[int, ...] = tuple(range(5))
 INIT_RMS_CONTROL_PATH = Path(__file__).parent / "data" / "gating_race_swiglu_init_rms_matched_lr_0.005_seeds_0-29.json"
+INIT_RMS_OTHERS_PATH = Path(__file__).parent / "data" / "gating_race_gated_init_rms_matched_lr_0.005_seeds_0-29.json"
 
 
 def init_rms_scale(variant: str, reference: str = "relu", seeds: Sequence[int] = INIT_RMS_SEEDS) -> float:
@@ -547,16 +551,39 @@ def init_rms_control() -> VariantComparison:
     return load_race(INIT_RMS_CONTROL_PATH)
 
 
-def output_size_family(slow: VariantComparison, matched: VariantComparison) -> dict[str, PairedDifference]:
-    """Does SwiGLU's lead at a slow rate come from its smaller output at initialisation? ``slow``: every variant at
-    one rate; ``matched``: SwiGLU at that rate with its initial output RMS matched to ReLU's, on some of ``slow``'s
-    seeds. Returns the run-mean loss, paired by seed: matched SwiGLU − SwiGLU, and matched SwiGLU − ReLU."""
-    if matched.lr("swiglu") != slow.lr("swiglu"):
-        raise ValueError(f"matched must train at slow's rate {slow.lr('swiglu')}, got {matched.lr('swiglu')}")
-    same = slow.select(matched.seeds)
-    out = matched.run_mean("swiglu")
-    return {"SwiGLU, output matched at init − SwiGLU": paired_difference(out, same.run_mean("swiglu")),
-            "SwiGLU, output matched at init − ReLU": paired_difference(out, same.run_mean("relu"))}
+def init_rms_controls() -> dict[str, VariantComparison]:
+    """Every gated (not GLU) variant's stored output-matched runs: variant -> the stored comparison holding it
+    (``INIT_RMS_OTHERS_PATH`` for Bilinear, ReGLU and GEGLU, ``INIT_RMS_CONTROL_PATH`` for SwiGLU), in
+    ``GATED_NO_SIGMOID`` order. Each one's ``settings["w2_scale"][variant]`` is the factor it trained with."""
+    others, swiglu = load_race(INIT_RMS_OTHERS_PATH), init_rms_control()
+    return {v: swiglu if v == "swiglu" else others for v in GATED_NO_SIGMOID}
+
+
+def output_size_family(slow: VariantComparison,
+                       matched: VariantComparison | Mapping[str, VariantComparison]) -> dict[str, PairedDifference]:
+    """Does the gated group's lead at a slow rate come from its smaller output at initialisation? ``slow``: every
+    variant at one rate; ``matched``: variant -> runs at that rate with the variant's initial output RMS matched to
+    ReLU's (``init_rms_controls()``; one comparison stands for all its variants), on some of ``slow``'s seeds.
+    Returns the run-mean loss, paired by seed (``(n_seeds,)`` each): per matched variant X, ``"matched X − X"`` and
+    ``"matched X − ReLU"``; when every gated (not GLU) variant is matched, also ``"matched <group> − dense"``
+    (their mean minus the dense variants' mean at ``slow``)."""
+    if isinstance(matched, VariantComparison):
+        matched = {v: matched for v in matched.variants}
+    family, outs = {}, {}
+    for variant, runs in matched.items():
+        if runs.lr(variant) != slow.lr(variant):
+            raise ValueError(f"matched must train at slow's rate {slow.lr(variant)}, got {runs.lr(variant)}")
+        same, name = slow.select(runs.seeds), VARIANT_NAMES[variant]
+        outs[variant] = runs.run_mean(variant)
+        family[f"matched {name} − {name}"] = paired_difference(outs[variant], same.run_mean(variant))
+        family[f"matched {name} − ReLU"] = paired_difference(outs[variant], same.run_mean("relu"))
+    if set(GATED_NO_SIGMOID) <= set(outs):
+        seeds = matched[GATED_NO_SIGMOID[0]].seeds
+        if any(matched[v].seeds != seeds for v in GATED_NO_SIGMOID):
+            raise ValueError("every matched gated (not GLU) variant must use the same seeds for the group row")
+        gated = torch.stack([outs[v] for v in GATED_NO_SIGMOID]).mean(dim=0)
+        family[f"matched {GROUP}"] = paired_difference(gated, group_mean(slow.select(seeds), DENSE))
+    return family
 
 
 #: Seeds 0-4 at ``RACE_SHARED_LR`` trained three times as long (300 steps), made by ``python -m helpers.gating
@@ -608,9 +635,10 @@ def race_arms(race: VariantComparison) -> dict[str, VariantComparison]:
 
 
 def retrain_check(stored: VariantComparison, seed: int, variant: str = "relu") -> tuple[torch.Tensor, float]:
-    """Retrain ``variant`` on ``seed`` at ``stored``'s rate and settings: ``(n_evals,)`` the live curve, and its
+    """Retrain ``variant`` on ``seed`` at ``stored``'s rate and settings (its ``w2_scale`` too, if any):
+    ``(n_evals,)`` the live curve, and its
     largest absolute gap (nats) to the stored curve."""
-    same = {k: v for k, v in stored.settings.items() if k in RACE_SETTINGS}
+    same = {k: v for k, v in stored.settings.items() if k in RACE_SETTINGS or k == "w2_scale"}
     live = run_race([variant], [seed], lr=stored.lr(variant), progress=False, **same).curves[variant][0]
     return live, float((live - stored.curves[variant][stored.seeds.index(seed)]).abs().max())
 

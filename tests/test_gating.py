@@ -694,16 +694,40 @@ def test_w2_scale_multiplies_the_ffn_output_at_initialisation():
 
 
 def test_the_stored_init_rms_control_and_its_family():
-    from helpers.gating import init_rms_control, init_rms_scale, output_size_family, race_arms, load_race
+    from helpers.gating import (GATED_NO_SIGMOID, init_rms_control, init_rms_controls, init_rms_scale,
+                                output_size_family, race_arms, load_race)
     matched = init_rms_control()
     assert matched.variants == ["swiglu"] and matched.seeds == list(range(30)) and matched.lr("swiglu") == 0.005
     assert matched.settings["w2_scale"]["swiglu"] == pytest.approx(init_rms_scale("swiglu"), rel=1e-3)
     slow = race_arms(load_race())["lr 0.005"]
     family = output_size_family(slow, matched)
-    assert list(family) == ["SwiGLU, output matched at init − SwiGLU", "SwiGLU, output matched at init − ReLU"]
+    assert list(family) == ["matched SwiGLU − SwiGLU", "matched SwiGLU − ReLU"]
     assert all(p.n == 30 for p in family.values())
     expected = (matched.run_mean("swiglu") - slow.select(matched.seeds).run_mean("swiglu")).mean()
-    assert family["SwiGLU, output matched at init − SwiGLU"].mean == pytest.approx(float(expected))
+    assert family["matched SwiGLU − SwiGLU"].mean == pytest.approx(float(expected))
+
+
+def test_the_init_rms_control_covers_every_gated_variant():
+    """Review 04-round31, CONFUSING 2: Bilinear, ReGLU and GEGLU matched too; the group row."""
+    from helpers.gating import (DENSE, GATED_NO_SIGMOID, GROUP, init_rms_controls, init_rms_scale,
+                                output_size_family, race_arms, load_race)
+    from helpers.stats import holm
+    matched = init_rms_controls()
+    assert list(matched) == list(GATED_NO_SIGMOID)
+    for v, runs in matched.items():
+        assert runs.seeds == list(range(30)) and runs.lr(v) == 0.005
+        assert runs.settings["w2_scale"][v] == pytest.approx(init_rms_scale(v), rel=1e-3)
+    slow = race_arms(load_race())["lr 0.005"]
+    family = output_size_family(slow, matched)
+    assert len(family) == 9 and list(family)[-1] == f"matched {GROUP}"
+    same = slow.select(list(range(30)))
+    gated = torch.stack([matched[v].run_mean(v) for v in GATED_NO_SIGMOID]).mean(0)
+    dense = torch.stack([same.run_mean(v) for v in DENSE]).mean(0)
+    assert family[f"matched {GROUP}"].mean == pytest.approx(float((gated - dense).mean()))
+    verdicts = {v.name: v for v in holm(family)}
+    assert all(verdicts[f"matched {n} − ReLU"].resolved and verdicts[f"matched {n} − ReLU"].comparison.mean < 0
+               for n in ("Bilinear", "ReGLU", "GEGLU", "SwiGLU"))
+    assert verdicts[f"matched {GROUP}"].resolved and round(family[f"matched {GROUP}"].mean, 3) == -0.137
 
 
 def test_the_stored_long_runs_start_as_the_race_does():
