@@ -738,3 +738,23 @@ def test_the_stored_long_runs_start_as_the_race_does():
     k = long.eval_steps.index(100) + 1
     for v in long.variants:
         assert float((long.curves[v][:, :k] - same.curves[v]).abs().max()) < 0.05
+
+
+def test_race_family_with_controls_is_the_27_row_family_and_the_gains():
+    """Notebook 04, cells 48-49 (review 04-round31, CONFUSING 4): one helper builds the family the cell prints."""
+    from helpers.gating import (GROUP, both_faster_gap, dense_at_faster_rates, dense_faster_gaps,
+                                faster_rate_gains, gated_at_faster_rate, race_arms, race_family_with_controls,
+                                step_size_gains)
+    arms = race_arms(load_race())
+    family = race_family_with_controls(arms)
+    assert len(family) == 27 and list(family)[:8] == [f"{row}, lr 0.005" for row in race_family(arms["lr 0.005"])]
+    controls = dense_at_faster_rates()
+    expected = {**dense_faster_gaps(arms["lr 0.005"], controls),
+                **both_faster_gap(arms["lr 0.005"], controls[1.05], gated_at_faster_rate())}
+    assert list(family)[-3:] == list(expected)
+    assert all(family[k].mean == pytest.approx(p.mean) for k, p in expected.items())
+    assert family[f"{GROUP}, tuned"].n == 90
+    gains = step_size_gains(arms["lr 0.005"])
+    full = faster_rate_gains(arms["lr 0.005"], controls[1.05], gated_at_faster_rate())
+    assert list(gains) == ["gated (not GLU)", "dense"]
+    assert [p.mean for p in gains.values()] == pytest.approx([p.mean for p in full.values()])
