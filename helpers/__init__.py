@@ -67,6 +67,7 @@ dictionary_study notebook 09's dictionaries on five fact models: the superpositi
 dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dictionary size (shipped)
 dictionary_k notebook 09's k sweep: held-out FVU per number of active features (shipped)
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
+tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
 feature_reading  notebook 09's featured feature (the top-list rule) and its two-panel figure
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
 plotting    the course's figure style and shared plots

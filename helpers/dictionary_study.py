@@ -37,6 +37,7 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study --only-planted            # the planted checks at the recipe (~2 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_y --lengths 10000 30000           # (~15 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_slots --lengths 30000             # (~10 min)
+    python -m helpers.dictionary_study --rate 0.01 --arms sae_gaussian --lengths 30000          # (~5 min)
 
 ``--rate`` trains the control's autoencoders at one learning rate for every arm (``rate_runs``; the five models
 side by side), into ``control_lr[rate]`` of each model's entry: the rate at the length a verdict is read, and
@@ -66,7 +67,7 @@ from helpers.superposition import (best_cosines, dimensions_per_feature, feature
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
-           "slot_edge_family", "tracking_lengths", "toy_recovery", "planted_recovery",
+           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
@@ -580,6 +581,17 @@ def slot_edge_family(study: dict, lr: float, lengths: Sequence[str], layer: int 
     name = f"layer {layer}: SAE on y − SAE on a slot mixture"
     return {name + (f", {int(n):,} steps" if len(lengths) > 1 else ""):
             paired_difference(y[(lr, n)], mixture[(lr, n)]) for n in lengths}
+
+
+def control_family(study: dict, lr: float, length: str, layer: int = 1) -> dict[str, PairedDifference]:
+    """Section 4's three autoencoder comparisons, all at learning rate ``lr`` and ``length`` steps, paired over
+    models, named as in ``sparse_structure_family(..., slots=True)``: y against the Gaussian and the slot
+    mixture, the mixture against the Gaussian (each over its own PCA-8). Read at 3× section 4's length, it is
+    the longer-run check of those verdicts."""
+    y, gauss, mixture = (_runs(study, layer, arm)[(lr, length)] for arm in ("sae_y", "sae_gaussian", "sae_slots"))
+    return {f"layer {layer}: SAE on y − SAE on a Gaussian": paired_difference(y, gauss),
+            f"layer {layer}: SAE on y − SAE on a slot mixture": paired_difference(y, mixture),
+            f"layer {layer}: SAE on a slot mixture − on a Gaussian": paired_difference(mixture, gauss)}
 
 
 def _tracking(entry: dict, unit: str, steps: str | None) -> list[dict]:

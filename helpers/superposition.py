@@ -34,7 +34,7 @@ import torch
 from helpers import validate
 from helpers.progress import progress as progress_bar
 
-__all__ = ["ToyModels", "train_toy_models", "feature_norms", "interference", "dimensions_per_feature",
+__all__ = ["ToyModels", "train_toy_models", "train_toy_with", "feature_norms", "interference", "dimensions_per_feature",
            "toy_hidden", "best_cosines", "random_cosine_median", "planted_features", "planted_pairs"]
 
 
@@ -126,6 +126,35 @@ def train_toy_models(n_features: int = 20, n_hidden: int = 5, sparsities: Sequen
         opt.step()
         losses.append(loss.detach())
     return ToyModels(W.detach(), b.detach(), sparsity, seed, importance, torch.stack(losses))
+
+
+def train_toy_with(forward, sparsity: float, seed: int = 0, n_features: int = 20, n_hidden: int = 5,
+                   steps: int = 1000) -> torch.Tensor | str:
+    """Train one toy model with a learner's ``forward(W, b, x, importance) -> (x_hat, loss)`` (notebook 09's
+    Exercise 6) in place of the course's, with ``train_toy_models``' recipe: the same Xavier start, AdamW at
+    rate 0.01, 256 fresh inputs a step drawn as ``train_toy_models(sparsities=[sparsity], seeds=[seed])`` draws
+    them, importance 0.9^i, float64. Returns the trained ``W`` ``(n_hidden, n_features)``, or a sentence saying
+    why it could not train (a loss autograd cannot differentiate)."""
+    sparsity = validate.probability("sparsity", sparsity)
+    gen_w = torch.Generator().manual_seed(validate.non_negative_int("seed", seed))
+    std = (2.0 / (n_features + n_hidden)) ** 0.5
+    W = (torch.randn(n_hidden, n_features, generator=gen_w) * std).double().requires_grad_()
+    b = torch.zeros(n_features, dtype=torch.float64, requires_grad=True)
+    importance = 0.9 ** torch.arange(n_features, dtype=torch.float64)
+    keep, gen = 1.0 - sparsity, torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW([W, b], lr=1e-2)
+    with torch.enable_grad():
+        for _ in range(steps):
+            u = torch.rand((1, 256, n_features), generator=gen, dtype=torch.float64)[0]
+            x = torch.where(u < keep, u / keep, 0.0)
+            loss = forward(W, b, x, importance)[1]
+            if not (torch.is_tensor(loss) and loss.requires_grad and loss.numel() == 1):
+                return ("the loss must be a 1-element tensor that autograd can differentiate (do not turn it into a "
+                        "Python float with float() or .item()), so the training can call loss.backward().")
+            opt.zero_grad(set_to_none=True)
+            loss.reshape(()).backward()
+            opt.step()
+    return W.detach()
 
 
 def feature_norms(W: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,8 @@ def _notes(ex):
 
 
 def test_kinds_titles_and_blank_stubs():
-    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate", "investigate"]
-    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 6)]
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate", "investigate", "build"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 7)]
 
     def blank(*args):
         raise NotImplementedError
@@ -371,3 +371,17 @@ def test_features_used_by_argmax_gets_its_hint():
     result = check_features_used.evaluate(features_used)
     assert result.status == FAILED
     assert "argmax" in result.line()
+
+
+def test_toy_forward_matches_the_trainer_and_a_float_loss_is_told():
+    from helpers.exercises.nb09 import _toy_forward, check_toy_forward
+    from helpers.superposition import train_toy_models, train_toy_with
+    W = train_toy_with(_toy_forward, 0.8, steps=20)
+    assert torch.allclose(W, train_toy_models(sparsities=[0.8], seeds=[0], steps=20, progress=False).W[0], atol=1e-9)
+    told = train_toy_with(lambda W, b, x, i: (x, float(((x - x) ** 2).sum())), 0.8, steps=3)
+    assert isinstance(told, str) and "backward" in told
+
+    def by_einsum(W, b, x, importance):
+        x_hat = torch.relu(torch.einsum("bi,mi,mj->bj", x, W, W) + b)
+        return x_hat, torch.einsum("bi,i->b", (x - x_hat) ** 2, importance).mean()
+    assert check_toy_forward.evaluate(by_einsum).status == PASSED

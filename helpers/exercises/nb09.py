@@ -20,6 +20,7 @@ checker                         kind       your function                        
 ``check_fvu``                   invest.    ``fraction_of_variance_unexplained(y, y_hat)``             float64
 ``check_top_sub_updates``       invest.    ``top_sub_updates(m, W2, b2, k)``                           ``(N, d_model)``
 ``check_features_used``         invest.    ``features_used(codes)``                                    int
+``check_toy_forward``           build      ``toy_forward(W, b, x, importance)``                        x_hat, loss
 ==============================  =========  ========================================================  =================
 """
 
@@ -724,4 +725,88 @@ check_features_used = Exercise(
 )
 
 
-EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates, check_features_used]
+# ---------------------------------------------------------------- exercise 6: the toy model's forward pass and loss
+def _toy_forward(W: torch.Tensor, b: torch.Tensor, x: torch.Tensor, importance: torch.Tensor):
+    x_hat = torch.relu(x @ W.T @ W + b)
+    return x_hat, (importance * (x - x_hat) ** 2).sum(dim=-1).mean()
+
+
+def _toy_cases() -> list[Case]:
+    g = _generator(906)
+
+    def toy(B, m, n, sparsity, bias=0.0):
+        u = torch.rand(B, n, generator=g, dtype=torch.float64)
+        x = torch.where(torch.rand(B, n, generator=g, dtype=torch.float64) < sparsity, 0.0, u)
+        W = torch.randn(m, n, generator=g, dtype=torch.float64) * 0.6
+        b = bias + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+        return W, b, x, 0.9 ** torch.arange(n, dtype=torch.float64)
+
+    cases = [Case(toy(16, 5, 20, 0.9), note="W (5, 20), x (16, 20) at S = 0.9, I = 0.9^i"),
+             Case(toy(8, 3, 6, 0.0), note="dense x (8, 6), W (3, 6)"),
+             Case(toy(1, 2, 4, 0.5), note="a batch of one: x (1, 4), W (2, 4)"),
+             Case(toy(6, 1, 5, 0.3), note="one hidden dimension: W (1, 5)"),
+             Case(toy(5, 4, 4, 0.2), note="as many hidden dimensions as features: W (4, 4)"),
+             Case(toy(10, 3, 8, 0.7, bias=-0.4), note="a negative bias that the ReLU cuts: x (10, 8), b about -0.4")]
+    W, b, x, importance = toy(6, 2, 7, 0.99)
+    x[0] = 0.0                                                     # an input with no feature on
+    cases.append(Case((W, b, x, importance), note="very sparse x (6, 7), one row all zero"))
+    W, b, x, _ = toy(7, 3, 9, 0.4)
+    cases.append(Case((W, b, x, torch.tensor([1.0, 0.0, 2.0, 0.5, 0.0, 3.0, 1.0, 1.0, 0.25], dtype=torch.float64)),
+                      note="importances of 0 (features that do not count) and above 1"))
+    return cases
+
+
+_TOY_DOMAIN = Domain(
+    allows="W (m, n), b (n,), x (B, n), importance (n,), all float64; B >= 1, 1 <= m <= n; x in [0, 1] (rows may be "
+           "all zero); b of either sign; importance >= 0. Answer: x_hat = ReLU(x Wᵀ W + b) (B, n), and the loss, the "
+           "mean over rows of Σ_i importance_i (x_i − x_hat_i)², a 0-dim tensor that autograd can differentiate.",
+    corners=(
+        _corner("a batch of one (B = 1)", lambda W, b, x, i: x.shape[0] == 1),
+        _corner("one hidden dimension (m = 1)", lambda W, b, x, i: W.shape[0] == 1),
+        _corner("m = n", lambda W, b, x, i: W.shape[0] == W.shape[1]),
+        _corner("an all-zero input row", lambda W, b, x, i: bool((x == 0).all(1).any())),
+        _corner("dense x (no zero entry)", lambda W, b, x, i: bool((x > 0).all())),
+        _corner("a pre-activation below 0 (the ReLU cuts it)",
+                lambda W, b, x, i: bool((x @ W.T @ W + b < 0).any())),
+        _corner("an importance of 0", lambda W, b, x, i: bool((i == 0).any())),
+        _corner("an importance above 1", lambda W, b, x, i: bool((i > 1).any())),
+    ),
+)
+
+
+def _toy_wrong(kind: str):
+    def wrong(W, b, x, importance):
+        pre = x @ W.T @ W + b
+        x_hat = {"no relu": pre, "bias after relu": torch.relu(x @ W.T @ W) + b}.get(kind, torch.relu(pre))
+        squared = (x - x_hat) ** 2
+        if kind == "no importance":
+            return x_hat, squared.sum(dim=-1).mean()
+        weighted = importance * squared
+        if kind == "mean all":
+            return x_hat, weighted.mean()
+        if kind == "sum rows":
+            return x_hat, weighted.sum()
+        return x_hat, weighted.sum(dim=-1).mean()
+    return wrong
+
+
+check_toy_forward = Exercise(
+    "Exercise 6 (the toy model's forward pass and loss)",
+    _toy_forward,
+    _toy_cases,
+    [
+        ("x_hat = ReLU(x Wᵀ W + b): the ReLU is what lets a negative bias cut the interference (section 1).",
+         _toy_wrong("no relu")),
+        ("the bias goes inside the ReLU: x_hat = ReLU(x Wᵀ W + b).", _toy_wrong("bias after relu")),
+        ("weight each feature's squared error by its importance I_i.", _toy_wrong("no importance")),
+        ("the loss divides by every element; sum the weighted squared error over a row's n features, then "
+         "average over the rows.", _toy_wrong("mean all")),
+        ("the loss sums over the rows; average the per-row weighted error over the batch instead.",
+         _toy_wrong("sum rows")),
+    ],
+    atol=1e-9, rtol=1e-9, kind="build", domain=_TOY_DOMAIN,
+)
+
+
+EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates, check_features_used,
+             check_toy_forward]
