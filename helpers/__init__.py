@@ -65,7 +65,6 @@ neuron_toy  notebook 09's "ReLU hidden layer" toy: polysemantic neurons and a di
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
 dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dictionary size (shipped)
-dictionary_k notebook 09's k sweep: held-out FVU per number of active features (shipped)
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
 feature_reading  notebook 09's featured feature (the top-list rule) and its two-panel figure
