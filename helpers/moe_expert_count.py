@@ -13,8 +13,9 @@ and =default), so the file also keeps seed 0 of every E as trained on each kerne
     ATEN_CPU_CAPABILITY=default python -m helpers.moe_expert_count --seed0-kernel
 
 The dense line: for each E, a dense SwiGLU FFN with at least the MoE's active parameters (one expert, 3·d·8, plus
-the router, d·E: width ceil(8 + E/3), so 9, 9, 10, 11, 14), seeds 0-9, at 8e-2 and 1.6e-1 (the race's dense
-rates at 100 steps); the notebook takes each width's better rate on these seeds, which favours the dense line:
+the router, d·E: width ceil(8 + E/3), so 9, 9, 10, 11, 14), seeds 0-9, at 4e-2, 8e-2, 1.6e-1 and 3.2e-1 (the
+rates around those that won notebook 07's 100-step sweeps for its dense arms); the notebook takes each width's best
+rate on these seeds, which favours the dense line:
 
     python -m helpers.moe_expert_count --dense       # adds "dense" to helpers/data/moe_expert_count.json
 """
@@ -37,7 +38,7 @@ from helpers.stats import PairedDifference, paired_difference
 EXPERT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16)
 SEEDS: tuple[int, ...] = tuple(range(10))
 STEPS, LR, D_MODEL = 100, 8e-2, 8
-DENSE_LRS: tuple[float, ...] = (8e-2, 1.6e-1)
+DENSE_LRS: tuple[float, ...] = (4e-2, 8e-2, 1.6e-1, 3.2e-1)
 PATH = Path(__file__).parent / "data" / "moe_expert_count.json"
 COMMAND = "python -m helpers.moe_expert_count --results"
 
@@ -132,7 +133,7 @@ def run_dense(seeds: Sequence[int] = SEEDS) -> dict:
 
 
 def dense_losses(study: dict, n_experts: int) -> tuple[torch.Tensor, float]:
-    """(seeds,) float64 answer losses of the dense FFN matched to ``n_experts`` at its better rate (lower mean over
+    """(seeds,) float64 answer losses of the dense FFN matched to ``n_experts`` at its best rate (lowest mean over
     the file's seeds), and that rate."""
     by_lr = study["dense"][str(dense_width(n_experts))]
     table = {lr: torch.tensor([runs[s] for s in sorted(runs, key=int)], dtype=torch.float64)

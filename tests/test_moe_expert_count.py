@@ -41,6 +41,7 @@ def test_the_dense_line_has_at_least_each_moes_active_parameters_and_seed_0_repr
     assert sorted(study["dense"], key=int) == ["9", "10", "11", "14"]
     assert all(list(runs) == [f"{lr:g}" for lr in DENSE_LRS] and all(len(r) == 10 for r in runs.values())
                for runs in study["dense"].values())
+    assert all(DENSE_LRS[0] < dense_losses(study, e)[1] < DENSE_LRS[-1] for e in EXPERT_COUNTS)   # inside the grid
     values, lr = dense_losses(study, 8)
     assert values.shape == (10,) and lr in DENSE_LRS
     assert abs(float(values.mean()) - min(sum(r.values()) / 10 for r in study["dense"]["11"].values())) < 1e-12
