@@ -9,7 +9,7 @@ against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 
     python -m helpers.moe_capacity_cost --results      # about two minutes of one CPU core
 
 Seeds 10-19 were added after looking at seeds 0-9 (whose gap between the two arms' costs was not resolved), to
-both files with the same commands (the drops keep ten seeds). Two rows were added to section 9's Holm family
+both files with the same commands (the drops keep ten seeds). Two rows were added to section 10's Holm family
 after looking: each arm scored dropless, trained at ``TRAIN_FACTOR`` − trained dropless.
 
 ``--trained`` trains the same arms and seeds with every MoE layer at capacity factor ``TRAIN_FACTOR`` (1) instead,
@@ -143,7 +143,7 @@ def trained_family(trained: dict, cost: dict, *, compare_arms: bool = False) -> 
 
 
 def after_looking_family(trained: dict, cost: dict) -> dict:
-    """The two rows added to section 9 after looking, seed by seed, per arm: cross-entropy scored dropless of
+    """The two rows added to section 10 after looking, seed by seed, per arm: cross-entropy scored dropless of
     the runs trained at the training factor − of the same seeds trained dropless."""
     return {f"{arm.split(', ')[1]}, dropless: trained at c = {trained['factor']:g} − dropless": paired_difference(
         cost_values(trained, arm, None), cost_values(cost, arm, None, [int(s) for s in trained["ce"][arm]]))

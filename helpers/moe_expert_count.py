@@ -11,11 +11,19 @@ and =default), so the file also keeps seed 0 of every E as trained on each kerne
 
     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --seed0-kernel
     ATEN_CPU_CAPABILITY=default python -m helpers.moe_expert_count --seed0-kernel
+
+The dense line: for each E, a dense SwiGLU FFN with at least the MoE's active parameters (one expert, 3·d·8, plus
+the router, d·E: width ceil(8 + E/3), so 9, 9, 10, 11, 14), seeds 0-9, at 4e-2, 8e-2, 1.6e-1 and 3.2e-1 (the
+rates around those that won notebook 07's 100-step sweeps for its dense arms); the notebook takes each width's best
+rate on these seeds, which favours the dense line:
+
+    python -m helpers.moe_expert_count --dense       # adds "dense" to helpers/data/moe_expert_count.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,13 +32,13 @@ import torch
 from helpers.costs import measure_flops, torch_threads
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.moe import MoE
-from helpers.moe_runs import read_results, write_results
-from helpers.precision import bound
+from helpers.moe_runs import live_line, read_results, write_results
 from helpers.stats import PairedDifference, paired_difference
 
 EXPERT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16)
 SEEDS: tuple[int, ...] = tuple(range(10))
 STEPS, LR, D_MODEL = 100, 8e-2, 8
+DENSE_LRS: tuple[float, ...] = (4e-2, 8e-2, 1.6e-1, 3.2e-1)
 PATH = Path(__file__).parent / "data" / "moe_expert_count.json"
 COMMAND = "python -m helpers.moe_expert_count --results"
 
@@ -84,8 +92,7 @@ def live_check(study: dict, n_experts: int, live: float) -> str:
         stored = ", ".join(f"{kernel} {runs[str(n_experts)]:.3f}" for kernel, runs in study["seed0_by_kernel"].items())
         return (f"E = {n_experts}, seed 0 live: {live:.3f}; the file has no run on this CPU kernel to compare with "
                 f"(stored: {stored}; runs this short move between kernels)")
-    return (f"E = {n_experts}, seed 0 live against the file (same CPU kernel): "
-            f"|difference| {bound(abs(live - reference), 1e-3)}")
+    return live_line(f"E = {n_experts}, seed 0 (same CPU kernel)", abs(live - reference))
 
 
 def flops_per_fact(n_experts: int, n_facts: int = 64) -> int:
@@ -103,20 +110,66 @@ def doubling_family(study: dict) -> dict[str, PairedDifference]:
             for a, b in zip(counts, counts[1:])}
 
 
+def dense_width(n_experts: int) -> int:
+    """The width of a dense SwiGLU FFN with at least the active parameters of the sweep's MoE with ``n_experts``:
+    3·d·w >= 3·d·8 + d·E, so w = ceil(8 + E/3)."""
+    return math.ceil(8 + n_experts / 3)
+
+
+def dense_run(width: int, seed: int, lr: float, data=None) -> float:
+    """One dense run of ``width``: the answer loss (nats) after ``STEPS`` steps at ``lr``, on one CPU thread."""
+    data = lookup_data() if data is None else data
+    with torch_threads(1):
+        model = build_lookup(data, {"ffn": "dense", "d_ff": width}, d_model=D_MODEL, seed=seed)
+        train_lookup(model, data, steps=STEPS, lr=lr)
+        return lookup_loss_and_accuracy(model, data)[0]
+
+
+def run_dense(seeds: Sequence[int] = SEEDS) -> dict:
+    """Every dense width's answer loss at every rate of ``DENSE_LRS``: {width: {lr: {seed: loss}}}."""
+    data, widths = lookup_data(), sorted({dense_width(e) for e in EXPERT_COUNTS})
+    return {str(w): {f"{lr:g}": {str(s): round(dense_run(w, s, lr, data), 5) for s in seeds} for lr in DENSE_LRS}
+            for w in widths}
+
+
+def dense_losses(study: dict, n_experts: int) -> tuple[torch.Tensor, float]:
+    """(seeds,) float64 answer losses of the dense FFN matched to ``n_experts`` at its best rate (lowest mean over
+    the file's seeds), and that rate."""
+    by_lr = study["dense"][str(dense_width(n_experts))]
+    table = {lr: torch.tensor([runs[s] for s in sorted(runs, key=int)], dtype=torch.float64)
+             for lr, runs in by_lr.items()}
+    lr = min(table, key=lambda r: float(table[r].mean()))
+    return table[lr], float(lr)
+
+
+def payoff_family(study: dict) -> dict[str, PairedDifference]:
+    """The section's one question, one Holm family: each E's MoE against the dense FFN of its active parameters,
+    then each doubling of E against the count before it; all paired by seed."""
+    counts = [int(e) for e in study["loss"]]
+    rows = {f"E = {e} − dense, width {dense_width(e)}": paired_difference(losses(study, e), dense_losses(study, e)[0])
+            for e in counts}
+    return {**rows, **doubling_family(study)}
+
+
 def figure(study: dict):
     """Answer loss against E: one grey line per seed, the mean in black."""
     import matplotlib.pyplot as plt
     counts = [int(e) for e in study["loss"]]
     values = torch.stack([losses(study, e) for e in counts])          # (E values, seeds)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.plot(counts, values.numpy(), color="0.8", lw=0.8)
-    ax.plot(counts, values.mean(1).numpy(), "o-", color="black", lw=2, label=f"mean of {values.shape[1]} seeds")
+    ax.plot(counts, values.mean(1).numpy(), "o-", color="black", lw=2, label=f"MoE, mean of {values.shape[1]} seeds")
+    if "dense" in study:
+        dense = torch.stack([dense_losses(study, e)[0] for e in counts])
+        ax.plot(counts, dense.mean(1).numpy(), "s--", color="tab:red", lw=2,
+                label="dense FFN with the MoE's active parameters\n(width " + ", ".join(str(dense_width(e)) for e in counts)
+                + f"; mean of {dense.shape[1]} seeds)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(counts, [str(e) for e in counts])
     ax.set_xlabel("experts E (top-1: one expert of width 8 per fact)")
     ax.set_ylabel("answer loss after 100 steps (nats)")
-    ax.set_title("Notebook 07's fact lookup: more experts, same expert work per fact\n(the router grows with E)")
-    ax.legend(title="grey: one seed")
+    ax.set_title("More experts, same active compute: the fact lookup, 100 steps")
+    ax.legend(title="grey: one MoE seed", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -126,9 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--results", action="store_true")
     what.add_argument("--seed0-kernel", action="store_true", help="add this kernel's seed 0 of every E to the file")
+    what.add_argument("--dense", action="store_true", help="add the dense line (every width, both rates) to the file")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--out", default=str(PATH))
     args = parser.parse_args(argv)
+    if args.dense:
+        study = load_expert_count(args.out)
+        study["dense"] = run_dense(args.seeds)
+        study["settings"]["dense_lrs"] = list(DENSE_LRS)
+        Path(args.out).write_text(json.dumps(study, separators=(",", ":")) + "\n", encoding="utf-8")
+        print(f"added the dense line to {args.out}")
+        return 0
     if args.seed0_kernel:
         study, data = load_expert_count(args.out), lookup_data()
         study.setdefault("seed0_by_kernel", {})[torch.backends.cpu.get_cpu_capability()] = {

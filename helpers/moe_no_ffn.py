@@ -1,4 +1,4 @@
-r"""Notebook 05 section 7's control: the same TinyGPT with no FFN at all (every block's FFN outputs 0).
+r"""Notebook 05 section 8's control: the same TinyGPT with no FFN at all (every block's FFN outputs 0).
 
 The recipe is ``helpers.moe_runs``'s short one (15 steps of 32 sentences, AdamW at lr 1e-2, same seeds and so the
 same data order), scored on all 608 sentences in eval mode. Paired by seed with the shipped runs of

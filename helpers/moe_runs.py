@@ -50,6 +50,7 @@ from helpers import validate
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN
 from helpers.moe import MoE, RoutingLog, arrival_rank, expert_capacity, moe_aux_loss, moe_layers_stats
+from helpers.precision import bound
 from helpers.progress import progress as progress_bar
 from helpers.stats import Comparison, holm, paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
@@ -328,6 +329,12 @@ def write_results(path: str | Path, made_by: str, settings: dict, body: dict) ->
     return path
 
 
+def live_line(what: str, gap: float, tol: float = 1e-3) -> str:
+    """The one printed line of a live rerun checked against a shipped file: ``what`` was rerun, ``gap`` is the
+    largest |live − file| difference, printed as a bound below ``tol`` when it is (``helpers.precision.bound``)."""
+    return f"live rerun against the file, {what}: largest |difference| {bound(gap, tol)}"
+
+
 def read_results(path: str | Path, what: str, command: str) -> dict:
     """The study file at ``path`` as a dict; a missing file names ``what`` it holds and the ``command`` that makes it."""
     path = Path(path)
@@ -436,8 +443,8 @@ def capacity_figure(runs: dict, lr: float, alphas: Sequence[float] = (0.0, 0.1))
     return fig
 
 
-def section7_families(runs: dict, lr: float) -> tuple[dict, dict]:
-    """Notebook 05 section 7's two Holm families from the shipped runs (``helpers.stats.paired_difference``,
+def lm_families(runs: dict, lr: float) -> tuple[dict, dict]:
+    """Notebook 05 section 8's balance and fit comparisons from the shipped runs (``helpers.stats.paired_difference``,
     value − baseline, seed by seed). Balance (busiest/mean, both layers, last 5 steps at ``lr``): α = 0.1 and
     Switch's α = 0.01 against α = 0, α = 0.1 against α = 0.01, and α = 0's end against its first step. Cross-
     entropy (all targets): the balancing loss's cost (α = 0.1 − α = 0), the MoE (α = 0.1) against both dense

@@ -1,4 +1,4 @@
-r"""Notebook 05's z-loss study: section 7's MoE (α = 0.1) trained with ST-MoE's router z-loss and without it.
+r"""Notebook 05's z-loss study: section 8's MoE (α = 0.1) trained with ST-MoE's router z-loss and without it.
 
 The recipe is ``helpers.moe_runs``'s (``make_model("MoE, α = 0.1", seed, ...)``, ``train_lm`` at lr 1e-2, 32
 sentences a step), with every MoE layer's ``z_coef`` either ST-MoE's 1e-3 (the course's default, as in every arm

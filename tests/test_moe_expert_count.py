@@ -1,7 +1,8 @@
 import torch
 
-from helpers.moe_expert_count import (EXPERT_COUNTS, doubling_family, expert_count_run, live_check, load_expert_count,
-                                      losses, main, seed0_reference)
+from helpers.moe_expert_count import (DENSE_LRS, EXPERT_COUNTS, dense_losses, dense_run, dense_width, doubling_family,
+                                      expert_count_run, figure, live_check, load_expert_count, losses, main, payoff_family,
+                                      seed0_reference)
 
 
 def test_the_shipped_file_holds_ten_seeds_per_count_and_seed_0_reproduces():
@@ -30,3 +31,43 @@ def test_live_check_on_a_kernel_the_file_does_not_store(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     line = live_check(study, 4, 0.61)
     assert "no run on this CPU kernel" in line and "0.610" in line
+
+
+def test_the_dense_line_has_at_least_each_moes_active_parameters_and_seed_0_reproduces():
+    """Width ceil(8 + E/3): 3·d·w >= 3·d·8 + d·E (one expert plus the router); ten seeds at both rates, on AVX2."""
+    assert [dense_width(e) for e in EXPERT_COUNTS] == [9, 9, 10, 11, 14]
+    assert all(3 * 8 * dense_width(e) >= 3 * 8 * 8 + 8 * e > 3 * 8 * (dense_width(e) - 1) for e in EXPERT_COUNTS)
+    study = load_expert_count()
+    assert sorted(study["dense"], key=int) == ["9", "10", "11", "14"]
+    assert all(list(runs) == [f"{lr:g}" for lr in DENSE_LRS] and all(len(r) == 10 for r in runs.values())
+               for runs in study["dense"].values())
+    assert all(DENSE_LRS[0] < dense_losses(study, e)[1] < DENSE_LRS[-1] for e in EXPERT_COUNTS)   # inside the grid
+    values, lr = dense_losses(study, 8)
+    assert values.shape == (10,) and lr in DENSE_LRS
+    assert abs(float(values.mean()) - min(sum(r.values()) / 10 for r in study["dense"]["11"].values())) < 1e-12
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        assert abs(dense_run(11, 0, lr) - study["dense"]["11"][f"{lr:g}"]["0"]) < 1e-3
+
+
+def test_payoff_family_pairs_each_moe_with_its_dense_twin_then_the_doublings():
+    study = load_expert_count()
+    family = payoff_family(study)
+    assert list(family)[:5] == [f"E = {e} − dense, width {dense_width(e)}" for e in EXPERT_COUNTS]
+    assert list(family)[5:] == list(doubling_family(study))
+    row = family["E = 8 − dense, width 11"]
+    assert abs(row.mean - float((losses(study, 8) - dense_losses(study, 8)[0]).mean())) < 1e-12
+    import matplotlib.pyplot as plt
+    fig = figure(study)
+    assert len(fig.axes[0].lines) == 10 + 2                       # a grey line per seed, the MoE mean, the dense line
+    plt.close(fig)
+
+
+def test_a_small_dense_file_round_trips(tmp_path, monkeypatch):
+    import helpers.moe_expert_count as m
+    monkeypatch.setattr(m, "EXPERT_COUNTS", (1, 4))
+    monkeypatch.setattr(m, "STEPS", 3)
+    out = tmp_path / "count.json"
+    assert main(["--results", "--seeds", "0", "--out", str(out)]) == 0
+    assert main(["--dense", "--seeds", "0", "--out", str(out)]) == 0
+    study = load_expert_count(out)
+    assert list(study["dense"]) == ["9", "10"] and list(study["dense"]["9"]["0.08"]) == ["0"]

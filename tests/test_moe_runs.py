@@ -6,7 +6,7 @@ from helpers.facts import load_facts, make_dataset
 from helpers.moe import arrival_rank
 from helpers.moe_runs import (ARMS, CAPACITY_FACTORS, LONG_ARMS, RUNS_PATH, answer_share, best_lr, busiest,
                               capacity_figure, capacity_summary, capacity_values, dropped_share, holm_groups, largest_difference, lm_config,
-                              load_runs, long_table, main, make_model, over_seeds, relation_prior, section7_families, starved,
+                              lm_families, live_line, load_runs, long_table, main, make_model, over_seeds, relation_prior, starved,
                               summaries, sweep_table, train_run, training_table, values)
 
 
@@ -112,9 +112,9 @@ def test_the_long_table_prints_how_far_each_arm_still_fell_over_its_last_stretch
     assert "0.188 (max 0.250)" in moe and "0.000 (max 0.000)" in dense
 
 
-def test_section7_families_read_the_shipped_runs_seed_by_seed():
+def test_lm_families_read_the_shipped_runs_seed_by_seed():
     study = load_runs()
-    balance, ce = section7_families(study, 1e-2)
+    balance, ce = lm_families(study, 1e-2)
     assert list(balance) == ["busiest/mean: α = 0.1 − α = 0", "busiest/mean: α = 0.01 − α = 0",
                              "busiest/mean: α = 0.1 − α = 0.01", "busiest/mean, α = 0: end − first step"]
     assert len(ce) == 6 and all(d.n == 10 for d in (*balance.values(), *ce.values()))
@@ -162,7 +162,7 @@ def test_sentences_seen_counts_the_rows_train_lm_draws():
 
 def test_holm_groups_is_one_family_printed_in_headed_groups():
     from helpers.stats import holm_table
-    balance, ce = section7_families(load_runs(), 1e-2)
+    balance, ce = lm_families(load_runs(), 1e-2)
     grouped = holm_groups({"balance": balance, "fit": ce}).splitlines()
     plain = holm_table({**balance, **ce}).splitlines()
     assert grouped[0] == plain[0]                       # one family: the same header, thresholds and verdicts
@@ -177,11 +177,16 @@ def test_holm_groups_is_one_family_printed_in_headed_groups():
 
 
 def test_the_printed_ce_row_is_the_paired_t_by_hand():
-    """The row 'CE: MoE α = 0.1 − dense 96' of section 7: +0.049, t +1.97, as the plain paired t by hand; the
+    """The row 'CE: MoE α = 0.1 − dense 96' of section 8: +0.049, t +1.97, as the plain paired t by hand; the
     notebook prints it as mean / standard error."""
     study = load_runs()
     d = values(study, "MoE, α = 0.1", "ce", 1e-2) - values(study, "dense, width 96", "ce", 1e-2)
-    row = section7_families(study, 1e-2)[1]["CE: MoE α = 0.1 − dense 96"]
+    row = lm_families(study, 1e-2)[1]["CE: MoE α = 0.1 − dense 96"]
     t = d.mean() / (d.std() / len(d) ** 0.5)
     assert f"{d.mean():+.3f}, t {t:+.2f}" == "+0.049, t +1.97"
     assert abs(row.t - float(t)) < 1e-9 and abs(row.mean / row.se - float(t)) < 1e-9
+
+
+def test_live_line_is_one_line_with_a_bound_or_the_gap():
+    assert live_line("seed 0", 2e-5) == "live rerun against the file, seed 0: largest |difference| < 1e-03"
+    assert "0.05" in live_line("seed 0", 0.05) and "\n" not in live_line("seed 0", 0.05, 1e-4)

@@ -26,7 +26,7 @@ def test_a_small_file_round_trips_and_reads_as_a_family(tmp_path):
 
 
 def test_without_the_z_loss_coefficient_the_runs_differ_and_with_it_match_train_run(data, tmp_path):
-    """The z-loss arm is section 7's 'MoE, α = 0.1' run: after 3 steps its router statistics are train_run's."""
+    """The z-loss arm is section 8's 'MoE, α = 0.1' run: after 3 steps its router statistics are train_run's."""
     out = tmp_path / "zloss.json"
     main(["--results", "--seeds", "0", "--steps", "3", "--out", str(out)])
     study = load_zloss(out)
