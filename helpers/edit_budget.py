@@ -155,7 +155,7 @@ def live_gap(model0: torch.nn.Module, data: FactDataset, live: dict[int, dict[st
 
 
 def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
-              paraphrase: str = PARAPHRASE) -> dict[str, object]:
+              paraphrase: str = PARAPHRASE, controls: bool = True) -> dict[str, object]:
     """The notebook's 40-step edits (``capital_edits``, the penalty, each applied alone) in ``layer`` of one
     model, at the country (key averaged over the country's prompts) and at "is" (the capital prompt's last-word
     key): ``{site: efficacy, "kept " + site: share of other countries' capitals kept (mean over edits),
@@ -163,12 +163,14 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
     ``preferences`` on ``paraphrase``, "alpha": the mean α that the other countries' last-word keys receive from
     the edits at "is", "more paraphrases": {template: {site: the same four shares}} for ``MORE_PARAPHRASES``,
     "other prompts": {name: the same four shares after the edit at the country} for ``OTHER_PROMPTS``}``,
-    all floats."""
+    all floats. ``controls=False`` leaves out "other prompts" (the notebook's live check, to save time)."""
     _, same_subject, subject_pos, capital_rows, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
     pick = (capital_rows[None, :] == edit_rows[:, None]).int().argmax(1)        # each edit's row of capital_rows
     countries = [data.facts[int(r)].subject for r in capital_rows]
     templates = {t: template_ids(data.vocab, countries, t) for t in (paraphrase, *MORE_PARAPHRASES)}
-    out: dict[str, object] = {"more paraphrases": {t: {} for t in MORE_PARAPHRASES}, "other prompts": {}}
+    out: dict[str, object] = {"more paraphrases": {t: {} for t in MORE_PARAPHRASES}}
+    if controls:
+        out["other prompts"] = {}
     shares_of = ("edited_before", "edited_after", "untouched_before", "untouched_after")
     for site, k in [("country", mean_keys(keys, same_subject[edit_rows], subject_pos)),
                     ("is", keys[edit_rows, data.answer_pos[edit_rows]])]:
@@ -182,7 +184,7 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
                 out[f"paraphrase {site}"] = shares
             else:
                 out["more paraphrases"][template][site] = shares
-        if site == "country":
+        if site == "country" and controls:
             for name, template in OTHER_PROMPTS.items():
                 prefs = preferences(model, layer, W_hats, template_ids(data.vocab, countries, template),
                                     data.answer_id[capital_rows], pick, new_ids)
@@ -217,6 +219,14 @@ def sites_gap(live: dict[str, object], shipped: dict[str, object]) -> float:
                 for key, w in (flat(v, (*prefix, k)).items() if isinstance(v, dict) else [((*prefix, k), v)])}
     a, b = flat(live), flat(shipped)
     return max(abs(a[k] - b[k]) for k in a) if set(a) == set(b) else float("inf")
+
+
+def live_sites_gap(model0: torch.nn.Module, data: FactDataset, shipped0: dict[str, object]) -> float:
+    """The notebook's live check of the site runs: ``site_runs`` on ``model0`` (the fact model of seed 0) without
+    the control prompts (shipped only; ``python -m helpers.edit_budget --sites`` remakes them) against the
+    file's seed 0, ``shipped0``: ``sites_gap`` over every other number."""
+    return sites_gap(site_runs(model0, data, controls=False),
+                     {k: v for k, v in shipped0.items() if k != "other prompts"})
 
 
 def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict[str, dict[str, float]]:

@@ -121,3 +121,11 @@ def test_the_section_8_families_read_the_shipped_runs():
     assert len(own) == 10 and all(0.0 <= v <= 1.0 for v in own)
     summary = edit_budget.budget_summary(budgets, read_at, range(10))
     assert set(summary) == set(edit_budget.BUDGETS)
+
+
+def test_the_live_site_check_leaves_out_only_the_control_prompts():
+    data = make_dataset(load_facts())
+    model = load_fact_model(data, seed=0)[0]
+    shipped = edit_budget.load_sites()[0]
+    assert edit_budget.live_sites_gap(model, data, shipped) < 1e-5
+    assert set(edit_budget.site_runs(model, data, controls=False)) == set(shipped) - {"other prompts"}
