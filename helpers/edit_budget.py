@@ -51,6 +51,11 @@ PARAPHRASE = "the official capital of {} is"
 """The held-out paraphrase of the capital prompt: no training prompt reads like this."""
 MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
 """Two more held-out templates, to check that the paraphrase result is not one template's."""
+OTHER_PROMPTS = {"currency": "the currency of {} is the", "official language": "the official language of {} is",
+                 "located in": "{} is located in"}
+"""The paraphrase test's control: the edited country's training prompts of the other relations, where neither
+capital is the answer. If "the new capital beats the true one" rises as much there, the edit changes what the
+model writes after the country, not the capital fact alone."""
 BUDGETS: dict[str, dict] = {"40 steps, penalty": dict(steps=40, l2=3e-3),
                             "40 steps, no penalty": dict(steps=40, l2=0.0),
                             "200 steps, penalty": dict(steps=200, l2=3e-3),
@@ -150,19 +155,23 @@ def live_gap(model0: torch.nn.Module, data: FactDataset, live: dict[int, dict[st
 
 
 def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
-              paraphrase: str = PARAPHRASE) -> dict[str, object]:
+              paraphrase: str = PARAPHRASE, controls: bool = True) -> dict[str, object]:
     """The notebook's 40-step edits (``capital_edits``, the penalty, each applied alone) in ``layer`` of one
     model, at the country (key averaged over the country's prompts) and at "is" (the capital prompt's last-word
     key): ``{site: efficacy, "kept " + site: share of other countries' capitals kept (mean over edits),
     "paraphrase " + site: {"edited_before", "edited_after", "untouched_before", "untouched_after"}: the shares of
     ``preferences`` on ``paraphrase``, "alpha": the mean α that the other countries' last-word keys receive from
-    the edits at "is", "more paraphrases": {template: {site: the same four shares}} for ``MORE_PARAPHRASES``}``,
-    all floats."""
+    the edits at "is", "more paraphrases": {template: {site: the same four shares}} for ``MORE_PARAPHRASES``,
+    "other prompts": {name: the same four shares after the edit at the country} for ``OTHER_PROMPTS``}``,
+    all floats. ``controls=False`` leaves out "other prompts" (the notebook's live check, to save time)."""
     _, same_subject, subject_pos, capital_rows, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
     pick = (capital_rows[None, :] == edit_rows[:, None]).int().argmax(1)        # each edit's row of capital_rows
     countries = [data.facts[int(r)].subject for r in capital_rows]
     templates = {t: template_ids(data.vocab, countries, t) for t in (paraphrase, *MORE_PARAPHRASES)}
     out: dict[str, object] = {"more paraphrases": {t: {} for t in MORE_PARAPHRASES}}
+    if controls:
+        out["other prompts"] = {}
+    shares_of = ("edited_before", "edited_after", "untouched_before", "untouched_after")
     for site, k in [("country", mean_keys(keys, same_subject[edit_rows], subject_pos)),
                     ("is", keys[edit_rows, data.answer_pos[edit_rows]])]:
         W_hats = rome_edits(model, layer, keys, C, k, data.ids, data.answer_pos, edit_rows, new_ids)
@@ -170,12 +179,16 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
         out[site], out[f"kept {site}"] = fx.success.float().mean().item(), fx.kept(other_capitals).mean().item()
         for template, ids in templates.items():
             prefs = preferences(model, layer, W_hats, ids, data.answer_id[capital_rows], pick, new_ids)
-            shares = {name: getattr(prefs, name).float().mean().item() for name in
-                      ("edited_before", "edited_after", "untouched_before", "untouched_after")}
+            shares = {name: getattr(prefs, name).float().mean().item() for name in shares_of}
             if template == paraphrase:
                 out[f"paraphrase {site}"] = shares
             else:
                 out["more paraphrases"][template][site] = shares
+        if site == "country" and controls:
+            for name, template in OTHER_PROMPTS.items():
+                prefs = preferences(model, layer, W_hats, template_ids(data.vocab, countries, template),
+                                    data.answer_id[capital_rows], pick, new_ids)
+                out["other prompts"][name] = {k: getattr(prefs, k).float().mean().item() for k in shares_of}
     is_keys = keys[capital_rows, data.answer_pos[capital_rows]].expand(len(edit_rows), -1, -1)
     out["alpha"] = edit_scales(C, k, is_keys)[other_capitals[:, capital_rows]].mean().item()
     return out
@@ -206,6 +219,14 @@ def sites_gap(live: dict[str, object], shipped: dict[str, object]) -> float:
                 for key, w in (flat(v, (*prefix, k)).items() if isinstance(v, dict) else [((*prefix, k), v)])}
     a, b = flat(live), flat(shipped)
     return max(abs(a[k] - b[k]) for k in a) if set(a) == set(b) else float("inf")
+
+
+def live_sites_gap(model0: torch.nn.Module, data: FactDataset, shipped0: dict[str, object]) -> float:
+    """The notebook's live check of the site runs: ``site_runs`` on ``model0`` (the fact model of seed 0) without
+    the control prompts (shipped only; ``python -m helpers.edit_budget --sites`` remakes them) against the
+    file's seed 0, ``shipped0``: ``sites_gap`` over every other number."""
+    return sites_gap(site_runs(model0, data, controls=False),
+                     {k: v for k, v in shipped0.items() if k != "other prompts"})
 
 
 def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict[str, dict[str, float]]:
@@ -265,9 +286,13 @@ def split_by_trace(values: Sequence[float], read_at: dict[int, str], seeds: Sequ
 def paraphrase_shares(sites: dict, seeds: Sequence[int], site: str, who: str, when: str,
                       template: str = PARAPHRASE) -> list[float]:
     """Per seed, from ``load_sites()``: the share of the ``who`` ("edited"/"untouched") countries whose new
-    capital beats the true one on the held-out ``template``, ``when`` ("before"/"after") the edit at ``site``."""
-    runs = [sites[s][f"paraphrase {site}"] if template == PARAPHRASE else sites[s]["more paraphrases"][template][site]
-            for s in seeds]
+    capital beats the true one on the held-out ``template``, ``when`` ("before"/"after") the edit at ``site``;
+    ``template`` may also be one of ``OTHER_PROMPTS`` (the control; recorded for the edit at the country only)."""
+    control = {t: name for name, t in OTHER_PROMPTS.items()}
+    if template in control and site != "country":
+        raise ValueError(f"the other relations' prompts are recorded for the edit at the country only, not {site!r}")
+    runs = [sites[s][f"paraphrase {site}"] if template == PARAPHRASE else sites[s]["other prompts"][control[template]]
+            if template in control else sites[s]["more paraphrases"][template][site] for s in seeds]
     return [run[f"{who}_{when}"] for run in runs]
 
 
@@ -280,10 +305,12 @@ def paraphrase_rises(sites: dict, seeds: Sequence[int], site: str,
 
 
 def site_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
-    """Section 8's seven comparisons, judged as one Holm family: four Welch tests of the country edit, seeds
+    """Section 8's ten comparisons, judged as one Holm family: four Welch tests of the country edit, seeds
     traced at the country against seeds traced at "is" (efficacy at 40 steps with and without the penalty and at
     1000 steps without it; capitals kept at 1000 steps), then three paired tests of the paraphrase rise
-    (``paraphrase_rises``, edited − untouched): at the country, at "is", and the country's minus the one at "is"."""
+    (``paraphrase_rises``, edited − untouched): at the country, at "is", and the country's minus the one at "is";
+    then the paraphrase test's control, the same rise after the country edit on the country's prompts of the
+    other relations (``OTHER_PROMPTS``, where neither capital is the answer)."""
     from helpers.stats import paired_difference, welch
     big = "1000 steps, no penalty"
 
@@ -299,7 +326,9 @@ def site_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequ
             "other capitals kept, 1000 steps, no penalty": welch(*split("capitals_kept", big)),
             "edit at country: edited − untouched rise": paired_difference(*rise["country"]),
             "edit at 'is': edited − untouched rise": paired_difference(*rise["is"]),
-            "the same, edit at country − at 'is'": paired_difference(net["country"], net["is"])}
+            "the same, edit at country − at 'is'": paired_difference(net["country"], net["is"]),
+            **{f"edit at country, control: {name} prompt": paired_difference(*paraphrase_rises(sites, seeds, "country", t))
+               for name, t in OTHER_PROMPTS.items()}}
 
 
 def template_family(sites: dict, seeds: Sequence[int]) -> dict:

@@ -24,7 +24,8 @@ from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
 from helpers.interventions import shifts_by_reference
 from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["DATA_PATH", "SEEDS", "REFERENCES", "summarise", "make", "load", "live_gap", "family", "main"]
+__all__ = ["DATA_PATH", "SEEDS", "REFERENCES", "summarise", "make", "load", "live_gap", "family", "margin_family",
+           "main"]
 
 DATA_PATH = Path(__file__).parent / "data" / "promotion_runs.json"
 SEEDS = range(25)
@@ -81,6 +82,17 @@ def family(runs: dict[int, dict], seeds: Sequence[int], reference: str = "outsid
         for j, part in enumerate(("answer", "rivals")):
             values = [runs[s][reference][r][j] for s in seeds]
             out[f"{r}: {part}"] = paired_difference(values, [0.0] * len(values))
+    return out
+
+
+def margin_family(runs: dict[int, dict], seeds: Sequence[int]) -> dict[str, PairedDifference]:
+    """``"<relation>: answer − rivals"``: each seed's mean shift of the answer minus that of its rivals, against 0,
+    paired by seed. A shift common to every word cancels, so the margin is the same against any reference (the
+    stored "outside" one is used)."""
+    out = {}
+    for r in RELATIONS:
+        values = [runs[s]["outside"][r][0] - runs[s]["outside"][r][1] for s in seeds]
+        out[f"{r}: answer − rivals"] = paired_difference(values, [0.0] * len(values))
     return out
 
 

@@ -73,7 +73,7 @@ def test_the_shipped_site_runs_hold_ten_seeds_and_the_command_reproduces_seed_0(
     shipped = edit_budget.load_sites()
     assert sorted(shipped) == list(range(10))
     keys = {"country", "kept country", "paraphrase country", "is", "kept is", "paraphrase is", "alpha",
-            "more paraphrases"}
+            "more paraphrases", "other prompts"}
     assert all(set(run) == keys for run in shipped.values())
     made = edit_budget.make_sites([0], tmp_path / "sites.json")
     assert edit_budget.sites_gap(made["runs"]["0"], shipped[0]) < 1e-5
@@ -113,9 +113,19 @@ def test_the_section_8_families_read_the_shipped_runs():
     at_country, at_is = edit_budget.split_by_trace([sites[s]["country"] for s in range(10)], read_at, range(10))
     assert (len(at_country), len(at_is)) == (6, 4)
     family = edit_budget.site_family(sites, budgets, read_at, range(10))
-    assert len(family) == 7 and family["efficacy, 40 steps"].diff > 0
+    assert len(family) == 10 and family["efficacy, 40 steps"].diff > 0
+    assert family["edit at country, control: currency prompt"].mean > 0         # the edit reaches the country
+    assert set(sites[0]["other prompts"]) == set(edit_budget.OTHER_PROMPTS)
     assert len(edit_budget.template_family(sites, range(10))) == 3
     own = edit_budget.keep_values(keep, "keep", "own", range(10))
     assert len(own) == 10 and all(0.0 <= v <= 1.0 for v in own)
     summary = edit_budget.budget_summary(budgets, read_at, range(10))
     assert set(summary) == set(edit_budget.BUDGETS)
+
+
+def test_the_live_site_check_leaves_out_only_the_control_prompts():
+    data = make_dataset(load_facts())
+    model = load_fact_model(data, seed=0)[0]
+    shipped = edit_budget.load_sites()[0]
+    assert edit_budget.live_sites_gap(model, data, shipped) < 1e-5
+    assert set(edit_budget.site_runs(model, data, controls=False)) == set(shipped) - {"other prompts"}

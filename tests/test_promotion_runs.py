@@ -27,3 +27,15 @@ def test_family_matches_promotion_by_group_on_live_models():
     for name in live:
         assert torch.allclose(stored[name].diffs.double(), live[name].diffs.double(), atol=1e-5)
     assert promotion_runs.live_gap(models[0], data, promotion_runs.load()) < 1e-4
+
+
+def test_the_margin_is_answer_minus_rivals_and_the_same_against_either_reference():
+    runs = promotion_runs.load()
+    seeds = sorted(runs)
+    margin = promotion_runs.margin_family(runs, seeds)
+    assert list(margin) == [f"{r}: answer − rivals" for r in RELATIONS]
+    for r in RELATIONS:
+        by_ref = {ref: [runs[s][ref][r][0] - runs[s][ref][r][1] for s in seeds] for ref in promotion_runs.REFERENCES}
+        assert max(abs(a - b) for a, b in zip(*by_ref.values())) < 1e-5      # a common shift cancels
+        assert torch.allclose(margin[f"{r}: answer − rivals"].diffs.double(),
+                              torch.tensor(by_ref["outside"], dtype=torch.float64), atol=1e-6)

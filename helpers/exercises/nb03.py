@@ -77,7 +77,7 @@ check_memory_coefficients = Exercise(
     _coefficient_cases,
     domain=Domain(
         allows="x (B, T, d_model), W1 (d_ff, d_model), b1 (d_ff,), all float32, every size from 1, any finite values; "
-               "the answer (B, T, d_ff) in any float dtype, the exact GELU, checked to float32 precision",
+               "the answer (B, T, d_ff) in float32 or float64, the exact GELU, checked to float32 precision",
         corners=(
             Corner("B = T = 1", lambda c: c.args[0].shape[:2] == (1, 1)),
             Corner("d_model = 1", lambda c: c.args[0].shape[2] == 1),
