@@ -293,3 +293,52 @@ def gate_table(x: torch.Tensor, layers: dict[str, tuple[MoE, float]] | None = No
             rows.append(f"{name:<13}{GATE_CONVENTIONS[name][0]:<50}{str(routing.expert_index[0].tolist()):>8}"
                         f"{' '.join(f'{g:6.3f}' for g in gates):>15}{sum(gates):>7.3f}")
     return rows
+
+
+def deepseekmoe_diagram(n_routed: int = 16, chosen: Sequence[int] = (2, 7, 12)):
+    """A DeepSeekMoE layer as a block diagram: a token ``x`` goes to one always-on shared expert and to a router
+    that scores ``n_routed`` fine-grained experts (``s_i = σ(w_i · x)`` in DeepSeek-V3), picks the top-k of
+    ``s_i + b_i`` (``chosen``, highlighted) and weights each chosen expert's output by its gate ``g_i`` (the bias
+    ``b_i`` only chooses); the outputs are summed into ``y``, which the residual adds to ``x``."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(11, 3.9))
+    ax.set(xlim=(-0.2, 11.2), ylim=(-2.55, 1.75))
+    ax.axis("off")
+
+    def box(x, y, w, h, text, color, size=10):
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03,rounding_size=0.08",
+                                    facecolor=color, edgecolor="0.25", lw=1))
+        ax.text(x, y, text, ha="center", va="center", fontsize=size)
+
+    def arrow(a, b, color="0.3", ls="-"):
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=13, lw=1.3, color=color, ls=ls))
+
+    box(0.55, 0, 0.9, 0.6, "x", "#DDEEFF", 12)
+    box(5.6, 1.2, 3.0, 0.6, "shared expert: every token", "#F5C6A5")
+    box(2.45, -1.0, 2.0, 1.0, "router\nchoose top-k of $s_i + b_i$", "#E8E8E8")
+    left, step = 4.0, 0.27
+    xs = [left + i * step for i in range(n_routed)]
+    for i, xi in enumerate(xs):
+        on = i in chosen
+        ax.add_patch(FancyBboxPatch((xi - 0.1, -1.3), 0.2, 0.6, boxstyle="round,pad=0.01",
+                                    facecolor="#009E73" if on else "#DDDDDD", edgecolor="0.3", lw=0.8))
+    ax.text((xs[0] + xs[-1]) / 2, -1.65, f"{n_routed} fine-grained routed experts (green: the top-k chosen)",
+            ha="center", va="top", fontsize=9.5)
+    box(9.3, 0, 0.6, 0.6, "Σ", "white", 13)
+    box(10.6, 0, 0.8, 0.6, "y", "#DDEEFF", 12)
+    arrow((1.0, 0.12), (4.1, 1.15))
+    arrow((1.0, -0.12), (1.45, -0.9))
+    arrow((7.1, 1.15), (9.05, 0.15))
+    arrow((3.45, -1.0), (xs[0] - 0.12, -1.0))
+    ax.text(3.72, -0.72, "x to\nthe k", ha="center", va="bottom", fontsize=8.5, color="0.3")
+    for i in chosen:
+        arrow((xs[i], -0.68), (9.05, -0.12), color="#009E73")
+    ax.text(8.0, -0.62, "× gate $g_i$", fontsize=10, color="#006B4E")
+    arrow((9.6, 0), (10.2, 0))
+    ax.text(0.1, -2.45, "$b_i$: one number per expert, nudged by ±γ after each step by its load; it enters the "
+                        "choice only, never the gates $g_i$ (section 3)", fontsize=9.5, color="0.25")
+    ax.set_title("A DeepSeekMoE layer: shared + fine-grained routed experts (y is added to x by the residual)",
+                 fontsize=11.5)
+    return fig

@@ -216,8 +216,8 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
     share right on the same seeds, drawn as a star at 300 steps (bar: lowest to highest seed) and a dotted line
     across (``None``: no stars). ``colors``, ``styles``: one per key of ``run.right``; ``title``: instead of the
     default (the seeds are named in either). ``loss_panel``: a second panel (``fig.axes[1]``) with the answer loss
-    on a log scale, the line the geometric mean over the seeds (a single seed's spike does not set it), the band
-    the lowest to the highest seed."""
+    on a linear scale, the line the arithmetic mean over the seeds (the mean the paired verdicts test), the band the
+    lowest to the highest seed."""
     import matplotlib.pyplot as plt
 
     if loss_panel:
@@ -242,10 +242,10 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
     ax.legend(frameon=False, fontsize=8, loc="lower right")
     if loss_panel:
         for (key, loss), color, style in zip(run.loss.items(), colors, styles):
-            ax_loss.plot(marks, loss.log().mean(1).exp().numpy(), color=color, ls=style, marker="o", ms=4, label=key)
+            ax_loss.plot(marks, loss.mean(1).numpy(), color=color, ls=style, marker="o", ms=4, label=key)
             ax_loss.fill_between(marks, loss.min(1).values.numpy(), loss.max(1).values.numpy(), color=color, alpha=0.12)
-        ax_loss.set(xscale="log", yscale="log", xlabel="training step (log scale)",
-                    ylabel="answer loss (nats, log scale)", title="the same runs' answer loss (line: geometric mean)")
+        ax_loss.set(xscale="log", ylim=(0, None), xlabel="training step (log scale)", ylabel="answer loss (nats)",
+                    title="the same runs' answer loss (line: arithmetic mean over seeds)")
         ax_loss.set_xticks(marks, [f"{m:,}" for m in run.marks])
     fig.tight_layout()
     return fig

@@ -343,3 +343,30 @@ def test_blank_stubs_are_not_attempted():
 
     for ex in nb07.EXERCISES:
         assert ex.evaluate(blank).status == "not attempted"
+
+
+# ---------------------------------------------------------------- review 07-round30: hints for ×2.5 and a sized step
+def test_v3_gates_scaled_by_the_routed_scaling_factor_get_the_x2_5_hint():
+    def scaled(logits, bias, k):
+        return 2.5 * nb07._v3_gates(logits, bias, k)
+
+    status, hint, _ = _status(nb07.check_v3_gates, scaled)
+    assert status == "failed" and hint == _hint_of(nb07.check_v3_gates, "2.5 times the expected")
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_bias_steps_sized_by_the_load_gap_get_the_step_size_hint(relative):
+    def sized(bias, load, gamma):
+        mean = load.double().mean()
+        gap = mean - load.double()
+        return bias + gamma * (gap / mean.clamp(min=1) if relative else torch.tanh(gap))
+
+    status, hint, _ = _status(nb07.check_bias_step, sized)
+    assert status == "failed" and hint == nb07.STEP_SIZE_HINT
+
+
+def test_the_step_size_hint_is_not_given_to_a_step_the_wrong_way():
+    def backwards_sized(bias, load, gamma):
+        return bias - gamma * torch.tanh(load.double().mean() - load.double())
+
+    assert _status(nb07.check_bias_step, backwards_sized)[1] != nb07.STEP_SIZE_HINT

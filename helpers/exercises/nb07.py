@@ -183,8 +183,10 @@ def _v3_wrong(kind: str):
             return _dense_gates(index, torch.softmax(logits.gather(1, index), -1), logits.shape[-1])
         if kind == "normalised over all":
             weight = weight / affinity.sum(-1, keepdim=True)
-        elif kind != "no normalise" and (k >= 2 or kind == "normalise at k=1"):
+        elif kind != "no normalise" and (k >= 2 or kind in ("normalise at k=1", "x2.5, normalise at k=1")):
             weight = weight / weight.sum(-1, keepdim=True)
+        if kind.startswith("x2.5"):                            # DeepSeek-V3's routed_scaling_factor
+            weight = 2.5 * weight
         return _dense_gates(index, weight, logits.shape[-1])
     return wrong
 
@@ -216,6 +218,12 @@ check_v3_gates = Exercise(
         ("with k = 1 the weight was normalised to 1, which would give the router no gradient; keep the affinity "
          "σ(logit) of the one chosen expert (as Llama 4's top-1 router does) and normalise only when k ≥ 2.",
          _v3_wrong("normalise at k=1")),
+        ("every gate is 2.5 times the expected one: ×2.5 is DeepSeek-V3's routed_scaling_factor, applied to the "
+         "routed experts' output after the gates; the exercise asks for the gates themselves, without it.",
+         _v3_wrong("x2.5")),
+        ("the gates were scaled by 2.5 (DeepSeek-V3's routed_scaling_factor: leave it out, the exercise asks for "
+         "the gates) and at k = 1 normalised to 1; keep the one chosen expert's σ(logit) when k = 1.",
+         _v3_wrong("x2.5, normalise at k=1")),
     ],
     atol=ATOL, rtol=RTOL, precision=torch.float32, domain=V3_DOMAIN,
 )
@@ -335,6 +343,8 @@ class _BiasStepExercise(Exercise):
 
     def evaluate(self, fn):  # type: ignore[override]
         result = super().evaluate(fn)
+        if not result.passed and not result.hint and result.reason == "wrong" and self._right_way_wrong_size(fn):
+            return self._result(FAILED, f"{result.message} {HINT_PREFIX}{STEP_SIZE_HINT}", "wrong", STEP_SIZE_HINT)
         if result.passed or result.hint or result.reason != "error":
             return result
         for case in self.cases():
@@ -343,6 +353,31 @@ class _BiasStepExercise(Exercise):
                 return result
         return self._result(FAILED, f"{result.message} {HINT_PREFIX}{INTEGER_MEAN_HINT}", "error",
                             INTEGER_MEAN_HINT)
+
+
+    def _right_way_wrong_size(self, fn) -> bool:
+        """True when, on every hidden case, each bias moved the right way (down above the mean load, up below
+        it, not at all at it) but some step was not exactly γ: the step's size followed the load gap."""
+        sized = False
+        for case in self.cases():
+            bias, load, gamma = case.args
+            try:
+                got = torch.as_tensor(fn(bias.clone(), load.clone(), gamma)).to(torch.float64)
+            except Exception:  # the learner's exception: not this mistake
+                return False
+            if got.shape != bias.shape or not bool(torch.isfinite(got).all()):
+                return False
+            step, gap = got - bias, load.double().mean() - load.double()
+            tol = 1e-6 * (1 + bias.abs())
+            same_way = torch.where(gap == 0, step.abs() <= tol, torch.sign(step) == torch.sign(gap))
+            if not bool(same_way.all()):
+                return False
+            sized |= bool(((step.abs() - gamma).abs() > tol)[gap != 0].any())
+        return sized
+
+
+STEP_SIZE_HINT = ("every bias moved the right way, but not always by exactly γ: the step is ±γ whatever the size "
+                  "of the load gap (γ times the sign of mean − load, not the gap itself).")
 
 
 check_bias_step = _BiasStepExercise(

@@ -1,0 +1,168 @@
+"""Notebook 07's race, read in short: one verdict line, the lead-shrinks test and the folded audit (section 4.1).
+
+Section 4 judges its race over seeds (``helpers.moe_race``, ``helpers.moe_long_run``); this module keeps the
+reading short for the learner:
+
+* ``equal_flops_line``: one line, how many of the "MoE against the dense FFN of its FLOPs" comparisons Holm resolves.
+* ``lead_shrink_family`` / ``lead_shrink_lines``: does the MoE's lead over its dense twin shrink from 300 to 3,000
+  steps? Per seed, ``lead = loss(dense twin) − loss(MoE)``; the change ``lead(3,000) − lead(300)`` is tested with
+  the paired t against 0 (``helpers.stats.paired_difference`` of the two leads), Holm's step-down over the four
+  MoE–twin pairings.
+* ``race_audit``: section 4.1's checks (sweeps, trainable embeddings, live reruns of four shipped runs, another CPU
+  kernel, fresh seeds, the full Holm table) run once; the notebook shows a few summary lines and folds every table
+  into an HTML ``<details>`` block (``RaceAudit._repr_html_``). ``text/plain`` is the summary alone.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from helpers.fact_lookup import FactLookup, LookupData, build_lookup, lookup_loss_and_accuracy, train_lookup
+from helpers.moe_long_run import LongRun
+from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FRESH_SEEDS_PATH, RACE_PAIRS, Race,
+                              convergence_lines, load_race, rerun_lines, sweep_summary_lines)
+from helpers.precision import bound
+from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
+
+__all__ = ["TWIN_PAIRS", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "RaceAudit", "race_audit"]
+
+#: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
+TWIN_PAIRS: tuple[tuple[str, str], ...] = (
+    ("MoE, lr 0.02", "dense, width 11, lr 0.04"), ("MoE, lr 0.02", "dense, width 11, lr 0.08"),
+    ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.04"), ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.08"))
+#: The race's comparisons of an MoE against the dense FFN of its FLOPs per fact (``helpers.moe_race.RACE_PAIRS``).
+EQUAL_FLOPS: tuple[tuple[str, str], ...] = (
+    ("MoE", "dense, width 11"), ("MoE, top-2", "dense, width 19"), ("fine-grained", "dense, width 19"),
+    ("DeepSeekMoE", "dense, width 19"))
+SECTION_4_ARMS: tuple[str, ...] = tuple(ARMS)[:8]
+
+
+def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
+    """One line: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
+    section 4's family), how many are resolved lower, and the family's size and resolved count."""
+    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
+    rows = [v for v in verdicts if v.name in names]
+    lower = sum(v.verdict == "lower" for v in rows)
+    return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
+            f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
+            f"resolved)")
+
+
+def lead_shrink_family(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAIRS, start: int = 300,
+                       end: int = 3000) -> dict[str, PairedDifference]:
+    """Per pairing, seed by seed: ``lead(end) − lead(start)``, ``lead = loss(twin) − loss(MoE)`` (nats); negative:
+    the lead shrank. ``long.loss[key]`` is ``(len(marks), seeds)``; each value is a ``PairedDifference`` over the
+    seeds."""
+    i, j = long.marks.index(start), long.marks.index(end)
+    family = {}
+    for moe, twin in pairs:
+        lead = long.loss[twin] - long.loss[moe]                 # (marks, seeds)
+        family[f"{moe.replace(', lr', ' (lr')}) vs {twin.removeprefix('dense, ')}"] = paired_difference(lead[j],
+                                                                                                      lead[i])
+    return family
+
+
+def lead_shrink_lines(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAIRS, start: int = 300,
+                      end: int = 3000) -> list[str]:
+    """The lead-shrinks verdict as printed lines: per pairing the mean lead at ``start`` and ``end``, the seeds
+    where it shrank, t against its Holm threshold (family: the pairings) and "shrank" or "not resolved"."""
+    family = lead_shrink_family(long, pairs, start, end)
+    i, j = long.marks.index(start), long.marks.index(end)
+    width = max(map(len, family)) + 2
+    rows = [f"does the lead shrink from {start:,} to {end:,} steps? paired t over {len(long.seeds)} seeds, Holm over "
+            f"{len(family)}"]
+    for (moe, twin), v in zip(pairs, holm(family)):
+        lead = (long.loss[twin] - long.loss[moe]).mean(1)
+        c = v.comparison
+        word = {"lower": "shrank", "higher": "grew"}.get(v.verdict, v.verdict)
+        rows.append(f"  {v.name:<{width}}lead {float(lead[i]):.2f} → {float(lead[j]):.2f} nats, smaller in "
+                    f"{c.lower:>2} of {c.n}, t {c.t:+6.2f} vs {v.threshold:.2f}  → {word}")
+    return rows
+
+
+@dataclass
+class RaceAudit:
+    """Section 4.1's checks, run once. ``summary``: the lines shown (also ``text/plain``); ``tables``: every
+    table, folded (HTML ``<details>``); ``deepseekmoe``: the DeepSeekMoE retrained live (lr 0.02, seed 0, 100
+    steps), which section 4.2 opens; ``bar``: the finished progress bar of the live reruns."""
+
+    summary: list[str]
+    tables: list[str]
+    deepseekmoe: FactLookup
+    bar: str = ""
+
+    def __repr__(self) -> str:
+        return "\n".join(self.summary)
+
+    def _repr_html_(self) -> str:
+        def pre(lines: Sequence[str]) -> str:
+            return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+        return (pre(self.summary) + "<details><summary>every table behind these lines (click)</summary>"
+                + pre(self.tables) + "</details>")
+
+
+def _live_reruns(data: LookupData, race: Race, long: LongRun, dsm: LongRun) -> tuple[list[str], FactLookup, str]:
+    """Four shipped runs trained again for 100 steps (seed 0): lines, the DeepSeekMoE model, the finished bar."""
+    from helpers.progress import progress
+
+    buffer = io.StringIO()                      # the bar is drawn once, finished (see RaceAudit.bar)
+    jobs = [("long run", "dense, width 11", 0.04, long), ("long run", "MoE", 0.02, long),
+            ("race", "MoE, top-2", None, race), ("fixed-rate run", "DeepSeekMoE", 0.02, dsm)]
+    lines, gaps, model = [], [], None
+    bar = progress(jobs, desc="four shipped runs again, 100 steps each", file=buffer,
+                   ascii=False)
+    for kind, arm, lr, source in bar:
+        if kind == "race":
+            stored = source.runs[100][arm]
+            model = build_lookup(data, ARMS[arm], d_model=8, seed=stored.seeds[0])
+            _, loads, _ = train_lookup(model, data, steps=100, lr=stored.lr)
+            live, _ = lookup_loss_and_accuracy(model, data)
+            gap = abs(live - float(stored.final()[0]))
+            rerouted = int((loads != stored.first_loads).any(1).sum())
+            lines.append(f"  race, {arm}, lr {stored.lr:g}, seed {stored.seeds[0]}: |here − file| {bound(gap, 0.01)}"
+                         f" nats; steps routed differently: {rerouted} of 100")
+        else:
+            model = build_lookup(data, ARMS[arm], d_model=8, seed=source.seeds[0])
+            _, _, live = train_lookup(model, data, steps=100, lr=lr, eval_at=[100])
+            gap = abs(live[100][0] - float(source.loss[f"{arm}, lr {lr:g}"][source.marks.index(100), 0]))
+            lines.append(f"  {kind}, {arm}, lr {lr:g}, seed {source.seeds[0]}: |here − file| {bound(gap, 0.01)} nats")
+        gaps.append(gap)
+    print(str(bar))                             # one finished bar
+    summary = f"live reruns (seed 0, 100 steps): {sum(g < 0.01 for g in gaps)} of {len(gaps)} within 0.01 nats of their files"
+    return [summary] + lines, model, str(bar)
+
+
+def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
+               section4: dict[str, PairedDifference]) -> RaceAudit:
+    """Run section 4.1's checks: ``race`` (``load_race()``), ``long`` (``load_ten_seeds()``), ``dsm`` (DeepSeekMoE
+    at fixed rates), ``section4`` (``section_family``: the race's 18 comparisons first). Trains four shipped runs
+    again live (about 4 s)."""
+    arms = list(SECTION_4_ARMS)
+    trainable = {arm: float(loss.mean(1).min()) for arm, loss in race.trainable.loss.items()}
+    live, model, bar = _live_reruns(data, race, long, dsm)
+    rerun, fresh = load_race(KERNEL_RERUN_PATH), load_race(RACE_FRESH_SEEDS_PATH)
+    rest = dict(list(section4.items())[18:])       # the family's other 8 rows, judged in every column
+    kernel = rerun_lines(race, rerun, RACE_PAIRS, fresh=fresh, changed_only=True, extra=rest)
+    sweeps = sweep_summary_lines(race, arms)
+    same_kernel, _, same_fresh = kernel[-1].split("; ")
+    summary = [
+        f"trainable embeddings instead (best rate, 100 steps): every arm {max(trainable.values()):.3f} nats or less",
+        sweeps[0], live[0],
+        f"the race's 18 verdicts on another CPU kernel: {same_kernel}; on seeds 300–319: "
+        f"{same_fresh.removeprefix('on the fresh seeds, ')}"]
+    per_seed = [f"{arm}, answer loss per seed after 3,000 steps: " + " ".join(f"{float(v):.3f}"
+                                                                              for v in long.loss[arm][-1])
+                for arm in ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.04")]
+    tables = (["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
+                                                                          for a, v in trainable.items()) + " nats"]
+              + sweeps + [""] + live + [""] + convergence_lines(race, arms)
+              + ['("last fifth": the loss\'s relative change over the run\'s last fifth; "right": facts answered right)',
+                 ""] + long.sweep_lines() + [""] + long.lines() + per_seed + ["", "the same seeds on the default "
+                 "CPU kernel, and seeds 300–319, at the same rates (rows whose verdict differs):"] + kernel
+              + ["", holm_table(section4, unit=" nats", digits=3)])
+    return RaceAudit(summary, tables, model, bar)

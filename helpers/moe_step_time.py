@@ -1,0 +1,104 @@
+"""A time per step from counts and a datasheet: where an MoE's per-step lead is eaten (notebook 07, section 6).
+
+No timing is measured here. One FFN layer's forward pass over a batch of ``B`` tokens is priced on published figures
+of one accelerator (``H100_SXM``: NVIDIA's datasheet, dense bf16 tensor-core peak, HBM3 bandwidth, NVLink) with the
+roofline rule: the step takes the longer of its FLOPs at peak and its weight bytes at full bandwidth,
+
+    t_layer = max(FLOPs / peak, weight bytes / bandwidth),
+
+and, for an MoE whose experts sit on other GPUs, the token vectors sent to the ``k`` routed experts and back,
+``2 · B · k · d_model · 2`` bytes at the NVLink rate per direction, are added (no overlap: an upper bound).
+Weights read are those of the experts the batch reaches, ``E (1 − (1 − k/E)^B)`` routed experts on average for
+tokens routed evenly at random, plus the shared experts and the router. SwiGLU experts: ``3 · d_model · width``
+weights each, ``2 ·`` that many FLOPs per token. Matmul counts: 3 per expert reached, issued one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Hardware", "H100_SXM", "StepTime", "step_time", "step_time_lines"]
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Published figures of one accelerator: ``flops`` (FLOP/s), ``hbm`` and ``link`` (bytes/s; ``link`` per
+    direction), ``name``."""
+
+    name: str
+    flops: float
+    hbm: float
+    link: float
+
+
+#: NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense bf16 (1,979 with 2:4 sparsity), 3.35 TB/s HBM3, NVLink 900 GB/s
+#: (both directions together: 450 GB/s each way).
+H100_SXM = Hardware("H100 SXM, bf16", 989e12, 3.35e12, 450e9)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One layer's forward step over ``batch`` tokens: ``flops``, ``weight_bytes``, ``moved_bytes`` (all-to-all,
+    0 for a dense layer), ``matmuls``, and the times (s) each costs on ``hardware``; ``seconds`` is
+    ``max(compute, weights) + traffic``."""
+
+    batch: int
+    flops: float
+    weight_bytes: float
+    moved_bytes: float
+    matmuls: int
+    compute: float
+    weights: float
+    traffic: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute, self.weights) + self.traffic
+
+    @property
+    def bound(self) -> str:
+        """What sets ``max(compute, weights)``: ``"FLOPs"`` or ``"bytes"``."""
+        return "FLOPs" if self.compute >= self.weights else "bytes"
+
+
+def step_time(batch: int, d_model: int, width: int, n_routed: int = 0, top_k: int = 0, n_shared: int = 0,
+              bytes_per_weight: int = 2, hardware: Hardware = H100_SXM, spread: bool = True) -> StepTime:
+    """The roofline step time of one SwiGLU FFN layer (``n_routed = 0``: a dense FFN of width ``width``) or MoE
+    (``n_routed`` experts of width ``width``, top-``top_k``, plus ``n_shared`` always-on experts of that width)
+    over ``batch`` tokens. ``spread``: the MoE's experts sit on other GPUs, so its tokens travel (all-to-all)."""
+    expert = 3 * d_model * width                                 # weights of one SwiGLU expert
+    if n_routed == 0:
+        flops, reached, router, moved = 2 * expert * batch, 1.0, 0, 0.0
+        matmuls = 3
+    else:
+        reached = n_routed * (1 - (1 - top_k / n_routed) ** batch) + n_shared
+        router = d_model * n_routed
+        flops = 2 * batch * ((top_k + n_shared) * expert + router)
+        moved = 2.0 * batch * top_k * d_model * bytes_per_weight if spread else 0.0
+        matmuls = 3 * round(reached) + 1
+    weight_bytes = bytes_per_weight * (reached * expert + router)
+    return StepTime(batch, float(flops), float(weight_bytes), moved, matmuls, flops / hardware.flops,
+                    weight_bytes / hardware.hbm, moved / hardware.link)
+
+
+def step_time_lines(batches: Sequence[int], d_model: int, width: int, n_routed: int, top_k: int, n_shared: int,
+                    dense_width: int, hardware: Hardware = H100_SXM) -> list[str]:
+    """Per batch size: the dense FFN of ``dense_width`` (the MoE's active width) and the MoE, each's time per
+    forward step (µs) and what bounds it, the MoE's weight bytes and traffic times, and MoE time / dense time."""
+    head = (f"one layer, forward, {hardware.name} ({hardware.flops / 1e12:.0f} TFLOP/s, {hardware.hbm / 1e12:.2f} TB/s"
+            f" HBM, {hardware.link / 1e9:.0f} GB/s NVLink each way); times in µs")
+    cols = (f"{'tokens':>7}{'dense':>9}{'bound':>7} |{'MoE FLOPs':>10}{'weights':>9}{'traffic':>9}{'total':>8}"
+            f"{'bound':>7}{'matmuls':>9} |{'MoE / dense':>12}")
+    rows = [head, cols]
+    for b in batches:
+        d = step_time(b, d_model, dense_width, hardware=hardware)
+        m = step_time(b, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
+        rows.append(f"{b:>7,}{d.seconds * 1e6:>9,.0f}{d.bound:>7} |{m.compute * 1e6:>10,.0f}{m.weights * 1e6:>9,.0f}"
+                    f"{m.traffic * 1e6:>9,.0f}{m.seconds * 1e6:>8,.0f}{m.bound:>7}{m.matmuls:>9,} |"
+                    f"{m.seconds / d.seconds:>11.1f}×")
+    ridge = hardware.flops / hardware.hbm                      # FLOP per byte: 2 FLOPs and 2 bytes per weight
+    rows.append(f"FLOPs outweigh weight bytes from about {ridge:,.0f} tokens per step (dense) and "
+                f"{ridge * (n_routed + n_shared) / (top_k + n_shared):,.0f} (MoE, every expert reached: "
+                f"× (E + s)/(k + s))")
+    return rows

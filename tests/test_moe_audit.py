@@ -1,0 +1,39 @@
+"""helpers.moe_audit: notebook 07's short reading of the race (the lead-shrinks test, the one verdict line)."""
+
+import torch
+
+from helpers.moe_audit import RaceAudit, equal_flops_line, lead_shrink_family, lead_shrink_lines
+from helpers.moe_long_run import DEEPSEEK_300_PATH, LongRun, load_long_run, load_ten_seeds
+from helpers.moe_race import RACE_PAIRS, load_race, section_family
+from helpers.stats import holm
+
+
+def test_the_lead_change_is_the_paired_t_of_each_seeds_change():
+    marks = [300, 3000]
+    loss = {"MoE, lr 0.02": torch.tensor([[0.5, 0.4, 0.6], [0.1, 0.1, 0.2]], dtype=torch.float64),
+            "dense, width 11, lr 0.04": torch.tensor([[1.0, 1.0, 1.1], [0.3, 0.5, 0.3]], dtype=torch.float64)}
+    run = LongRun(3000, marks, [0.02], [], [0, 1, 2], {}, {}, loss, {})
+    fam = lead_shrink_family(run, [("MoE, lr 0.02", "dense, width 11, lr 0.04")])
+    (c,) = fam.values()
+    # leads: 300 steps 0.5, 0.6, 0.5; 3,000 steps 0.2, 0.4, 0.1 -> changes -0.3, -0.2, -0.4
+    torch.testing.assert_close(c.diffs, torch.tensor([-0.3, -0.2, -0.4], dtype=torch.float64))
+    assert c.lower == 3
+
+
+def test_the_shipped_lead_shrinks_in_three_of_four_pairings():
+    lines = lead_shrink_lines(load_ten_seeds())
+    assert len(lines) == 5 and sum(line.endswith("→ shrank") for line in lines) == 3
+    assert lines[-1].endswith("→ not resolved") and "t  -0.93" in lines[-1]
+
+
+def test_the_verdict_line_counts_the_eight_equal_flops_rows():
+    race, long = load_race(), load_ten_seeds()
+    verdicts = holm(section_family(race, RACE_PAIRS, long, load_long_run(DEEPSEEK_300_PATH)))
+    assert "lower in 8 of 8" in equal_flops_line(verdicts) and "26 comparisons, 17 resolved" in equal_flops_line(verdicts)
+
+
+def test_the_audit_shows_its_summary_and_folds_its_tables():
+    audit = RaceAudit(["a & b"], ["table <1>"], deepseekmoe=None)
+    assert repr(audit) == "a & b"
+    page = audit._repr_html_()
+    assert "a &amp; b" in page and "<details>" in page and "table &lt;1&gt;" in page

@@ -1,0 +1,54 @@
+"""helpers.moe_step_time (notebook 07's time per step from counts and a datasheet) and the DeepSeekMoE diagram."""
+
+import math
+
+import pytest
+
+from helpers.moe_step_time import H100_SXM, step_time, step_time_lines
+
+
+def test_a_dense_step_is_the_longer_of_its_flops_and_its_bytes():
+    d, w = 7168, 18432
+    one = step_time(1, d, w)
+    assert one.flops == 2 * 3 * d * w and one.weight_bytes == 2 * 3 * d * w and one.bound == "bytes"
+    assert math.isclose(one.seconds, 3 * d * w * 2 / H100_SXM.hbm)
+    big = step_time(65_536, d, w)
+    assert big.bound == "FLOPs" and math.isclose(big.seconds, 2 * 3 * d * w * 65_536 / H100_SXM.flops)
+
+
+def test_one_token_through_the_moe_reads_only_its_k_plus_s_experts():
+    m = step_time(1, 7168, 2048, n_routed=256, top_k=8, n_shared=1)
+    assert math.isclose(m.weight_bytes, 2 * (9 * 3 * 7168 * 2048 + 7168 * 256))
+    assert math.isclose(m.moved_bytes, 2 * 8 * 7168 * 2)
+
+
+def test_a_large_batch_reaches_every_expert_and_the_ratio_falls_towards_the_traffic():
+    m = step_time(65_536, 7168, 2048, n_routed=256, top_k=8, n_shared=1)
+    assert math.isclose(m.weight_bytes, 2 * (257 * 3 * 7168 * 2048 + 7168 * 256), rel_tol=1e-9)
+    d = step_time(65_536, 7168, 9 * 2048)
+    assert 1.0 < m.seconds / d.seconds < 2.0
+
+
+@pytest.mark.parametrize("spread", [True, False])
+def test_traffic_only_when_the_experts_sit_elsewhere(spread):
+    m = step_time(64, 64, 128, n_routed=8, top_k=1, spread=spread)
+    assert (m.traffic > 0) == spread
+
+
+def test_the_table_prints_each_batch_and_the_ridge_points():
+    lines = step_time_lines([1, 64], 7168, 2048, 256, 8, 1, 9 * 2048)
+    assert len(lines) == 5 and lines[2].rstrip().endswith("1.0×") and "295" in lines[-1] and "8,430" in lines[-1]
+
+
+def test_the_deepseekmoe_diagram_draws_its_chosen_experts():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.moe_configs import deepseekmoe_diagram
+
+    fig = deepseekmoe_diagram(n_routed=12, chosen=(1, 5))
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "12 fine-grained routed experts" in texts and "shared expert" in texts
+    plt.close(fig)
