@@ -127,6 +127,23 @@ def family(runs: dict, site_names: Sequence[str], seeds: Sequence[int]) -> dict:
             for site in site_names for name in COMPARED}
 
 
+def grid(family_: dict, site_names: Sequence[str]) -> str:
+    """``family``'s Holm verdicts as a grid: one line per set, one cell per site (mean set − other drop, ▲/▼
+    resolved, · not), under a header naming the family's size and how many are resolved."""
+    from helpers.stats import holm
+    verdicts = {v.name: v for v in holm(family_)}
+    mark = {"higher": "▲", "lower": "▼", "not resolved": "·"}
+    width = max(len(name) for name in COMPARED) + len(" − other") + 2
+    lines = [f"Holm's step-down over {len(verdicts)} comparisons (5 % two-sided): "
+             f"{sum(v.resolved for v in verdicts.values())} resolved (▲ ▼), · not resolved",
+             f"  {'':{width}s}" + "".join(f"{site:16s}" for site in site_names).rstrip()]
+    for name in COMPARED:
+        cells = [verdicts[f"{site}: {name} − other"] for site in site_names]
+        lines.append(f"  {name + ' − other':{width}s}" +
+                     "".join(f"{v.comparison.mean:+.3f} {mark[v.verdict]}{'':8s}" for v in cells).rstrip())
+    return "\n".join(lines)
+
+
 def same_verdicts(site_names: Sequence[str], seeds: Sequence[int], n_offs: Sequence[int] = (20, 80)) -> dict[int, int]:
     """``{n: how many of the family's Holm verdicts at n neurons per set equal those at N_OFF}``, from the
     shipped files of each set size."""

@@ -17,6 +17,7 @@ EXERCISES = {
     "spill": ex.check_edit_spill,
     "profile": ex.check_relation_profile,
     "match": ex.check_best_match,
+    "rome": ex.check_rome_update,
 }
 
 
@@ -35,6 +36,7 @@ UNLISTED_WRONG = {
     "spill": lambda C, k, K: ex._edit_spill(C, k, K) * 1.001,
     "profile": lambda c, valid, rel, R: ex._relation_profile(c, valid, rel, R) + 0.01,
     "match": lambda a, b: (ex._best_match(a, b)[0], ex._best_match(a, b)[1] ** 2),
+    "rome": lambda W, C, k, v: ex._rome_update(W, C, k, v) * 1.001,
 }
 
 
@@ -101,6 +103,10 @@ ALSO_RIGHT = {
     "profile": _profile_by_loop,
     "match": _match_with_corrcoef,
     "match_population": lambda a, b: _match_population_std(a, b),
+    "rome": lambda W, C, k, v: W + (v - W @ k)[:, None] * (torch.linalg.inv(C) @ k)[None, :]
+    / (k @ torch.linalg.inv(C) @ k),
+    "rome_clone": lambda W, C, k, v: W.clone().addr_(v - W @ k, torch.linalg.solve(C, k),
+                                                      alpha=1 / (torch.linalg.solve(C, k) @ k).item()),
 }
 
 
@@ -427,6 +433,13 @@ NATURAL_WRONG = [
     ("match", ex._match_from(ex._corr, absolute=True), "ranked by |r|"),
     ("match", _match_dim0, "the wrong way round"),
     ("match", ex._match_from(ex._cosine), "did not subtract each column's mean"),
+    ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, C @ k) / ((C @ k) @ k), "C where C⁻¹ belongs"),
+    ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, torch.linalg.solve(C, k)), "divide by (C⁻¹k*)ᵀk*"),
+    ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, k) / (k @ k), "you left C out"),
+    ("rome", lambda W, C, k, v: torch.outer(v - W @ k, torch.linalg.solve(C, k)) / (torch.linalg.solve(C, k) @ k),
+     "not the term alone"),
+    ("rome", lambda W, C, k, v: W + torch.outer(torch.linalg.solve(C, k), v - W @ k).T
+     / (torch.linalg.solve(C, k) @ k) + 0.5 * (v - W @ k)[:, None], None),
 ]
 
 

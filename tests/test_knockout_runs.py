@@ -65,3 +65,13 @@ def test_family_compares_every_set_with_other_at_every_site_and_verdicts_hold_ac
     assert knockout_runs.per_seed_mean(runs, site_names[0], "activity-matched", [0], "neurons off") == \
         [runs[0]["sets"][site_names[0]]["matched"][3]]
     assert set(knockout_runs.same_verdicts(site_names, range(10))) == {20, 80}
+
+
+def test_grid_prints_one_line_per_set_with_every_verdict_of_the_family():
+    from helpers.stats import holm
+    sites = ["L0 subject", "L0 last word", "L1 last word"]
+    fam = knockout_runs.family(knockout_runs.load(), sites, list(range(10)))
+    lines = knockout_runs.grid(fam, sites).splitlines()
+    assert len(lines) == 2 + len(knockout_runs.COMPARED)
+    marks = sum(line.count("▲") + line.count("▼") for line in lines[2:])
+    assert marks == sum(v.resolved for v in holm(fam)) and str(len(fam)) in lines[0]

@@ -22,6 +22,7 @@ checker                        kind    the learner writes
 ``check_relation_profile``     invest. ``relation_profile(coefficients, valid, relation, n_relations)``
                                        -> ``(d_ff, n_relations)`` mean peak per relation
 ``check_best_match``           invest. ``best_match(a, b)`` -> (index ``(n_a,)``, correlation ``(n_a,)``)
+``check_rome_update``          build   ``rome_update(W, C, k_star, v_star)`` -> ``(d_out, d)`` float64, Ŵ
 =============================  ======  ==============================================================
 """
 
@@ -904,8 +905,78 @@ check_best_match = Exercise(
     returns=tensor_dtype(torch.int64, 0, "index", advice="argmax and topk give int64 indices."),
 )
 
+
+# --------------------------------------------------------------------------------------------
+# Exercise 8 (build): ROME's rank-one update
+# --------------------------------------------------------------------------------------------
+
+
+def _rome_update(W: torch.Tensor, C: torch.Tensor, k_star: torch.Tensor, v_star: torch.Tensor) -> torch.Tensor:
+    """``(d_out, d)`` float64: ``Ŵ = W + (v* − Wk*)(C⁻¹k*)ᵀ / ((C⁻¹k*)ᵀk*)``."""
+    u = torch.linalg.solve(C, k_star)                        # C⁻¹k*: (d,)
+    return W + torch.outer(v_star - W @ k_star, u) / (u @ k_star)
+
+
+def _rome_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(2026)
+    cases = []
+    # (d_out, d, C's eigenvalues from .. to, what is special)
+    for d_out, d, low, high, special in [(5, 6, 0.05, 20.0, None), (3, 1, 2.0, 2.0, None), (1, 4, 0.2, 5.0, None),
+                                         (4, 5, 1.0, 1.0, None), (6, 8, 1e-2, 1e3, None), (3, 4, 0.5, 3.0, "tiny k*"),
+                                         (3, 4, 0.5, 3.0, "large k*"), (4, 3, 0.1, 4.0, "v* = Wk*")]:
+        C = torch.eye(d, dtype=torch.float64) if (low, high) == (1.0, 1.0) else spd(gen, d, low, high)
+        W = torch.randn(d_out, d, generator=gen, dtype=torch.float64)
+        k_star = (torch.randn(d, generator=gen, dtype=torch.float64) + 0.5) * {"tiny k*": 1e-6,
+                                                                              "large k*": 1e4}.get(special, 1.0)
+        v_star = W @ k_star if special == "v* = Wk*" else torch.randn(d_out, generator=gen, dtype=torch.float64)
+        note = f"W ({d_out}, {d}), C ({d}, {d}), k_star ({d},), v_star ({d_out},), float64"
+        cases.append(Case((W, C, k_star, v_star), note=note))
+    return cases
+
+
+def _rome_with(u_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], norm: bool = True):
+    def wrong(W, C, k, v):
+        u = u_of(C, k)
+        return W + torch.outer(v - W @ k, u) / ((u @ k) if norm else 1.0)
+    return wrong
+
+
+check_rome_update = Exercise(
+    "Exercise 8 (ROME's update)",
+    _rome_update,
+    _rome_cases,
+    mistakes=[
+        ("you used C where C⁻¹ belongs: u = C⁻¹k* = torch.linalg.solve(C, k_star), not C @ k_star.",
+         _rome_with(lambda C, k: C @ k)),
+        ("you left C out (u = k*): that is the edit without key statistics. Use u = torch.linalg.solve(C, k_star).",
+         _rome_with(lambda C, k: k)),
+        ("divide by (C⁻¹k*)ᵀk*: without it Ŵk* misses v*.",
+         _rome_with(lambda C, k: torch.linalg.solve(C, k), norm=False)),
+        ("the denominator is (C⁻¹k*)ᵀk*, not k*ᵀk*: with it, Ŵk* = v* exactly.",
+         lambda W, C, k, v: W + torch.outer(v - W @ k, torch.linalg.solve(C, k)) / (k @ k)),
+        ("the column is the residual v* − Wk*, not v*: the edit adds only what W does not yet return.",
+         lambda W, C, k, v: W + torch.outer(v, torch.linalg.solve(C, k)) / (torch.linalg.solve(C, k) @ k)),
+        ("return Ŵ = W + the rank-one term, not the term alone.",
+         lambda W, C, k, v: _rome_update(W, C, k, v) - W),
+    ],
+    domain=Domain(
+        allows="W (d_out, d) float64; C (d, d) float64 symmetric positive definite, eigenvalues from 1e-2 to 1e3; "
+               "k_star (d,) float64, not zero, of any size; v_star (d_out,) float64; d, d_out >= 1; the answer "
+               "(d_out, d) float64",
+        corners=(
+            Corner("d = 1", lambda c: c.args[1].shape == (1, 1)),
+            Corner("d_out = 1", lambda c: c.args[0].shape[0] == 1),
+            Corner("C = I", lambda c: torch.equal(c.args[1], torch.eye(c.args[1].shape[0], dtype=torch.float64))),
+            Corner("C ill-conditioned (eigenvalues 1e-2 to 1e3)", lambda c: bool(torch.linalg.cond(c.args[1]) > 1e4)),
+            Corner("v* = Wk* (nothing to change)", lambda c: torch.equal(c.args[3], c.args[0] @ c.args[2])),
+            Corner("a tiny k* (norm about 1e-6)", lambda c: bool(c.args[2].norm() < 1e-4)),
+            Corner("a large k* (norm about 1e4)", lambda c: bool(c.args[2].norm() > 1e3)),
+        )),
+)
+
+
 EXERCISES = [check_memory_coefficients, check_top_triggers, check_value_logits, check_agreement_rate, check_edit_spill,
-             check_relation_profile, check_best_match]
+             check_relation_profile, check_best_match, check_rome_update]
 
 __all__ = ["check_memory_coefficients", "check_top_triggers", "check_value_logits", "check_agreement_rate",
-           "check_edit_spill", "check_relation_profile", "check_best_match", "EXERCISES"]
+           "check_edit_spill", "check_relation_profile", "check_best_match", "check_rome_update", "EXERCISES"]
