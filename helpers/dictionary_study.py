@@ -713,12 +713,16 @@ def tracking_table(study: dict, layers: Sequence[int] | None = None,
     layers = _layers(study, layers)
     names = {"transcoder": "transcoder features", "neurons": "neurons", "sae_x": "SAE-on-x features",
              "random": "random dictionary", "untrained_neurons": "untrained network's neurons"}
-    title = "share tracking, mean over models" if steps is None else f"the same, {int(steps):,} steps"
-    head = "".join(f"{f'L{L} ' + label:>12s}" for L in layers for label in labels)
-    lines = [f"{title:32s}{head}   judged units (L{layers[0]})"]
+    where = f"layer {layers[0]}" if len(layers) == 1 else "layers " + ", ".join(map(str, layers))
+    title = (f"share tracking, {where}, mean over models" if steps is None
+             else f"the same, {where}, {int(steps):,} steps")
+    width = 12 if len(layers) == 1 else 18
+    head = "".join(f"{label if len(layers) == 1 else f'layer {L} ' + label:>{width}s}"
+                   for L in layers for label in labels)
+    lines = [title, f"{'':32s}{head}   judged units (layer {layers[0]})"]
     for unit in units:
         name = names[validate.one_of("unit", unit, names)]
-        cells = "".join(f"{100 * sum(v) / len(v):11.0f}%" for L in layers for label in labels
+        cells = "".join(f"{100 * sum(v) / len(v):{width - 1}.0f}%" for L in layers for label in labels
                         for v in [model_means(study, L,
                                               lambda e, u=unit, a=label: [r[a] for r in _tracking(e, u, steps)])])
         judged = model_means(study, layers[0], lambda e, u=unit: [r["judged"] for r in _tracking(e, u, steps)])

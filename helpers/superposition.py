@@ -223,6 +223,21 @@ def random_cosine_median(d: int, grid: int = 100_000) -> float:
     return float(t[int(torch.searchsorted(cdf, torch.tensor(0.5, dtype=torch.float64)))])
 
 
+def mean_squared_cosine(units: torch.Tensor) -> float:
+    """The mean cos² over all pairs of the unit columns of ``units`` (d, N): how much N directions overlap."""
+    gram = units.T @ units
+    off = ~torch.eye(gram.shape[0], dtype=torch.bool)
+    return float((gram[off] ** 2).mean())
+
+
+def frame_bound(n: int, m: int) -> float:
+    """The least possible mean cos² over pairs of ``n`` unit vectors in ``m`` dimensions (Welch's bound,
+    reached by a tight frame): (n − m) / (m (n − 1)), 0 when n <= m. Random directions average 1/m."""
+    if n < 2 or m < 1:
+        raise ValueError(f"need n >= 2 and m >= 1, got n={n}, m={m}")
+    return max(n - m, 0) / (m * (n - 1))
+
+
 def planted_features(n_true: int = 96, d: int = 48, n_rows: int = 1345, mean_on: float = 4.0,
                      seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Data with known features in superposition, at a real layer's width: ``n_true`` random unit directions in

@@ -310,3 +310,15 @@ def test_random_cosine_median_matches_the_closed_forms():
     a, b = (torch.nn.functional.normalize(torch.randn(20000, 48, generator=g, dtype=torch.float64), dim=1)
             for _ in range(2))
     assert abs(float((a * b).sum(1).abs().median()) - random_cosine_median(48)) < 0.005
+
+
+def test_frame_bound_is_met_by_a_tight_frame_and_beaten_by_no_random_set():
+    from helpers.superposition import frame_bound, mean_squared_cosine
+    assert frame_bound(5, 5) == 0 and abs(frame_bound(20, 5) - 15 / 95) < 1e-12
+    angles = torch.arange(5, dtype=torch.float64) * torch.pi / 5                 # 5 lines at 36° in the plane
+    frame = torch.stack([angles.cos(), angles.sin()])
+    assert abs(mean_squared_cosine(frame) - frame_bound(5, 2)) < 1e-12
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        u = torch.randn(5, 17, generator=gen, dtype=torch.float64)
+        assert mean_squared_cosine(u / u.norm(dim=0)) >= frame_bound(17, 5) - 1e-12
