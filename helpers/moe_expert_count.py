@@ -6,7 +6,7 @@ Every arm is notebook 07's race MoE (d = 8, top-1 experts of width 8, balancing 
 
     python -m helpers.moe_expert_count --results     # writes helpers/data/moe_expert_count.json (a few minutes)
 
-A single run is sensitive to the CPU kernel (seed 0 moves by up to ~0.06 nats between ATEN_CPU_CAPABILITY=avx2
+A single run is sensitive to the CPU kernel (E = 8 and 16 move by up to 0.18 nats between ATEN_CPU_CAPABILITY=avx2
 and =default), so the file also keeps seed 0 of every E as trained on each kernel, for the notebook's live check:
 
     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --seed0-kernel
@@ -21,7 +21,8 @@ rate on these seeds, which favours the dense line:
 
 The main sweep ("loss") was trained on the AVX2 kernel. At this rate E = 8 and E = 16 sit near the edge of
 stability, and whether E = 16 beats E = 8 depends on the kernel, so the file also keeps those two arms, ten seeds,
-as trained on the default kernel (the notebook prints that row from both kernels):
+as trained on the default kernel (the notebook prints that row from both kernels), and seed 0 of the dense FFN of
+E = 8's total parameters on that kernel (run --dense-total first):
 
     ATEN_CPU_CAPABILITY=default python -m helpers.moe_expert_count --kernel-sweep   # adds "loss_by_kernel"
 
@@ -98,7 +99,7 @@ def seed0_reference(study: dict, n_experts: int) -> float | None:
 def live_check(study: dict, n_experts: int, live: float) -> str:
     """One line comparing a live seed-0 run with the file's run on the same CPU kernel.
 
-    A 100-step run at this rate moves by up to ~0.13 nats between CPU kernels, so it is compared only with a run
+    A 100-step run at this rate moves by up to 0.18 nats between CPU kernels, so it is compared only with a run
     made on the same kernel; on a kernel the file does not store, the line says so instead of comparing."""
     reference = seed0_reference(study, n_experts)
     if reference is None:
@@ -186,6 +187,28 @@ def payoff_family(study: dict) -> dict[str, PairedDifference]:
             losses(study, TOTAL_E), total_losses(study)[0])
     doublings = {name: row for name, row in doubling_family(study).items() if name != "E = 16 − E = 8"}
     return {**rows, **doublings}
+
+
+def total_seed0(study: dict) -> float | None:
+    """Seed 0 of the dense FFN of E = 8's total parameters at its best rate, as trained on this process's CPU
+    kernel (the main runs for AVX2, ``dense_total_seed0_by_kernel`` for others), or None when the file has none."""
+    lr = total_losses(study)[1]
+    stored = {"AVX2": study["dense_total"][str(total_width(TOTAL_E))][f"{lr:g}"]["0"],
+              **study.get("dense_total_seed0_by_kernel", {})}
+    return stored.get(torch.backends.cpu.get_cpu_capability())
+
+
+def section_live_check(study: dict, data=None) -> str:
+    """One line: seed 0 of E = 4 and of the dense FFN of E = 8's total parameters rerun live, each against the
+    file's run on the same CPU kernel; on a kernel the file does not store, the two live values instead."""
+    data = lookup_data() if data is None else data
+    moe, dense = expert_count_run(4, 0, data), dense_run(total_width(TOTAL_E), 0, total_losses(study)[1], data)
+    ref_moe, ref_dense = seed0_reference(study, 4), total_seed0(study)
+    if ref_moe is None or ref_dense is None:
+        return (f"E = 4 and dense width {total_width(TOTAL_E)}, seed 0 live: {moe:.3f}, {dense:.3f}; the file has no "
+                "run on this CPU kernel to compare with (runs this short move between kernels)")
+    return live_line(f"E = 4 and dense width {total_width(TOTAL_E)}, seed 0 (same CPU kernel)",
+                     max(abs(moe - ref_moe), abs(dense - ref_dense)))
 
 
 def total_line(study: dict) -> str:
@@ -281,6 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         study = load_expert_count(args.out)
         study.setdefault("loss_by_kernel", {})[torch.backends.cpu.get_cpu_capability()] = run_sweep(
             args.seeds, KERNEL_COUNTS)["loss"]
+        if "dense_total" in study:                        # seed 0 of the total-parameter line, for the live check
+            study.setdefault("dense_total_seed0_by_kernel", {})[torch.backends.cpu.get_cpu_capability()] = round(
+                dense_run(total_width(TOTAL_E), 0, total_losses(study)[1]), 5)
         Path(args.out).write_text(json.dumps(study, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"added E = 8 and 16 on this kernel to {args.out}")
         return 0

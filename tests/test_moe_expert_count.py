@@ -2,7 +2,8 @@ import torch
 
 from helpers.moe_expert_count import (DENSE_LRS, EXPERT_COUNTS, dense_losses, dense_run, dense_width, doubling_family,
                                       expert_count_run, figure, live_check, load_expert_count, losses, main, payoff_family,
-                                      seed0_reference, kernel_line, total_line, total_losses, total_width)
+                                      seed0_reference, kernel_line, section_live_check, total_line, total_losses,
+                                      total_width)
 
 
 def test_the_shipped_file_holds_ten_seeds_per_count_and_seed_0_reproduces():
@@ -91,3 +92,13 @@ def test_the_default_kernel_arms_and_the_total_parameter_line():
     assert "closes" in total_line(study)
     if torch.backends.cpu.get_cpu_capability() == "AVX2":
         assert abs(dense_run(67, 0, lr) - study["dense_total"]["67"][f"{lr:g}"]["0"]) < 1e-3
+
+
+def test_section_live_check_reproduces_on_this_kernel_and_says_so_elsewhere(monkeypatch):
+    """Seed 0 of E = 4 and of the width-67 line reproduce the file on AVX2 and DEFAULT; on another kernel the line
+    prints the live values instead of comparing."""
+    study = load_expert_count()
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "DEFAULT"):
+        assert section_live_check(study).endswith("< 1e-03")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert "no run on this CPU kernel" in section_live_check(study)
