@@ -2,7 +2,8 @@ import torch
 
 from helpers.moe_expert_count import (DENSE_LRS, EXPERT_COUNTS, dense_losses, dense_run, dense_width, doubling_family,
                                       expert_count_run, figure, live_check, load_expert_count, losses, main, payoff_family,
-                                      seed0_reference)
+                                      seed0_reference, kernel_line, section_live_check, total_line, total_losses,
+                                      total_width)
 
 
 def test_the_shipped_file_holds_ten_seeds_per_count_and_seed_0_reproduces():
@@ -53,12 +54,14 @@ def test_payoff_family_pairs_each_moe_with_its_dense_twin_then_the_doublings():
     study = load_expert_count()
     family = payoff_family(study)
     assert list(family)[:5] == [f"E = {e} − dense, width {dense_width(e)}" for e in EXPERT_COUNTS]
-    assert list(family)[5:] == list(doubling_family(study))
+    assert list(family)[5] == "E = 8 − dense, width 67"
+    assert list(family)[6:] == list(doubling_family(study))[:-1]          # 16 against 8: kernel_line, no verdict
     row = family["E = 8 − dense, width 11"]
     assert abs(row.mean - float((losses(study, 8) - dense_losses(study, 8)[0]).mean())) < 1e-12
     import matplotlib.pyplot as plt
     fig = figure(study)
-    assert len(fig.axes[0].lines) == 10 + 2                       # a grey line per seed, the MoE mean, the dense line
+    # a grey line per seed, the MoE mean, the dense line, the total-parameter mark, the default kernel, the legend's grey
+    assert len(fig.axes[0].lines) == 10 + 5
     plt.close(fig)
 
 
@@ -71,3 +74,31 @@ def test_a_small_dense_file_round_trips(tmp_path, monkeypatch):
     assert main(["--dense", "--seeds", "0", "--out", str(out)]) == 0
     study = load_expert_count(out)
     assert list(study["dense"]) == ["9", "10"] and list(study["dense"]["9"]["0.08"]) == ["0"]
+
+
+def test_the_default_kernel_arms_and_the_total_parameter_line():
+    """E = 8 and 16 retrained on the default kernel (ten seeds each); the dense FFN of E = 8's total parameters
+    (width 67 >= 8 experts plus the router) at its best rate, inside the rate grid."""
+    study = load_expert_count()
+    assert total_width(8) == 67 and 3 * 8 * 67 >= 8 * 3 * 8 * 8 + 8 * 8 > 3 * 8 * 66
+    assert sorted(study["loss_by_kernel"]["DEFAULT"], key=int) == ["8", "16"]
+    assert all(len(runs) == 10 for runs in study["loss_by_kernel"]["DEFAULT"].values())
+    assert {e: study["loss_by_kernel"]["DEFAULT"][e]["0"] for e in ("8", "16")} == {
+        e: study["seed0_by_kernel"]["DEFAULT"][e] for e in ("8", "16")}
+    line = kernel_line(study)
+    assert "AVX2 kernel -0.064, lower in 7/10" in line and "DEFAULT kernel -0.159, lower in 10/10" in line
+    values, lr = total_losses(study)
+    assert values.shape == (10,) and DENSE_LRS[0] < lr < DENSE_LRS[-1]
+    assert "closes" in total_line(study)
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        assert abs(dense_run(67, 0, lr) - study["dense_total"]["67"][f"{lr:g}"]["0"]) < 1e-3
+
+
+def test_section_live_check_reproduces_on_this_kernel_and_says_so_elsewhere(monkeypatch):
+    """Seed 0 of E = 4 and of the width-67 line reproduce the file on AVX2 and DEFAULT; on another kernel the line
+    prints the live values instead of comparing."""
+    study = load_expert_count()
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "DEFAULT"):
+        assert section_live_check(study).endswith("< 1e-03")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert "no run on this CPU kernel" in section_live_check(study)
