@@ -29,7 +29,7 @@ from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FR
 from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
-__all__ = ["TWIN_PAIRS", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "RaceAudit", "race_audit"]
+__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "RaceAudit", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -104,6 +104,25 @@ class RaceAudit:
             return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
         return (pre(self.summary) + "<details><summary>every table behind these lines (click)</summary>"
                 + pre(self.tables) + "</details>")
+
+
+@dataclass
+class Folded:
+    """Lines shown with the rest folded: ``Folded(lines, shown=1)`` displays ``lines[:shown]`` (also
+    ``text/plain``) and puts the others in an HTML ``<details>`` block, as ``RaceAudit`` does."""
+
+    lines: list[str]
+    shown: int = 1
+    label: str = "the full table (click)"
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines[:self.shown])
+
+    def _repr_html_(self) -> str:
+        def pre(lines: Sequence[str]) -> str:
+            return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+        return (pre(self.lines[:self.shown]) + f"<details><summary>{html.escape(self.label)}</summary>"
+                + pre(self.lines[self.shown:]) + "</details>")
 
 
 def _live_reruns(data: LookupData, race: Race, long: LongRun, dsm: LongRun) -> tuple[list[str], FactLookup, str]:

@@ -296,8 +296,8 @@ def gate_table(x: torch.Tensor, layers: dict[str, tuple[MoE, float]] | None = No
 
 
 def deepseekmoe_diagram(n_routed: int = 16, chosen: Sequence[int] = (2, 7, 12)):
-    """A DeepSeekMoE layer as a block diagram: a token ``x`` goes to one always-on shared expert and to a router
-    that scores ``n_routed`` fine-grained experts (``s_i = σ(w_i · x)`` in DeepSeek-V3), picks the top-k of
+    """A DeepSeekMoE layer with DeepSeek-V3's bias router (section 3) as a block diagram: a token ``x`` goes to one
+    always-on shared expert and to a router that scores ``n_routed`` fine-grained experts (``s_i = σ(w_i · x)`` in DeepSeek-V3), picks the top-k of
     ``s_i + b_i`` (``chosen``, highlighted) and weights each chosen expert's output by its gate ``g_i`` (the bias
     ``b_i`` only chooses); the outputs are summed into ``y``, which the residual adds to ``x``."""
     import matplotlib.pyplot as plt
@@ -339,6 +339,7 @@ def deepseekmoe_diagram(n_routed: int = 16, chosen: Sequence[int] = (2, 7, 12)):
     arrow((9.6, 0), (10.2, 0))
     ax.text(0.1, -2.45, "$b_i$: one number per expert, nudged by ±γ after each step by its load; it enters the "
                         "choice only, never the gates $g_i$ (section 3)", fontsize=9.5, color="0.25")
-    ax.set_title("A DeepSeekMoE layer: shared + fine-grained routed experts (y is added to x by the residual)",
+    ax.set_title("DeepSeekMoE's shared + fine-grained experts with DeepSeek-V3's router (y is added to x by the "
+                 "residual)",
                  fontsize=11.5)
     return fig

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Hardware", "H100_SXM", "StepTime", "step_time", "step_time_lines"]
+__all__ = ["Hardware", "H100_SXM", "StepTime", "per_second_lines", "step_time", "step_time_lines"]
 
 
 @dataclass(frozen=True)
@@ -101,4 +101,26 @@ def step_time_lines(batches: Sequence[int], d_model: int, width: int, n_routed: 
     rows.append(f"FLOPs outweigh weight bytes from about {ridge:,.0f} tokens per step (dense) and "
                 f"{ridge * (n_routed + n_shared) / (top_k + n_shared):,.0f} (MoE, every expert reached: "
                 f"× (E + s)/(k + s))")
+    return rows
+
+
+def per_second_lines(long, moe: str, dense: str, batches: Sequence[int], d_model: int, width: int, n_routed: int,
+                     top_k: int, n_shared: int, dense_width: int, hardware: Hardware = H100_SXM) -> list[str]:
+    """Section 4's steps joined to this module's cost per step. ``long``: a ``helpers.moe_long_run.LongRun`` with
+    marks 300 and 3,000; ``moe``, ``dense``: keys of ``long.right``. Prints each arm's share of facts right (mean
+    and the seed nearest the other arm), the seeds where the MoE at 300 steps beats the dense arm at 3,000, and per
+    batch: tokens per expert ``B k / E``, experts reached ``E (1 - (1 - k/E)^B)`` and MoE / dense time per step."""
+    at = {m: i for i, m in enumerate(long.marks)}
+    m300, d3000 = long.right[moe][at[300]], long.right[dense][at[3000]]
+    rows = [f"share of facts right: {moe} after 300 steps {float(m300.mean()):.0%} (lowest seed "
+            f"{float(m300.min()):.0%}); {dense} after 3,000 {float(d3000.mean()):.0%} (highest seed "
+            f"{float(d3000.max()):.0%})",
+            f"the MoE at 300 steps is ahead of the dense FFN at 3,000 in {int((m300 > d3000).sum())} of "
+            f"{len(m300)} seeds: the dense FFN needs over 10× the steps",
+            f"{'tokens':>7}{'tokens per expert':>19}{'experts reached':>17}{'MoE / dense per step':>22}"]
+    for b in batches:
+        d = step_time(b, d_model, dense_width, hardware=hardware)
+        m = step_time(b, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
+        reached = n_routed * (1 - (1 - top_k / n_routed) ** b)
+        rows.append(f"{b:>7,}{b * top_k / n_routed:>19,.2f}{reached:>17,.0f}{m.seconds / d.seconds:>21.1f}×")
     return rows
