@@ -36,6 +36,7 @@ editing     ROME-style rank-one edits of an FFN's value matrix
 edit_budget a ROME edit's budget against efficacy and specificity, and the edits at both sites (notebook 03; shipped runs and their commands)
 knockout_runs notebook 03's knock-out family on every fact, ten seeds (shipped runs and their command)
 knockout_split notebook 03's own and other sets split: what "other" is made of, specific vs shared (shipped)
+knockout_attribution notebook 03's attribution-ranked sets (gradient × activation) beside the activation-ranked ones (shipped)
 neuron_census notebook 03's single-neuron knock-outs on every fact, ten seeds (shipped)
 promotion_runs notebook 03's promotion grid: layer 1's push on the answer and its rivals, 25 seeds (shipped)
 gate_plane  one gated unit over the plane of its two inputs (notebook 04's picture)

@@ -25,7 +25,10 @@ kept, per relation. Made by
 
     python -m helpers.edit_budget --keep   # writes helpers/data/edit_keep.json (a few minutes of CPU)
 
-and checked in the notebook against its live seed 0.
+and checked in the notebook against its live seed 0. The same with every one of the 152 capitals edited, to
+settle the efficacy verdict that 32 edits leave close:
+
+    python -m helpers.edit_budget --keep --edits 152   # writes helpers/data/edit_keep_152.json (~4 min of CPU)
 """
 
 from __future__ import annotations
@@ -88,14 +91,14 @@ class _Edits(NamedTuple):
     C: torch.Tensor                # (d_ff, d_ff) their second moment over real tokens, ridge 1e-3
 
 
-def _edits(model: torch.nn.Module, data: FactDataset, layer: int) -> _Edits:
+def _edits(model: torch.nn.Module, data: FactDataset, layer: int, n_edits: int = 32) -> _Edits:
     relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
     subjects = sorted({f.subject for f in data.facts})
     subject_of = torch.tensor([subjects.index(f.subject) for f in data.facts])
     same_subject = subject_of[:, None] == subject_of[None, :]
     subject_pos = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
     capital_rows = torch.nonzero(relation_of == list(RELATIONS).index("capital"))[:, 0]
-    edit_rows, new_ids = capital_edits(data)
+    edit_rows, new_ids = capital_edits(data, n_edits)
     other_capitals = (relation_of == relation_of[edit_rows[0]])[None, :] & ~same_subject[edit_rows]
     keys = collect(model, data.ids).coefficients[layer]
     C = key_second_moment(keys[data.ids != data.vocab.pad_id], ridge=1e-3)
@@ -155,7 +158,8 @@ def live_gap(model0: torch.nn.Module, data: FactDataset, live: dict[int, dict[st
 
 
 def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
-              paraphrase: str = PARAPHRASE, controls: bool = True) -> dict[str, object]:
+              paraphrase: str = PARAPHRASE, controls: bool = True,
+              at: Sequence[str] = ("country", "is")) -> dict[str, object]:
     """The notebook's 40-step edits (``capital_edits``, the penalty, each applied alone) in ``layer`` of one
     model, at the country (key averaged over the country's prompts) and at "is" (the capital prompt's last-word
     key): ``{site: efficacy, "kept " + site: share of other countries' capitals kept (mean over edits),
@@ -163,7 +167,8 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
     ``preferences`` on ``paraphrase``, "alpha": the mean α that the other countries' last-word keys receive from
     the edits at "is", "more paraphrases": {template: {site: the same four shares}} for ``MORE_PARAPHRASES``,
     "other prompts": {name: the same four shares after the edit at the country} for ``OTHER_PROMPTS``}``,
-    all floats. ``controls=False`` leaves out "other prompts" (the notebook's live check, to save time)."""
+    all floats. ``controls=False`` leaves out "other prompts"; ``at=("country",)`` leaves out the edits at "is"
+    and "alpha" (the notebook's live check, to save time)."""
     _, same_subject, subject_pos, capital_rows, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
     pick = (capital_rows[None, :] == edit_rows[:, None]).int().argmax(1)        # each edit's row of capital_rows
     countries = [data.facts[int(r)].subject for r in capital_rows]
@@ -174,6 +179,8 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
     shares_of = ("edited_before", "edited_after", "untouched_before", "untouched_after")
     for site, k in [("country", mean_keys(keys, same_subject[edit_rows], subject_pos)),
                     ("is", keys[edit_rows, data.answer_pos[edit_rows]])]:
+        if site not in at:
+            continue
         W_hats = rome_edits(model, layer, keys, C, k, data.ids, data.answer_pos, edit_rows, new_ids)
         fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, capital_rows)
         out[site], out[f"kept {site}"] = fx.success.float().mean().item(), fx.kept(other_capitals).mean().item()
@@ -189,8 +196,9 @@ def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
                 prefs = preferences(model, layer, W_hats, template_ids(data.vocab, countries, template),
                                     data.answer_id[capital_rows], pick, new_ids)
                 out["other prompts"][name] = {k: getattr(prefs, k).float().mean().item() for k in shares_of}
-    is_keys = keys[capital_rows, data.answer_pos[capital_rows]].expand(len(edit_rows), -1, -1)
-    out["alpha"] = edit_scales(C, k, is_keys)[other_capitals[:, capital_rows]].mean().item()
+    if "is" in at:
+        is_keys = keys[capital_rows, data.answer_pos[capital_rows]].expand(len(edit_rows), -1, -1)
+        out["alpha"] = edit_scales(C, k, is_keys)[other_capitals[:, capital_rows]].mean().item()
     return out
 
 
@@ -222,19 +230,25 @@ def sites_gap(live: dict[str, object], shipped: dict[str, object]) -> float:
 
 
 def live_sites_gap(model0: torch.nn.Module, data: FactDataset, shipped0: dict[str, object]) -> float:
-    """The notebook's live check of the site runs: ``site_runs`` on ``model0`` (the fact model of seed 0) without
-    the control prompts (shipped only; ``python -m helpers.edit_budget --sites`` remakes them) against the
-    file's seed 0, ``shipped0``: ``sites_gap`` over every other number."""
-    return sites_gap(site_runs(model0, data, controls=False),
-                     {k: v for k, v in shipped0.items() if k != "other prompts"})
+    """The notebook's live check of the site runs: ``site_runs`` on ``model0`` (the fact model of seed 0) at the
+    country only, without the control prompts (shipped only; ``python -m helpers.edit_budget --sites`` remakes
+    them, and the tests rerun it) against the file's seed 0, ``shipped0``: ``sites_gap`` over every number the
+    rerun holds."""
+    live = site_runs(model0, data, controls=False, at=("country",))
+    shipped = {k: v for k, v in shipped0.items() if k in live}
+    shipped["more paraphrases"] = {t: {"country": v["country"]} for t, v in shipped0["more paraphrases"].items()}
+    return sites_gap(live, shipped)
 
 
-def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict[str, dict[str, float]]:
-    """The notebook's 40-step country edits (``capital_edits``, the penalty, each applied alone) in ``layer``,
+def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
+              n_edits: int = 32) -> dict[str, dict[str, float]]:
+    """The notebook's 40-step country edits (``capital_edits(data, n_edits)``, the penalty, each applied alone;
+    ``n_edits=152``: every capital) in ``layer``,
     ``"plain"`` (new answer only) and ``"keep"`` (with the keep term on the edited country's other facts):
     ``{name: {"efficacy", "capitals_kept", "own <relation>" for each relation but capital: the share of the
     edited countries' facts of that relation whose prediction is unchanged (mean over edits)}}``."""
-    relation_of, same_subject, subject_pos, _, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer)
+    relation_of, same_subject, subject_pos, _, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer,
+                                                                                                   n_edits)
     its_other = same_subject[edit_rows] & (torch.arange(len(data.facts))[None, :] != edit_rows[:, None])
     checked = torch.nonzero(other_capitals.any(0) | same_subject[edit_rows].any(0))[:, 0]
     k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
@@ -249,20 +263,27 @@ def keep_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict
     return out
 
 
-def make_keep(seeds: Sequence[int], path: Path = KEEP_PATH) -> dict:
-    """Run ``keep_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+def keep_path(n_edits: int = 32) -> Path:
+    """The shipped keep-term file for ``n_edits`` edits per seed (the notebook's 32: ``KEEP_PATH``)."""
+    return KEEP_PATH if n_edits == 32 else KEEP_PATH.with_name(f"edit_keep_{n_edits}.json")
+
+
+def make_keep(seeds: Sequence[int], path: Path | None = None, n_edits: int = 32) -> dict:
+    """Run ``keep_runs`` with ``n_edits`` edits for the fact models of ``seeds`` and write them to ``path``
+    (default ``keep_path(n_edits)``) as JSON."""
     from helpers.fact_model import load_fact_model
     torch.set_num_threads(1)
     data = make_dataset(load_facts())
-    runs = {str(s): keep_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
-    result = {"made_by": "python -m helpers.edit_budget --keep", "runs": runs,
+    runs = {str(s): keep_runs(load_fact_model(data, seed=s)[0], data, n_edits=n_edits) for s in seeds}
+    command = "python -m helpers.edit_budget --keep" + ("" if n_edits == 32 else f" --edits {n_edits}")
+    result = {"made_by": command, "n_edits": n_edits, "runs": runs,
               "environment": {"torch": torch.__version__, "python": platform.python_version()}}
-    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    Path(keep_path(n_edits) if path is None else path).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
 def load_keep(path: Path = KEEP_PATH) -> dict[int, dict[str, dict[str, float]]]:
-    """The shipped keep-term runs: ``{seed: keep_runs(...)}``."""
+    """The shipped keep-term runs: ``{seed: keep_runs(...)}`` (``keep_path(152)``: every capital edited)."""
     return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
 
 
@@ -304,31 +325,45 @@ def paraphrase_rises(sites: dict, seeds: Sequence[int], site: str,
                  for who in ("edited", "untouched"))
 
 
-def site_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
-    """Section 8's ten comparisons, judged as one Holm family: four Welch tests of the country edit, seeds
-    traced at the country against seeds traced at "is" (efficacy at 40 steps with and without the penalty and at
-    1000 steps without it; capitals kept at 1000 steps), then three paired tests of the paraphrase rise
-    (``paraphrase_rises``, edited − untouched): at the country, at "is", and the country's minus the one at "is";
-    then the paraphrase test's control, the same rise after the country edit on the country's prompts of the
-    other relations (``OTHER_PROMPTS``, where neither capital is the answer)."""
-    from helpers.stats import paired_difference, welch
+def trace_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
+    """Does the country edit take better in the seeds whose trace reads the capital at the country? Four Welch
+    tests, seeds traced at the country against seeds traced at "is": efficacy at 40 steps with and without the
+    penalty and at 1000 steps without it; capitals kept at 1000 steps."""
+    from helpers.stats import welch
     big = "1000 steps, no penalty"
 
     def split(key, budget=None):
         values = [sites[s][key] if budget is None else budgets[s][budget][key] for s in seeds]
         return split_by_trace(values, read_at, seeds)
 
-    rise = {site: paraphrase_rises(sites, seeds, site) for site in ("country", "is")}
-    net = {site: [e - u for e, u in zip(*rise[site])] for site in rise}
     return {"efficacy, 40 steps": welch(*split("country")),
             "efficacy, 40 steps, no penalty": welch(*split("efficacy", "40 steps, no penalty")),
             "efficacy, 1000 steps, no penalty": welch(*split("efficacy", big)),
-            "other capitals kept, 1000 steps, no penalty": welch(*split("capitals_kept", big)),
-            "edit at country: edited − untouched rise": paired_difference(*rise["country"]),
-            "edit at 'is': edited − untouched rise": paired_difference(*rise["is"]),
-            "the same, edit at country − at 'is'": paired_difference(net["country"], net["is"]),
-            **{f"edit at country, control: {name} prompt": paired_difference(*paraphrase_rises(sites, seeds, "country", t))
+            "other capitals kept, 1000 steps, no penalty": welch(*split("capitals_kept", big))}
+
+
+def paraphrase_family(sites: dict, seeds: Sequence[int]) -> dict:
+    """Does the country edit reach the capital fact, or everything written after the country? Four paired tests
+    of the rise of "the new capital beats the true one" (``paraphrase_rises``, edited − untouched countries): on
+    the held-out paraphrase, then on the country's prompts of the other relations (``OTHER_PROMPTS``, where
+    neither capital is the answer: the control)."""
+    from helpers.stats import paired_difference
+    return {"held out: 'the official capital of X is'": paired_difference(*paraphrase_rises(sites, seeds, "country")),
+            **{f"control: {name} prompt": paired_difference(*paraphrase_rises(sites, seeds, "country", t))
                for name, t in OTHER_PROMPTS.items()}}
+
+
+def site_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
+    """``trace_family`` and ``paraphrase_family`` together (eight comparisons)."""
+    return {**trace_family(sites, budgets, read_at, seeds), **paraphrase_family(sites, seeds)}
+
+
+def keep_family(runs: dict, seeds: Sequence[int]) -> dict:
+    """With the keep term − without it, paired by seed (``load_keep()`` runs): efficacy and the edited country's
+    other facts kept (mean of its three other relations)."""
+    from helpers.stats import paired_difference
+    return {w: paired_difference(*(keep_values(runs, name, k, seeds) for name in ("keep", "plain")))
+            for w, k in [("efficacy", "efficacy"), ("the country's other facts kept", "own")]}
 
 
 def template_family(sites: dict, seeds: Sequence[int]) -> dict:
@@ -355,12 +390,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--edits", type=int, default=32, help="with --keep: edits per seed (152: every capital)")
     parser.add_argument("--sites", action="store_true", help="the notebook's edits at both sites (edit_sites.json)")
     parser.add_argument("--keep", action="store_true", help="the country edits with and without the keep term "
                                                             "(edit_keep.json)")
     args = parser.parse_args()
     if args.keep:
-        make_keep(args.seeds, args.out or KEEP_PATH)
+        make_keep(args.seeds, args.out, args.edits)
     elif args.sites:
         make_sites(args.seeds, args.out or SITES_PATH)
     else:

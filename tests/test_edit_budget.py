@@ -50,7 +50,7 @@ def test_delta_ratio_is_the_size_of_the_optimised_delta():
                             n_edits=1, steps=5, lr=0.5)
     expected = (delta.norm() / (k @ model.blocks[0].ffn.w2.weight.T).norm()).item()
     old = edit_budget.capital_edits
-    edit_budget.capital_edits = lambda d: (rows, new_ids)
+    edit_budget.capital_edits = lambda d, n_edits=32: (rows, new_ids)
     try:
         got = edit_budget.budget_runs(model, data, {"5 steps": dict(steps=5, l2=0.0)})["5 steps"]["delta_ratio"]
     finally:
@@ -113,8 +113,8 @@ def test_the_section_8_families_read_the_shipped_runs():
     at_country, at_is = edit_budget.split_by_trace([sites[s]["country"] for s in range(10)], read_at, range(10))
     assert (len(at_country), len(at_is)) == (6, 4)
     family = edit_budget.site_family(sites, budgets, read_at, range(10))
-    assert len(family) == 10 and family["efficacy, 40 steps"].diff > 0
-    assert family["edit at country, control: currency prompt"].mean > 0         # the edit reaches the country
+    assert len(family) == 8 and family["efficacy, 40 steps"].diff > 0
+    assert family["control: currency prompt"].mean > 0         # the edit reaches the country
     assert set(sites[0]["other prompts"]) == set(edit_budget.OTHER_PROMPTS)
     assert len(edit_budget.template_family(sites, range(10))) == 3
     own = edit_budget.keep_values(keep, "keep", "own", range(10))
@@ -129,3 +129,17 @@ def test_the_live_site_check_leaves_out_only_the_control_prompts():
     shipped = edit_budget.load_sites()[0]
     assert edit_budget.live_sites_gap(model, data, shipped) < 1e-5
     assert set(edit_budget.site_runs(model, data, controls=False)) == set(shipped) - {"other prompts"}
+
+
+def test_the_shipped_152_edit_keep_file_holds_ten_seeds_and_its_command():
+    import json
+    path = edit_budget.keep_path(152)
+    assert path.name == "edit_keep_152.json" and edit_budget.keep_path(32) == edit_budget.KEEP_PATH
+    made_by = json.loads(path.read_text())["made_by"]
+    assert made_by == "python -m helpers.edit_budget --keep --edits 152"
+    runs = edit_budget.load_keep(path)
+    assert sorted(runs) == list(range(10)) and set(runs[0]) == {"plain", "keep"}
+    family = edit_budget.keep_family(runs, range(10))
+    assert family["the country's other facts kept"].mean > 0 and family["efficacy"].mean < 0
+    rows, _ = edit_budget.capital_edits(make_dataset(load_facts()), n_edits=152)
+    assert len(set(rows.tolist())) == 152                                      # every capital, once
