@@ -8,6 +8,8 @@ reading short for the learner:
   steps? Per seed, ``lead = loss(dense twin) − loss(MoE)``; the change ``lead(3,000) − lead(300)`` is tested with
   the paired t against 0 (``helpers.stats.paired_difference`` of the two leads), Holm's step-down over the four
   MoE–twin pairings.
+* ``long_run_fold``: the 3,000-step reading in two shown lines (each MoE against its twin at the twin's best rate),
+  with the four 3,000-step rows of section 4's family, the lead-shrinks table and the unstable width-19 seeds folded.
 * ``race_audit``: section 4.1's checks (sweeps, trainable embeddings, live reruns of four shipped runs, another CPU
   kernel, fresh seeds, the full Holm table) run once; the notebook shows a few summary lines and folds every table
   into an HTML ``<details>`` block (``RaceAudit._repr_html_``). ``text/plain`` is the summary alone.
@@ -29,7 +31,8 @@ from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FR
 from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
-__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "RaceAudit", "race_audit"]
+__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
+           "RaceAudit", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -83,6 +86,33 @@ def lead_shrink_lines(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAI
         rows.append(f"  {v.name:<{width}}lead {float(lead[i]):.2f} → {float(lead[j]):.2f} nats, smaller in "
                     f"{c.lower:>2} of {c.n}, t {c.t:+6.2f} vs {v.threshold:.2f}  → {word}")
     return rows
+
+
+def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[int] = (0, 2)) -> "Folded":
+    """Section 4's 3,000-step reading. ``verdicts``: ``holm`` over section 4's family (it holds the rows
+    ``"3,000 steps: <MoE> − <twin>"``); ``long``: ``load_ten_seeds()``. Shown: for ``TWIN_PAIRS[i]``, ``i`` in
+    ``shown``, the lead (``loss(twin) − loss(MoE)``, seed mean, nats) at 300 and 3,000 steps and the 3,000-step
+    verdict. Folded: the four 3,000-step rows, ``lead_shrink_lines`` and, per seed, width 19 at lr 0.08 (its loss
+    and share of facts right after 3,000 steps: the seeds behind the figure's wide band)."""
+    by_name = {v.name: v for v in verdicts}
+    i, j = long.marks.index(300), long.marks.index(3000)
+    lines, rows = [], []
+    width = max(len(f"3,000 steps: {m} − {t.removeprefix('dense, ')}") for m, t in TWIN_PAIRS) + 2
+    for n, (moe, twin) in enumerate(TWIN_PAIRS):
+        v = by_name[f"3,000 steps: {moe} − {twin.removeprefix('dense, ')}"]
+        c = v.comparison
+        rows.append(f"  {v.name:<{width}}{c.mean:+.3f} nats  lower in {c.lower:>2} of {c.n}  t {c.t:+6.2f} vs "
+                    f"{v.threshold:.2f}  → {v.verdict}")
+        if n in shown:
+            lead = (long.loss[twin] - long.loss[moe]).mean(1)
+            word = "resolved" if v.verdict == "lower" else "not resolved"
+            lines.append(f"{moe} vs {twin.removeprefix('dense, ')}: lead {float(lead[i]):.2f} nats at 300 steps, "
+                         f"{float(lead[j]):.2f} at 3,000 (the MoE lower in {c.lower} of {c.n} seeds, {word})")
+    key = "dense, width 19, lr 0.08"
+    per_seed = [f"{key}, after 3,000 steps, per seed: loss " + " ".join(f"{float(x):.3f}" for x in long.loss[key][j]),
+                f"{'':>{len(key) + 29}}right " + " ".join(f"{float(x):>5.0%}" for x in long.right[key][j])]
+    return Folded(lines + ["3,000 steps in section 4's family (Holm over " f"{len(verdicts)}):"] + rows + [""]
+                  + lead_shrink_lines(long) + [""] + per_seed, shown=len(lines), label="every 3,000-step verdict (click)")
 
 
 @dataclass

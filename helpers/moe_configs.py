@@ -249,7 +249,7 @@ def switch_figure(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
                   ha="right", fontsize=8, color="#666666")
     speed.set(title="per second (↑)", ylabel="examples per second")
     step.set(title="per step: after 100k steps (↑)", ylabel="neg. log perplexity")
-    hours.set(title="time to the threshold (↓)", ylabel="hours to −1.50 (past 100k steps)")
+    hours.set(title="time to the threshold (↓)", ylabel="hours of training to reach −1.50")
     hours.set_ylim(0, 1.25 * max(r.hours or 0 for r in rows))
     speed.set_ylim(0, 1.15 * max(r.speed for r in rows))
     for ax in (speed, step, hours):

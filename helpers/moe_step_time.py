@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Hardware", "H100_SXM", "StepTime", "per_second_lines", "step_time", "step_time_lines"]
+__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "per_second_lines", "step_time", "step_time_lines"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class Hardware:
 #: NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense bf16 (1,979 with 2:4 sparsity), 3.35 TB/s HBM3, NVLink 900 GB/s
 #: (both directions together: 450 GB/s each way).
 H100_SXM = Hardware("H100 SXM, bf16", 989e12, 3.35e12, 450e9)
+#: The same GPU talking to other nodes: one 400 Gb/s InfiniBand NDR adapter per GPU, 50 GB/s each way (DeepSeek-V3's
+#: cluster: "IB (50 GB/s)", its report's §3.2.2).
+H100_INFINIBAND = Hardware("H100 SXM, bf16, InfiniBand NDR", 989e12, 3.35e12, 50e9)
 
 
 @dataclass(frozen=True)
@@ -105,11 +108,14 @@ def step_time_lines(batches: Sequence[int], d_model: int, width: int, n_routed: 
 
 
 def per_second_lines(long, moe: str, dense: str, batches: Sequence[int], d_model: int, width: int, n_routed: int,
-                     top_k: int, n_shared: int, dense_width: int, hardware: Hardware = H100_SXM) -> list[str]:
-    """Section 4's steps joined to this module's cost per step. ``long``: a ``helpers.moe_long_run.LongRun`` with
-    marks 300 and 3,000; ``moe``, ``dense``: keys of ``long.right``. Prints each arm's share of facts right (mean
-    and the seed nearest the other arm), the seeds where the MoE at 300 steps beats the dense arm at 3,000, and per
-    batch: tokens per expert ``B k / E``, experts reached ``E (1 - (1 - k/E)^B)`` and MoE / dense time per step."""
+                     top_k: int, n_shared: int, dense_width: int, hardware: Hardware = H100_SXM,
+                     across_nodes: Hardware = H100_INFINIBAND) -> list[str]:
+    """Section 4's steps beside this module's cost per step: an illustration of the ``B k / E`` argument (the toy
+    and the priced layer are different models), not a prediction. ``long``: a ``helpers.moe_long_run.LongRun``
+    with marks 300 and 3,000; ``moe``, ``dense``: keys of ``long.right``. Prints each arm's share of facts right
+    (mean and the seed nearest the other arm), the seeds where the MoE at 300 steps beats the dense arm at 3,000,
+    and per batch: tokens per expert ``B k / E``, experts reached ``E (1 - (1 - k/E)^B)`` and MoE / dense time per
+    step with the all-to-all over ``hardware.link`` (NVLink) and over ``across_nodes.link`` (InfiniBand)."""
     at = {m: i for i, m in enumerate(long.marks)}
     m300, d3000 = long.right[moe][at[300]], long.right[dense][at[3000]]
     rows = [f"share of facts right: {moe} after 300 steps {float(m300.mean()):.0%} (lowest seed "
@@ -117,10 +123,14 @@ def per_second_lines(long, moe: str, dense: str, batches: Sequence[int], d_model
             f"{float(d3000.max()):.0%})",
             f"the MoE at 300 steps is ahead of the dense FFN at 3,000 in {int((m300 > d3000).sum())} of "
             f"{len(m300)} seeds: the dense FFN needs over 10× the steps",
-            f"{'tokens':>7}{'tokens per expert':>19}{'experts reached':>17}{'MoE / dense per step':>22}"]
+            f"{'':>53}MoE / dense per step, all-to-all over",
+            f"{'tokens':>7}{'tokens per expert':>19}{'experts reached':>17}"
+            f"{f'NVLink {hardware.link / 1e9:.0f} GB/s':>20}{f'InfiniBand {across_nodes.link / 1e9:.0f} GB/s':>21}"]
     for b in batches:
         d = step_time(b, d_model, dense_width, hardware=hardware)
         m = step_time(b, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
+        far = step_time(b, d_model, width, n_routed, top_k, n_shared, hardware=across_nodes)
         reached = n_routed * (1 - (1 - top_k / n_routed) ** b)
-        rows.append(f"{b:>7,}{b * top_k / n_routed:>19,.2f}{reached:>17,.0f}{m.seconds / d.seconds:>21.1f}×")
+        rows.append(f"{b:>7,}{b * top_k / n_routed:>19,.2f}{reached:>17,.0f}{m.seconds / d.seconds:>19.1f}×"
+                    f"{far.seconds / d.seconds:>20.1f}×")
     return rows

@@ -2,7 +2,7 @@
 
 import torch
 
-from helpers.moe_audit import RaceAudit, equal_flops_line, lead_shrink_family, lead_shrink_lines
+from helpers.moe_audit import RaceAudit, equal_flops_line, lead_shrink_family, lead_shrink_lines, long_run_fold
 from helpers.moe_long_run import DEEPSEEK_300_PATH, LongRun, load_long_run, load_ten_seeds
 from helpers.moe_race import RACE_PAIRS, load_race, section_family
 from helpers.stats import holm
@@ -37,3 +37,13 @@ def test_the_audit_shows_its_summary_and_folds_its_tables():
     assert repr(audit) == "a & b"
     page = audit._repr_html_()
     assert "a &amp; b" in page and "<details>" in page and "table &lt;1&gt;" in page
+
+
+def test_the_long_run_fold_shows_two_verdict_lines_and_folds_the_unstable_width_19_seeds():
+    race, long = load_race(), load_ten_seeds()
+    verdicts = holm(section_family(race, RACE_PAIRS, long, load_long_run(DEEPSEEK_300_PATH)))
+    fold = long_run_fold(verdicts, long)
+    shown = repr(fold).splitlines()
+    assert len(shown) == 2 and shown[0].endswith("10 of 10 seeds, resolved)") and "0.56" in shown[0]
+    assert shown[1].endswith("9 of 10 seeds, not resolved)") and "0.03 at 3,000" in shown[1]
+    assert "<details>" in fold._repr_html_() and any("loss 1.377 0.454" in line for line in fold.lines)

@@ -52,3 +52,14 @@ def test_the_deepseekmoe_diagram_draws_its_chosen_experts():
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "12 fine-grained routed experts" in texts and "shared expert" in texts
     plt.close(fig)
+
+
+def test_the_per_second_table_prices_the_all_to_all_over_nvlink_and_over_infiniband():
+    from helpers.moe_long_run import load_ten_seeds
+    from helpers.moe_step_time import H100_INFINIBAND, per_second_lines
+
+    assert H100_INFINIBAND.link == 50e9 and H100_INFINIBAND.hbm == H100_SXM.hbm
+    lines = per_second_lines(load_ten_seeds(), "MoE, lr 0.02", "dense, width 11, lr 0.04", [1, 64, 65_536], 7168,
+                             2048, 256, 8, 1, 9 * 2048)
+    assert "10 of 10 seeds" in lines[1] and "InfiniBand 50 GB/s" in lines[3]
+    assert lines[-1].split()[-2:] == ["1.6×", "6.7×"] and lines[-2].split()[-2:] == ["25.0×", "26.1×"]

@@ -1,0 +1,35 @@
+"""helpers.moe_granularity: notebook 07's fine-grained vs coarse experts with a cheap router (shipped JSON)."""
+
+import torch
+
+from helpers.moe_granularity import ARMS, GRANULARITY_PATH, LRS, load, router_share, run, save, verdict_line
+from helpers.fact_lookup import build_lookup, lookup_data, train_lookup
+
+
+def test_the_arms_share_their_expert_parameters_and_the_router_is_a_small_share():
+    data = lookup_data()
+    experts = {}
+    for arm, spec in ARMS.items():
+        ffn = build_lookup(data, spec, d_model=8, seed=0).ffn
+        experts[arm] = ffn.top_k * sum(p.numel() for p in ffn.experts[0].parameters())
+    assert experts["coarse"] == experts["fine"] == 3 * 8 * 64
+    assert round(router_share(ARMS["coarse"]), 3) == 0.04 and round(router_share(ARMS["fine"]), 3) == 0.143
+    assert router_share({"n_experts": 8, "top_k": 1, "d_ff": 8, "granularity": 4}) > 0.57   # section 4's 32/56
+
+
+def test_a_small_run_round_trips_through_its_file(tmp_path):
+    result = run(seeds=[0, 1], sweep_seeds=[100], lrs=(0.04, 0.08), steps=2)
+    back = load(save(result, tmp_path / "g.json"))
+    assert back.lr == result.lr and back.seeds == [0, 1]
+    torch.testing.assert_close(back.loss["fine"], result.loss["fine"], atol=1e-6, rtol=0)
+    assert "2 steps" in verdict_line(back)
+
+
+def test_the_shipped_file_has_ten_seeds_rates_inside_the_grid_and_seed_0_reproduces():
+    shipped = load(GRANULARITY_PATH)
+    assert shipped.seeds == list(range(10)) and set(shipped.lr.values()) <= set(LRS)
+    data = lookup_data()
+    for arm in ARMS:
+        model = build_lookup(data, ARMS[arm], d_model=8, seed=0)
+        _, _, evals = train_lookup(model, data, steps=shipped.steps, lr=shipped.lr[arm], eval_at=[shipped.steps])
+        assert abs(evals[shipped.steps][0] - float(shipped.loss[arm][0])) < 0.01
