@@ -3,21 +3,25 @@ folded into one line, and one line for every live seed-0 rerun checked against i
 
 ``python -m helpers.moe_lesson --fit`` prints the fit controls of section 8 in full (the no-FFN model, the
 learning-rate sweep, the 1,000-step runs and their Holm family), which the notebook folds into ``fit_line``.
+``python -m helpers.moe_lesson --purity`` trains section 8's α = 0.1 MoE for seeds 0-9 (15 steps each, about a
+minute) and writes ``PURITY_PATH``: what layer 0's trained router routes on, by position or by token type.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from helpers.moe_runs import busiest, holm_groups, lm_families, over_seeds, starved, summaries
 from helpers.precision import bound
-from helpers.stats import Comparison, PairedDifference, holm
+from helpers.stats import Comparison, PairedDifference, holm, paired_difference
 
 #: ``LIVE`` keys the notebook fills, in the order ``live_checks_line`` prints them.
-LIVE_ORDER = ("section 6", "section 7", "section 8", "z-loss", "no FFN", "section 10")
+LIVE_ORDER = ("section 6", "section 7", "section 8", "collapse", "z-loss", "no FFN", "section 9", "section 10")
 
 
 def verdict_line(family: Mapping[str, Comparison], what: str, digits: int = 2) -> str:
@@ -108,10 +112,76 @@ def kernel_gap_line(by_count: dict, n_experts: int = 8) -> str:
     return (f"E = {n_experts}'s runs on each CPU kernel against the dense FFNs' (AVX2) means: " + "; ".join(parts))
 
 
+#: Where ``python -m helpers.moe_lesson --purity`` writes section 9's ten seeds and ``load_purity`` reads them.
+PURITY_PATH = Path(__file__).parent / "data" / "moe_purity.json"
+
+
+def purity(expert: torch.Tensor, groups: torch.Tensor, n_experts: int = 8) -> float:
+    """The share of positions sent to their group's most common expert. ``expert``, ``groups``: ``(positions,)``
+    int64, each position's first-choice expert and its group label."""
+    kept = sum(int(torch.bincount(expert[groups == g], minlength=n_experts).max()) for g in groups.unique())
+    return kept / groups.numel()
+
+
+def position_and_type(data, facts) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positions,)`` group labels of every token position of ``data.ids`` (flattened): its position in the
+    sentence (8 groups) and its token type (``helpers.facts.token_types``, 7 groups)."""
+    from helpers.facts import token_types
+
+    types_of = token_types(data.vocab, facts)
+    names = sorted(set(types_of.values()))
+    ids = data.ids.reshape(-1)
+    position = torch.arange(ids.numel()) % data.ids.shape[1]
+    kind = torch.tensor([names.index(types_of[data.vocab.tokens[i]]) for i in ids.tolist()])
+    return position, kind
+
+
+def routing_purity(run, data, facts, layer: int = 0) -> dict[str, float]:
+    """A trained run's (``helpers.moe_runs.Run``) layer purity: {"position": ..., "type": ...}."""
+    expert = run.final[layer].routing.expert_index[:, 0]
+    position, kind = position_and_type(data, facts)
+    return {"position": purity(expert, position), "type": purity(expert, kind)}
+
+
+def purity_study(seeds: Sequence[int] = tuple(range(10))) -> dict:
+    """Section 8's α = 0.1 MoE (15 steps, lr 1e-2) for each seed: layer 0's purity by position and by type."""
+    from helpers.facts import load_facts, make_dataset
+    from helpers.moe_runs import train_run
+
+    facts = load_facts()
+    data = make_dataset(facts)
+    runs = {str(s): {k: round(v, 5) for k, v in routing_purity(train_run("MoE, α = 0.1", s, data, lr=1e-2,
+                                                                            keep_model=False), data, facts).items()}
+            for s in seeds}
+    return {"settings": {"arm": "MoE, α = 0.1", "lr": 1e-2, "steps": 15, "layer": 0}, "runs": runs}
+
+
+def load_purity(path: Path = PURITY_PATH) -> dict:
+    """The shipped purity study."""
+    return json.loads(Path(path).read_text())
+
+
+def purity_line(study: dict) -> str:
+    """Ten seeds' purity by position and by type (mean, lowest–highest) and the paired verdict, one line."""
+    runs = study["runs"]
+    pos = torch.tensor([runs[s]["position"] for s in sorted(runs, key=int)], dtype=torch.float64)
+    kind = torch.tensor([runs[s]["type"] for s in sorted(runs, key=int)], dtype=torch.float64)
+    verdict = verdict_line({"position − type": paired_difference(pos, kind)}, f"{len(pos)} seeds")
+    return (f"layer 0, α = 0.1: share of positions sent to their group's most common expert, grouped by position "
+            f"(8 groups) {over_seeds(pos)}, by token type (7 groups) {over_seeds(kind)}; {verdict}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", action="store_true", help="print section 8's fit controls in full")
+    parser.add_argument("--purity", action="store_true", help="train section 9's ten seeds and write PURITY_PATH")
     args = parser.parse_args(argv)
+    if args.purity:
+        torch.set_num_threads(1)
+        study = purity_study()
+        PURITY_PATH.write_text(json.dumps(study) + "\n")
+        print(purity_line(study))
+        return
     if not args.fit:
         parser.print_help()
         return
