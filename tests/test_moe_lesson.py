@@ -48,3 +48,17 @@ def test_main_prints_the_fit_controls(capsys):
 def test_kernel_gap_line_reads_e8_from_both_kernels():
     line = kernel_gap_line(load_expert_count())
     assert "\n" not in line and "AVX2 -0.57 nats, 79% of the gap" in line and "DEFAULT -0.51 nats, 70% of the gap" in line
+
+
+def test_purity_is_the_share_sent_to_each_groups_most_common_expert():
+    from helpers.moe_lesson import purity
+    expert = torch.tensor([0, 0, 1, 2, 2, 2])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    assert purity(expert, groups, n_experts=3) == 5 / 6
+    assert purity(expert, torch.zeros(6, dtype=torch.long), n_experts=3) == 3 / 6
+
+
+def test_purity_line_reads_the_shipped_ten_seeds():
+    from helpers.moe_lesson import load_purity, purity_line
+    line = purity_line(load_purity())
+    assert "\n" not in line and "0.68 (0.62–0.73)" in line and "0.42 (0.38–0.49)" in line and "higher 10/10" in line
