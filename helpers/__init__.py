@@ -58,6 +58,8 @@ mixtral_pooled Hugging Face's pooled Mixtral balance loss, written out (tested a
 moe_expert_count notebook 05's expert-count sweep: E = 1-16 top-1 experts with the same expert work per fact, and the dense line at each E's active parameters (shipped)
 moe_zloss   notebook 05's z-loss study: the MoE LM trained with and without the router z-loss (shipped)
 moe_no_ffn  notebook 05's control: the same LM with no FFN at all, 15 steps (shipped)
+moe_collapse notebook 05's collapse and recovery: the balancing loss switched on mid-run in a pushed MoE LM (shipped)
+moe_lesson  notebook 05's one-line verdicts, live-rerun line, fit controls and routing purity (shipped)
 chunking    sequence chunking, with and without activation checkpointing
 distributed the one process launcher and differentiable collectives (all-to-all, all-reduce)
 expert_parallel an MoE split over processes with torch.distributed (gloo on CPU)

@@ -257,10 +257,10 @@ def figure(study: dict):
         dense = torch.stack([dense_losses(study, e)[0] for e in counts])
         ax.plot(counts, dense.mean(1).numpy(), "s--", color="tab:red", lw=2,
                 label="dense FFN with the MoE's active parameters\n(width " + ", ".join(str(dense_width(e)) for e in counts)
-                + f"; mean of {dense.shape[1]} seeds)")
+                + f"; mean of {dense.shape[1]} seeds, each width at its best of four rates)")
     if "dense_total" in study:
         ax.plot([TOTAL_E], [float(total_losses(study)[0].mean())], "D", color="tab:green", ms=8,
-                label=f"dense FFN with E = {TOTAL_E}'s total parameters (width {total_width(TOTAL_E)}; mean of 10 seeds)")
+                label=f"dense FFN with E = {TOTAL_E}'s total parameters (width {total_width(TOTAL_E)}; mean of 10 seeds, best rate)")
     for kernel in study.get("loss_by_kernel", {}):
         ax.plot(list(KERNEL_COUNTS), [float(kernel_losses(study, kernel, e).mean()) for e in KERNEL_COUNTS], "o:",
                 color="tab:blue", mfc="white", lw=1.5, label=f"MoE mean, the same seeds on the {kernel.lower()} CPU kernel")

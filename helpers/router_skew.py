@@ -261,7 +261,7 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             ax.scatter((pts @ u).numpy(), (pts @ v).numpy(), s=5, c=colors, alpha=0.6, lw=0)
             ax.scatter([0], [0], marker="x", s=80, color="black", zorder=5)
             ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
-                   xlabel="along the hidden states' mean", aspect="equal")
+                   xlabel="along the hidden states' mean (2 of 64 dimensions)", aspect="equal")
     layer.train(was_training)
     axes[0].set_ylabel("across it (main spread)")
     handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]

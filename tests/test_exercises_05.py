@@ -185,13 +185,48 @@ OTHER_CORRECT = [
     (check_balance_loss, balance_loss_float64),
     (check_balance_loss, balance_loss_bincount_sliced),
     (check_balance_loss, moe.load_balancing_loss),
-    (check_z_loss, z_grad_by_autograd),
     (check_z_loss, z_grad_by_hand_float64),
     (check_noisy_top_k, noisy_gates_masked_fill),
     (check_noisy_top_k, noisy_gates_renormalised),
     (check_noisy_top_k, noisy_gates_float64),
     (check_later_tokens, changed_with_helpers),
 ]
+
+
+def z_grad_by_backward(logits):
+    logits = logits.detach().clone().requires_grad_(True)
+    torch.logsumexp(logits, -1).square().mean().backward()
+    return logits.grad
+
+
+def z_grad_by_torch_func(logits):
+    return torch.func.grad(lambda l: torch.logsumexp(l, -1).square().mean())(logits)
+
+
+def z_grad_with_grad_enabled(logits):
+    with torch.enable_grad():
+        return z_grad_by_autograd(logits)
+
+
+def z_grad_by_hand_in_place(logits):
+    """Correct by hand: subtracts each row's maximum in place on a copy (runs under torch.no_grad too)."""
+    top = logits.max(-1, keepdim=True).values
+    e = logits.clone().sub_(top).exp_()
+    return 2 / logits.shape[0] * (top + e.sum(-1, keepdim=True).log()) * e / e.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("fn", [z_grad_by_autograd, z_grad_by_backward, z_grad_by_torch_func,
+                                z_grad_with_grad_enabled],
+                         ids=["autograd.grad", "backward", "torch.func.grad", "enable_grad"])
+def test_a_z_loss_gradient_through_autograd_fails_naming_it(fn):
+    """Exercise 4's statement asks for the formula: right values through autograd fail, with a message naming it."""
+    result = check_z_loss.evaluate(fn)
+    assert result.status == FAILED and "through autograd" in result.message, result.message
+
+
+@pytest.mark.parametrize("fn", [z_grad_by_hand_float64, z_grad_by_hand_in_place])
+def test_a_z_loss_gradient_by_hand_passes(fn):
+    assert check_z_loss.evaluate(fn).passed
 
 
 def test_a_capacity_keep_through_arrival_rank_fails_and_the_helper_is_restored():

@@ -622,6 +622,48 @@ def _z_grad_with(lse_of=lambda l: torch.logsumexp(l, -1, keepdim=True), probs_of
     return wrong
 
 
+_AUTOGRAD_NAMES = frozenset({"autograd", "backward", "enable_grad", "set_grad_enabled", "vjp", "jvp", "jacrev",
+                              "jacfwd", "hessian", "grad_and_value"})
+
+
+def _autograd_names(fn) -> set[str]:
+    """Names of autograd entry points the function's code reads (its own code, nested functions and lambdas)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    found, stack = set(), [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names = set(c.co_names)
+        found |= names & _AUTOGRAD_NAMES
+        if {"func", "grad"} <= names:                        # torch.func.grad
+            found.add("func.grad")
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return found
+
+
+def _uses_autograd(fn) -> str | None:
+    """The statement asks for the gradient by hand: an answer that gets it from autograd fails, whatever its values.
+    Two tests: the function runs under ``torch.no_grad()`` (``backward`` and ``torch.autograd.grad`` raise there,
+    also inside the learner's own helpers), and its code names no autograd entry point (``torch.func.grad``,
+    ``torch.enable_grad`` would pass the first test)."""
+    logits = torch.randn(6, 4, generator=_generator(519))
+    try:
+        with torch.no_grad():
+            value = fn(logits.clone())
+        runs = isinstance(value, torch.Tensor) and torch.allclose(value.double(), _z_loss_grad(logits).double(),
+                                                                  rtol=1e-4, atol=1e-6)
+    except Exception:
+        runs = False
+    try:
+        names = _autograd_names(fn)
+    except Exception:
+        names = set()
+    if runs and not names:
+        return None
+    how = f"it reads {', '.join(sorted(names))}" if names else "it fails under torch.no_grad(), where autograd is off"
+    return (f"right values, but through autograd ({how}): the exercise asks for the formula. Derive "
+            f"d lse_n / d l_(n,i) by hand and write the gradient with tensor operations.")
+
+
 Z_DOMAIN = Domain(
     allows="float32 logits (N, E) with N, E >= 1, any finite values (up to about ±1000); float32 (N, E) out",
     corners=(
@@ -638,7 +680,7 @@ Z_DOMAIN = Domain(
     ))
 
 
-check_z_loss = Exercise(
+check_z_loss = _AfterPassExercise(
     "Exercise 4 (what the z-loss does to the logits)",
     _z_loss_grad,
     _z_cases,
@@ -670,6 +712,7 @@ check_z_loss = Exercise(
          _z_grad_with(probs_of=lambda l: torch.softmax(l, 0))),
     ],
     kind="build",
+    after=_uses_autograd,
     domain=Z_DOMAIN,
     returns=tensor_dtype(torch.float32, advice="Keep the logits' dtype (float32): compute in float64 if you like, then .float() the result."),
 )

@@ -1,0 +1,211 @@
+r"""Notebook 05's short printed lines: one verdict line per Holm family, section 8's balance table, the fit controls
+folded into one line, and one line for every live seed-0 rerun checked against its shipped file.
+
+``python -m helpers.moe_lesson --fit`` prints the fit controls of section 8 in full (the no-FFN model, the
+learning-rate sweep, the 1,000-step runs and their Holm family), which the notebook folds into ``fit_line``.
+``python -m helpers.moe_lesson --purity`` trains section 8's α = 0.1 MoE for seeds 0-9 (15 steps each, about a
+minute) and writes ``PURITY_PATH``: what layer 0's trained router routes on, by position or by token type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from helpers.moe_runs import busiest, holm_groups, lm_families, over_seeds, starved, summaries
+from helpers.precision import bound
+from helpers.stats import Comparison, PairedDifference, holm, paired_difference
+
+#: ``LIVE`` keys the notebook fills, in the order ``live_checks_line`` prints them.
+LIVE_ORDER = ("section 6", "section 7", "section 8", "collapse", "z-loss", "no FFN", "section 9", "section 10")
+
+
+def verdict_line(family: Mapping[str, Comparison], what: str, digits: int = 2) -> str:
+    """One line for one Holm family (``helpers.stats.holm``, 5 % two-sided): ``what``, how many resolved, then each
+    comparison's mean difference and verdict, with its seed count when resolved (``"lower 10/10"``).
+    E.g. ``verdict_line({"a − b": paired_difference(...)}, "balance, ten seeds")``."""
+    verdicts = holm(dict(family))
+    parts = []
+    for v in verdicts:
+        c = v.comparison
+        agree = ""
+        if v.resolved and isinstance(c, PairedDifference):
+            agree = f" {c.lower if v.verdict == 'lower' else c.higher}/{c.n}"
+        parts.append(f"{v.name} {c.mean if isinstance(c, PairedDifference) else c.diff:+.{digits}f} "
+                     f"{v.verdict}{agree}")
+    resolved = sum(v.resolved for v in verdicts)
+    return f"verdict, {what} (Holm over {len(verdicts)}, 5 %): {resolved} resolved; " + "; ".join(parts)
+
+
+def balance_table(study: dict, lr: float, alphas: Sequence[str] = ("0", "0.01", "0.1")) -> str:
+    """Section 8's loads from the shipped runs, one row per α: busiest/mean in each layer over the last 5 of 15 steps
+    (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed."""
+    lines = [f"{'ten seeds':<14}{'busiest/mean, layer 0':>23}{'layer 1':>18}   starved experts (of 16), per seed"]
+    for a in alphas:
+        rs = summaries(study, f"MoE, α = {a}", lr)
+        layer = [over_seeds([float(torch.tensor(r["max_over_mean"])[-5:, l].mean()) for r in rs]) for l in range(2)]
+        lines.append(f"{'α = ' + a:<14}{layer[0]:>23}{layer[1]:>18}   {','.join(str(starved(r)) for r in rs)}")
+    return "\n".join(lines)
+
+
+def fit_family(study: dict, no_ffn: dict, lr: float) -> dict[str, Comparison]:
+    """Section 8's fit comparisons (``helpers.moe_runs.lm_families``) and the no-FFN control, one Holm family."""
+    from helpers.moe_no_ffn import no_ffn_family
+
+    family = dict(lm_families(study, lr)[1])
+    family.update(no_ffn_family(no_ffn, study, ["MoE, α = 0.1", "dense, width 96"]))
+    return family
+
+
+def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
+    """The fit controls folded into one line: after 15 steps, is the MoE (α = 0.1) resolved from either dense FFN
+    and from the model with no FFN (verdicts from the whole family of ``fit_family``)?"""
+    family = fit_family(study, no_ffn, lr)
+    verdicts = {v.name: v for v in holm(family)}
+    keys = {"dense 96": "CE: MoE α = 0.1 − dense 96", "dense 768": "CE: MoE α = 0.1 − dense 768",
+            "no FFN": "CE: MoE α = 0.1 − no FFN"}
+    said = ", ".join(f"{short} {verdicts[k].verdict}" for short, k in keys.items())
+    return (f"fit after 15 steps, MoE (α = 0.1) − each, ten seeds (Holm over {len(family)}): {said}; "
+            f"in full: python -m helpers.moe_lesson --fit")
+
+
+def live_checks_line(live: Mapping[str, float | None], tol: float = 1e-3) -> str:
+    """One line for every live seed-0 rerun against its shipped file: ``live`` maps a section (``LIVE_ORDER``) to
+    the largest |live − file| difference, or ``None`` where the file holds no run on this CPU kernel."""
+    done = [k for k in LIVE_ORDER if live.get(k) is not None]
+    gap = max(live[k] for k in done) if done else float("nan")
+    missing = [k for k in LIVE_ORDER if k in live and live[k] is None]
+    text = f"seed 0 rerun live against the shipped files ({', '.join(done)}): largest |difference| {bound(gap, tol)}"
+    return text + (f"; {', '.join(missing)}: the file has no run on this CPU kernel" if missing else "")
+
+
+def expert_count_gap(by_count: dict) -> float | None:
+    """Section 7's live check as a number: seed 0 of E = 4 and of the dense FFN of E = 8's total parameters against
+    the file's runs on the same CPU kernel (``None`` on a kernel the file does not store)."""
+    from helpers.moe_expert_count import (TOTAL_E, dense_run, expert_count_run, lookup_data, seed0_reference,
+                                          total_losses, total_seed0, total_width)
+
+    ref_moe, ref_dense = seed0_reference(by_count, 4), total_seed0(by_count)
+    data = lookup_data()
+    moe = expert_count_run(4, 0, data)
+    dense = dense_run(total_width(TOTAL_E), 0, total_losses(by_count)[1], data)
+    if ref_moe is None or ref_dense is None:
+        return None
+    return max(abs(moe - ref_moe), abs(dense - ref_dense))
+
+
+def kernel_gap_line(by_count: dict, n_experts: int = 8) -> str:
+    """Section 7's E = 8 headline from each CPU kernel's E = 8 runs (ten seeds each; the dense runs exist on the
+    AVX2 kernel only): its mean answer loss below the dense FFN of its active parameters, and the share of the gap
+    to the dense FFN of its total parameters that it closes."""
+    from helpers.moe_expert_count import dense_losses, kernel_losses, total_losses
+
+    active, total = float(dense_losses(by_count, n_experts)[0].mean()), float(total_losses(by_count)[0].mean())
+    parts = []
+    for kernel in ("AVX2", *by_count.get("loss_by_kernel", {})):
+        moe = float(kernel_losses(by_count, kernel, n_experts).mean())
+        parts.append(f"{kernel} {moe - active:+.2f} nats, {(active - moe) / (active - total):.0%} of the gap")
+    return (f"E = {n_experts}'s runs on each CPU kernel against the dense FFNs' (AVX2) means: " + "; ".join(parts))
+
+
+#: Where ``python -m helpers.moe_lesson --purity`` writes section 9's ten seeds and ``load_purity`` reads them.
+PURITY_PATH = Path(__file__).parent / "data" / "moe_purity.json"
+
+
+def purity(expert: torch.Tensor, groups: torch.Tensor, n_experts: int = 8) -> float:
+    """The share of positions sent to their group's most common expert. ``expert``, ``groups``: ``(positions,)``
+    int64, each position's first-choice expert and its group label."""
+    kept = sum(int(torch.bincount(expert[groups == g], minlength=n_experts).max()) for g in groups.unique())
+    return kept / groups.numel()
+
+
+def position_and_type(data, facts) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positions,)`` group labels of every token position of ``data.ids`` (flattened): its position in the
+    sentence (8 groups) and its token type (``helpers.facts.token_types``, 7 groups)."""
+    from helpers.facts import token_types
+
+    types_of = token_types(data.vocab, facts)
+    names = sorted(set(types_of.values()))
+    ids = data.ids.reshape(-1)
+    position = torch.arange(ids.numel()) % data.ids.shape[1]
+    kind = torch.tensor([names.index(types_of[data.vocab.tokens[i]]) for i in ids.tolist()])
+    return position, kind
+
+
+def routing_purity(run, data, facts, layer: int = 0) -> dict[str, float]:
+    """A trained run's (``helpers.moe_runs.Run``) layer purity: {"position": ..., "type": ...}."""
+    expert = run.final[layer].routing.expert_index[:, 0]
+    position, kind = position_and_type(data, facts)
+    return {"position": purity(expert, position), "type": purity(expert, kind)}
+
+
+def purity_study(seeds: Sequence[int] = tuple(range(10))) -> dict:
+    """Section 8's α = 0.1 MoE (15 steps, lr 1e-2) for each seed: layer 0's purity by position and by type."""
+    from helpers.facts import load_facts, make_dataset
+    from helpers.moe_runs import train_run
+
+    facts = load_facts()
+    data = make_dataset(facts)
+    runs = {str(s): {k: round(v, 5) for k, v in routing_purity(train_run("MoE, α = 0.1", s, data, lr=1e-2,
+                                                                            keep_model=False), data, facts).items()}
+            for s in seeds}
+    return {"settings": {"arm": "MoE, α = 0.1", "lr": 1e-2, "steps": 15, "layer": 0}, "runs": runs}
+
+
+def load_purity(path: Path = PURITY_PATH) -> dict:
+    """The shipped purity study."""
+    return json.loads(Path(path).read_text())
+
+
+def purity_line(study: dict) -> str:
+    """Ten seeds' purity by position and by type (mean, lowest–highest) and the paired verdict, one line."""
+    runs = study["runs"]
+    pos = torch.tensor([runs[s]["position"] for s in sorted(runs, key=int)], dtype=torch.float64)
+    kind = torch.tensor([runs[s]["type"] for s in sorted(runs, key=int)], dtype=torch.float64)
+    verdict = verdict_line({"position − type": paired_difference(pos, kind)}, f"{len(pos)} seeds")
+    return (f"layer 0, α = 0.1: share of positions sent to their group's most common expert, grouped by position "
+            f"(8 groups) {over_seeds(pos)}, by token type (7 groups) {over_seeds(kind)}; {verdict}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fit", action="store_true", help="print section 8's fit controls in full")
+    parser.add_argument("--purity", action="store_true", help="train section 9's ten seeds and write PURITY_PATH")
+    args = parser.parse_args(argv)
+    if args.purity:
+        torch.set_num_threads(1)
+        study = purity_study()
+        PURITY_PATH.write_text(json.dumps(study) + "\n")
+        print(purity_line(study))
+        return
+    if not args.fit:
+        parser.print_help()
+        return
+    from helpers.facts import load_facts, loss_floor, make_dataset
+    from helpers.moe_no_ffn import load_no_ffn, no_ffn_family, no_ffn_values
+    from helpers.moe_runs import answer_share, load_runs, long_table, relation_prior, sweep_table
+
+    data, study, no_ffn, lr = make_dataset(load_facts()), load_runs(), load_no_ffn(), 1e-2
+    print(f"no FFN, 10 seeds: CE {over_seeds(no_ffn_values(no_ffn), 3)}; answers are {answer_share(data):.0%} of the "
+          f"targets; knowing each relation's answers and their frequencies but no fact scores "
+          f"{relation_prior(data):.2f} on them")
+    print(holm_groups({"fit, ten seeds (CE: all targets, lr 1e-2 unless named)": lm_families(study, lr)[1],
+                       "control: no FFN at all, ten seeds": no_ffn_family(no_ffn, study,
+                                                                          ["MoE, α = 0.1", "dense, width 96"])}))
+    print("mean cross-entropy over 10 seeds after 15 steps, by learning rate (* the arm's best):")
+    print(sweep_table(study))
+    print("busiest/mean at lr 1e-2, mean over 10 seeds: " + ", ".join(
+        f"{arm.split(', ')[1]} {sum(busiest(s) for s in summaries(study, arm, lr)) / 10:.2f}"
+        for arm in ["MoE, α = 0", "MoE, α = 0.01", "MoE, α = 0.1"]))
+    floor = loss_floor(data)
+    print(f"long runs ({study['settings']['long_steps']:,} steps at lr {study['settings']['long_lr']:g}, 10 seeds); "
+          f"the data's loss floor: {floor:.3f} nats")
+    print(long_table(study, floor))
+
+
+if __name__ == "__main__":
+    main()
