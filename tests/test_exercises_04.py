@@ -500,3 +500,60 @@ def test_a_prediction_that_raises_is_not_measured_against():
 
     assert not attempted(check_frozen_saved, raises) and not attempted(check_frozen_saved, stub)
     assert attempted(check_frozen_saved, lambda v, d, f: 0)
+
+
+def _tanh_gelu_parts(a):
+    t = a.clone().requires_grad_()
+    value = F.gelu(t, approximate="tanh")
+    (slope,) = torch.autograd.grad(value.sum(), t)
+    return value.detach(), slope
+
+
+def test_gate_gradients_tanh_gelu_in_one_place_is_named_and_the_exact_one_passes():
+    """Review 04-round34: the tanh GELU for φ(a) alone, or for φ'(a) alone, gets its own hint."""
+    def tanh_value(a, b, gh, variant):
+        grad_a, grad_b = _by_formula(a, b, gh, variant)
+        return (grad_a, gh * _tanh_gelu_parts(a)[0]) if variant == "geglu" else (grad_a, grad_b)
+
+    def tanh_slope(a, b, gh, variant):
+        grad_a, grad_b = _by_formula(a, b, gh, variant)
+        return (gh * _tanh_gelu_parts(a)[1] * b, grad_b) if variant == "geglu" else (grad_a, grad_b)
+
+    value = check_gate_gradients.evaluate(tanh_value)
+    assert value.status == FAILED and "φ(a) here is the tanh approximation" in value.message
+    slope = check_gate_gradients.evaluate(tanh_slope)
+    assert slope.status == FAILED and "derivative of GELU's tanh approximation" in slope.message
+    assert check_gate_gradients.evaluate(_by_formula).passed
+
+
+def _output_split_on_axis1(x, w13, b13, w2, b2, variant):      # review 04-round34: chunk(2, dim=1)
+    gate, content = F.linear(x, w13, b13).chunk(2, dim=1)
+    return F.linear(_PHIS[variant](gate) * content, w2, b2)
+
+
+def _output_sliced_on_axis1(x, w13, b13, w2, b2, variant):     # u[:, :d_ff], the same mistake written as a slice
+    d_ff = w13.shape[0] // 2
+    u = F.linear(x, w13, b13)
+    return F.linear(_PHIS[variant](u[:, :d_ff]) * u[:, d_ff:], w2, b2)
+
+
+@pytest.mark.parametrize("wrong", [_output_split_on_axis1, _output_sliced_on_axis1])
+def test_fused_ffn_split_along_axis1_raises_and_is_named(wrong):
+    result = check_fused_ffn.evaluate(wrong)
+    assert result.status == FAILED and "raised" in result.message
+    assert "split along axis 1" in result.message and result.hint is not None
+
+
+def test_fused_ffn_axis1_hint_needs_every_case_explained_and_the_last_axis_passes():
+    def axis1_silu_always(x, w13, b13, w2, b2, variant):                    # two mistakes: not named
+        gate, content = F.linear(x, w13, b13).chunk(2, dim=1)
+        return F.linear(F.silu(gate) * content, w2, b2)
+
+    result = check_fused_ffn.evaluate(axis1_silu_always)
+    assert result.status == FAILED and "axis 1" not in result.message
+
+    def last_axis(x, w13, b13, w2, b2, variant):
+        gate, content = F.linear(x, w13, b13).chunk(2, dim=-1)
+        return F.linear(_PHIS[variant](gate) * content, w2, b2)
+
+    assert check_fused_ffn.evaluate(last_axis).passed

@@ -346,11 +346,15 @@ def _gate_mistake(kind: str):
             return gh * torch.sigmoid(a) * b, gh * phi
         if kind == "relu at zero" and variant == "reglu":
             return gh * (a >= 0).to(a.dtype) * b, gh * phi
-        if kind == "gelu tanh" and variant == "geglu":
+        if kind.startswith("gelu tanh") and variant == "geglu":
             with torch.enable_grad():
                 t = a.detach().clone().requires_grad_(True)
                 value = F.gelu(t, approximate="tanh")
                 (slope_tanh,) = torch.autograd.grad(value.sum(), t)
+            if kind == "gelu tanh value":        # the tanh GELU for φ(a), the exact derivative for φ'(a)
+                return gh * slope * b, gh * value.detach()
+            if kind == "gelu tanh slope":        # the exact GELU for φ(a), the tanh form's derivative for φ'(a)
+                return gh * slope_tanh * b, gh * phi
             return gh * slope_tanh * b, gh * value.detach()
         return gh * slope * b, gh * phi
     return wrong
@@ -371,6 +375,11 @@ check_gate_gradients = Exercise(
         ("GEGLU: this is the tanh approximation of GELU (F.gelu(..., approximate='tanh')), off by up to about 5e-4; "
          "the exercise uses the exact GELU, a·Φ(a) with Φ(a) = (1 + erf(a/√2))/2, and its exact derivative.",
          _gate_mistake("gelu tanh")),
+        ("GEGLU: φ(a) here is the tanh approximation of GELU (F.gelu(..., approximate='tanh')), off by up to about "
+         "5e-4, though φ'(a) is exact; the exercise uses the exact GELU, a·Φ(a) with Φ(a) = (1 + erf(a/√2))/2.",
+         _gate_mistake("gelu tanh value")),
+        ("GEGLU: φ'(a) here is the derivative of GELU's tanh approximation, though φ(a) is exact; use the exact "
+         "GELU's derivative, Φ(a) + a·φ_N(a) (φ_N the standard normal density).", _gate_mistake("gelu tanh slope")),
         ("the two gradients are swapped: return (grad_a, grad_b), gate first, content second.",
          _gate_mistake("swapped")),
         ("φ'(a) is missing from grad_a: ∂h/∂a = φ'(a)·b, not b (b alone is right only for Bilinear, "
@@ -478,6 +487,29 @@ def _split_tokens(x, w13, b13, w2, b2, variant):
     return F.linear(_phi_and_slope(a, variant)[0] * b, w2, b2)
 
 
+def _split_axis1(x, w13, b13, w2, b2, variant):
+    """The mistake ``chunk(2, dim=1)``: the fused output split along axis 1, the features only for a 2-D batch (a
+    1-D token has no axis 1; for a 3-D batch it is the tokens)."""
+    a, b = F.linear(x, w13, b13).chunk(2, dim=1)
+    return F.linear(_phi_and_slope(a, variant)[0] * b, w2, b2)
+
+
+def _axis1_split_probes() -> list[tuple]:
+    """Inputs outside the statement on which splitting axis 1 of a 3-D batch runs: 2·d_ff tokens per sequence and
+    w2 taking 2·d_ff inputs (the right split fails on them). With 2·d_ff tokens, ``u[:, :d_ff]`` and ``chunk``
+    agree."""
+    g = _generator(405)
+    probes = []
+    for variant, d, d_ff, biases in [("swiglu", 3, 2, True), ("reglu", 4, 1, False)]:
+        x = torch.randn(2, 2 * d_ff, d, generator=g, dtype=torch.float64)
+        w13 = torch.randn(2 * d_ff, d, generator=g, dtype=torch.float64)
+        w2 = torch.randn(d, 2 * d_ff, generator=g, dtype=torch.float64)
+        b13 = torch.randn(2 * d_ff, generator=g, dtype=torch.float64) if biases else None
+        b2 = torch.randn(d, generator=g, dtype=torch.float64) if biases else None
+        probes.append((x, w13, b13, w2, b2, variant))
+    return probes
+
+
 def _token_split_probes() -> list[tuple]:
     """Inputs outside the statement on which splitting the first axis runs: 2·d_ff tokens, and w2 taking
     2·d_ff inputs (the right split fails on them). With 2·d_ff tokens, ``u[:d_ff]`` and ``chunk`` agree."""
@@ -496,6 +528,9 @@ def _token_split_probes() -> list[tuple]:
 _TOKEN_SPLIT_HINT = ("the fused output was split along its first axis (as chunk(2, dim=0) or u[:d_ff] do): for a "
                      "batch that axis is the tokens, so the function raises. Split the last axis, the 2·d_ff "
                      "features: chunk(2, dim=-1).")
+_AXIS1_SPLIT_HINT = ("the fused output was split along axis 1 (as chunk(2, dim=1) or u[:, :d_ff] do): that is the "
+                     "features only for a 2-D batch, so a 1-D token or a 3-D batch raises. Split the last axis: "
+                     "chunk(2, dim=-1).")
 
 
 _PRODUCTS = frozenset({F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__,
@@ -531,12 +566,13 @@ _TWO_PRODUCTS_HINT = ("the values are right, but the gate and the content come f
 
 
 class _FusedFFNExercise(Exercise):
-    """Adds the diagnosis the engine cannot make from outputs alone: ``chunk(2, dim=0)`` on the fused output.
+    """Adds the diagnosis the engine cannot make from outputs alone: ``chunk(2, dim=0)`` or ``chunk(2, dim=1)`` on
+    the fused output.
 
-    That answer is right on a 1-D token and raises on every batch, so there is no wrong value to compare. When
-    an answer fails, it is run again: the hint is given only when it raises on exactly the cases where the
-    dim-0 model raises, is right on the others, and returns the dim-0 model's values on inputs (outside the
-    statement) where that split runs.
+    Such an answer is right on some inputs (dim 0: a 1-D token; dim 1: a 2-D batch) and raises on the others, so
+    there is no wrong value to compare. When an answer fails, it is run again: a hint is given only when it raises
+    on exactly the cases where that split's model raises, is right on the others, and returns the model's values
+    on inputs (outside the statement) where that split runs.
     """
 
     def evaluate(self, fn: Any) -> Result:
@@ -551,18 +587,21 @@ class _FusedFFNExercise(Exercise):
         if result.status != FAILED or HINT_PREFIX in result.message or result.reason != "error" or \
                 not callable(fn):
             return result
-        if self._splits_tokens(fn):
-            return dataclasses.replace(result, message=f"{result.message} {HINT_PREFIX}{_TOKEN_SPLIT_HINT}",
-                                       hint=_TOKEN_SPLIT_HINT)
+        for model, probes, hint in [(_split_tokens, _token_split_probes, _TOKEN_SPLIT_HINT),
+                                    (_split_axis1, _axis1_split_probes, _AXIS1_SPLIT_HINT)]:
+            if self._splits_like(fn, model, probes):
+                return dataclasses.replace(result, message=f"{result.message} {HINT_PREFIX}{hint}", hint=hint)
         return result
 
-    def _splits_tokens(self, fn: Any) -> bool:
+    def _splits_like(self, fn: Any, model_fn: Any, probes: Any) -> bool:
+        """Does ``fn`` behave as the wrong split ``model_fn`` on every hidden case (raising where it raises,
+        its values where it runs) and on ``probes()``, inputs outside the statement where that split runs?"""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for case in self.cases():
                     try:
-                        model = _split_tokens(*copy.deepcopy(case.args))
+                        model = model_fn(*copy.deepcopy(case.args))
                     except Exception:
                         model = None
                     try:
@@ -572,10 +611,10 @@ class _FusedFFNExercise(Exercise):
                             continue
                         return False
                     if model is None or got is None or compare(got, model, self.atol, self.rtol) is not None:
-                        return False  # right where the dim-0 split runs (a 1-D token), raising everywhere else
-                for probe in _token_split_probes():
+                        return False  # right where the wrong split runs, raising everywhere else
+                for probe in probes():
                     got = fn(*copy.deepcopy(probe))
-                    if got is None or compare(got, _split_tokens(*copy.deepcopy(probe)), self.atol, self.rtol) \
+                    if got is None or compare(got, model_fn(*copy.deepcopy(probe)), self.atol, self.rtol) \
                             is not None:
                         return False
             return True
