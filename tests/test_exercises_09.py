@@ -8,7 +8,7 @@ import torch
 from helpers.dictionary import TopKDictionary, firing_counts, fvu, topk_codes
 from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
 from helpers.exercises.nb09 import (EXERCISES, check_features_used, check_fvu, check_top_sub_updates,
-                                    check_topk_activation, check_transcoder)
+                                    check_topk_activation, check_training_step, check_transcoder)
 
 
 def _notes(ex):
@@ -16,8 +16,9 @@ def _notes(ex):
 
 
 def test_kinds_titles_and_blank_stubs():
-    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate", "investigate", "build"]
-    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 7)]
+    assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate", "investigate", "build",
+                                             "build"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 8)]
 
     def blank(*args):
         raise NotImplementedError
@@ -385,3 +386,73 @@ def test_toy_forward_matches_the_trainer_and_a_float_loss_is_told():
         x_hat = torch.relu(torch.einsum("bi,mi,mj->bj", x, W, W) + b)
         return x_hat, torch.einsum("bi,i->b", (x - x_hat) ** 2, importance).mean()
     assert check_toy_forward.evaluate(by_einsum).status == PASSED
+
+
+# ---- exercise 7: one training step of a TopK dictionary
+def _step_by_hand(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+    """The step with the gradients written out (no autograd), and torch.topk for the codes (no ties allowed)."""
+    pre = x @ W_enc.T + b_enc
+    top = pre.topk(k, dim=-1)
+    codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+    err = codes @ W_dec.T + b_dec - x                                               # (B, d)
+    B = x.shape[0]
+    g_out = 2 * err / B
+    g_codes = (g_out @ W_dec) * (codes > 0)                                         # (B, F)
+    new = [W_enc - lr * g_codes.T @ x, b_enc - lr * g_codes.sum(0), W_dec - lr * g_out.T @ codes,
+           b_dec - lr * g_out.sum(0)]
+    new[2] = new[2] / new[2].norm(dim=0, keepdim=True)
+    return (*new, float((err ** 2).sum(-1).mean()))
+
+
+def test_training_step_by_hand_and_with_torch_optim_pass():
+    assert check_training_step.evaluate(_step_by_hand).status == PASSED
+
+    def with_sgd(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        params = [t.clone().requires_grad_() for t in (W_enc, b_enc, W_dec, b_dec)]
+        codes = topk_codes(x @ params[0].T + params[1], k)
+        loss = ((codes @ params[2].T + params[3] - x) ** 2).sum(-1).mean()
+        opt = torch.optim.SGD(params, lr=lr)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            params[2] /= params[2].norm(dim=0, keepdim=True)
+        return (*[p.detach() for p in params], loss.item())
+
+    assert check_training_step.evaluate(with_sgd).status == PASSED
+
+
+def test_training_step_reference_gives_the_dictionarys_loss_and_unit_values():
+    """The reference's loss is that of helpers.dictionary's TopKDictionary on the batch; its values have length 1."""
+    case = check_training_step.cases()[0]
+    W_enc, b_enc, W_dec, b_dec, x, k, lr = case.args
+    d = TopKDictionary(W_enc, b_enc, W_dec, b_dec, k).requires_grad_(False)
+    assert torch.allclose(d(x), topk_codes(x @ W_enc.T + b_enc, k) @ W_dec.T + b_dec)
+    out = check_training_step.reference(*case.args)
+    assert torch.allclose(out[2].norm(dim=0), torch.ones(W_dec.shape[1], dtype=torch.float64))
+    assert abs(out[4] - float(((d(x) - x) ** 2).sum(-1).mean())) < 1e-12
+
+
+def test_training_step_in_place_update_fails_naming_the_argument():
+    def in_place(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        out = _step_by_hand(W_enc, b_enc, W_dec, b_dec, x, k, lr)
+        W_enc.copy_(out[0])
+        return out
+
+    result = check_training_step.evaluate(in_place)
+    assert result.status == FAILED and "W_enc" in result.message
+
+
+def test_training_step_named_mistakes_are_told_and_an_unlisted_one_gets_no_hint():
+    from helpers.exercises.nb09 import _step_wrong
+    for kind, words in [("no renorm", "length 1"), ("rows", "columns"), ("ascent", "uphill"),
+                        ("mean all", "every element"), ("loss after", "before the step"),
+                        ("detached codes", "detached"), ("no relu", "ReLU"), ("dense relu", "k largest")]:
+        result = check_training_step.evaluate(_step_wrong(kind))
+        assert result.status == FAILED and words in result.message, (kind, result.message)
+
+    def half_rate(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        return _step_by_hand(W_enc, b_enc, W_dec, b_dec, x, k, lr / 2)
+
+    result = check_training_step.evaluate(half_rate)
+    assert result.status == FAILED and "Likely mistake" not in result.message

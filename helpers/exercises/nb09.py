@@ -21,6 +21,7 @@ checker                         kind       your function                        
 ``check_top_sub_updates``       invest.    ``top_sub_updates(m, W2, b2, k)``                           ``(N, d_model)``
 ``check_features_used``         invest.    ``features_used(codes)``                                    int
 ``check_toy_forward``           build      ``toy_forward(W, b, x, importance)``                        x_hat, loss
+``check_training_step``         build      ``training_step(W_enc, b_enc, W_dec, b_dec, x, k, lr)``      4 params, loss
 ==============================  =========  ========================================================  =================
 """
 
@@ -808,5 +809,122 @@ check_toy_forward = Exercise(
 )
 
 
+# ---------------------------------------------------------------- exercise 7: one training step of a TopK dictionary
+def _training_step(W_enc: torch.Tensor, b_enc: torch.Tensor, W_dec: torch.Tensor, b_dec: torch.Tensor,
+                   x: torch.Tensor, k: int, lr: float):
+    params = [t.detach().clone().requires_grad_() for t in (W_enc, b_enc, W_dec, b_dec)]
+    codes = _topk_activation(x @ params[0].T + params[1], k)
+    x_hat = codes @ params[2].T + params[3]
+    loss = ((x - x_hat) ** 2).sum(dim=-1).mean()
+    loss.backward()
+    with torch.no_grad():
+        new = [p - lr * p.grad for p in params]
+        new[2] = new[2] / new[2].norm(dim=0, keepdim=True)
+    return (*new, float(loss.detach()))
+
+
+def _step_cases() -> list[Case]:
+    g = _generator(907)
+
+    def case(B, d, F, k, lr, note, scale=1.0):
+        x = torch.randn(B, d, generator=g, dtype=torch.float64) * scale
+        W_enc = torch.randn(F, d, generator=g, dtype=torch.float64) / d ** 0.5
+        b_enc = 0.1 * torch.randn(F, generator=g, dtype=torch.float64)
+        W_dec = torch.randn(d, F, generator=g, dtype=torch.float64)
+        W_dec = W_dec / W_dec.norm(dim=0, keepdim=True)
+        b_dec = 0.1 * torch.randn(d, generator=g, dtype=torch.float64)
+        return Case((W_enc, b_enc, W_dec, b_dec, x, k, lr), note=note)
+
+    cases = [case(16, 5, 12, 2, 0.05, "x (16, 5), 12 features, k=2, lr 0.05"),
+             case(8, 4, 6, 1, 0.1, "k=1: x (8, 4), 6 features, lr 0.1"),
+             case(6, 3, 5, 5, 0.02, "k=F=5 (every feature): x (6, 3), lr 0.02"),
+             case(1, 6, 10, 3, 0.05, "a batch of one: x (1, 6), 10 features, k=3"),
+             case(10, 6, 4, 2, 0.05, "fewer features than dimensions: x (10, 6), 4 features, k=2"),
+             case(12, 5, 40, 4, 0.01, "x (12, 5), 40 features, k=4, lr 0.01 (most features get no gradient)"),
+             case(9, 4, 8, 3, 1e-4, "large inputs (about 100) and a small lr 1e-4: x (9, 4), 8 features", scale=100.0)]
+    W_enc, b_enc, W_dec, b_dec, x, _, _ = case(7, 4, 9, 3, 0.05, "").args
+    cases.append(Case((W_enc, b_enc - 3.0, W_dec, b_dec, x, 3, 0.05),
+                      note="a negative b_enc (kept pre-activations below 0 get no gradient): x (7, 4), 9 features, k=3"))
+    return cases
+
+
+_STEP_DOMAIN = Domain(
+    allows="W_enc (F, d), b_enc (F,), W_dec (d, F) with unit columns, b_dec (d,), x (B, d), all float64 with finite "
+           "values (|x| up to about 100), no ties at the k-th pre-activation; B, d, F >= 1; k: int, 1 <= k <= F; "
+           "lr > 0 (1e-4 to 0.1). Answer: the four parameters after one plain gradient-descent step on the loss (the "
+           "mean over rows of the squared error summed over d), W_dec's columns then scaled to length 1, and the "
+           "loss before the step; the inputs unchanged.",
+    corners=(
+        _corner("k = 1", lambda *a: a[5] == 1),
+        _corner("k = F (every feature kept)", lambda *a: a[5] == a[0].shape[0] > 1),
+        _corner("a batch of one (B = 1)", lambda *a: a[4].shape[0] == 1),
+        _corner("F below d", lambda *a: a[0].shape[0] < a[0].shape[1]),
+        _corner("a kept pre-activation below 0 (no gradient through it)",
+                lambda *a: bool(((_pre(a[4], a[0], a[1]) > 0).sum(1) < a[5]).any())),
+        _corner("a feature active on no row (no gradient to its key)",
+                lambda *a: bool((_topk_activation(_pre(a[4], a[0], a[1]), a[5]) == 0).all(0).any())),
+        _corner("large inputs (|x| >= 50)", lambda *a: bool(a[4].abs().max() >= 50)),
+        _corner("a small rate (lr <= 1e-3)", lambda *a: a[6] <= 1e-3),
+    ),
+)
+
+
+def _step_wrong(kind: str):
+    def wrong(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        params = [t.detach().clone().requires_grad_() for t in (W_enc, b_enc, W_dec, b_dec)]
+        pre = x @ params[0].T + params[1]
+        if kind == "no relu":
+            codes = torch.where(_keep_mask(pre.detach(), k), pre, torch.zeros((), dtype=pre.dtype))
+        elif kind == "dense relu":
+            codes = torch.relu(pre)
+        else:
+            codes = _topk_activation(pre, k)
+        if kind == "detached codes":
+            codes = codes.detach()
+        x_hat = codes @ params[2].T + params[3]
+        squared = (x - x_hat) ** 2
+        loss = squared.mean() if kind == "mean all" else squared.sum() if kind == "sum rows" else \
+            squared.sum(dim=-1).mean()
+        loss.backward()
+        with torch.no_grad():
+            sign = -1.0 if kind == "ascent" else 1.0
+            new = [p - sign * lr * (torch.zeros_like(p) if p.grad is None else p.grad) for p in params]
+            if kind == "rows":
+                new[2] = new[2] / new[2].norm(dim=1, keepdim=True)
+            elif kind != "no renorm":
+                new[2] = new[2] / new[2].norm(dim=0, keepdim=True)
+            if kind == "loss after":
+                after = _topk_activation(x @ new[0].T + new[1], k) @ new[2].T + new[3]
+                return (*new, float(((x - after) ** 2).sum(dim=-1).mean().detach()))
+        return (*new, float(loss.detach()))
+    return wrong
+
+
+check_training_step = _NeedsExercise1(
+    "Exercise 7 (one training step of a TopK dictionary)",
+    _training_step,
+    _step_cases,
+    [
+        ("after the step, scale each column of W_dec (each feature's value) back to length 1: "
+         "W_dec / W_dec.norm(dim=0, keepdim=True).", _step_wrong("no renorm")),
+        ("W_dec is (d, F): its columns are the values, so divide by W_dec.norm(dim=0, keepdim=True), not by the "
+         "rows' norms.", _step_wrong("rows")),
+        ("the step went uphill: gradient descent subtracts lr × gradient.", _step_wrong("ascent")),
+        ("the loss divides by every element; sum the squared error over a row's d dimensions, then average over "
+         "the rows (the gradient was d times too small).", _step_wrong("mean all")),
+        ("the loss sums over the rows; average the per-row squared error over the batch instead.",
+         _step_wrong("sum rows")),
+        ("return the loss computed before the step (the one whose gradient you used).", _step_wrong("loss after")),
+        ("the codes were detached, so W_enc and b_enc got no gradient: let the gradient flow through the kept "
+         "entries of the TopK.", _step_wrong("detached codes")),
+        ("a kept negative pre-activation must become 0: apply ReLU to the k values you keep.",
+         _step_wrong("no relu")),
+        ("the codes keep every positive pre-activation (a plain ReLU): keep only the k largest per row.",
+         _step_wrong("dense relu")),
+    ],
+    atol=1e-9, rtol=1e-9, kind="build", domain=_STEP_DOMAIN,
+)
+
+
 EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates, check_features_used,
-             check_toy_forward]
+             check_toy_forward, check_training_step]

@@ -1,0 +1,180 @@
+r"""Section 6's superposition test (notebook 09): does a sparse dictionary trained on the FFN's own neuron
+activations find directions in the 192-neuron space that are cleaner features than the neurons themselves?
+
+Section 2.1 asked this of the toy with neurons: a dictionary trained from a *random* start on the activations
+``h`` against the neuron axes. Here the activations are the fact model's layer-1 neurons,
+``a = φ(W_1 x + b_1)`` ``(n_prefixes, 192)``, at the study's prefixes and held-out split (``dictionary_study``).
+Per shipped fact model (``MODELS``) and dictionary seed, a TopK autoencoder ``a -> a`` (256 features, k = 8,
+the study's recipe and its ``sae_x`` rate, ``start="random"``) is trained on the training rows, and the file
+holds, for the dictionary and for two controls:
+
+* ``held_out``: the FVU of ``a`` on the held-out rows. The neurons' own 8-sparse code keeps, per row, the 8
+  neurons that deviate most from their training mean and puts the others at that mean (``top_neurons``);
+* ``tracking``: ``helpers.dictionary.tracking_rates`` on the named prefixes (share of judged units whose 10
+  strongest prefixes share a relation, an answer, a slot), for the dictionary's features, the neurons and a
+  *random dictionary* on ``a`` (the same TopK on random keys: sparse, but blind);
+* ``off_axis``: how many used features (active on some named prefix) have a value (unit column of ``W_dec``)
+  with cosine below 0.95 to every neuron axis, and ``used``.
+
+``neuron_family`` pairs each comparison over the models (each model: the mean over its seeds).
+
+Make the file (about a minute of one CPU core), or a small run to see the format::
+
+    python -m helpers.neuron_dictionary
+    python -m helpers.neuron_dictionary --models 0 --seeds 1 --steps 20 --out /tmp/neuron_dictionary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers.dictionary import (TopKDictionary, fact_prefixes, fvu, random_dictionary, tracking_rates,
+                                train_dictionaries)
+from helpers.dictionary_study import ARM_LR, MODELS, RECIPE, _r, layer_data
+from helpers.fact_model import load_fact_model
+from helpers.facts import load_facts, make_dataset
+from helpers.memory import collect
+from helpers.stats import PairedDifference, paired_difference
+
+__all__ = ["NEURON_DICTIONARY_PATH", "LABELS", "neuron_activations", "top_neurons", "off_axis",
+           "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
+           "neuron_family", "main"]
+
+NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dictionary.json"
+LABELS = ("relation", "answer", "slot")
+UNITS = {"dictionary": "dictionary on the neurons", "neurons": "the neurons themselves",
+         "random": "random dictionary on the neurons"}
+
+
+def neuron_activations(model: torch.nn.Module, data, prefixes, layer: int = 1) -> torch.Tensor:
+    """The layer's neuron activations φ(W_1x + b_1) at the fact prefixes: ``(n_prefixes, d_ff)``, float64
+    (the model is not changed: pass a float64 model for float64 arithmetic, as the file does)."""
+    with torch.no_grad():
+        a = collect(model, data.ids).coefficients[layer]                           # (N, T, d_ff)
+    return a[prefixes.rows, prefixes.positions].double()
+
+
+def top_neurons(a_train: torch.Tensor, a: torch.Tensor, k: int = RECIPE["k"]) -> torch.Tensor:
+    """The neurons' own k-sparse code of ``a (M, d_ff)``: per row the k neurons farthest from their mean over
+    ``a_train (N, d_ff)`` keep their value, the others get that mean. Returns ``(M, d_ff)``."""
+    mean = a_train.mean(0)
+    far = (a - mean).abs().topk(k, dim=1).indices                                  # (M, k)
+    return mean.expand_as(a).clone().scatter(1, far, a.gather(1, far))
+
+
+def off_axis(dictionary: TopKDictionary, a: torch.Tensor, threshold: float = 0.95) -> tuple[int, int]:
+    """``(off, used)``: of the features active on some row of ``a (M, d_ff)``, how many have a unit value
+    (column of ``W_dec (d_ff, F)``) with |cosine| below ``threshold`` to every neuron axis."""
+    with torch.no_grad():
+        used = (dictionary.encode(a) > 0).any(0)                                   # (F,)
+        values = dictionary.W_dec / dictionary.W_dec.norm(dim=0, keepdim=True)
+        best = values.abs().max(0).values                                          # (F,): best cosine with an axis
+    return int((used & (best < threshold)).sum()), int(used.sum())
+
+
+def train_neuron_dictionaries(activations: Sequence[torch.Tensor], train: torch.Tensor, seeds: Sequence[int],
+                              steps: int = RECIPE["steps"], progress: bool = True) -> list[TopKDictionary]:
+    """One random-start TopK autoencoder per (activation set, seed), in that order, all trained side by side;
+    ``activations``: ``(n_prefixes, d_ff)`` tensors, fitted on their ``train`` rows."""
+    fit = torch.stack([a[train] for a in activations for _ in seeds])              # (sets × seeds, N, d_ff)
+    return train_dictionaries(fit, fit, RECIPE["n_features"], RECIPE["k"], list(seeds) * len(activations),
+                              steps=steps, lr=ARM_LR["sae_x"], batch_size=RECIPE["batch_size"], start="random",
+                              dtype=torch.float64, progress=progress, desc="dictionaries on the neurons")
+
+
+def judge(dictionary: TopKDictionary, a: torch.Tensor, train: torch.Tensor, test: torch.Tensor, prefixes,
+          seed: int) -> dict:
+    """One dictionary's entry of the file (see the module's doc), ``a (n_prefixes, d_ff)``."""
+    named = a[prefixes.named]
+    random = random_dictionary(a[train], a[train], RECIPE["n_features"], RECIPE["k"], seed=seed)
+
+    def rates(acts: torch.Tensor) -> dict:
+        r, judged = tracking_rates(acts, prefixes.labels)
+        return {**{label: r[label] for label in LABELS}, "judged": judged}
+
+    with torch.no_grad():
+        off, used = off_axis(dictionary, named)
+        return {"held_out": {"dictionary": fvu(a[test], dictionary(a[test])),
+                             "neurons": fvu(a[test], top_neurons(a[train], a[test]))},
+                "tracking": {"dictionary": rates(dictionary.encode(named)), "neurons": rates(named),
+                             "random": rates(random.encode(named))},
+                "off_axis": off, "used": used}
+
+
+def neuron_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = range(5), steps: int = RECIPE["steps"],
+                layer: int = 1) -> dict:
+    """``{model: [entry per seed]}`` (entries: ``judge``), every dictionary trained side by side."""
+    data = make_dataset(load_facts())
+    p = fact_prefixes(data)
+    train, test = layer_data(data, p, models[0], layer)[2:]                          # the study's split
+    acts = [neuron_activations(load_fact_model(data, seed=m)[0].double(), data, p, layer) for m in models]
+    trained = train_neuron_dictionaries(acts, train, seeds, steps)
+    seeds = list(seeds)
+    return {str(m): [judge(trained[i * len(seeds) + j], a, train, test, p, s) for j, s in enumerate(seeds)]
+            for i, (m, a) in enumerate(zip(models, acts))}
+
+
+def load_neuron_dictionary(path: str | Path | None = None) -> dict:
+    """The shipped file (``NEURON_DICTIONARY_PATH``), or the file at ``path``."""
+    return json.loads(Path(path or NEURON_DICTIONARY_PATH).read_text(encoding="utf-8"))
+
+
+def _per_model(runs: dict, get) -> list[float]:
+    """One value per model: ``get(entry)`` averaged over the model's seeds."""
+    return [sum(get(e) for e in entries) / len(entries) for entries in runs["models"].values()]
+
+
+def neuron_table(runs: dict) -> str:
+    """Printable lines: held-out FVU, share tracking each label and judged units, mean over models; off-axis
+    features among the used ones."""
+    lines = [f"{'layer 1, mean over ' + str(len(runs['models'])) + ' models':34s}{'held-out FVU':>13s}"
+             + "".join(f"{label:>10s}" for label in LABELS) + "   judged units"]
+    for unit, name in UNITS.items():
+        held = (f"{100 * sum(_per_model(runs, lambda e: e['held_out'][unit])) / len(runs['models']):11.2f} %"
+                if unit != "random" else f"{'—':>13s}")
+        shares = "".join(f"{100 * sum(v) / len(v):9.0f}%" for v in
+                         (_per_model(runs, lambda e, lb=label: e["tracking"][unit][lb]) for label in LABELS))
+        judged = _per_model(runs, lambda e: e["tracking"][unit]["judged"])
+        lines.append(f"  {name:32s}{held}{shares}   {min(judged):.0f}–{max(judged):.0f}")
+    off = [e["off_axis"] for v in runs["models"].values() for e in v]
+    used = [e["used"] for v in runs["models"].values() for e in v]
+    lines.append(f"features used: {min(used)}–{max(used)} of {RECIPE['n_features']}; of those, off every neuron "
+                 f"axis (cosine < 0.95): {min(off)}–{max(off)}")
+    return "\n".join(lines)
+
+
+def neuron_family(runs: dict) -> dict[str, PairedDifference]:
+    """For ``helpers.stats.holm``, paired over the models: held-out FVU, dictionary − the neurons' 8-sparse code;
+    per label, the dictionary's share tracking − the neurons', and − the random dictionary's."""
+    family = {"held-out FVU: dictionary − 8 neurons": paired_difference(
+        _per_model(runs, lambda e: e["held_out"]["dictionary"]), _per_model(runs, lambda e: e["held_out"]["neurons"]))}
+    for label in LABELS:
+        mine = _per_model(runs, lambda e, lb=label: e["tracking"]["dictionary"][lb])
+        for unit in ("neurons", "random"):
+            family[f"{label}: dictionary − {unit}"] = paired_difference(
+                mine, _per_model(runs, lambda e, lb=label, u=unit: e["tracking"][u][lb]))
+    return family
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
+    parser.add_argument("--seeds", type=int, default=5, help="dictionary seeds per model")
+    parser.add_argument("--steps", type=int, default=RECIPE["steps"])
+    parser.add_argument("--out", type=Path, default=NEURON_DICTIONARY_PATH)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    runs = neuron_runs(args.models, range(args.seeds), args.steps)
+    out = {"command": "python -m helpers.neuron_dictionary", "seeds": list(range(args.seeds)), "steps": args.steps,
+           "lr": ARM_LR["sae_x"], "models": _r(runs)}
+    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return args.out
+
+
+if __name__ == "__main__":
+    print(main())

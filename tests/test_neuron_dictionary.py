@@ -1,0 +1,46 @@
+"""helpers.neuron_dictionary: section 6.1's dictionary on the fact model's neurons (notebook 09), a small run of
+the command, the neurons' own sparse code, the off-axis count and the shipped file."""
+import torch
+
+from helpers.dictionary import TopKDictionary
+from helpers.dictionary_study import MODELS
+from helpers.neuron_dictionary import (LABELS, NEURON_DICTIONARY_PATH, load_neuron_dictionary, main, neuron_family,
+                                       neuron_table, off_axis, top_neurons)
+
+
+def test_a_small_run_writes_every_field(tmp_path):
+    out = main(["--models", "0", "--seeds", "1", "--steps", "5", "--out", str(tmp_path / "n.json")])
+    runs = load_neuron_dictionary(out)
+    assert runs["seeds"] == [0] and set(runs["models"]) == {"0"}
+    entry = runs["models"]["0"][0]
+    assert 0 < entry["held_out"]["dictionary"] and 0 < entry["held_out"]["neurons"] < 1
+    for unit in ("dictionary", "neurons", "random"):
+        assert all(0 <= entry["tracking"][unit][label] <= 1 for label in LABELS)
+    assert entry["tracking"]["neurons"]["judged"] == 192
+    assert 0 <= entry["off_axis"] <= entry["used"] <= 256
+
+
+def test_top_neurons_keeps_the_k_farthest_from_the_mean_and_puts_the_rest_at_it():
+    a_train = torch.tensor([[0.0, 2.0, 4.0], [2.0, 2.0, 0.0]], dtype=torch.float64)       # mean (1, 2, 2)
+    a = torch.tensor([[1.5, 5.0, 2.0], [-3.0, 2.5, 2.0]], dtype=torch.float64)
+    out = top_neurons(a_train, a, k=1)
+    assert torch.equal(out, torch.tensor([[1.0, 5.0, 2.0], [-3.0, 2.0, 2.0]], dtype=torch.float64))
+    assert torch.equal(top_neurons(a_train, a, k=3), a)
+
+
+def test_off_axis_counts_used_features_off_every_neuron_axis():
+    W_enc = torch.eye(3, dtype=torch.float64)
+    W_dec = torch.tensor([[1.0, 0.6, 0.7], [0.0, 0.8, 0.7], [0.0, 0.0, 0.1]], dtype=torch.float64)
+    d = TopKDictionary(W_enc, torch.zeros(3, dtype=torch.float64), W_dec, torch.zeros(3, dtype=torch.float64), 1)
+    a = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)            # feature 2 never fires
+    assert off_axis(d, a) == (1, 2)                      # feature 0 lies on neuron 0, feature 1 is off every axis
+
+
+def test_the_shipped_file_covers_every_model_and_the_family_pairs_them():
+    runs = load_neuron_dictionary(NEURON_DICTIONARY_PATH)
+    assert set(runs["models"]) == {str(m) for m in MODELS} and len(runs["seeds"]) >= 5
+    assert all(len(e) == len(runs["seeds"]) for e in runs["models"].values())
+    family = neuron_family(runs)
+    assert len(family) == 7 and all(len(d.diffs) == len(MODELS) for d in family.values())
+    lines = neuron_table(runs).splitlines()
+    assert len(lines) == 5 and lines[1].strip().startswith("dictionary on the neurons")
