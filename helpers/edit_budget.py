@@ -29,6 +29,11 @@ and checked in the notebook against its live seed 0. The same with every one of 
 settle the efficacy verdict that 32 edits leave close:
 
     python -m helpers.edit_budget --keep --edits 152   # writes helpers/data/edit_keep_152.json (~4 min of CPU)
+
+``paraphrase_answers`` says what the model answers on the held-out paraphrase before and after the same country
+edits (a language, mostly: the logit comparison of ``site_runs`` is between two unlikely words). Made by
+
+    python -m helpers.edit_budget --answers   # writes helpers/data/edit_answers.json (about a minute of CPU)
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from helpers.memory import collect, find_ffns, token_positions
 DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 SITES_PATH = Path(__file__).parent / "data" / "edit_sites.json"
 KEEP_PATH = Path(__file__).parent / "data" / "edit_keep.json"
+ANSWERS_PATH = Path(__file__).parent / "data" / "edit_answers.json"
 PARAPHRASE = "the official capital of {} is"
 """The held-out paraphrase of the capital prompt: no training prompt reads like this."""
 MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
@@ -157,6 +163,33 @@ def live_gap(model0: torch.nn.Module, data: FactDataset, live: dict[int, dict[st
     return max(gaps + [abs(runs[0][rerun][k] - fresh[k]) for k in fresh])
 
 
+def answers_gap(live0: dict[str, float], path: Path = ANSWERS_PATH) -> float:
+    """Largest difference between ``paraphrase_answers`` of seed 0 computed live and the file's seed 0: counts
+    absolute, probabilities relative (they are ~1e-8)."""
+    shipped = load_answers(path)[0]
+    return max(abs(v - shipped[k]) / (abs(shipped[k]) if k.startswith("P(") else 1) for k, v in live0.items())
+
+
+def shipped_gaps(model0: torch.nn.Module, data: FactDataset, promo: dict, sites: dict, live_edits: dict[str, float],
+                 answers0: dict[str, float], n_off: int) -> str:
+    """Notebook 03's check of every shipped multi-seed file it reads against seed 0 (``model0``) recomputed now,
+    as one line ``"shipped − recomputed, max difference: <file> <gap>, ..."``. ``promo``: ``promotion_runs.load()``;
+    ``sites``: ``load_sites()``; ``live_edits``: the notebook's live 32 ROME edits (``{"efficacy",
+    "capitals_kept", "own <relation>": share}``); ``answers0``: its live ``paraphrase_answers``; ``n_off``: the
+    knock-out set size. The tests rerun each file's command."""
+    from helpers import knockout_attribution, knockout_runs, promotion_runs
+    seeds = sorted(sites)
+    gaps = {"promotion": promotion_runs.live_gap(model0, data, promo),
+            "knock-outs": knockout_runs.live_gap(model0, data, n_offs=[n_off]),
+            "attribution": knockout_attribution.live_gap(model0, data),
+            "edit sites": live_sites_gap(model0, data, sites[0]),
+            "edits without keep term": max(abs(load_keep()[0]["plain"][k] - v) for k, v in live_edits.items()),
+            "budgets": live_gap(model0, data, {s: {"efficacy": sites[s]["country"],
+                                                   "capitals_kept": sites[s]["kept country"]} for s in seeds}),
+            "paraphrase answers": answers_gap(answers0)}
+    return "shipped − recomputed, max difference: " + ", ".join(f"{k} {v:.3f}" for k, v in gaps.items())
+
+
 def site_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
               paraphrase: str = PARAPHRASE, controls: bool = True,
               at: Sequence[str] = ("country", "is")) -> dict[str, object]:
@@ -213,6 +246,74 @@ def make_sites(seeds: Sequence[int], path: Path = SITES_PATH) -> dict:
               "environment": {"torch": torch.__version__, "python": platform.python_version()}}
     Path(path).write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def paraphrase_answers(model: torch.nn.Module, data: FactDataset, W_hats: torch.Tensor, edit_rows: torch.Tensor,
+                       new_ids: torch.Tensor, layer: int = 0, template: str = PARAPHRASE) -> dict[str, float]:
+    """What the model answers on ``template`` for the E edited countries, unedited and with each edit
+    ``W_hats[e]`` ``(E, d_model, d_ff)`` applied alone (``edit_rows``, ``new_ids``: ``(E,)``, as in
+    ``capital_edits``): ``{"language first": edited countries whose top word unedited is a language,
+    "P(true) before": median P(true capital) unedited, "new first": edits after which the new capital is the top
+    word, "new first of capitals": ... the top capital, "P(new) after": median P(new capital)}``; counts out of E."""
+    from helpers.editing import edited
+    relation_of = [f.relation for f in data.facts]
+    capital_ids = data.answer_id[[n for n, r in enumerate(relation_of) if r == "capital"]]
+    languages = set(data.answer_id[[n for n, r in enumerate(relation_of) if r == "language"]].tolist())
+    ids = template_ids(data.vocab, [data.facts[int(r)].subject for r in edit_rows], template)   # (E, T)
+    true_ids = data.answer_id[edit_rows]
+    with torch.no_grad():
+        before = model(ids)[:, -1].softmax(-1)                                                   # (E, vocab)
+        after = []
+        for e in range(len(edit_rows)):
+            with edited(model, layer, W_hats[e]):
+                after.append(model(ids[e:e + 1])[0, -1].softmax(-1))
+    after = torch.stack(after)                                                                   # (E, vocab)
+    rows = torch.arange(len(edit_rows))
+    return {"language first": sum(int(w) in languages for w in before.argmax(1)),
+            "P(true) before": before[rows, true_ids].median().item(),
+            "new first": int((after.argmax(1) == new_ids).sum()),
+            "new first of capitals": int((capital_ids[after[:, capital_ids].argmax(1)] == new_ids).sum()),
+            "P(new) after": after[rows, new_ids].median().item()}
+
+
+def right_capital_first(models: dict[int, torch.nn.Module], data: FactDataset, seeds: Sequence[int],
+                        templates: Sequence[str] = (PARAPHRASE, *MORE_PARAPHRASES)) -> dict[str, str]:
+    """For each held-out template: in how many of the (countries × seeds) prompts the unedited model's top word is
+    the country's true capital, as text ("6 of 1,520")."""
+    capital_rows = [n for n, f in enumerate(data.facts) if f.relation == "capital"]
+    countries, capital_ids = [data.facts[n].subject for n in capital_rows], data.answer_id[capital_rows]
+    out = {}
+    with torch.no_grad():
+        for t in templates:
+            ids = template_ids(data.vocab, countries, t)                                         # (countries, T)
+            hits = sum(int((models[s](ids)[:, -1].argmax(1) == capital_ids).sum()) for s in seeds)
+            out[t] = f"{hits} of {len(countries) * len(seeds):,}"
+    return out
+
+
+def answer_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict[str, float]:
+    """``paraphrase_answers`` for the notebook's 40-step country edits (``capital_edits``) in one model."""
+    _, same_subject, subject_pos, _, edit_rows, new_ids, _, keys, C = _edits(model, data, layer)
+    k = mean_keys(keys, same_subject[edit_rows], subject_pos)
+    W_hats = rome_edits(model, layer, keys, C, k, data.ids, data.answer_pos, edit_rows, new_ids)
+    return paraphrase_answers(model, data, W_hats, edit_rows, new_ids, layer)
+
+
+def make_answers(seeds: Sequence[int], path: Path = ANSWERS_PATH) -> dict:
+    """Run ``answer_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+    from helpers.fact_model import load_fact_model
+    torch.set_num_threads(1)
+    data = make_dataset(load_facts())
+    runs = {str(s): answer_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
+    result = {"made_by": "python -m helpers.edit_budget --answers", "paraphrase": PARAPHRASE, "runs": runs,
+              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_answers(path: Path = ANSWERS_PATH) -> dict[int, dict[str, float]]:
+    """The shipped answer runs: ``{seed: answer_runs(...)}``."""
+    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
 
 
 def load_sites(path: Path = SITES_PATH) -> dict[int, dict[str, object]]:
@@ -392,10 +493,14 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--edits", type=int, default=32, help="with --keep: edits per seed (152: every capital)")
     parser.add_argument("--sites", action="store_true", help="the notebook's edits at both sites (edit_sites.json)")
+    parser.add_argument("--answers", action="store_true", help="what the model answers on the paraphrase "
+                                                               "(edit_answers.json)")
     parser.add_argument("--keep", action="store_true", help="the country edits with and without the keep term "
                                                             "(edit_keep.json)")
     args = parser.parse_args()
-    if args.keep:
+    if args.answers:
+        make_answers(args.seeds, args.out or ANSWERS_PATH)
+    elif args.keep:
         make_keep(args.seeds, args.out, args.edits)
     elif args.sites:
         make_sites(args.seeds, args.out or SITES_PATH)

@@ -189,4 +189,8 @@ class NeuronExplorer:
         ko_ax.axvline(0, color="0.4", lw=0.8)
         ko_ax.set(xlim=(-limit, limit), xlabel="change in the answer's lead over the runner-up (logits)",
                   title=f"Only it off: its top {len(rows)} facts")
+        from matplotlib.patches import Patch
+        ko_ax.legend(handles=[Patch(color="#CC79A7", label="lead shrinks: it was helping the answer"),
+                              Patch(color="#009E73", label="lead grows: it was hurting the answer")],
+                     fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
         return fig

@@ -37,7 +37,7 @@ from helpers.memory import collect, find_ffns, logits_of
 DATA_PATH = Path(__file__).parent / "data" / "knockout_attribution.json"
 SETS = ("own", "other", "size-matched", "attribution", "attribution size-matched")
 PAIRS = {"attribution − own (40 each)": ("attribution", "own"),
-         "attribution − activity, at other's length": ("attribution size-matched", "size-matched")}
+         "attribution size-matched − size-matched": ("attribution size-matched", "size-matched")}
 """The comparisons the notebook reads, name -> (set, set it is compared with)."""
 
 
@@ -160,7 +160,7 @@ def lengths(runs: dict, site_names: Sequence[str], seeds: Sequence[int]) -> str:
     overlap = sum(mean("overlap", site, 0) for site in site_names) / len(site_names)
     return ("40 each, length removed, attribution | own: " + ", ".join(
         f"{site} {mean('attribution', site, 1):.1f} | {mean('own', site, 1):.1f}" for site in site_names)
-        + f"; {overlap:.0%} shared\nat other's length, neurons touched, attribution | activity: " + ", ".join(
+        + f"; {overlap:.0%} shared\nat other's length, neurons touched, attribution size-matched | size-matched: " + ", ".join(
         f"{site} {mean('attribution size-matched', site, 2):.0f} | {mean('size-matched', site, 2):.0f}"
         for site in site_names))
 

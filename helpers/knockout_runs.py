@@ -160,3 +160,77 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=None, help="default: helpers/data/knockout_runs[_N].json")
     args = parser.parse_args()
     make(args.seeds, args.out, args.n_off)
+
+
+class Folded:
+    """Lines shown with the rest folded: displays ``lines[:shown]`` (its ``text/plain``) and, in HTML, puts
+    ``lines[shown:]`` in a ``<details>`` block labelled ``label``."""
+
+    def __init__(self, lines: Sequence[str], shown: int = 1, label: str = "the checks behind this line (click)"):
+        self.lines, self.shown, self.label = list(lines), shown, label
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines[:self.shown])
+
+    def _repr_html_(self) -> str:
+        import html
+        def pre(lines: Sequence[str]) -> str:
+            return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+        return (pre(self.lines[:self.shown]) + f"<details><summary>{html.escape(self.label)}</summary>"
+                + pre(self.lines[self.shown:]) + "</details>")
+
+
+def verdict_line(family_: dict, site_names: Sequence[str]) -> str:
+    """Section 6's verdict in one line: for own, size-matched, random size-matched and random direction (each −
+    other), in how many sites Holm's step-down over ``family_`` resolves it higher (lower for the random
+    direction) and the range of the mean differences over the sites."""
+    from helpers.stats import holm
+    verdicts = {v.name: v for v in holm(family_)}
+
+    def part(name: str, direction: str) -> str:
+        cells = [verdicts[f"{site}: {name} − other"] for site in site_names]
+        means = [v.comparison.mean for v in cells]
+        return (f"{name} {direction} at {sum(v.verdict == direction for v in cells)} of {len(cells)} "
+                f"({min(means):+.3f} to {max(means):+.3f})")
+    n = next(iter(verdicts.values())).comparison.n
+    return (f"set − other at 3 sites, {n} seeds, Holm over {len(verdicts)}: {part('own', 'higher')}; matched on length, "
+            f"{part('size-matched', 'higher')}, {part('random size-matched', 'higher')}; "
+            f"{part('random direction', 'lower')}")
+
+
+def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> Folded:
+    """Section 6 read in short: ``verdict_line`` shown; folded: activity silenced by own and other, what "other"
+    is made of (``split``: ``knockout_split.load()``), how well the matched sets match, the full Holm grid with
+    the widest gap the unresolved cells allow, the same verdicts at 20 and 80 neurons per set, and own's
+    fact-specific neurons against its shared ones."""
+    import statistics
+    from helpers import knockout_split
+    from helpers.precision import bound
+    from helpers.stats import holm, holm_table, interval
+    fam = family(runs, site_names, seeds)
+
+    def mean_of_seeds(site: str, name: str, quantity: str) -> float:
+        return statistics.mean(per_seed_mean(runs, site, name, seeds, quantity))
+    shared = sum(runs[s]["shared"][site] for s in seeds for site in site_names) / (len(seeds) * len(site_names))
+    rest = [statistics.mean(knockout_split.per_seed(split, site, "other only", seeds, j)) for site in site_names
+            for j in (1, 0)]                                      # "other" minus own's neurons: length, drop in P
+    size_gap = [sum(runs[s]["size gap below 1e-4"][j] for s in seeds) for j in (0, 1)]
+    widest = max(abs(x) for v in holm(fam) if not v.resolved for x in interval(v.comparison, 0.05 / len(fam)))
+    same = same_verdicts(site_names, seeds)
+    lines = [verdict_line(fam, site_names),
+             "activity silenced, own | other: " + ", ".join(
+                 f"{site} {mean_of_seeds(site, 'own', 'activity silenced'):.0f} | "
+                 f"{mean_of_seeds(site, 'other', 'activity silenced'):.0f}" for site in site_names),
+             f"own ∩ other: {shared:.0%} of their neurons; other minus own: length {min(rest[0::2]):.1f}–"
+             f"{max(rest[0::2]):.1f}, drop in P ≤ {max(rest[1::2]):.3f}",
+             f"matched sets: activity-matched − other, activity silenced: max "
+             f"{bound(max(runs[s]['matched activity gap'] for s in seeds), 1e-4)}; size-matched − other, size "
+             f"removed: < 1e-4 in {size_gap[0] / size_gap[1]:.1%} of fact-site pairs",
+             "Is it the neurons or the length? Drop in P(right answer), set − other, 10 seeds:",
+             grid(fam, site_names),
+             f"  not resolved: the seeds allow gaps within ±{widest:.3f} (95 % jointly)",
+             "  the same verdict as at 40 neurons per set: " + ", ".join(f"{k} of {len(fam)} at {n}"
+                                                                        for n, k in same.items()),
+             "Among own's neurons, do the fact-specific ones hurt more? Own only − shared, at equal length:",
+             holm_table(knockout_split.family(split, site_names, seeds), compact=True)]
+    return Folded(lines)

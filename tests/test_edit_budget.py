@@ -143,3 +143,20 @@ def test_the_shipped_152_edit_keep_file_holds_ten_seeds_and_its_command():
     assert family["the country's other facts kept"].mean > 0 and family["efficacy"].mean < 0
     rows, _ = edit_budget.capital_edits(make_dataset(load_facts()), n_edits=152)
     assert len(set(rows.tolist())) == 152                                      # every capital, once
+
+
+def test_the_paraphrase_answers_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
+    shipped = edit_budget.load_answers()
+    assert sorted(shipped) == list(range(10))
+    keys = {"language first", "P(true) before", "new first", "new first of capitals", "P(new) after"}
+    assert all(set(r) == keys for r in shipped.values())
+    assert sum(r["new first"] for r in shipped.values()) <= sum(r["new first of capitals"] for r in shipped.values())
+    made = edit_budget.make_answers([0], tmp_path / "answers.json")["runs"]["0"]
+    assert edit_budget.answers_gap(made) < 1e-3                         # counts equal, P up to kernel rounding
+
+
+def test_right_capital_first_counts_countries_times_seeds():
+    data = make_dataset(load_facts())
+    models = {0: load_fact_model(data, seed=0)[0]}
+    right = edit_budget.right_capital_first(models, data, [0], templates=("the capital of {} is",))
+    assert right == {"the capital of {} is": "152 of 152"}                # the training wording: always right
