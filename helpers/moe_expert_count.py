@@ -245,14 +245,14 @@ def kernel_line(study: dict) -> str:
 
 def figure(study: dict):
     """Answer loss against E: one grey line per seed, the mean in black; the dense line of the MoE's active
-    parameters, the dense FFN of E = 8's total parameters, and E = 8 and 16 on the other CPU kernel."""
+    parameters and the dense FFN of E = 8's total parameters (the AVX2 sweep; ``kernel_line`` prints the other)."""
     import matplotlib.pyplot as plt
     counts = [int(e) for e in study["loss"]]
     values = torch.stack([losses(study, e) for e in counts])          # (E values, seeds)
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     ax.plot(counts, values.numpy(), color="0.8", lw=0.8)
     ax.plot(counts, values.mean(1).numpy(), "o-", color="black", lw=2,
-            label=f"MoE, mean of {values.shape[1]} seeds (trained on the avx2 CPU kernel)")
+            label=f"MoE, mean of {values.shape[1]} seeds")
     if "dense" in study:
         dense = torch.stack([dense_losses(study, e)[0] for e in counts])
         ax.plot(counts, dense.mean(1).numpy(), "s--", color="tab:red", lw=2,
@@ -261,9 +261,6 @@ def figure(study: dict):
     if "dense_total" in study:
         ax.plot([TOTAL_E], [float(total_losses(study)[0].mean())], "D", color="tab:green", ms=8,
                 label=f"dense FFN with E = {TOTAL_E}'s total parameters (width {total_width(TOTAL_E)}; mean of 10 seeds, best rate)")
-    for kernel in study.get("loss_by_kernel", {}):
-        ax.plot(list(KERNEL_COUNTS), [float(kernel_losses(study, kernel, e).mean()) for e in KERNEL_COUNTS], "o:",
-                color="tab:blue", mfc="white", lw=1.5, label=f"MoE mean, the same seeds on the {kernel.lower()} CPU kernel")
     ax.plot([], [], color="0.8", lw=0.8, label="one MoE seed")
     ax.set_xscale("log", base=2)
     ax.set_xticks(counts, [str(e) for e in counts])

@@ -1,10 +1,10 @@
-r"""Notebook 05's short printed lines: one verdict line per Holm family, section 8's balance table, the fit controls
+r"""Notebook 05's short printed lines: one verdict table per Holm family, section 8's balance table, the fit controls
 folded into one line, and one line for every live seed-0 rerun checked against its shipped file.
 
 ``python -m helpers.moe_lesson --fit`` prints the fit controls of section 8 in full (the no-FFN model, the
 learning-rate sweep, the 1,000-step runs and their Holm family), which the notebook folds into ``fit_line``.
 ``python -m helpers.moe_lesson --purity`` trains section 8's α = 0.1 MoE for seeds 0-9 (15 steps each, about a
-minute) and writes ``PURITY_PATH``: what layer 0's trained router routes on, by position or by token type.
+minute) and writes ``PURITY_PATH``: whether layer 0's trained router routes on position or on the word.
 """
 
 from __future__ import annotations
@@ -18,38 +18,40 @@ import torch
 
 from helpers.moe_runs import busiest, holm_groups, lm_families, over_seeds, starved, summaries
 from helpers.precision import bound
-from helpers.stats import Comparison, PairedDifference, holm, paired_difference
+from helpers.stats import Comparison, holm, holm_table, paired_difference
 
 #: ``LIVE`` keys the notebook fills, in the order ``live_checks_line`` prints them.
 LIVE_ORDER = ("section 6", "section 7", "section 8", "collapse", "z-loss", "no FFN", "section 9", "section 10")
 
 
-def verdict_line(family: Mapping[str, Comparison], what: str, digits: int = 2) -> str:
-    """One line for one Holm family (``helpers.stats.holm``, 5 % two-sided): ``what``, how many resolved, then each
-    comparison's mean difference and verdict, with its seed count when resolved (``"lower 10/10"``).
-    E.g. ``verdict_line({"a − b": paired_difference(...)}, "balance, ten seeds")``."""
-    verdicts = holm(dict(family))
-    parts = []
-    for v in verdicts:
-        c = v.comparison
-        agree = ""
-        if v.resolved and isinstance(c, PairedDifference):
-            agree = f" {c.lower if v.verdict == 'lower' else c.higher}/{c.n}"
-        parts.append(f"{v.name} {c.mean if isinstance(c, PairedDifference) else c.diff:+.{digits}f} "
-                     f"{v.verdict}{agree}")
-    resolved = sum(v.resolved for v in verdicts)
-    return f"verdict, {what} (Holm over {len(verdicts)}, 5 %): {resolved} resolved; " + "; ".join(parts)
+def verdict_table(family: Mapping[str, Comparison], what: str, digits: int = 2) -> str:
+    """One Holm family (``helpers.stats.holm``, 5 % two-sided) as a short table: a first line naming ``what``, then
+    ``helpers.stats.holm_table``'s compact rows (mean difference, seeds lower and higher, t against its threshold,
+    verdict). E.g. ``verdict_table({"a − b": paired_difference(...)}, "balance, ten seeds")``."""
+    return f"verdict, {what}:\n" + holm_table(dict(family), digits=digits, compact=True)
 
 
 def balance_table(study: dict, lr: float, alphas: Sequence[str] = ("0", "0.01", "0.1")) -> str:
     """Section 8's loads from the shipped runs, one row per α: busiest/mean in each layer over the last 5 of 15 steps
-    (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed."""
+    (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed; a last row
+    for a perfectly even router (``chance_busiest``)."""
     lines = [f"{'ten seeds':<14}{'busiest/mean, layer 0':>23}{'layer 1':>18}   starved experts (of 16), per seed"]
     for a in alphas:
         rs = summaries(study, f"MoE, α = {a}", lr)
         layer = [over_seeds([float(torch.tensor(r["max_over_mean"])[-5:, l].mean()) for r in rs]) for l in range(2)]
         lines.append(f"{'α = ' + a:<14}{layer[0]:>23}{layer[1]:>18}   {','.join(str(starved(r)) for r in rs)}")
+    chance = f"{chance_busiest():.2f}"
+    lines.append(f"{'even router':<14}{chance:>23}{chance:>18}   (each token to a random expert: chance alone)")
     return "\n".join(lines)
+
+
+def chance_busiest(n_tokens: int = 256, n_experts: int = 8, draws: int = 5000) -> float:
+    """Busiest/mean of a perfectly even router: ``n_tokens`` (one training step's 32 sentences × 8 positions) sent
+    to uniformly random experts, mean over ``draws`` seeded draws."""
+    picks = torch.randint(n_experts, (draws, n_tokens), generator=torch.Generator().manual_seed(0))
+    counts = torch.zeros(draws, n_experts, dtype=torch.float64)
+    counts.scatter_add_(1, picks, torch.ones(draws, n_tokens, dtype=torch.float64))
+    return float((counts.max(1).values / (n_tokens / n_experts)).mean())
 
 
 def fit_family(study: dict, no_ffn: dict, lr: float) -> dict[str, Comparison]:
@@ -136,24 +138,64 @@ def position_and_type(data, facts) -> tuple[torch.Tensor, torch.Tensor]:
     return position, kind
 
 
-def routing_purity(run, data, facts, layer: int = 0) -> dict[str, float]:
-    """A trained run's (``helpers.moe_runs.Run``) layer purity: {"position": ..., "type": ...}."""
+#: Words that sit at more than one position of the fact sentences: (word, its positions).
+SHARED_WORDS = (("is", (2, 5, 6)), ("the", (1, 6)))
+
+
+def word_only(expert: torch.Tensor, words: torch.Tensor, n_experts: int = 8) -> torch.Tensor:
+    """A position-blind router built from a trained one: every word sent to the expert it most often gets.
+    ``expert``, ``words``: ``(positions,)`` int64 -> ``(positions,)`` int64."""
+    out = torch.empty_like(expert)
+    for w in words.unique():
+        m = words == w
+        out[m] = torch.bincount(expert[m], minlength=n_experts).argmax()
+    return out
+
+
+def routing_purity(run, data, facts, layer: int = 0) -> dict[str, object]:
+    """A trained run's (``helpers.moe_runs.Run``) layer routing: purity by position of the router and of its
+    position-blind copy (``word_only``), and each shared word's most common expert at each of its positions."""
     expert = run.final[layer].routing.expert_index[:, 0]
-    position, kind = position_and_type(data, facts)
-    return {"position": purity(expert, position), "type": purity(expert, kind)}
+    position, _ = position_and_type(data, facts)
+    words = data.ids.reshape(-1)
+    out: dict[str, object] = {"position": purity(expert, position),
+                              "word only": purity(word_only(expert, words), position)}
+    for w, places in SHARED_WORDS:
+        m = words == data.vocab.tokens.index(w)
+        out[w] = [int(torch.bincount(expert[m & (position == p)], minlength=8).argmax()) for p in places]
+    return out
 
 
 def purity_study(seeds: Sequence[int] = tuple(range(10))) -> dict:
-    """Section 8's α = 0.1 MoE (15 steps, lr 1e-2) for each seed: layer 0's purity by position and by type."""
+    """Section 8's α = 0.1 MoE (15 steps, lr 1e-2) for each seed: ``routing_purity`` of layer 0."""
     from helpers.facts import load_facts, make_dataset
     from helpers.moe_runs import train_run
 
     facts = load_facts()
     data = make_dataset(facts)
-    runs = {str(s): {k: round(v, 5) for k, v in routing_purity(train_run("MoE, α = 0.1", s, data, lr=1e-2,
-                                                                            keep_model=False), data, facts).items()}
-            for s in seeds}
+    runs = {}
+    for s in seeds:
+        r = routing_purity(train_run("MoE, α = 0.1", s, data, lr=1e-2, keep_model=False), data, facts)
+        runs[str(s)] = {k: round(v, 5) if isinstance(v, float) else v for k, v in r.items()}
     return {"settings": {"arm": "MoE, α = 0.1", "lr": 1e-2, "steps": 15, "layer": 0}, "runs": runs}
+
+
+def live_purity_gap(live: Mapping[str, object], study: dict, seed: int = 0) -> float:
+    """Largest |difference| between a live ``routing_purity`` and the file's run of ``seed`` (a word whose experts
+    differ counts as 1)."""
+    ref = study["runs"][str(seed)]
+    return max(abs(v - ref[k]) if isinstance(v, float) else float(v != ref[k]) for k, v in live.items())
+
+
+def position_row_line(run, data, position: int = 6, layer: int = 0) -> str:
+    """One heat-map row in words: how many different words sit at ``position`` and the share of them routed to
+    that position's most common expert (``run``: a ``helpers.moe_runs.Run``)."""
+    expert = run.final[layer].routing.expert_index[:, 0]
+    words = data.ids.reshape(-1)
+    at = torch.arange(words.numel()) % data.ids.shape[1] == position
+    share = torch.bincount(expert[at], minlength=8).max() / at.sum()
+    return (f"seed 0, position {position}: {len(words[at].unique())} different words; share of its {int(at.sum())} "
+            f"tokens sent to its most common expert {share:.2f}")
 
 
 def load_purity(path: Path = PURITY_PATH) -> dict:
@@ -161,14 +203,22 @@ def load_purity(path: Path = PURITY_PATH) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def purity_line(study: dict) -> str:
-    """Ten seeds' purity by position and by type (mean, lowest–highest) and the paired verdict, one line."""
-    runs = study["runs"]
-    pos = torch.tensor([runs[s]["position"] for s in sorted(runs, key=int)], dtype=torch.float64)
-    kind = torch.tensor([runs[s]["type"] for s in sorted(runs, key=int)], dtype=torch.float64)
-    verdict = verdict_line({"position − type": paired_difference(pos, kind)}, f"{len(pos)} seeds")
-    return (f"layer 0, α = 0.1: share of positions sent to their group's most common expert, grouped by position "
-            f"(8 groups) {over_seeds(pos)}, by token type (7 groups) {over_seeds(kind)}; {verdict}")
+def purity_lines(study: dict) -> str:
+    """Each shared word's experts by position per seed, how many seeds move it, and the paired verdict of the
+    router's purity by position against its position-blind copy's (``holm_table``)."""
+    runs = [study["runs"][s] for s in sorted(study["runs"], key=int)]
+    lines = [f"layer 0, α = 0.1, {len(runs)} seeds: each word's most common expert at each of its positions"]
+    for w, places in SHARED_WORDS:
+        moved = sum(len(set(r[w])) > 1 for r in runs)
+        per_seed = "  ".join("/".join(str(e) for e in r[w]) for r in runs)
+        lines.append(f"  '{w}' at positions {', '.join(map(str, places))}: {per_seed}   "
+                     f"-> changes expert in {moved}/{len(runs)} seeds")
+    pos = torch.tensor([r["position"] for r in runs], dtype=torch.float64)
+    blind = torch.tensor([r["word only"] for r in runs], dtype=torch.float64)
+    lines.append(f"purity by position (share sent to the position's most common expert): router {over_seeds(pos)}, "
+                 f"each word to its own most common expert {over_seeds(blind)}")
+    lines.append(holm_table({"router − word only": paired_difference(pos, blind)}, digits=2))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -180,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         torch.set_num_threads(1)
         study = purity_study()
         PURITY_PATH.write_text(json.dumps(study) + "\n")
-        print(purity_line(study))
+        print(purity_lines(study))
         return
     if not args.fit:
         parser.print_help()

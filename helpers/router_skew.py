@@ -261,9 +261,9 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             ax.scatter((pts @ u).numpy(), (pts @ v).numpy(), s=5, c=colors, alpha=0.6, lw=0)
             ax.scatter([0], [0], marker="x", s=80, color="black", zorder=5)
             ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
-                   xlabel="along the hidden states' mean (2 of 64 dimensions)", aspect="equal")
+                   xlabel="x: the hidden states' mean direction", aspect="equal")
     layer.train(was_training)
-    axes[0].set_ylabel("across it (main spread)")
+    axes[0].set_ylabel("y: their main spread across it\n(a 2-D slice of 64 dimensions)")
     handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]
     handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="origin:\nall logits\nequal"))
     fig.legend(handles=handles, title="expert", loc="center right", frameon=False)

@@ -179,12 +179,10 @@ def test_a_float64_result_fails_naming_the_float32_the_statement_asks_for(ex, fn
 OTHER_CORRECT = [
     (check_moe_forward, moe_forward_sorted),
     (check_moe_forward, moe_forward_other_tie_break_float64),
-    (check_moe_forward, moe_forward_with_the_course_layer),
     (check_capacity_keep, capacity_keep_loops),
     (check_balance_loss, balance_loss_with_one_hot),
     (check_balance_loss, balance_loss_float64),
     (check_balance_loss, balance_loss_bincount_sliced),
-    (check_balance_loss, moe.load_balancing_loss),
     (check_z_loss, z_grad_by_hand_float64),
     (check_noisy_top_k, noisy_gates_masked_fill),
     (check_noisy_top_k, noisy_gates_renormalised),
@@ -244,6 +242,28 @@ def test_a_capacity_keep_through_arrival_rank_fails_and_the_helper_is_restored()
         assert result.status == FAILED and "arrival_rank" in result.message, result.message
     assert moe.arrival_rank is original and rank is original and globals()["moe"].arrival_rank is original
     assert check_capacity_keep.evaluate(capacity_keep_loops).status == PASSED
+
+
+def balance_loss_through_an_alias(probs, expert_index):
+    loss = moe.load_balancing_loss                              # the notebook imports it under its own name
+    return loss(probs, expert_index)
+
+
+@pytest.mark.parametrize("ex, fn, named", [
+    (check_moe_forward, moe_forward_with_the_course_layer, "MoE.forward"),
+    (check_balance_loss, moe.load_balancing_loss, "load_balancing_loss"),
+    (check_balance_loss, lambda p, i: moe.load_balancing_loss(p, i), "load_balancing_loss"),
+    (check_balance_loss, balance_loss_through_an_alias, "load_balancing_loss"),
+], ids=["MoE layer", "load_balancing_loss", "lambda", "alias"])
+def test_exercises_1_and_3_through_helpers_moe_fail_naming_the_function(ex, fn, named):
+    """Exercises 1 and 3 ask for the layer and the loss written from the input tensors: right values through
+    helpers.moe fail, with a message naming what ran, and the profiler is removed afterwards."""
+    import sys
+    before = sys.getprofile()
+    result = ex.evaluate(fn)
+    assert result.status == FAILED and "through helpers.moe" in result.message and named in result.message, \
+        result.message
+    assert sys.getprofile() is before
 
 
 @pytest.mark.parametrize("ex, fn", OTHER_CORRECT, ids=[fn.__name__ for _, fn in OTHER_CORRECT])

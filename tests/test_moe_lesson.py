@@ -3,24 +3,26 @@
 import torch
 
 from helpers.moe_expert_count import load_expert_count
-from helpers.moe_lesson import LIVE_ORDER, balance_table, fit_line, kernel_gap_line, live_checks_line, main, verdict_line
+from helpers.moe_lesson import LIVE_ORDER, balance_table, fit_line, kernel_gap_line, live_checks_line, main, verdict_table
 from helpers.moe_no_ffn import load_no_ffn
 from helpers.moe_runs import load_runs
 from helpers.stats import holm, paired_difference
 
 
-def test_verdict_line_is_one_line_with_holms_verdicts_and_seed_counts():
+def test_verdict_table_names_the_family_and_prints_one_short_row_per_comparison():
     family = {"a − b": paired_difference(torch.tensor([-1.0, -1.2, -0.9, -1.1, -1.0]), torch.zeros(5)),
               "c − d": paired_difference(torch.tensor([0.1, -0.2, 0.3, -0.1, 0.0]), torch.zeros(5))}
-    line = verdict_line(family, "five seeds")
-    assert "\n" not in line and "Holm over 2" in line and "1 resolved" in line
-    assert "a − b -1.04 lower 5/5" in line and "c − d +0.02 not resolved" in line
+    lines = verdict_table(family, "five seeds").splitlines()
+    assert lines[0] == "verdict, five seeds:" and "over 2 comparisons" in lines[1] and "1 resolved" in lines[1]
+    assert "a − b" in lines[2] and "-1.04" in lines[2] and lines[2].endswith("→ lower")
+    assert "c − d" in lines[3] and lines[3].endswith("→ not resolved") and max(map(len, lines)) < 120
     assert [v.verdict for v in holm(family)] == ["lower", "not resolved"]
 
 
 def test_balance_table_has_one_row_per_alpha_and_ten_seeds_of_starved_experts():
     lines = balance_table(load_runs(), 1e-2).splitlines()
-    assert len(lines) == 4 and lines[1].startswith("α = 0 ") and lines[3].startswith("α = 0.1")
+    assert len(lines) == 5 and lines[1].startswith("α = 0 ") and lines[3].startswith("α = 0.1")
+    assert lines[4].startswith("even router") and "1.26" in lines[4]
     assert lines[1].split()[-1].count(",") == 9
 
 
@@ -58,7 +60,19 @@ def test_purity_is_the_share_sent_to_each_groups_most_common_expert():
     assert purity(expert, torch.zeros(6, dtype=torch.long), n_experts=3) == 3 / 6
 
 
-def test_purity_line_reads_the_shipped_ten_seeds():
-    from helpers.moe_lesson import load_purity, purity_line
-    line = purity_line(load_purity())
-    assert "\n" not in line and "0.68 (0.62–0.73)" in line and "0.42 (0.38–0.49)" in line and "higher 10/10" in line
+def test_purity_lines_read_the_shipped_ten_seeds_and_the_position_blind_baseline():
+    from helpers.moe_lesson import load_purity, purity_lines
+    text = purity_lines(load_purity())
+    assert "'is' at positions 2, 5, 6" in text and "changes expert in 10/10 seeds" in text
+    assert "changes expert in 9/10 seeds" in text and "router 0.68 (0.62–0.73)" in text
+    assert "router − word only" in text and "higher in 10/10" in text
+
+
+def test_word_only_router_keeps_each_word_on_one_expert_and_never_beats_the_router_by_position():
+    from helpers.moe_lesson import purity, word_only
+    expert = torch.tensor([0, 1, 1, 2, 2, 0])
+    words = torch.tensor([5, 5, 5, 7, 7, 7])
+    position = torch.tensor([0, 1, 1, 0, 1, 0])
+    blind = word_only(expert, words, n_experts=3)
+    assert blind.tolist() == [1, 1, 1, 2, 2, 2]
+    assert purity(blind, position, 3) <= purity(expert, position, 3)

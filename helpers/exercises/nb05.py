@@ -35,6 +35,7 @@ vectors ``X`` ``(N, d)`` gives logits ``X W_rᵀ`` ``(N, E)``; ``expert_index`` 
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -218,6 +219,52 @@ def _tie_at_kth(c: Case) -> bool:
     return bool((top[:, k - 1] == top[:, k]).any())
 
 
+# ---------------------------------------------------------------- exercises 1 and 3: written without helpers.moe
+def _helpers_moe_calls(fn, args: tuple) -> list[str]:
+    """Names of the ``helpers.moe`` functions and methods that run while ``fn(*args)`` runs (under any name the
+    learner gave them, through the module or through an ``MoE`` object): a profiler records every Python frame whose
+    code lives in ``helpers/moe.py``."""
+    import helpers.moe as moe
+
+    here, seen = moe.__file__, []
+
+    def watch(frame, event, arg):
+        name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        if event == "call" and frame.f_code.co_filename == here and "<" not in name and name not in seen:
+            seen.append(name)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        fn(*args)
+    except Exception:
+        pass
+    finally:
+        sys.setprofile(previous)
+    return seen
+
+
+def _uses_helpers_moe(args_of, what: str):
+    """An ``after`` check: the statement asks for ``what`` written from raw tensors, so an answer that runs
+    ``helpers.moe`` (``MoE``, ``moe_forward_loop``, ``load_balancing_loss``, ...) fails, whatever its values."""
+    def after(fn) -> str | None:
+        calls = _helpers_moe_calls(fn, args_of())
+        if not calls:
+            return None
+        return (f"right values, but through helpers.moe ({', '.join(calls[:3])}): the exercise asks you to write "
+                f"{what} yourself from the input tensors, without the course's module.")
+    return after
+
+
+def _first_moe_case() -> tuple:
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in _moe_cases()[0].args)
+
+
+def _balance_args() -> tuple:
+    probs = torch.softmax(torch.randn(12, 4, generator=_generator(514)), -1)
+    return probs, probs.topk(2, dim=-1).indices
+
+
 MOE_DOMAIN = Domain(
     allows="float32 x (N, d), w_router (E, d), w1 and w3 (E, d_ff, d), w2 (E, d, d_ff) with N, d, d_ff >= 1 and "
            "E >= 1; an int 1 <= k <= E; any finite values, router logits up to the hundreds; ties between router "
@@ -237,7 +284,7 @@ MOE_DOMAIN = Domain(
     ))
 
 
-check_moe_forward = Exercise(
+check_moe_forward = _AfterPassExercise(
     "Exercise 1 (the MoE forward)",
     _moe_forward,
     _moe_cases,
@@ -260,6 +307,7 @@ check_moe_forward = Exercise(
          lambda x, wr, w1, w3, w2, k: _combine(x, w1, w3, w2, *_route(x, wr, k, softmax=_naive_softmax))),
     ],
     kind="build",
+    after=_uses_helpers_moe(_first_moe_case, "the routing, the experts and the combine"),
     domain=MOE_DOMAIN,
     returns=tensor_dtype(torch.float32, advice="Keep x's dtype (float32)."),
 )
@@ -584,7 +632,7 @@ check_balance_loss = _BalanceExercise(
          "tokens, the differentiable part that carries the gradient.", _p_from_counts),
     ],
     kind="build",
-    after=_balance_gradient,
+    after=lambda fn: _uses_helpers_moe(_balance_args, "f and P")(fn) or _balance_gradient(fn),
     domain=BALANCE_DOMAIN,
     returns=tensor_dtype(torch.float32, advice="Keep probs' dtype (float32)."),
 )
