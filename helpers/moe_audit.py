@@ -91,8 +91,8 @@ def lead_shrink_lines(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAI
 def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[int] = (0, 2)) -> "Folded":
     """Section 4's 3,000-step reading. ``verdicts``: ``holm`` over section 4's family (it holds the rows
     ``"3,000 steps: <MoE> − <twin>"``); ``long``: ``load_ten_seeds()``. Shown: for ``TWIN_PAIRS[i]``, ``i`` in
-    ``shown``, the lead (``loss(twin) − loss(MoE)``, seed mean, nats) at 300 and 3,000 steps and the 3,000-step
-    verdict. Folded: the four 3,000-step rows, ``lead_shrink_lines`` and, per seed, width 19 at lr 0.08 (its loss
+    ``shown``, the lead (``loss(twin) − loss(MoE)``, seed mean, nats) at 300 and 3,000 steps, the two losses at
+    3,000 and the 3,000-step verdict. Folded: the four 3,000-step rows, ``lead_shrink_lines`` and, per seed, width 19 at lr 0.08 (its loss
     and share of facts right after 3,000 steps: the seeds behind the figure's wide band)."""
     by_name = {v.name: v for v in verdicts}
     i, j = long.marks.index(300), long.marks.index(3000)
@@ -106,8 +106,10 @@ def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[in
         if n in shown:
             lead = (long.loss[twin] - long.loss[moe]).mean(1)
             word = "resolved" if v.verdict == "lower" else "not resolved"
+            ends = f"{float(long.loss[moe][j].mean()):.3f} and {float(long.loss[twin][j].mean()):.3f}"
             lines.append(f"{moe} vs {twin.removeprefix('dense, ')}: lead {float(lead[i]):.2f} nats at 300 steps, "
-                         f"{float(lead[j]):.2f} at 3,000 (the MoE lower in {c.lower} of {c.n} seeds, {word})")
+                         f"{float(lead[j]):.2f} at 3,000 (losses {ends}; the MoE lower in {c.lower} of {c.n} seeds, "
+                         f"{word})")
     key = "dense, width 19, lr 0.08"
     per_seed = [f"{key}, after 3,000 steps, per seed: loss " + " ".join(f"{float(x):.3f}" for x in long.loss[key][j]),
                 f"{'':>{len(key) + 29}}right " + " ".join(f"{float(x):>5.0%}" for x in long.right[key][j])]

@@ -45,5 +45,6 @@ def test_the_long_run_fold_shows_two_verdict_lines_and_folds_the_unstable_width_
     fold = long_run_fold(verdicts, long)
     shown = repr(fold).splitlines()
     assert len(shown) == 2 and shown[0].endswith("10 of 10 seeds, resolved)") and "0.56" in shown[0]
+    assert "losses 0.007 and 0.269" in shown[0] and "losses 0.006 and 0.033" in shown[1]
     assert shown[1].endswith("9 of 10 seeds, not resolved)") and "0.03 at 3,000" in shown[1]
     assert "<details>" in fold._repr_html_() and any("loss 1.377 0.454" in line for line in fold.lines)
