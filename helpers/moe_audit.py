@@ -31,7 +31,7 @@ from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FR
 from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
-__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
+__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
            "RaceAudit", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
@@ -54,6 +54,19 @@ def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
     return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
             f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
             f"resolved)")
+
+
+def equal_flops_split(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], "Folded"]:
+    """Section 4's lesson first: the race's MoE − dense-of-equal-FLOPs verdicts (both budgets, in family order) and,
+    folded, every other verdict of ``verdicts`` (one line each, the first line their count and resolved count)."""
+    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
+    eight = [v for v in verdicts if v.name in names]
+    rest = [v for v in verdicts if v.name not in names]
+    width = max(len(v.name) for v in rest)
+    head = (f"the family's other {len(rest)} comparisons (controls, granularity, width 64, 3,000 steps, DeepSeekMoE "
+            f"at fixed rates): {sum(v.resolved for v in rest)} resolved")
+    return eight, Folded([head] + [v.line(width=width, unit=" nats", compact=True) for v in rest], shown=1,
+                         label="each of them (click)")
 
 
 def lead_shrink_family(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAIRS, start: int = 300,
