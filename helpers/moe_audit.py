@@ -31,7 +31,7 @@ from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FR
 from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
-__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
+__all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
            "RaceAudit", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
@@ -54,6 +54,19 @@ def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
     return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
             f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
             f"resolved)")
+
+
+def equal_flops_split(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], "Folded"]:
+    """Section 4's lesson first: the race's MoE − dense-of-equal-FLOPs verdicts (both budgets, in family order) and,
+    folded, every other verdict of ``verdicts`` (one line each, the first line their count and resolved count)."""
+    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
+    eight = [v for v in verdicts if v.name in names]
+    rest = [v for v in verdicts if v.name not in names]
+    width = max(len(v.name) for v in rest)
+    head = (f"the family's other {len(rest)} comparisons (controls, granularity, width 64, 3,000 steps, DeepSeekMoE "
+            f"at fixed rates): {sum(v.resolved for v in rest)} resolved")
+    return eight, Folded([head] + [v.line(width=width, unit=" nats", compact=True) for v in rest], shown=1,
+                         label="each of them (click)")
 
 
 def lead_shrink_family(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAIRS, start: int = 300,
@@ -91,8 +104,8 @@ def lead_shrink_lines(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAI
 def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[int] = (0, 2)) -> "Folded":
     """Section 4's 3,000-step reading. ``verdicts``: ``holm`` over section 4's family (it holds the rows
     ``"3,000 steps: <MoE> − <twin>"``); ``long``: ``load_ten_seeds()``. Shown: for ``TWIN_PAIRS[i]``, ``i`` in
-    ``shown``, the lead (``loss(twin) − loss(MoE)``, seed mean, nats) at 300 and 3,000 steps and the 3,000-step
-    verdict. Folded: the four 3,000-step rows, ``lead_shrink_lines`` and, per seed, width 19 at lr 0.08 (its loss
+    ``shown``, the lead (``loss(twin) − loss(MoE)``, seed mean, nats) at 300 and 3,000 steps, the two losses at
+    3,000 and the 3,000-step verdict. Folded: the four 3,000-step rows, ``lead_shrink_lines`` and, per seed, width 19 at lr 0.08 (its loss
     and share of facts right after 3,000 steps: the seeds behind the figure's wide band)."""
     by_name = {v.name: v for v in verdicts}
     i, j = long.marks.index(300), long.marks.index(3000)
@@ -106,8 +119,10 @@ def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[in
         if n in shown:
             lead = (long.loss[twin] - long.loss[moe]).mean(1)
             word = "resolved" if v.verdict == "lower" else "not resolved"
+            ends = f"{float(long.loss[moe][j].mean()):.3f} and {float(long.loss[twin][j].mean()):.3f}"
             lines.append(f"{moe} vs {twin.removeprefix('dense, ')}: lead {float(lead[i]):.2f} nats at 300 steps, "
-                         f"{float(lead[j]):.2f} at 3,000 (the MoE lower in {c.lower} of {c.n} seeds, {word})")
+                         f"{float(lead[j]):.2f} at 3,000 (losses {ends}; the MoE lower in {c.lower} of {c.n} seeds, "
+                         f"{word})")
     key = "dense, width 19, lr 0.08"
     per_seed = [f"{key}, after 3,000 steps, per seed: loss " + " ".join(f"{float(x):.3f}" for x in long.loss[key][j]),
                 f"{'':>{len(key) + 29}}right " + " ".join(f"{float(x):>5.0%}" for x in long.right[key][j])]

@@ -1,19 +1,24 @@
-"""Fine-grained against coarse experts where the router is cheap (notebook 07, section 4).
+"""Fine-grained against coarse experts, at equal expert parameters and at equal FLOPs (notebook 07, section 4).
 
 Section 4's race cuts experts of width 8 into 4 of width 2; there the router is 57 % of the fine-grained layer's
-multiply-adds, ``E / (E + 3 (k + s) w)`` = 32 / (32 + 3 · 4 · 2). This experiment widens the experts eightfold, so the
-router is a small share, and races the two cuts at the same active expert parameters:
+multiply-adds, ``E / (E + 3 (k + s) w)`` = 32 / (32 + 3 · 4 · 2). This experiment adds five arms (multiply-adds per
+fact: the experts' ``3 · 8 · k · w`` plus the router's ``8 E``):
 
-* ``coarse``: 8 SwiGLU experts of width 64, top-1 (router share 8 / (8 + 3 · 64) = 4 %);
-* ``fine``: the same cut with ``m = 4``, 32 experts of width 16, top-4 (router share 32 / (32 + 3 · 4 · 16) = 14 %).
+* wide, experts eight times wider, the router a small share:
+  ``coarse``, 8 SwiGLU experts of width 64, top-1 (1,600 multiply-adds, router 4 %); ``fine``, the same cut with
+  ``m = 4``, 32 experts of width 16, top-4 (1,792, router 14 %): equal active expert parameters; ``coarse, 1,792``,
+  8 experts of width 72, top-1 (1,792, router 4 %): equal FLOPs with ``fine``;
+* narrow, section 4's width: ``fine, narrow``, the race's fine-grained arm (32 of width 2, top-4: 448, router 57 %);
+  ``coarse, 448``, 8 experts of width 16, top-1 (448, router 14 %): equal FLOPs.
 
-Both use section 4's task (``helpers.fact_lookup``: 608 facts, ``d_model`` = 8, frozen embeddings, Switch loss
+All use section 4's task (``helpers.fact_lookup``: 608 facts, ``d_model`` = 8, frozen embeddings, Switch loss
 α = 0.1) for 100 steps. Each arm's rate is its best (lowest mean loss) of ``LRS`` on the sweep seeds 100–102; ten
-other seeds (0–9) then train at those rates, and the fine − coarse loss is judged by the paired t (Holm over this
-one comparison, ``helpers.stats``).
+other seeds (0–9) then train at those rates. ``COMPARISONS``, a family of three judged by the paired t with Holm's
+step-down (``helpers.stats``): fine − coarse (equal parameters) and fine − coarse, 1,792 (equal FLOPs), wide;
+fine − coarse, 448 (equal FLOPs), narrow.
 
-Made by ``python -m helpers.moe_granularity --results`` (about 5 minutes on one CPU thread), which writes
-``helpers/data/moe_granularity.json``.
+Made by ``python -m helpers.moe_granularity --results`` (about 15 minutes on one CPU thread), which writes
+``helpers/data/moe_granularity.json``; ``--arms NAME ...`` runs only those arms and merges them into the file.
 """
 
 from __future__ import annotations
@@ -29,18 +34,34 @@ import torch
 from helpers.fact_lookup import LookupData, build_lookup, lookup_data, train_lookup
 from helpers.stats import holm, paired_difference
 
-__all__ = ["ARMS", "LRS", "GRANULARITY_PATH", "Granularity", "router_share", "run", "save", "load",
-           "verdict_line", "main"]
+__all__ = ["ARMS", "COMPARISONS", "LRS", "GRANULARITY_PATH", "Granularity", "multiply_adds", "router_share", "run",
+           "save", "load", "merge", "verdicts", "verdict_line", "main"]
 
 _BASE = {"ffn": "moe", "n_experts": 8, "top_k": 1, "d_ff": 64, "balance_coef": 0.1, "z_coef": 0.0}
-#: The two arms: the same active expert parameters (3 · 8 · 64 = 1,536 per fact), cut once or four ways.
-ARMS: dict[str, dict] = {"coarse": _BASE, "fine": {**_BASE, "granularity": 4}}
+_NARROW = {**_BASE, "d_ff": 8}                     # section 4's top-1 MoE (helpers.moe_race's "MoE")
+#: coarse and fine: the same active expert parameters (3 · 8 · 64 = 1,536 per fact), cut once or four ways; the
+#: "coarse, N" arms: top-1 of the multiply-adds N of the fine arm they face.
+ARMS: dict[str, dict] = {"coarse": _BASE, "fine": {**_BASE, "granularity": 4}, "coarse, 1,792": {**_BASE, "d_ff": 72},
+                         "fine, narrow": {**_NARROW, "granularity": 4}, "coarse, 448": {**_NARROW, "d_ff": 16}}
+#: The section's granularity family: (name, first arm, second arm), judged on first − second.
+COMPARISONS: tuple[tuple[str, str, str], ...] = (
+    ("wide, equal expert parameters: fine − coarse", "fine", "coarse"),
+    ("wide, equal FLOPs: fine − coarse 8 × 72", "fine", "coarse, 1,792"),
+    ("narrow, equal FLOPs: fine − coarse 8 × 16", "fine, narrow", "coarse, 448"))
 LRS: tuple[float, ...] = (0.02, 0.04, 0.08, 0.16)
 SWEEP_SEEDS: tuple[int, ...] = (100, 101, 102)
 SEEDS: tuple[int, ...] = tuple(range(10))
 STEPS = 100
 D_MODEL = 8
 GRANULARITY_PATH = Path(__file__).parent / "data" / "moe_granularity.json"
+
+
+def multiply_adds(spec: dict, d_model: int = D_MODEL) -> int:
+    """An MoE layer's multiply-adds per token: ``3 d_model k w`` for its chosen SwiGLU experts plus ``d_model E`` for
+    the router (after the cut by ``granularity``; no shared experts)."""
+    m = spec.get("granularity", 1)
+    n, k, w = spec["n_experts"] * m, spec["top_k"] * m, spec["d_ff"] // m
+    return 3 * d_model * k * w + d_model * n
 
 
 def router_share(spec: dict) -> float:
@@ -72,14 +93,14 @@ def _train(data: LookupData, arm: str, seed: int, lr: float, steps: int) -> tupl
 
 
 def run(seeds: Sequence[int] = SEEDS, sweep_seeds: Sequence[int] = SWEEP_SEEDS, lrs: Sequence[float] = LRS,
-        steps: int = STEPS, data: LookupData | None = None) -> Granularity:
-    """Sweep each arm's rate on ``sweep_seeds``, then train ``seeds`` at each arm's best rate."""
+        steps: int = STEPS, data: LookupData | None = None, arms: Sequence[str] = tuple(ARMS)) -> Granularity:
+    """Sweep each of ``arms``' rate on ``sweep_seeds``, then train ``seeds`` at each arm's best rate."""
     data = data or lookup_data()
     sweep = {arm: {lr: sum(_train(data, arm, s, lr, steps)[0] for s in sweep_seeds) / len(sweep_seeds)
-                   for lr in lrs} for arm in ARMS}
-    best = {arm: min(sweep[arm], key=sweep[arm].get) for arm in ARMS}
+                   for lr in lrs} for arm in arms}
+    best = {arm: min(sweep[arm], key=sweep[arm].get) for arm in arms}
     loss, right = {}, {}
-    for arm in ARMS:
+    for arm in arms:
         runs = [_train(data, arm, s, best[arm], steps) for s in seeds]
         loss[arm] = torch.tensor([r[0] for r in runs], dtype=torch.float64)
         right[arm] = torch.tensor([r[1] for r in runs], dtype=torch.float64)
@@ -105,16 +126,35 @@ def load(path: str | Path = GRANULARITY_PATH) -> Granularity:
                        {a: torch.tensor(v, dtype=torch.float64) for a, v in r["right"].items()})
 
 
+def merge(old: Granularity, new: Granularity) -> Granularity:
+    """``old`` with ``new``'s arms added or replaced (the same steps and seeds)."""
+    assert old.steps == new.steps and old.seeds == new.seeds, "merge needs the same steps and seeds"
+    return Granularity(old.steps, old.seeds, {**old.sweep, **new.sweep}, {**old.lr, **new.lr},
+                       {**old.loss, **new.loss}, {**old.right, **new.right})
+
+
+def verdicts(result: Granularity) -> list:
+    """``COMPARISONS`` judged with Holm's step-down over the three (``helpers.stats.holm``)."""
+    return holm({name: paired_difference(result.loss[a], result.loss[b]) for name, a, b in COMPARISONS})
+
+
 def verdict_line(result: Granularity) -> str:
-    """Two lines: each arm's router share, picked rate and mean loss; the paired verdict on fine − coarse (Holm
-    over this one comparison)."""
-    (v,) = holm({"fine − coarse": paired_difference(result.loss["fine"], result.loss["coarse"])})
-    c = v.comparison
-    arms = "; ".join(f"{a}: router {router_share(ARMS[a]):.0%} of the multiply-adds, lr {result.lr[a]:g}, loss "
-                     f"{float(result.loss[a].mean()):.3f}" for a in ARMS)
-    return (f"experts 8× wider, {result.steps} steps: {arms}\n"
-            f"fine − coarse {c.mean:+.3f} nats, lower in {c.lower} of {c.n} seeds, t {c.t:+.2f} vs {v.threshold:.2f} "
-            f"(Holm over 1) → {v.verdict}")
+    """Per arm: its experts, multiply-adds and router share per fact, rate and mean loss; then one line per
+    comparison of ``COMPARISONS`` (Holm over the three)."""
+    rows = [f"{result.steps} steps, seeds {result.seeds[0]}–{result.seeds[-1]}, each arm at its best rate of "
+            f"{', '.join(f'{lr:g}' for lr in LRS)}",
+            f"{'arm':<15}{'experts':>14}{'multiply-adds':>15}{'router':>8}{'lr':>6}{'loss':>7}"]
+    for a, spec in ARMS.items():
+        m = spec.get("granularity", 1)
+        shape = f"{spec['n_experts'] * m} × {spec['d_ff'] // m}, top-{spec['top_k'] * m}"
+        rows.append(f"{a:<15}{shape:>14}{multiply_adds(spec):>15,}{router_share(spec):>8.0%}{result.lr[a]:>6g}"
+                    f"{float(result.loss[a].mean()):>7.3f}")
+    rows.append(f"paired t, Holm over these {len(COMPARISONS)} comparisons:")
+    for v in verdicts(result):
+        c = v.comparison
+        rows.append(f"{v.name}: {c.mean:+.3f} nats, lower in {c.lower} of {c.n} seeds, t {c.t:+.2f} vs "
+                    f"{v.threshold:.2f} → {v.verdict}")
+    return "\n".join(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,12 +162,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", action="store_true", help="run the sweep and the ten seeds, write the JSON")
     parser.add_argument("--out", default=str(GRANULARITY_PATH))
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="run only these arms, merged into --out")
     args = parser.parse_args(argv)
     if not args.results:
         parser.print_help()
         return 0
     torch.set_num_threads(1)
-    result = run()
+    result = run(arms=args.arms or tuple(ARMS))
+    if args.arms:
+        result = merge(load(args.out), result)
     print(save(result, args.out))
     print(verdict_line(result))
     return 0

@@ -9,7 +9,13 @@ roofline rule: the step takes the longer of its FLOPs at peak and its weight byt
 and, for an MoE whose experts sit on other GPUs, the token vectors sent to the ``k`` routed experts and back,
 ``2 · B · k · d_model · 2`` bytes at the NVLink rate per direction, are added (no overlap: an upper bound).
 Weights read are those of the experts the batch reaches, ``E (1 − (1 − k/E)^B)`` routed experts on average for
-tokens routed evenly at random, plus the shared experts and the router. SwiGLU experts: ``3 · d_model · width``
+tokens routed evenly at random, plus the shared experts and the router.
+
+``step_time`` prices one device that reads every expert a batch reaches, the cost in bytes summed over devices.
+``expert_parallel_time`` prices a deployment: the routed experts split over ``G`` GPUs (expert parallelism), each GPU
+holding ``E/G`` of them plus the shared expert and receiving ``B`` tokens; the group's ``G·B`` tokens reach each
+expert ``G·B·k/E`` times on average, and each GPU streams only its own experts. The dense FFN is copied on every GPU
+with the same ``B`` tokens and sends nothing. SwiGLU experts: ``3 · d_model · width``
 weights each, ``2 ·`` that many FLOPs per token. Matmul counts: 3 per expert reached, issued one by one.
 """
 
@@ -18,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "per_second_lines", "step_time", "step_time_lines"]
+__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "expert_parallel_lines", "expert_parallel_time",
+           "memory_lines", "per_second_lines", "step_time", "step_time_lines"]
 
 
 @dataclass(frozen=True)
@@ -107,30 +114,91 @@ def step_time_lines(batches: Sequence[int], d_model: int, width: int, n_routed: 
     return rows
 
 
-def per_second_lines(long, moe: str, dense: str, batches: Sequence[int], d_model: int, width: int, n_routed: int,
-                     top_k: int, n_shared: int, dense_width: int, hardware: Hardware = H100_SXM,
-                     across_nodes: Hardware = H100_INFINIBAND) -> list[str]:
-    """Section 4's steps beside this module's cost per step: an illustration of the ``B k / E`` argument (the toy
+def expert_parallel_time(batch: int, gpus: int, d_model: int, width: int, n_routed: int, top_k: int, n_shared: int,
+                         across_nodes: bool = False, gpus_per_node: int = 8, node_limit: int = 4,
+                         bytes_per_weight: int = 2, hardware: Hardware = H100_SXM,
+                         infiniband: Hardware = H100_INFINIBAND) -> StepTime:
+    """One GPU's step in an expert-parallel MoE layer: ``n_routed`` experts over ``gpus`` GPUs, ``batch`` tokens per
+    GPU (``gpus · batch`` in the group, routed evenly at random). Weights read: this GPU's experts the group's tokens
+    reach, ``(E/G)(1 − (1 − k/E)^(G·B))``, plus the shared experts and the router. FLOPs: its ``batch`` tokens' share
+    (even load). Traffic: ``2 · B · k · d_model`` values out and back over NVLink; ``across_nodes``: each token also
+    crosses InfiniBand once per node it is sent to, at most ``node_limit`` (DeepSeek-V3's limit), counted as remote
+    (an upper bound), and the two links are added (no overlap)."""
+    expert = 3 * d_model * width
+    reached = n_routed / gpus * (1 - (1 - top_k / n_routed) ** (gpus * batch)) + n_shared
+    router = d_model * n_routed
+    flops = 2 * batch * ((top_k + n_shared) * expert + router)
+    weight_bytes = bytes_per_weight * (reached * expert + router)
+    moved = 2.0 * batch * top_k * d_model * bytes_per_weight
+    traffic = moved / hardware.link
+    if across_nodes:
+        sends = min(top_k, node_limit, max(1, gpus // gpus_per_node))
+        ib = 2.0 * batch * sends * d_model * bytes_per_weight
+        traffic += ib / infiniband.link
+        moved += ib
+    return StepTime(batch, float(flops), float(weight_bytes), moved, 3 * round(reached) + 1, flops / hardware.flops,
+                    weight_bytes / hardware.hbm, traffic)
+
+
+def memory_lines(d_model: int, width: int, n_routed: int, n_shared: int, dense_width: int, layers: int,
+                 gpu_bytes: float = 80e9, bytes_per_weight: int = 2) -> list[str]:
+    """The first cost of sparsity: the expert weights must be resident. One MoE layer's and ``layers`` layers' expert
+    weights, the fewest ``gpu_bytes`` GPUs that hold them, and the dense FFN of the same FLOPs (``dense_width``)."""
+    expert = 3 * d_model * width * bytes_per_weight
+    layer, dense = (n_routed + n_shared) * expert, 3 * d_model * dense_width * bytes_per_weight
+    return [f"memory, bf16: one MoE layer's {n_routed + n_shared} experts {layer / 1e9:.1f} GB, {layers} layers "
+            f"{layer * layers / 1e12:.2f} TB: at least {-(-layer * layers // gpu_bytes):.0f} GPUs of "
+            f"{gpu_bytes / 1e9:.0f} GB; the dense FFN of its FLOPs {dense * layers / 1e9:.0f} GB in all, one copy per GPU"]
+
+
+def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width: int, n_routed: int, top_k: int,
+                          n_shared: int, dense_width: int, layers: int, hardware: Hardware = H100_SXM) -> list[str]:
+    """Memory, then per ``(G, B)`` in ``setups`` (G GPUs, B tokens per GPU): the group's tokens per expert
+    ``G·B·k/E``, this GPU's expert weights held (all layers), its experts reached, and MoE / dense time per GPU step,
+    the all-to-all over NVLink and across nodes. Last: the bytes one batch of 64 tokens makes the MoE read in all."""
+    expert = 3 * d_model * width * 2
+    rows = memory_lines(d_model, width, n_routed, n_shared, dense_width, layers)
+    rows += ["expert parallel over G GPUs, B tokens per GPU, one layer forward; MoE / dense time per GPU step, all-to-all over",
+             f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}{'experts read':>14}"
+             f"{'NVLink':>9}{'+ InfiniBand':>14}"]
+    for g, b in setups:
+        dense = step_time(b, d_model, dense_width, hardware=hardware).seconds
+        near = expert_parallel_time(b, g, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
+        far = expert_parallel_time(b, g, d_model, width, n_routed, top_k, n_shared, across_nodes=True,
+                                   hardware=hardware)
+        held = (n_routed / g + n_shared) * expert * layers
+        rows.append(f"{g:>5}{b:>7,}{g * b * top_k / n_routed:>19,.0f}{held / 1e9:>23.0f} GB"
+                    f"{near.weight_bytes / expert:>14.1f}{near.seconds / dense:>8.2f}×"
+                    f"{far.seconds / dense:>13.2f}×")
+    one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
+    base = step_time(64, d_model, dense_width)
+    rows.append(f"64 tokens in all: the MoE reads {one.weight_bytes / expert:.0f} experts' weights summed over GPUs, "
+                f"one dense copy {base.weight_bytes / expert:.0f}: {one.weight_bytes / base.weight_bytes:.0f}× the "
+                f"HBM bytes (a cost in bytes, not a step time)")
+    return rows
+
+
+def per_second_lines(long, moe: str, dense: str, setups: Sequence[tuple[int, int]], d_model: int, width: int,
+                     n_routed: int, top_k: int, n_shared: int, dense_width: int,
+                     hardware: Hardware = H100_SXM) -> list[str]:
+    """Section 4's steps beside this module's cost per step: an illustration of the ``G B k / E`` argument (the toy
     and the priced layer are different models), not a prediction. ``long``: a ``helpers.moe_long_run.LongRun``
     with marks 300 and 3,000; ``moe``, ``dense``: keys of ``long.right``. Prints each arm's share of facts right
     (mean and the seed nearest the other arm), the seeds where the MoE at 300 steps beats the dense arm at 3,000,
-    and per batch: tokens per expert ``B k / E``, experts reached ``E (1 - (1 - k/E)^B)`` and MoE / dense time per
-    step with the all-to-all over ``hardware.link`` (NVLink) and over ``across_nodes.link`` (InfiniBand)."""
+    and the range of MoE / dense time per GPU step over ``setups`` ((G, B) pairs, both links)."""
     at = {m: i for i, m in enumerate(long.marks)}
     m300, d3000 = long.right[moe][at[300]], long.right[dense][at[3000]]
-    rows = [f"share of facts right: {moe} after 300 steps {float(m300.mean()):.0%} (lowest seed "
+    ratios = []
+    for g, b in setups:
+        base = step_time(b, d_model, dense_width, hardware=hardware).seconds
+        for far in (False, True):
+            t = expert_parallel_time(b, g, d_model, width, n_routed, top_k, n_shared, across_nodes=far,
+                                     hardware=hardware)
+            ratios.append(t.seconds / base)
+    return [f"share of facts right: {moe} after 300 steps {float(m300.mean()):.0%} (lowest seed "
             f"{float(m300.min()):.0%}); {dense} after 3,000 {float(d3000.mean()):.0%} (highest seed "
             f"{float(d3000.max()):.0%})",
             f"the MoE at 300 steps is ahead of the dense FFN at 3,000 in {int((m300 > d3000).sum())} of "
             f"{len(m300)} seeds: the dense FFN needs over 10× the steps",
-            f"{'':>53}MoE / dense per step, all-to-all over",
-            f"{'tokens':>7}{'tokens per expert':>19}{'experts reached':>17}"
-            f"{f'NVLink {hardware.link / 1e9:.0f} GB/s':>20}{f'InfiniBand {across_nodes.link / 1e9:.0f} GB/s':>21}"]
-    for b in batches:
-        d = step_time(b, d_model, dense_width, hardware=hardware)
-        m = step_time(b, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
-        far = step_time(b, d_model, width, n_routed, top_k, n_shared, hardware=across_nodes)
-        reached = n_routed * (1 - (1 - top_k / n_routed) ** b)
-        rows.append(f"{b:>7,}{b * top_k / n_routed:>19,.2f}{reached:>17,.0f}{m.seconds / d.seconds:>19.1f}×"
-                    f"{far.seconds / d.seconds:>20.1f}×")
-    return rows
+            f"a DeepSeek-V3 layer's step, expert parallel, costs {min(ratios):.2f}× to {max(ratios):.2f}× the dense "
+            f"one's (table above): far less than the steps it saves"]

@@ -45,5 +45,16 @@ def test_the_long_run_fold_shows_two_verdict_lines_and_folds_the_unstable_width_
     fold = long_run_fold(verdicts, long)
     shown = repr(fold).splitlines()
     assert len(shown) == 2 and shown[0].endswith("10 of 10 seeds, resolved)") and "0.56" in shown[0]
+    assert "losses 0.007 and 0.269" in shown[0] and "losses 0.006 and 0.033" in shown[1]
     assert shown[1].endswith("9 of 10 seeds, not resolved)") and "0.03 at 3,000" in shown[1]
     assert "<details>" in fold._repr_html_() and any("loss 1.377 0.454" in line for line in fold.lines)
+
+
+def test_the_equal_flops_split_shows_the_eight_and_folds_the_other_eighteen():
+    from helpers.moe_audit import equal_flops_split
+
+    race, long = load_race(), load_ten_seeds()
+    verdicts = holm(section_family(race, RACE_PAIRS, long, load_long_run(DEEPSEEK_300_PATH)))
+    eight, others = equal_flops_split(verdicts)
+    assert len(eight) == 8 and all(v.verdict == "lower" for v in eight)
+    assert repr(others).startswith("the family's other 18 comparisons") and len(others.lines) == 19

@@ -2,7 +2,8 @@
 
 import torch
 
-from helpers.moe_granularity import ARMS, GRANULARITY_PATH, LRS, load, router_share, run, save, verdict_line
+from helpers.moe_granularity import (ARMS, COMPARISONS, GRANULARITY_PATH, LRS, load, multiply_adds, router_share, run,
+                                     save, verdict_line, verdicts)
 from helpers.fact_lookup import build_lookup, lookup_data, train_lookup
 
 
@@ -10,6 +11,8 @@ def test_the_arms_share_their_expert_parameters_and_the_router_is_a_small_share(
     data = lookup_data()
     experts = {}
     for arm, spec in ARMS.items():
+        if arm not in ("coarse", "fine"):
+            continue
         ffn = build_lookup(data, spec, d_model=8, seed=0).ffn
         experts[arm] = ffn.top_k * sum(p.numel() for p in ffn.experts[0].parameters())
     assert experts["coarse"] == experts["fine"] == 3 * 8 * 64
@@ -17,12 +20,20 @@ def test_the_arms_share_their_expert_parameters_and_the_router_is_a_small_share(
     assert router_share({"n_experts": 8, "top_k": 1, "d_ff": 8, "granularity": 4}) > 0.57   # section 4's 32/56
 
 
+def test_the_equal_flops_arms_match_their_fine_arm_in_multiply_adds():
+    adds = {arm: multiply_adds(spec) for arm, spec in ARMS.items()}
+    assert adds == {"coarse": 1600, "fine": 1792, "coarse, 1,792": 1792, "fine, narrow": 448, "coarse, 448": 448}
+    assert round(router_share(ARMS["fine, narrow"]), 3) == 0.571
+    assert [(a, b) for _, a, b in COMPARISONS] == [("fine", "coarse"), ("fine", "coarse, 1,792"),
+                                                     ("fine, narrow", "coarse, 448")]
+
+
 def test_a_small_run_round_trips_through_its_file(tmp_path):
     result = run(seeds=[0, 1], sweep_seeds=[100], lrs=(0.04, 0.08), steps=2)
     back = load(save(result, tmp_path / "g.json"))
     assert back.lr == result.lr and back.seeds == [0, 1]
     torch.testing.assert_close(back.loss["fine"], result.loss["fine"], atol=1e-6, rtol=0)
-    assert "2 steps" in verdict_line(back)
+    assert "2 steps" in verdict_line(back) and len(verdicts(back)) == 3
 
 
 def test_the_shipped_file_has_ten_seeds_rates_inside_the_grid_and_seed_0_reproduces():
@@ -32,4 +43,6 @@ def test_the_shipped_file_has_ten_seeds_rates_inside_the_grid_and_seed_0_reprodu
     for arm in ARMS:
         model = build_lookup(data, ARMS[arm], d_model=8, seed=0)
         _, _, evals = train_lookup(model, data, steps=shipped.steps, lr=shipped.lr[arm], eval_at=[shipped.steps])
-        assert abs(evals[shipped.steps][0] - float(shipped.loss[arm][0])) < 0.01
+        assert abs(evals[shipped.steps][0] - float(shipped.loss[arm][0])) < 0.01, arm
+    wide, equal, narrow = verdicts(shipped)
+    assert wide.verdict == equal.verdict == "lower" and narrow.verdict == "not resolved"

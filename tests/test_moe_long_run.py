@@ -125,7 +125,7 @@ def test_the_figure_draws_without_stars_and_names_the_seeds():
 
     fig = speed_or_room_figure(load_long_run(LONG_RUN_PATH), None, colors=["#D55E00"] * 4, styles=["-"] * 4,
                                title="Long runs")
-    assert fig.axes[0].get_title() == "Long runs (seeds 0–4)" and len(fig.axes[0].get_legend().get_texts()) == 4
+    assert fig.axes[0].get_title() == "Long runs (seeds 0–4;\nline: mean, band: lowest to highest seed)" and len(fig.axes[0].get_legend().get_texts()) == 4
     plt.close(fig)
 
 

@@ -54,12 +54,31 @@ def test_the_deepseekmoe_diagram_draws_its_chosen_experts():
     plt.close(fig)
 
 
-def test_the_per_second_table_prices_the_all_to_all_over_nvlink_and_over_infiniband():
-    from helpers.moe_long_run import load_ten_seeds
-    from helpers.moe_step_time import H100_INFINIBAND, per_second_lines
+def test_expert_parallel_reads_only_the_local_experts_and_counts_the_groups_tokens():
+    from helpers.moe_step_time import expert_parallel_time
 
-    assert H100_INFINIBAND.link == 50e9 and H100_INFINIBAND.hbm == H100_SXM.hbm
-    lines = per_second_lines(load_ten_seeds(), "MoE, lr 0.02", "dense, width 11, lr 0.04", [1, 64, 65_536], 7168,
-                             2048, 256, 8, 1, 9 * 2048)
-    assert "10 of 10 seeds" in lines[1] and "InfiniBand 50 GB/s" in lines[3]
-    assert lines[-1].split()[-2:] == ["1.6×", "6.7×"] and lines[-2].split()[-2:] == ["25.0×", "26.1×"]
+    one = expert_parallel_time(1, 32, 7168, 2048, 256, 8, 1)
+    reached = 8 * (1 - (1 - 8 / 256) ** 32) + 1
+    assert math.isclose(one.weight_bytes, 2 * (reached * 3 * 7168 * 2048 + 7168 * 256))
+    full = expert_parallel_time(64, 32, 7168, 2048, 256, 8, 1)       # 64 tokens per expert: all 8 local ones read
+    assert math.isclose(full.weight_bytes, 2 * (9 * 3 * 7168 * 2048 + 7168 * 256), rel_tol=1e-9)
+    far = expert_parallel_time(64, 32, 7168, 2048, 256, 8, 1, across_nodes=True)
+    assert far.traffic > full.traffic and math.isclose(far.moved_bytes - full.moved_bytes, 2 * 64 * 4 * 7168 * 2)
+
+
+def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x_as_bytes():
+    from helpers.moe_step_time import expert_parallel_lines
+
+    lines = expert_parallel_lines([(32, 1), (32, 64), (64, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58)
+    assert "22.6 GB" in lines[0] and "1.31 TB" in lines[0]
+    assert [row.split()[-2] for row in lines[3:6]] == ["0.68×", "1.14×", "0.70×"]
+    assert "25× the HBM bytes" in lines[-1] and "not a step time" in lines[-1]
+
+
+def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
+    from helpers.moe_long_run import load_ten_seeds
+    from helpers.moe_step_time import per_second_lines
+
+    lines = per_second_lines(load_ten_seeds(), "MoE, lr 0.02", "dense, width 11, lr 0.04", [(32, 1), (32, 8192)],
+                             7168, 2048, 256, 8, 1, 9 * 2048)
+    assert "10 of 10 seeds" in lines[1] and "0.68× to 4.50×" in lines[2] and "saves" in lines[2]
