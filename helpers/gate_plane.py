@@ -62,15 +62,18 @@ def hidden_map(variant: str, grid: torch.Tensor, gate_angle: float = GATE_ANGLE,
 
 def draw_unit_maps(axes: Sequence[Axes], variants: Sequence[str], gate_angle: float = GATE_ANGLE,
                    content_angle: float = CONTENT_ANGLE, points: int = 241):
-    """One panel per variant: ``m(x)`` on one diverging colour scale (clipped at ±``LIMIT``), contours, and the
-    gate (indigo) and content (olive) directions as arrows. Returns the last image, for a colour bar."""
+    """One panel per variant: ``m(x)`` on one diverging colour scale (clipped at ±``LIMIT``), contours labelled
+    with their value of ``m`` (at ±0.25, ±1, ±2; dashed where negative), and the gate (indigo) and content (olive)
+    directions as arrows. Returns the last image, for a colour bar."""
     x1, x2, grid = plane_grid(points)
     norm = Normalize(-LIMIT, LIMIT, clip=True)
     image = None
     for ax, name in zip(axes, variants):
         m = hidden_map(name, grid, gate_angle, content_angle).numpy()
         image = ax.imshow(m, origin="lower", extent=(-LIMIT, LIMIT, -LIMIT, LIMIT), cmap="RdBu_r", norm=norm)
-        ax.contour(x1.numpy(), x2.numpy(), m, levels=[-2, -1, -0.25, 0.25, 1, 2], colors="k", linewidths=0.6)
+        lines = ax.contour(x1.numpy(), x2.numpy(), m, levels=[-2, -1, -0.25, 0.25, 1, 2], colors="k",
+                           linewidths=0.6)                    # dashed where m < 0 (matplotlib's default)
+        ax.clabel(lines, fontsize=7, fmt="%g")                # each line's value of m
         arrows = [(gate_angle, GATE_ARROW)] + ([(content_angle, CONTENT_ARROW)] if VARIANTS[name][1] else [])
         for angle, color in arrows:
             u = unit_vector(angle)[0]

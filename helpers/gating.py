@@ -953,7 +953,7 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
     right.set_title("524,288 steps: 1 run")
     for ax in (left, right):
         ax.set_xlabel("held-out log-perplexity (lower is better)")
-    fig.suptitle("Shazeer (2020), Table 1; blue: gated without σ, red: dense and GLU; verdicts: the |t| table")
+    fig.suptitle("Shazeer (2020), Table 1; indigo: gated without σ, rose: dense and GLU; verdicts: the |t| table")
     fig.tight_layout()
     return fig
 

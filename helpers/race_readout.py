@@ -11,6 +11,10 @@ module keeps the learner's view to a few lines and folds the rest into an HTML `
   seeds lower and higher, t against its Holm threshold, verdict); the 21 per-variant rows folded.
 * ``race_checks``: one line per check of the verdict (longer runs, stalled runs, the seeds without them, the
   output size at the start, optional stopping), each full table folded.
+* ``kernel_note``: what the notebook shows of the three kernel lines below: one line (the live reruns against
+  their stored curves, and whether any verdict of the family moves when the tuned arm's seeds 0-14 come from
+  another CPU kernel), the three lines folded. Why it matters: a tuned run near the failure cliff can take off at
+  another step on another kernel (curves move by up to 2.3 nats), so a verdict must survive the swap.
 * ``kernel_lines``: the live reruns of shipped runs, each against its stored curve.
 * ``kernel_verdict_line``: the family judged again with the tuned arm's seeds 0-14 from the default CPU kernel.
 * ``kernel_move_line``: how far the same tuned gated runs move between two CPU kernels (shipped runs,
@@ -39,7 +43,7 @@ from helpers.precision import bound
 from helpers.stats import Verdict, holm, holm_table
 
 __all__ = ["Folded", "tuning_summary", "group_verdicts", "race_checks", "kernel_lines", "kernel_move_line",
-           "kernel_verdict_line", "KERNEL_PATHS", "DEFAULT_KERNEL_TUNED_PATH"]
+           "kernel_verdict_line", "kernel_note", "KERNEL_PATHS", "DEFAULT_KERNEL_TUNED_PATH"]
 
 #: The tuned race's gated (not GLU) runs on seeds 0-4, trained on two CPU kernels (``ATEN_CPU_CAPABILITY``).
 KERNEL_PATHS: dict[str, Path] = {
@@ -216,3 +220,28 @@ def kernel_verdict_line(arms: Mapping[str, VariantComparison], family_fn,
             f" kernel: tuned {GROUP} {c.mean:+.3f} nats, {c.lower} lower of {c.n}, t {c.t:+.2f} vs "
             f"{row.threshold:.2f} → {row.verdict}; {sum(v.resolved for v in judged.values())} of {len(judged)} "
             f"rows resolved")
+
+
+def kernel_note(reruns: Sequence[tuple[str, float]], arms: Mapping[str, VariantComparison], family_fn,
+                path: Path = DEFAULT_KERNEL_TUNED_PATH, tolerance: float = 0.01) -> Folded:
+    """One shown line, the kernel lines folded (``kernel_lines``, ``kernel_move_line``, ``kernel_verdict_line``).
+
+    The line: the live reruns (``(label, largest gap in nats)``) against ``tolerance``, and how many rows of the
+    Holm family (``family_fn(arms)``) change verdict when the tuned arm's first seeds come from the run on another
+    CPU kernel (``path``)."""
+    tuned = arms["tuned"]
+    other = load_race(path)
+    rest = tuned.select([s for s in tuned.seeds if s not in other.seeds])
+    swapped = VariantComparison(list(tuned.variants), other.seeds + rest.seeds, list(tuned.eval_steps),
+                                {v: torch.cat([other.curves[v], rest.curves[v]]) for v in tuned.variants},
+                                dict(tuned.ffn_params), dict(tuned.model_params), dict(tuned.d_ff),
+                                dict(tuned.settings))
+    before = {v.name: v.verdict for v in holm(family_fn(arms))}
+    after = {v.name: v.verdict for v in holm(family_fn({**arms, "tuned": swapped}))}
+    moved = sum(before[k] != after[k] for k in before)
+    within = all(gap < tolerance for _, gap in reruns)
+    line = (f"{len(reruns)} stored runs retrained here: {'all' if within else 'not all'} within {tolerance:g} nats "
+            f"of their curves; with tuned seeds {other.seeds[0]}-{other.seeds[-1]} from another CPU kernel, "
+            f"{moved} of {len(before)} verdicts change (helpers.race_readout)")
+    return Folded([line, kernel_lines(reruns), kernel_move_line(), kernel_verdict_line(arms, family_fn, path)],
+                  shown=1, label="the kernel lines (click)")

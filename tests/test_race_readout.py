@@ -2,7 +2,7 @@
 import torch
 
 from helpers.gating import GROUP, load_race, race_arms, race_family_with_controls
-from helpers.race_readout import (KERNEL_PATHS, Folded, group_verdicts, kernel_lines, kernel_move_line,
+from helpers.race_readout import (KERNEL_PATHS, Folded, group_verdicts, kernel_lines, kernel_move_line, kernel_note,
                                   tuning_summary)
 from helpers.stats import holm, paired_difference
 
@@ -39,3 +39,12 @@ def test_kernel_lines():
     line = kernel_move_line()
     assert line.startswith("default vs avx2 CPU kernel") and "of 20 curves" in line
     assert set(KERNEL_PATHS) == {"default", "avx2"}
+
+
+def test_kernel_note_shows_one_line_and_folds_the_kernel_lines():
+    arms = race_arms(load_race())
+    note = kernel_note([("ReLU, tuned seed 2", 0.001)], arms, race_family_with_controls)
+    shown = repr(note)
+    assert "\n" not in shown and "all within 0.01 nats" in shown and "0 of 27 verdicts change" in shown
+    assert "CPU kernel" in note._repr_html_() and "retrained here: largest gap" in note._repr_html_()
+    assert "not all within" in repr(kernel_note([("x", 0.5)], arms, race_family_with_controls))
