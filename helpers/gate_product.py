@@ -168,6 +168,9 @@ def print_verdicts(result: dict, names: dict[str, str]) -> None:
     seeds = result["test_seeds"]
     print(f"held-out error ÷ target variance, geometric mean over seeds {seeds[0]}-{seeds[-1]}; parameters: "
           + ", ".join(f"{names[v]} {result['params'][v]}" for v in VARIANTS))
+    sweep = result["sweep_seeds"]
+    print("lr: each arm's best of " + ", ".join(f"{lr:g}" for lr in result["lrs"])
+          + f" on seeds {sweep[0]}-{sweep[-1]}, per target")
     print(f"{'':<8}" + "".join(f"{t + ': lr, error (seed 0 at 1×, 2× steps)':>44}" for t in TARGETS))
     for v in VARIANTS:
         cells = ""
