@@ -338,14 +338,11 @@ def test_routing_plot_helpers():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from helpers.routing_plots import (dropped_share_by_factor, load_curves_figure, load_shares, plot_expert_bars,
-                                       plot_heatmap, routing_over_training_figure, token_type_by_expert)
+    from helpers.routing_plots import (load_curves_figure, load_shares, plot_expert_bars, plot_heatmap,
+                                       routing_over_training_figure, token_type_by_expert)
     by_type = token_type_by_expert(torch.tensor([0, 1, 1, 2, 2, 2]), torch.tensor([0, 1, 0, 1, 1, 1]),
                                    ["a", "b", "c"], ["b", "c"], 2)
     torch.testing.assert_close(by_type, torch.tensor([[0.5, 0.5], [0.0, 1.0]], dtype=torch.float64))
-    # top-1, 2 experts, all 4 tokens on expert 0: capacity 1 at c=0.5, 2 at c=1, 4 at c=2
-    drops = dropped_share_by_factor(torch.zeros(4, dtype=torch.long), 2, [0.5, 1.0, 2.0])
-    torch.testing.assert_close(drops, torch.tensor([0.75, 0.5, 0.0], dtype=torch.float64))
     assert load_shares(torch.tensor([1, 3])).tolist() == [0.25, 0.75]
     log = RoutingLog()
     model = TinyGPT(GPTConfig(vocab_size=7, d_model=8, n_heads=2), ffn_factory=lambda layer: MoE(8, 3, 1, d_ff=8))
