@@ -84,12 +84,6 @@ def silent_share(m: torch.Tensor, tau: float = 0.0) -> torch.Tensor:
     return (m.abs() <= tau).double().mean(dim=-1)
 
 
-def dead_share(m: torch.Tensor, tau: float = 0.0) -> float:
-    """Share of neurons silent (``|m_i| ≤ tau``) on every row of ``m (N, d_ff)``: dead on this data."""
-    validate.float_tensor("m", m)
-    return (m.abs() <= tau).all(dim=0).double().mean().item()
-
-
 def with_activation(model: nn.Module, activation: str) -> nn.Module:
     """A copy of ``model`` whose FFNs use ``activation`` (same weights, eval mode): ReLUfication's swap."""
     new = copy.deepcopy(model)

@@ -3,9 +3,9 @@
 Formulas count one multiply-add as 2 FLOPs and ignore biases and the
 activation function (they are O(d_ff) per token against O(d·d_ff) for the
 matrix products). Measurements use PyTorch's own instruments:
-``torch.utils.flop_counter.FlopCounterMode`` for FLOPs,
+``torch.utils.flop_counter.FlopCounterMode`` for FLOPs and
 ``torch.autograd.graph.saved_tensors_hooks`` for what autograd keeps for the
-backward pass, and ``torch.utils.benchmark.Timer`` for time. ``saved_per_token`` is the formula for
+backward pass. ``saved_per_token`` is the formula for
 what one FFN keeps for backward and ``saved_activation_names`` names each tensor kept; ``torch_threads`` runs a
 block on a given number of threads.
 ``moe_layer_cost`` and ``moe_model_params`` count an MoE layer's and an MoE model's parameters and FLOPs
@@ -24,7 +24,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
-from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -153,13 +152,6 @@ def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
             names.append("φ(a)")
     order = ["x", "a", "a = φ(a)", "φ(a)", "b", "h = φ(a)·b"]
     return sorted(names, key=order.index)
-
-
-def median_seconds(fn: Callable[[], object], min_run_time: float = 0.2) -> float:
-    """Median wall-clock seconds of one call to ``fn()`` (``torch.utils.benchmark``; warms up first)."""
-    validate.positive_float("min_run_time", min_run_time)
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
-    return float(timer.blocked_autorange(min_run_time=min_run_time).median)
 
 
 #: Tensors of width d_ff that autograd keeps per token for one FFN (besides the input x, width d):

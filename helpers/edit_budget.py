@@ -454,11 +454,6 @@ def paraphrase_family(sites: dict, seeds: Sequence[int]) -> dict:
                for name, t in OTHER_PROMPTS.items()}}
 
 
-def site_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
-    """``trace_family`` and ``paraphrase_family`` together (eight comparisons)."""
-    return {**trace_family(sites, budgets, read_at, seeds), **paraphrase_family(sites, seeds)}
-
-
 def keep_family(runs: dict, seeds: Sequence[int]) -> dict:
     """With the keep term − without it, paired by seed (``load_keep()`` runs): efficacy and the edited country's
     other facts kept (mean of its three other relations)."""

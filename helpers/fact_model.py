@@ -128,13 +128,6 @@ def load_fact_model(data, seed: int = 0, path: str | Path | None = None, *,
     return model.eval(), list(checkpoint["losses"])
 
 
-def checkpoint_info(path: str | Path) -> dict[str, object]:
-    """What a checkpoint records about itself: ``seed``, ``recipe``, ``made_with``, final ``loss``."""
-    checkpoint = torch.load(Path(path), map_location="cpu", weights_only=True)
-    return {"seed": checkpoint["seed"], "recipe": checkpoint["recipe"], "made_with": checkpoint["made_with"],
-            "loss": checkpoint["losses"][-1]}
-
-
 def make_checkpoints(seeds: Sequence[int], *, retrained: bool = False,
                      directory: str | Path | None = None) -> list[Path]:
     """Train one model per seed with ``FACT_MODEL`` and write it (one thread, as in the notebooks)."""

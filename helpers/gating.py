@@ -61,7 +61,7 @@ from helpers.costs import saved_activation_names, torch_threads  # noqa: F401  (
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN, VARIANT_NAMES, VARIANTS
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, Verdict, Welch, interval, paired_difference
+from helpers.stats import PairedDifference, Welch, paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 #: Shazeer (2020), Table 1: held-out log-perplexity of T5's span-corruption objective on C4 (T5 base, d_model
@@ -811,66 +811,6 @@ def failed_runs(sweep: LrSweep, lr: float, threshold: float = 4.0) -> dict[str, 
     return {v: int((sweep.run_mean[v][column] > threshold).sum()) for v in sweep.variants}
 
 
-def lead_in_sweep_steps(sweep: LrSweep, lr: float) -> tuple[float, float, float]:
-    """How big the gated group's lead at ``lr`` is on the sweep's own scale. Returns ``(lead, fraction, rate)``:
-    the dense group's mean run-mean loss minus the gated (not GLU) group's at ``lr`` (nats, > 0: gated lower), that
-    lead as a fraction of what the dense group gains from ``lr`` to the sweep's next rate, and the rate multiplier
-    that gains it for the dense group when the loss is read as linear in log lr between the two rates."""
-    if lr not in sweep.lrs[:-1]:
-        raise ValueError(f"lr must be one of the sweep's rates below its largest {sweep.lrs[:-1]}, got {lr!r}")
-    i = sweep.lrs.index(lr)
-    dense = torch.stack([sweep.mean(v) for v in DENSE]).mean(dim=0)
-    gated = torch.stack([sweep.mean(v) for v in GATED_NO_SIGMOID]).mean(dim=0)
-    lead, gain = float(dense[i] - gated[i]), float(dense[i] - dense[i + 1])
-    fraction = lead / gain
-    return lead, fraction, (sweep.lrs[i + 1] / lr) ** fraction
-
-
-def group_failures(result: VariantComparison, threshold: float = 4.0) -> dict[str, tuple[int, int]]:
-    """``{"gated (not GLU)": (failed, runs), "dense": (failed, runs)}``: runs whose answer loss averages above
-    ``threshold`` nats over the run (near the plateau of ln 152 ≈ 5.0), out of all the group's runs."""
-    return {group: (sum(int((result.run_mean(v) > threshold).sum()) for v in variants),
-                    len(variants) * len(result.seeds))
-            for group, variants in [("gated (not GLU)", GATED_NO_SIGMOID), ("dense", DENSE)]}
-
-
-def plateau_seeds(result: VariantComparison, threshold: float = 4.0) -> torch.Tensor:
-    """``(n_seeds,)`` bool: the seeds on which some run of the two groups (gated (not GLU), dense) averages above
-    ``threshold`` nats (it stayed near the plateau of ln 152 ≈ 5.0 for much of the run)."""
-    return torch.stack([result.run_mean(v) > threshold for v in GATED_NO_SIGMOID + DENSE]).any(dim=0)
-
-
-def gap_correlation(a: PairedDifference, b: PairedDifference) -> float:
-    """Pearson correlation of two comparisons' per-seed differences (``(n_seeds,)`` each, same seeds): near 1
-    when the second changes little against the first (a control, not a replication)."""
-    if a.diffs.shape != b.diffs.shape:
-        raise ValueError(f"a and b must hold the same seeds; got {tuple(a.diffs.shape)} and {tuple(b.diffs.shape)}")
-    return float(torch.corrcoef(torch.stack([a.diffs, b.diffs]))[0, 1])
-
-
-@dataclass(frozen=True)
-class PlateauSpread:
-    """How the per-seed gaps split between plateau seeds (some run averaging above the threshold) and the rest:
-    their counts, the sd of the gaps in each part (nats), and the plateau seeds' share of the sum of squared
-    deviations from the mean of all seeds (their share of the variance)."""
-    n_plateau: int
-    n_rest: int
-    sd_plateau: float
-    sd_rest: float
-    variance_share: float
-
-
-def plateau_spread(result: VariantComparison, gaps: PairedDifference, threshold: float = 4.0) -> PlateauSpread:
-    """Split ``gaps`` (``GROUP`` on ``result``'s seeds) by ``plateau_seeds(result, threshold)``: a post-hoc look
-    at where the per-seed spread comes from, not a verdict."""
-    stuck = plateau_seeds(result, threshold)
-    if stuck.shape != gaps.diffs.shape:
-        raise ValueError(f"gaps must hold result's {stuck.numel()} seeds, got {gaps.diffs.numel()}")
-    dev = (gaps.diffs.double() - gaps.diffs.double().mean()) ** 2
-    return PlateauSpread(int(stuck.sum()), int((~stuck).sum()), _sd(gaps.diffs[stuck]), _sd(gaps.diffs[~stuck]),
-                         float(dev[stuck].sum() / dev.sum()))
-
-
 def sweep_table(sweep: LrSweep) -> str:
     """The sweep as printable lines: per variant the run-mean loss at each rate (mean over the tuning seeds),
     its best rate marked with ``*``."""
@@ -902,36 +842,6 @@ def sweep_gap_lines(sweep: LrSweep) -> str:
                       f"{'lower in':<9}" + "".join(f"{f'{g.lower}/{g.n}':>6} " for g in gaps.values())])
 
 
-def race_verdict_figure(verdicts: Mapping[str, "Verdict"], arms: Mapping[str, VariantComparison]):
-    """One panel per arm (name -> pooled race): each ``race_family`` comparison's mean difference with its
-    Bonferroni interval over the whole family (``helpers.stats.interval`` at 5 % / family size: simultaneous
-    intervals), filled where Holm resolves it. ``verdicts``: ``"<comparison>, <arm>"`` -> ``helpers.stats``
-    Verdict, the whole family judged together. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
-    rows = list(race_family(next(iter(arms.values()))))
-    fig, axes = plt.subplots(1, len(arms), figsize=(14, 4.8), sharex=True, sharey=True, squeeze=False)
-    for ax, (arm, result) in zip(axes[0], arms.items()):
-        for i, row in enumerate(rows):
-            v = verdicts[f"{row}, {arm}"]
-            low, high = interval(v.comparison, 0.05 / len(verdicts))
-            ax.errorbar(v.comparison.mean, len(rows) - 1 - i, fmt="o",
-                        xerr=[[v.comparison.mean - low], [high - v.comparison.mean]],
-                        color="#332288", mfc="#332288" if v.resolved else "white", ms=5, capsize=2)
-        ax.axvline(0, color="0.3", lw=1)
-        ax.axhline(0.5, color="0.7", lw=0.8, ls="--")                  # the group comparison below the line
-        lrs = {result.lr(v) for v in result.variants}
-        title = f"every variant at lr {min(lrs):g}" if len(lrs) == 1 else "each variant at its own lr"
-        ax.set_title(f"{title}, {len(result.seeds)} seeds")
-        ax.grid(axis="y", visible=False)
-    axes[0, 0].set_yticks(range(len(rows)), rows[::-1])
-    fig.supxlabel("difference in the same seed (nats); below 0: the first is lower", fontsize=10)
-    fig.suptitle("Run-mean loss minus ReLU; last row: gated (not GLU) − dense; bars: Bonferroni intervals; "
-                 "filled: resolved by Holm")
-    fig.tight_layout()
-    return fig
-
-
 def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
                          sds: Mapping[str, float] = SHAZEER_2020_65K_SD,
                          long_runs: Mapping[str, float] = SHAZEER_2020_524K):
@@ -956,28 +866,6 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
     fig.suptitle("Shazeer (2020), Table 1; indigo: gated without σ, rose: dense and GLU; verdicts: the |t| table")
     fig.tight_layout()
     return fig
-
-
-def family_table(verdicts: Mapping[str, "Verdict"], arms: Sequence[str]) -> str:
-    """A Holm family of ``"<comparison>, <arm>"`` rows as one printable table: one line per comparison, one column
-    per arm, each cell ``mean (t)`` in nats with ``*`` where Holm resolves it; rows whose name does not end in an
-    arm (the step-size controls) follow, one compact line each."""
-    rows: dict[str, dict[str, "Verdict"]] = {}
-    extra = []
-    for name, v in verdicts.items():
-        arm = next((a for a in arms if name.endswith(f", {a}")), None)
-        if arm is None:
-            extra.append(v)
-        else:
-            rows.setdefault(name[: -len(arm) - 2], {})[arm] = v
-    width = max(len(r) for r in rows)
-    lines = [f"{'':<{width}}" + "".join(f"{a:>18}" for a in arms)]
-    for row, cells in rows.items():
-        lines.append(f"{row:<{width}}" + "".join(
-            f"{cells[a].comparison.mean:>+9.3f} ({cells[a].comparison.t:+5.1f}){'*' if cells[a].resolved else ' '}"
-            for a in arms))
-    width = max((len(v.name) for v in extra), default=0)
-    return "\n".join(lines + [v.line(width=width, digits=3, compact=True) for v in extra])
 
 
 @dataclass(frozen=True)

@@ -124,13 +124,6 @@ def expert_capacity(n_tokens: int, n_experts: int, top_k: int = 1, capacity_fact
                            / n_experts, 6))
 
 
-def top_k_routing(probs: torch.Tensor, top_k: int, renormalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(weight, expert_index)``, both ``(N, k)``, best first, from ``probs`` (N, E). With ``renormalise`` and
-    k ≥ 2 the weights are divided by their sum (the same as a softmax over the chosen logits)."""
-    validate.float_tensor("probs", probs, min_dims=2)
-    return biased_top_k(probs, probs.new_zeros(probs.shape[-1]), top_k, renormalise)
-
-
 def biased_top_k(scores: torch.Tensor, bias: torch.Tensor, top_k: int,
                  renormalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek-V3: choose the top k of ``scores + bias`` (``bias`` (E,)), weight them by the unbiased scores

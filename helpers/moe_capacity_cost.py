@@ -9,8 +9,7 @@ against dropless is what the drops cost. Shipped for α = 0 and α = 0.1, seeds 
     python -m helpers.moe_capacity_cost --results      # about two minutes of one CPU core
 
 Seeds 10-19 were added after looking at seeds 0-9 (whose gap between the two arms' costs was not resolved), to
-both files with the same commands (the drops keep ten seeds). Two rows were added to section 10's Holm family
-after looking: each arm scored dropless, trained at ``TRAIN_FACTOR`` − trained dropless.
+both files with the same commands (the drops keep ten seeds).
 
 ``--trained`` trains the same arms and seeds with every MoE layer at capacity factor ``TRAIN_FACTOR`` (1) instead,
 and also keeps the share of slots dropped at each step (``run_trained``, shipped in ``TRAINED_PATH``)::
@@ -140,17 +139,6 @@ def trained_family(trained: dict, cost: dict, *, compare_arms: bool = False) -> 
         family[f"trained at c = {f:g}, CE at c = {f:g}: {last.split(', ')[1]} − {first.split(', ')[1]}"] = (
             paired_difference(cost_values(trained, last, f), cost_values(trained, first, f)))
     return family
-
-
-def after_looking_family(trained: dict, cost: dict) -> dict:
-    """The two rows added to section 10 after looking, seed by seed, per arm: cross-entropy scored dropless of
-    the runs trained at the training factor − of the same seeds trained dropless.
-
-    Exploratory, chosen after looking, and not part of any verdict: with ``trained_scored_family`` it once formed a
-    fourth Holm family in the notebook (0 of 4 resolved over 20 seeds); it is kept here for the tests only."""
-    return {f"{arm.split(', ')[1]}, dropless: trained at c = {trained['factor']:g} − dropless": paired_difference(
-        cost_values(trained, arm, None), cost_values(cost, arm, None, [int(s) for s in trained["ce"][arm]]))
-        for arm in trained["ce"]}
 
 
 def trained_scored_family(trained: dict) -> dict:

@@ -44,7 +44,7 @@ import torch
 from helpers.costs import measure_flops, torch_threads
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.moe import MoE
-from helpers.moe_runs import live_line, read_results, write_results
+from helpers.moe_runs import read_results, write_results
 from helpers.stats import PairedDifference, paired_difference
 
 EXPERT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -94,19 +94,6 @@ def seed0_reference(study: dict, n_experts: int) -> float | None:
     or None when the file holds no run made on this kernel (e.g. AVX512)."""
     runs = study["seed0_by_kernel"].get(torch.backends.cpu.get_cpu_capability())
     return None if runs is None else runs[str(n_experts)]
-
-
-def live_check(study: dict, n_experts: int, live: float) -> str:
-    """One line comparing a live seed-0 run with the file's run on the same CPU kernel.
-
-    A 100-step run at this rate moves by up to 0.18 nats between CPU kernels, so it is compared only with a run
-    made on the same kernel; on a kernel the file does not store, the line says so instead of comparing."""
-    reference = seed0_reference(study, n_experts)
-    if reference is None:
-        stored = ", ".join(f"{kernel} {runs[str(n_experts)]:.3f}" for kernel, runs in study["seed0_by_kernel"].items())
-        return (f"E = {n_experts}, seed 0 live: {live:.3f}; the file has no run on this CPU kernel to compare with "
-                f"(stored: {stored}; runs this short move between kernels)")
-    return live_line(f"E = {n_experts}, seed 0 (same CPU kernel)", abs(live - reference))
 
 
 def flops_per_fact(n_experts: int, n_facts: int = 64) -> int:
@@ -196,19 +183,6 @@ def total_seed0(study: dict) -> float | None:
     stored = {"AVX2": study["dense_total"][str(total_width(TOTAL_E))][f"{lr:g}"]["0"],
               **study.get("dense_total_seed0_by_kernel", {})}
     return stored.get(torch.backends.cpu.get_cpu_capability())
-
-
-def section_live_check(study: dict, data=None) -> str:
-    """One line: seed 0 of E = 4 and of the dense FFN of E = 8's total parameters rerun live, each against the
-    file's run on the same CPU kernel; on a kernel the file does not store, the two live values instead."""
-    data = lookup_data() if data is None else data
-    moe, dense = expert_count_run(4, 0, data), dense_run(total_width(TOTAL_E), 0, total_losses(study)[1], data)
-    ref_moe, ref_dense = seed0_reference(study, 4), total_seed0(study)
-    if ref_moe is None or ref_dense is None:
-        return (f"E = 4 and dense width {total_width(TOTAL_E)}, seed 0 live: {moe:.3f}, {dense:.3f}; the file has no "
-                "run on this CPU kernel to compare with (runs this short move between kernels)")
-    return live_line(f"E = 4 and dense width {total_width(TOTAL_E)}, seed 0 (same CPU kernel)",
-                     max(abs(moe - ref_moe), abs(dense - ref_dense)))
 
 
 def total_line(study: dict) -> str:

@@ -417,18 +417,6 @@ def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, lo
     return [head] + rows + [tail]
 
 
-def seed_count_lines(race: Race, pairs: Sequence[tuple[str, str]], counts: Sequence[int]) -> list[str]:
-    """The same family judged with each arm's first ``counts[i]`` seeds: t and Holm's verdict side by side."""
-    verdicts = {n: holm(loss_family(race, pairs, n_seeds=n)) for n in counts}
-    width = max(len(v.name) for v in verdicts[counts[0]]) + 2
-    head = f"{'':<{width}}" + "".join(f"{f'first {n} seeds: t, verdict':>30}" for n in counts)
-    rows = [f"{v.name:<{width}}" + "".join(f"{verdicts[n][i].comparison.t:>+16.2f}  {verdicts[n][i].verdict:>12}"
-                                           for n in counts) for i, v in enumerate(verdicts[counts[0]])]
-    tail = f"{'resolved under Holm':<{width}}" + "".join(f"{sum(v.resolved for v in verdicts[n]):>16}{'':>14}"
-                                                        for n in counts)
-    return [head] + rows + [tail]
-
-
 def sweep_summary_lines(race: Race, arms: Sequence[str], shared: tuple[str, str] = ("MoE", "dense, width 11")
                         ) -> list[str]:
     """The sweeps in two lines: how many chosen rates sit at an end of the grid (each budget, each of ``arms``),
@@ -463,39 +451,6 @@ def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
-def race_figure(race: Race, arms: Sequence[str], colors: Sequence[str], styles: Sequence[str],
-                title: str | None = None):
-    """Left: the first budget's training answer loss per step (mean over seeds, band from the lowest to the
-    highest seed). Right: every seed's answer loss at the end of its run, for each budget. ``title``: above both
-    (e.g. the seed set)."""
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.15, 1]})
-    first, budgets = race.budgets[0], race.budgets
-    if title is not None:
-        fig.suptitle(title, fontsize=10)
-    for i, (arm, color, style) in enumerate(zip(arms, colors, styles)):
-        r = race.runs[first][arm]
-        steps = torch.arange(1, r.curve.shape[1] + 1).numpy()
-        left.plot(steps, r.curve[0].numpy(), color=color, ls=style, lw=1.7, label=f"{arm} (lr {r.lr:g})",
-                  zorder=3 + len(arms) - i)
-        left.fill_between(steps, r.curve[1].numpy(), r.curve[2].numpy(), color=color, alpha=0.15)
-        for j, budget in enumerate(budgets):
-            y = race.runs[budget][arm].final().numpy()
-            x = i + (j - (len(budgets) - 1) / 2) * 0.36 + torch.linspace(-0.07, 0.07, len(y)).numpy()
-            right.scatter(x, y, s=10, color=color, alpha=0.5 if j == 0 else 0.9, marker="s" if j == 0 else "o", lw=0)
-    left.set(yscale="log", xlabel="training step", ylabel="answer loss on the facts (nats, log scale)",
-             title=f"{first} steps at each arm's rate: mean, band lowest to highest seed")
-    left.legend(frameon=False, fontsize=8, loc="lower left")
-    right.set_yscale("log")
-    right.set_xticks(range(len(arms)), arms, fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
-    right.set(ylabel="answer loss at the end (nats, log scale)",
-              title=" and ".join(f"{b} steps ({m})" for b, m in zip(budgets, ("squares", "dots"))) + ", every seed")
-    right.grid(axis="x", visible=False)
-    fig.tight_layout()
-    return fig
-
-
 def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None):
     """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
     difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the

@@ -46,11 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import validate
 from helpers.facts import FactDataset, load_facts, make_dataset
 from helpers.ffn import FFN
 from helpers.moe import MoE, RoutingLog, arrival_rank, expert_capacity, moe_aux_loss, moe_layers_stats
-from helpers.precision import bound
 from helpers.progress import progress as progress_bar
 from helpers.stats import Comparison, holm, paired_difference
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
@@ -189,15 +187,6 @@ def train_run(arm: str, seed: int, data: FactDataset, *, steps: int = SHORT_STEP
 
 
 # ----------------------------------------------------------------------------- what the notebook reads
-def sentences_seen(seed: int, n_sentences: int, *, steps: int = SHORT_STEPS, batch: int = BATCH) -> int:
-    """How many distinct sentences of ``n_sentences`` the run of ``seed`` draws in ``steps`` batches of ``batch``
-    (``train_lm`` draws each batch's rows with replacement from a generator seeded with ``seed``)."""
-    validate.positive_int("n_sentences", n_sentences)
-    gen = torch.Generator().manual_seed(seed)
-    rows = torch.cat([torch.randint(0, n_sentences, (batch,), generator=gen) for _ in range(steps)])
-    return int(rows.unique().numel())
-
-
 def busiest(log_or_summary: RoutingLog | dict, steps: slice = slice(-5, None)) -> float:
     """Busiest expert's load over the mean load, averaged over the given training steps and both layers."""
     mom = (log_or_summary.max_over_mean() if isinstance(log_or_summary, RoutingLog)
@@ -250,23 +239,6 @@ def training_table(runs: dict[tuple[str, int], Run], arms: Sequence[str], seeds:
             layer, hungry = ["–", "–"], "–"
         lines.append(f"{arm:<18}{layer[0]:>23}{layer[1]:>18}{hungry:>12}{over_seeds([r.ce for r in rs], 3):>22}"
                      f"{over_seeds([r.answer_ce for r in rs]):>18}")
-    return "\n".join(lines)
-
-
-def file_training_table(study: dict, arms: Sequence[str], lr: float, seeds: Sequence[int] | None = None) -> str:
-    """``training_table`` from the shipped file (every seed it holds unless ``seeds``): busiest/mean per layer
-    over the last 5 training steps, experts starved (of 16) per seed, cross-entropy over all targets and answers."""
-    lines = [f"{'':<18}{'busiest/mean, layer 0':>23}{'layer 1':>18}{'starved':>22}{'CE, all targets':>22}"
-             f"{'answers':>18}"]
-    for arm in arms:
-        rs = summaries(study, arm, lr, seeds)
-        if "max_over_mean" in rs[0]:
-            layer = [over_seeds([float(torch.tensor(r["max_over_mean"])[-5:, l].mean()) for r in rs]) for l in range(2)]
-            hungry = ",".join(str(starved(r)) for r in rs)
-        else:
-            layer, hungry = ["–", "–"], "–"
-        lines.append(f"{arm:<18}{layer[0]:>23}{layer[1]:>18}{hungry:>22}{over_seeds([r['ce'] for r in rs], 3):>22}"
-                     f"{over_seeds([r['answer_ce'] for r in rs]):>18}")
     return "\n".join(lines)
 
 
@@ -327,12 +299,6 @@ def write_results(path: str | Path, made_by: str, settings: dict, body: dict) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
     return path
-
-
-def live_line(what: str, gap: float, tol: float = 1e-3) -> str:
-    """The one printed line of a live rerun checked against a shipped file: ``what`` was rerun, ``gap`` is the
-    largest |live − file| difference, printed as a bound below ``tol`` when it is (``helpers.precision.bound``)."""
-    return f"live rerun against the file, {what}: largest |difference| {bound(gap, tol)}"
 
 
 def read_results(path: str | Path, what: str, command: str) -> dict:

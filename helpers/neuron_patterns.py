@@ -134,11 +134,3 @@ def resolved_higher(families: Mapping[int, tuple[dict, dict]]) -> dict[int, int]
     """For each ``n`` of ``share_families``' result, how many comparisons Holm resolves as trained above untrained."""
     from helpers.stats import holm
     return {n: sum(v.verdict == "higher" for v in holm(family)) for n, (family, _) in families.items()}
-
-
-def resolved_higher_at(trained: Mapping[int, object], untrained: Mapping[int, object], valid: torch.Tensor,
-                       labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layers: Sequence[int],
-                       k: int = 10, needed: Sequence[int] = (7, 9)) -> dict[int, int]:
-    """The robustness of ``share_family``'s verdicts to its threshold: for each ``n`` in ``needed`` (n of the top
-    ``k`` must share), how many of the family's comparisons Holm resolves as trained above untrained."""
-    return resolved_higher(share_families(trained, untrained, valid, labellings, layers, k, needed))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -291,29 +290,6 @@ def gpt_oss_mlp(moe: MoE, *, alpha: float = 1.0, limit: float = math.inf) -> nn.
 
 
 # --------------------------------------------------------------------------- conventions, read from the code
-@dataclass(frozen=True)
-class Published:
-    """One released model's FFN sizes; ``source`` credits the paper, model card, code or configuration giving each."""
-
-    model: str
-    d_model: int
-    width: int
-    experts: str
-    source: str
-
-
-#: The released models behind each family (checked against their papers, model cards, reference code and released
-#: configurations; see notebook 08).
-PUBLISHED: dict[str, Published] = {
-    "GPT-2": Published("GPT-2 small", 768, 3072, "dense", "d: Radford et al. 2019; width: OpenAI's code"),
-    "LLaMA": Published("LLaMA-7B", 4096, 11008, "dense", "d: Touvron et al. 2023; width: Meta's code"),
-    "Mixtral": Published("Mixtral 8x7B", 4096, 14336, "8, top-2", "Jiang et al. 2024"),
-    "Qwen3-MoE": Published("Qwen3-30B-A3B", 2048, 768, "128, top-8", "Qwen3 report 2025; d, width: config"),
-    "DeepSeek-V3": Published("DeepSeek-V3", 7168, 2048, "256 + 1 shared, top-8", "DeepSeek-AI 2024"),
-    "Llama 4": Published("Llama 4 Scout", 5120, 8192, "16 + 1 shared, top-1", "Meta 2025; d, width: config"),
-    "gpt-oss": Published("gpt-oss-120b", 2880, 2880, "128, top-4", "OpenAI 2025"),
-}
-
 #: family -> (configuration class, attribute holding the expert width, attribute holding the number of experts)
 _CONFIGS = {
     "GPT-2": ("GPT2Config", "n_inner", None),
@@ -483,29 +459,6 @@ def conventions_table(modules: dict[str, nn.Module], footnote: bool = True, layo
         rows.append("* typed by the course from each module's forward (transformers 5.23). activation, balancing: "
                     "found in the modeling file's source,")
         rows.append("  values from the configuration defaults. norm_topk_prob, ×γ, shared: the configuration defaults.")
-    return "\n".join(rows)
-
-
-def weights_table(modules: dict[str, nn.Module]) -> str:
-    """Every parameter (and buffer) name and shape of each tiny module, one family per block."""
-    lines = []
-    for family, module in modules.items():
-        items = [f"{name} {shape}" for name, shape in parameter_shapes(module).items()]
-        lines.append(f"{family:<12}" + ", ".join(items[:4]))
-        for start in range(4, len(items), 4):
-            lines.append(" " * 12 + ", ".join(items[start:start + 4]))
-    return "\n".join(lines)
-
-
-def sizes_table() -> str:
-    """transformers' default configuration next to the released model, per family."""
-    head = f"{'family':<12}{'default config: d, width, experts':<38}released model: d, width, experts (source)"
-    rows = [head, "-" * len(head)]
-    for family, pub in PUBLISHED.items():
-        c = default_config_fields(family)
-        routed = f"{c['experts']}, top-{c['top_k']}" if "experts" in c else "dense"
-        rows.append(f"{family:<12}{c['d_model']:>5}, {c['width']:>6}, {routed:<23}{pub.model}: {pub.d_model}, "
-                    f"{pub.width}, {pub.experts} ({pub.source})")
     return "\n".join(rows)
 
 

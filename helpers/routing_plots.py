@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from helpers import validate
-from helpers.moe import RoutingLog, arrival_rank, expert_capacity
+from helpers.moe import RoutingLog, arrival_rank
 from helpers.plotting import PALETTE
 
 KEPT_COLOR = PALETTE[0]
@@ -209,17 +209,6 @@ def token_type_by_expert(token_ids: torch.Tensor, expert_index: torch.Tensor, ty
     counts.index_put_((rows[mask], expert_index[mask]), torch.ones(int(mask.sum()), dtype=torch.float64),
                       accumulate=True)
     return load_shares(counts)
-
-
-def dropped_share_by_factor(expert_index: torch.Tensor, n_experts: int, factors: Sequence[float]) -> torch.Tensor:
-    """Share of the N·k slots dropped for each capacity factor, for a fixed routing ``(N, k)``."""
-    rank = arrival_rank(expert_index, n_experts)
-    n, k = (expert_index.shape[0], 1) if expert_index.dim() == 1 else expert_index.shape
-    out = []
-    for f in factors:
-        cap = expert_capacity(n, n_experts, k, f)
-        out.append(float((rank >= cap).double().mean()))
-    return torch.tensor(out, dtype=torch.float64)
 
 
 # ----------------------------------------------------------------------------- analyses behind notebook 05's figures

@@ -6,7 +6,7 @@ import torch
 
 from helpers.activation_sparsity import (RESULTS_PATH, SKIP_RULES, TRAINED_ACTIVATIONS, ActivePredictor,
                                          batch_union, calibrate_threshold, country_positions, country_split,
-                                         dead_share, expected_union, fact_model_with, ffn_weights_read,
+                                         expected_union, fact_model_with, ffn_weights_read,
                                          layer_states, load_results, make_results, random_like, recall,
                                          position_matched_union, sentence_union, silent_share, skipping, table,
                                          threshold_sweep, top_k_mask, train_predictor, with_activation)
@@ -26,11 +26,10 @@ def test_squared_relu():
     assert get_activation("relu2")(x).tolist() == [0.0, 0.0, 0.25, 9.0]
 
 
-def test_silent_and_dead_shares():
+def test_silent_share():
     m = torch.tensor([[0.0, 0.5, -0.1, 2.0], [0.0, 0.0, 0.3, -2.0]])
     assert silent_share(m).tolist() == [0.25, 0.5]
     assert silent_share(m, 0.1).tolist() == [0.5, 0.5]
-    assert dead_share(m) == 0.25 and dead_share(m, 0.5) == 0.75
     with pytest.raises(ValueError, match="tau must be a non-negative number"):
         silent_share(m, -1.0)
 

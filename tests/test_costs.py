@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from helpers.costs import (SAVED_D_FF_TENSORS, count_ops, ffn_flops_per_token, layer_cost, measure_flops,
-                           measure_saved_tensors, median_seconds, saved_per_token, torch_threads)
+                           measure_saved_tensors, saved_per_token, torch_threads)
 from helpers.ffn import FFN, VARIANTS
 from helpers.moe import MoE
 
@@ -26,10 +26,6 @@ def test_saved_activations_match_formula(variant, per_token):
     x = torch.randn(tokens, d, requires_grad=True)
     saved = measure_saved_tensors(lambda: ffn(x), exclude=ffn)
     assert saved.per_token(tokens) == per_token(d, d_ff)
-
-
-def test_median_seconds_is_positive():
-    assert median_seconds(lambda: torch.ones(10).sum(), min_run_time=0.01) > 0
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -112,9 +112,10 @@ def test_the_section_8_families_read_the_shipped_runs():
     read_at = {s: "country" if s in (0, 2, 4, 6, 7, 8) else "is" for s in range(10)}
     at_country, at_is = edit_budget.split_by_trace([sites[s]["country"] for s in range(10)], read_at, range(10))
     assert (len(at_country), len(at_is)) == (6, 4)
-    family = edit_budget.site_family(sites, budgets, read_at, range(10))
-    assert len(family) == 8 and family["efficacy, 40 steps"].diff > 0
-    assert family["control: currency prompt"].mean > 0         # the edit reaches the country
+    trace = edit_budget.trace_family(sites, budgets, read_at, range(10))
+    paraphrase = edit_budget.paraphrase_family(sites, range(10))
+    assert len(trace) == 4 and len(paraphrase) == 4 and trace["efficacy, 40 steps"].diff > 0
+    assert paraphrase["control: currency prompt"].mean > 0     # the edit reaches the country
     assert set(sites[0]["other prompts"]) == set(edit_budget.OTHER_PROMPTS)
     assert len(edit_budget.template_family(sites, range(10))) == 3
     own = edit_budget.keep_values(keep, "keep", "own", range(10))

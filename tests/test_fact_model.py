@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from helpers import fact_model
-from helpers.fact_model import (FACT_MODEL, FACT_MODEL_SEEDS, checkpoint_info, fact_model_config, fact_model_path,
-                                load_fact_model, save_fact_model, train_fact_model, untrained_fact_model)
+from helpers.fact_model import (FACT_MODEL, FACT_MODEL_SEEDS, fact_model_config, fact_model_path, load_fact_model,
+                                save_fact_model, train_fact_model, untrained_fact_model)
 from helpers.facts import load_facts, make_dataset
 from helpers.transformer import answer_accuracy
 
@@ -25,13 +25,13 @@ def test_shipped_checkpoint_loads_into_the_notebook_config_and_knows_every_fact(
     assert len(losses) == FACT_MODEL["steps"] and losses[-1] < 1.1
     assert answer_accuracy(model, facts_data.ids, facts_data.answer_pos, facts_data.answer_id) == 1.0
     assert not model.training
-    assert checkpoint_info(path)["seed"] == seed
+    assert torch.load(path, weights_only=True)["seed"] == seed
 
 
 def test_the_retrained_copy_is_seed_0_made_elsewhere(facts_data):
     path = fact_model_path(0, retrained=True)
     assert path.name == "fact_model_seed0_retrained.pt" and path.is_file()
-    info, shipped = checkpoint_info(path), checkpoint_info(fact_model_path(0))
+    info, shipped = torch.load(path, weights_only=True), torch.load(fact_model_path(0), weights_only=True)
     assert info["seed"] == 0 and info["made_with"] != shipped["made_with"], "made on another CPU capability"
     retrained, _ = load_fact_model(facts_data, seed=0, retrained=True)
     model, _ = load_fact_model(facts_data, seed=0)
@@ -96,7 +96,7 @@ def test_the_command_writes_loadable_checkpoints(facts_data, tmp_path, monkeypat
     again = fact_model.main(["--make-checkpoint", "--seed", "2", "--retrained", "--out", str(tmp_path)])
     assert again[0].name == "fact_model_seed2_retrained.pt"
     model, losses = load_fact_model(facts_data, path=written[1])
-    assert len(losses) == 3 and checkpoint_info(written[1])["seed"] == 2
+    assert len(losses) == 3 and torch.load(written[1], weights_only=True)["seed"] == 2
     assert "seed 2: loss" in capsys.readouterr().out
 
 

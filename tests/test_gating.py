@@ -437,43 +437,6 @@ def test_the_stored_sweeps_gap_row():
     assert [round(g.mean, 2) for g in gaps.values()] == [-0.11, -0.11, -0.09, -0.07, -0.02, -0.02, 0.08, 1.14, 0.7]
 
 
-def test_race_verdict_figure_fills_the_resolved_comparisons():
-    import matplotlib
-    matplotlib.use("Agg")
-    from helpers.gating import load_race, race_family, race_verdict_figure
-    from helpers.stats import holm
-    race = load_race()
-    arms = {"lr 0.005": race.at_shared_lr, "tuned": race}
-    family = {f"{name}, {arm}": p for arm, r in arms.items() for name, p in race_family(r).items()}
-    verdicts = {v.name: v for v in holm(family)}
-    fig = race_verdict_figure(verdicts, arms)
-    assert [ax.get_title() for ax in fig.axes] == ["every variant at lr 0.005, 30 seeds",
-                                                   "each variant at its own lr, 30 seeds"]
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-
-
-def test_lead_in_sweep_steps_reads_the_lead_on_the_dense_groups_gain_per_step():
-    from helpers.gating import DENSE, GATED_NO_SIGMOID, LrSweep, lead_in_sweep_steps
-    seeds, lrs = [0, 1], [0.01, 0.02, 0.04]
-    run_mean = {v: torch.tensor([[4.0, 4.0], [3.0, 3.0], [2.0, 2.0]]) for v in DENSE}
-    run_mean.update({v: torch.tensor([[3.75, 3.75], [3.0, 3.0], [2.5, 2.5]]) for v in GATED_NO_SIGMOID})
-    lead, fraction, rate = lead_in_sweep_steps(LrSweep(list(DENSE + GATED_NO_SIGMOID), lrs, seeds, run_mean), 0.01)
-    assert (lead, fraction) == pytest.approx((0.25, 0.25)) and rate == pytest.approx(2 ** 0.25)
-    with pytest.raises(ValueError, match="lr"):
-        lead_in_sweep_steps(LrSweep(list(DENSE + GATED_NO_SIGMOID), lrs, seeds, run_mean), 0.04)
-    stored = lead_in_sweep_steps(load_race().lr_sweep, 0.005)
-    assert stored[0] == pytest.approx(0.107, abs=0.005) and stored[1] == pytest.approx(0.146, abs=0.01)
-
-
-def test_group_failures_counts_runs_above_the_threshold_per_group():
-    from helpers.gating import fresh_tuned_path, FRESH_TUNED_BLOCKS, group_failures, pool_races
-    race = load_race()
-    tuned = pool_races([race, *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
-    assert group_failures(tuned) == {"gated (not GLU)": (19, 360), "dense": (18, 270)}
-    assert group_failures(tuned, threshold=100.0) == {"gated (not GLU)": (0, 360), "dense": (0, 270)}
-
-
 def test_the_step_size_control_on_a_small_run(tmp_path, capsys):
     """The control's command (dense variants only, at 1.05 × the slow rate) and its family, on 2 seeds × 3 steps."""
     from helpers.gating import DENSE, GATED_NO_SIGMOID, dense_faster_gaps, step_control_lr
@@ -560,38 +523,6 @@ def test_the_stored_gated_step_control():
     assert gated.eval_steps == dense.eval_steps
 
 
-def test_plateau_seeds_marks_the_seeds_with_a_run_above_the_threshold():
-    from helpers.gating import (FRESH_TUNED_BLOCKS, GROUP, fresh_tuned_path, group_failures, plateau_seeds,
-                                pool_races, race_family)
-    tuned = pool_races([load_race(), *(load_race(fresh_tuned_path(s)) for s in FRESH_TUNED_BLOCKS)])
-    stuck = plateau_seeds(tuned)
-    assert stuck.dtype == torch.bool and stuck.shape == (len(tuned.seeds),)
-    assert int(stuck.sum()) == 20 and not plateau_seeds(tuned, threshold=100.0).any()
-    assert sum(n for n, _ in group_failures(tuned).values()) >= int(stuck.sum())   # a seed may hold several
-    gaps = race_family(tuned)[GROUP].diffs
-    assert float(gaps[stuck].std()) > 4 * float(gaps[~stuck].std())
-
-
-def test_gap_correlation_and_plateau_spread():
-    from helpers.gating import gap_correlation, plateau_seeds, plateau_spread
-    from helpers.stats import paired_difference
-    a = paired_difference([0.1, -0.2, 0.3, 0.0], [0.0, 0.0, 0.0, 0.1])
-    flipped = paired_difference([0.0, 0.0, 0.0, 0.1], [0.1, -0.2, 0.3, 0.0])
-    assert gap_correlation(a, a) == pytest.approx(1.0) and gap_correlation(a, flipped) == pytest.approx(-1.0)
-    with pytest.raises(ValueError, match="same seeds"):
-        gap_correlation(a, paired_difference([0.1, 0.2], [0.0, 0.0]))
-    race = load_race()
-    gaps = race_family(race)[GROUP]
-    spread, stuck = plateau_spread(race, gaps), plateau_seeds(race)
-    assert (spread.n_plateau, spread.n_rest) == (int(stuck.sum()), int((~stuck).sum()))
-    assert spread.sd_rest == pytest.approx(float(gaps.diffs[~stuck].std()))
-    dev = (gaps.diffs - gaps.diffs.mean()) ** 2
-    assert spread.variance_share == pytest.approx(float(dev[stuck].sum() / dev.sum()), rel=1e-5)
-    assert 0.0 <= spread.variance_share <= 1.0
-    with pytest.raises(ValueError, match="gaps must hold"):
-        plateau_spread(race, a)
-
-
 def test_shazeer_table_figure_draws_every_variant():
     import matplotlib
     matplotlib.use("Agg")
@@ -660,18 +591,6 @@ def test_takeoff_split_counts_stalled_runs_and_drops_their_seeds():
     none = split_stalled_seeds(tuned, threshold=100.0)
     assert none.seeds == 0 and none.rest_gap.n == len(tuned.seeds) and set(DENSE + GATED_NO_SIGMOID) <= set(none.stuck)
     assert math.isnan(none.sd_stuck) and none.seeds_any == 0      # no stalled seed: no sd, and no warning
-
-
-def test_family_table_has_one_row_per_comparison_and_the_controls():
-    from helpers.gating import family_table
-    from helpers.stats import holm, paired_difference
-    fam = {"A − B, x": paired_difference([1.0, 1.1, 0.9, 1.2, 1.0], [0.0] * 5),
-           "A − B, y": paired_difference([0.1, -0.1, 0.2, -0.2, 0.0], [0.0] * 5),
-           "control ×2": paired_difference([0.1, 0.2, 0.0, 0.1, 0.1], [0.0] * 5)}
-    verdicts = {v.name: v for v in holm(fam)}
-    lines = family_table(verdicts, ["x", "y"]).splitlines()
-    assert len(lines) == 3 and lines[0].split() == ["x", "y"]
-    assert lines[1].startswith("A − B") and lines[1].count("*") == 1 and lines[-1].startswith("control ×2")
 
 
 def test_finetune_group_gaps_from_shazeer_tables():

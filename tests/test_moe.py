@@ -10,8 +10,7 @@ from helpers.ffn import FFN
 from helpers.moe import (MoE, MoEStats, Routing, RoutingLog, arrival_rank, bias_update_step, biased_top_k, dispatch,
                          expert_capacity, update_selection_biases,
                          load_balancing_loss, load_entropy, load_max_over_mean, mixtral_balance_loss, moe_aux_loss,
-                         moe_forward_loop, moe_layer_cost, moe_model_params, router_entropy, router_z_loss,
-                         top_k_routing)
+                         moe_forward_loop, moe_layer_cost, moe_model_params, router_entropy, router_z_loss)
 from helpers.transformer import GPTConfig, TinyGPT, train_lm
 
 
@@ -83,7 +82,7 @@ def test_fully_dropped_token_gets_zero_output():
 def test_top_k_weights_sum_to_one(k):
     torch.manual_seed(1)
     probs = torch.softmax(torch.randn(50, 6), -1)
-    w, idx = top_k_routing(probs, k)
+    w, idx = biased_top_k(probs, torch.zeros(6), k)
     torch.testing.assert_close(w.sum(-1), torch.ones(50))
     assert torch.equal(idx, probs.topk(k, -1).indices)
 
@@ -92,11 +91,11 @@ def test_top_1_weight_is_the_probability_and_softmax_over_chosen_logits_is_renor
     torch.manual_seed(2)
     logits = torch.randn(40, 8)
     probs = torch.softmax(logits, -1)
-    w1, i1 = top_k_routing(probs, 1)
+    w1, i1 = biased_top_k(probs, torch.zeros(8), 1)
     torch.testing.assert_close(w1[:, 0], probs.max(-1).values)
-    w2, i2 = top_k_routing(probs, 2)
+    w2, i2 = biased_top_k(probs, torch.zeros(8), 2)
     torch.testing.assert_close(w2, torch.softmax(logits.gather(1, i2), -1))
-    w_raw, _ = top_k_routing(probs, 2, renormalise=False)
+    w_raw, _ = biased_top_k(probs, torch.zeros(8), 2, renormalise=False)
     torch.testing.assert_close(w_raw, probs.gather(1, i2))
 
 
@@ -328,7 +327,7 @@ def test_bad_input_width_and_dtype():
     with pytest.raises(TypeError, match="x must have a floating-point dtype"):
         moe(torch.ones(5, 16, dtype=torch.long))
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 3\], got 4"):
-        top_k_routing(torch.softmax(torch.randn(4, 3), -1), 4)
+        biased_top_k(torch.softmax(torch.randn(4, 3), -1), torch.zeros(3), 4)
     with pytest.raises(ValueError, match="capacity_factor must be a positive number"):
         expert_capacity(10, 2, 1, 0.0)
 
@@ -339,14 +338,11 @@ def test_routing_plot_helpers():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from helpers.routing_plots import (dropped_share_by_factor, load_curves_figure, load_shares, plot_expert_bars,
-                                       plot_heatmap, routing_over_training_figure, token_type_by_expert)
+    from helpers.routing_plots import (load_curves_figure, load_shares, plot_expert_bars, plot_heatmap,
+                                       routing_over_training_figure, token_type_by_expert)
     by_type = token_type_by_expert(torch.tensor([0, 1, 1, 2, 2, 2]), torch.tensor([0, 1, 0, 1, 1, 1]),
                                    ["a", "b", "c"], ["b", "c"], 2)
     torch.testing.assert_close(by_type, torch.tensor([[0.5, 0.5], [0.0, 1.0]], dtype=torch.float64))
-    # top-1, 2 experts, all 4 tokens on expert 0: capacity 1 at c=0.5, 2 at c=1, 4 at c=2
-    drops = dropped_share_by_factor(torch.zeros(4, dtype=torch.long), 2, [0.5, 1.0, 2.0])
-    torch.testing.assert_close(drops, torch.tensor([0.75, 0.5, 0.0], dtype=torch.float64))
     assert load_shares(torch.tensor([1, 3])).tolist() == [0.25, 0.75]
     log = RoutingLog()
     model = TinyGPT(GPTConfig(vocab_size=7, d_model=8, n_heads=2), ffn_factory=lambda layer: MoE(8, 3, 1, d_ff=8))

@@ -13,8 +13,7 @@ from helpers.facts import load_facts
 from helpers.moe import bias_trajectory
 from helpers.moe_race import (ARMS, BALANCE_PAIRS, FRESH_SEEDS_PATH, RACE_FRESH_SEEDS_PATH, GRANULARITY_PAIRS, KERNEL_RERUN_PATH, LRS, RACE_PAIRS, SEEDS,
                               SETTINGS, SWEEP_SEEDS, TRAINABLE_ARMS, Sweep, balancing_figure, bias_figure, convergence_lines, load_family, load_race,
-                              loss_family, main, race_figure, rerun_lines, run_race, save_race, seed_count_lines,
-                              sweep_summary_lines,
+                              loss_family, main, rerun_lines, run_race, save_race, sweep_summary_lines,
                               sweep, train_arm)
 from helpers.stats import holm
 
@@ -96,8 +95,6 @@ def test_race_save_load_and_the_results_command(tmp_path, capsys):
     assert list(load_family(race, [("MoE", "MoE")], [4])) == ["  4 steps, load: MoE − MoE"]
     lines = convergence_lines(race, ["MoE", "dense, width 11"])
     assert len(lines) == 3 and lines[0].count("last fifth") == 2
-    lines = seed_count_lines(race, [("MoE", "dense, width 11")], (2,))
-    assert len(lines) == 4 and "first 2 seeds" in lines[0] and lines[-1].split()[-1] in ("0", "1", "2")
     # --rates-from: the seeds again at the rates the first race chose, its sweeps kept (none run)
     rerun = tmp_path / "rerun.json"
     assert main(["--results", "--arms", "MoE", "dense, width 11", "--seeds", "0", "2", "--budgets", "4", "6",
@@ -131,9 +128,6 @@ def test_figures(tmp_path):
     race = run_race(["MoE", "bias, sigmoid"], [0, 1], sweep_seeds=[3], lrs=[0.02], trainable_arms=(), budgets=(3, 5),
                     progress=False)
     assert race.trainable is None
-    fig = race_figure(race, ["MoE", "bias, sigmoid"], ["C0", "C1"], ["-", "--"])
-    assert len(fig.axes) == 2
-    plt.close(fig)
     fig = balancing_figure([race.runs[3]["MoE"], race.runs[3]["bias, sigmoid"]], ["C0", "C1"])
     assert len(fig.axes) == 5                                         # 2 × 2 panels and the colour bar
     plt.close(fig)

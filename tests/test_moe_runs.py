@@ -6,7 +6,7 @@ from helpers.facts import load_facts, make_dataset
 from helpers.moe import arrival_rank
 from helpers.moe_runs import (ARMS, CAPACITY_FACTORS, LONG_ARMS, RUNS_PATH, answer_share, best_lr, busiest,
                               capacity_figure, capacity_summary, capacity_values, dropped_share, holm_groups, largest_difference, lm_config,
-                              lm_families, live_line, load_runs, long_table, main, make_model, over_seeds, relation_prior, starved,
+                              lm_families, load_runs, long_table, main, make_model, over_seeds, relation_prior, starved,
                               summaries, sweep_table, train_run, training_table, values)
 
 
@@ -137,29 +137,6 @@ def test_capacity_figure_draws_the_mean_over_seeds_per_factor():
     plt.close(fig)
 
 
-def test_sentences_seen_counts_the_rows_train_lm_draws():
-    from helpers.moe_runs import sentences_seen
-    from helpers.transformer import train_lm
-
-    class Recorder(torch.nn.Module):                     # ids are the row numbers, so the batches name the rows
-        def __init__(self):
-            super().__init__()
-            self.w, self.rows = torch.nn.Parameter(torch.zeros(3)), []
-
-        def forward(self, ids):
-            self.rows.append(ids[:, 0].clone())
-            return self.w.expand(*ids.shape, 3)
-
-    n = 50
-    ids = torch.arange(n)[:, None]
-    model = Recorder()
-    train_lm(model, ids, torch.zeros_like(ids), steps=4, batch_size=8, seed=3, progress=False)
-    assert sentences_seen(3, n, steps=4, batch=8) == torch.cat(model.rows).unique().numel()
-    assert sentences_seen(0, 608, steps=1, batch=1) == 1
-    with pytest.raises(ValueError, match="n_sentences"):
-        sentences_seen(0, 0)
-
-
 def test_holm_groups_is_one_family_printed_in_headed_groups():
     from helpers.stats import holm_table
     balance, ce = lm_families(load_runs(), 1e-2)
@@ -185,8 +162,3 @@ def test_the_printed_ce_row_is_the_paired_t_by_hand():
     t = d.mean() / (d.std() / len(d) ** 0.5)
     assert f"{d.mean():+.3f}, t {t:+.2f}" == "+0.049, t +1.97"
     assert abs(row.t - float(t)) < 1e-9 and abs(row.mean / row.se - float(t)) < 1e-9
-
-
-def test_live_line_is_one_line_with_a_bound_or_the_gap():
-    assert live_line("seed 0", 2e-5) == "live rerun against the file, seed 0: largest |difference| < 1e-03"
-    assert "0.05" in live_line("seed 0", 0.05) and "\n" not in live_line("seed 0", 0.05, 1e-4)

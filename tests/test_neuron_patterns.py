@@ -63,15 +63,15 @@ def test_share_family_is_the_paired_trained_minus_untrained_share_per_layer_and_
     assert means[1][0].tolist() == pytest.approx(after.mean(0).tolist())
 
 
-def test_resolved_higher_at_counts_holms_higher_verdicts_at_each_threshold():
-    from helpers.neuron_patterns import resolved_higher_at, share_family
+def test_resolved_higher_counts_holms_higher_verdicts_at_each_threshold():
+    from helpers.neuron_patterns import resolved_higher, share_families, share_family
     from helpers.stats import holm
     from types import SimpleNamespace
     valid = torch.ones(12, 3, dtype=torch.bool)
     labellings = {"all": (None, ["a", "b", "c"] * 4)}
     trace = lambda seed: SimpleNamespace(coefficients=[_coefficients(seed=seed), _coefficients(seed=seed + 50)])
     trained, untrained = {s: trace(s) for s in range(3)}, {s: trace(s + 10) for s in range(3)}
-    got = resolved_higher_at(trained, untrained, valid, labellings, range(2), k=4, needed=(2, 3))
+    got = resolved_higher(share_families(trained, untrained, valid, labellings, range(2), k=4, needed=(2, 3)))
     for n in (2, 3):
         family = share_family(trained, untrained, valid, labellings, range(2), k=4, threshold=n / 4)[0]
         assert got[n] == sum(v.verdict == "higher" for v in holm(family))
