@@ -30,6 +30,7 @@ import torch
 
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
 from helpers.interventions import _size_matched, knockout_drops, knockout_sets, removed_write, same_group_donors
+from helpers import knockout_runs as _ko
 from helpers.knockout_runs import N_OFF, sites
 from helpers.memory import collect, find_ffns
 
@@ -142,3 +143,40 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=DATA_PATH)
     args = parser.parse_args()
     make(args.seeds, args.out)
+
+
+def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> _ko.Folded:
+    """Section 6 read in short: ``knockout_runs.verdict_line`` shown; folded: activity silenced by own and other,
+    what "other" is made of (``split``: ``load()``), how well the matched sets match, the full Holm grid with
+    the widest gap the unresolved cells allow, the same verdicts at 20 and 80 neurons per set, and own's
+    fact-specific neurons against its shared ones."""
+    import statistics
+    from helpers.precision import bound
+    from helpers.stats import holm, holm_table, interval
+    fam = _ko.family(runs, site_names, seeds)
+
+    def mean_of_seeds(site: str, name: str, quantity: str) -> float:
+        return statistics.mean(_ko.per_seed_mean(runs, site, name, seeds, quantity))
+    shared = sum(runs[s]["shared"][site] for s in seeds for site in site_names) / (len(seeds) * len(site_names))
+    rest = [statistics.mean(per_seed(split, site, "other only", seeds, j)) for site in site_names
+            for j in (1, 0)]                                      # "other" minus own's neurons: length, drop in P
+    size_gap = [sum(runs[s]["size gap below 1e-4"][j] for s in seeds) for j in (0, 1)]
+    widest = max(abs(x) for v in holm(fam) if not v.resolved for x in interval(v.comparison, 0.05 / len(fam)))
+    same = _ko.same_verdicts(site_names, seeds)
+    lines = [_ko.verdict_line(fam, site_names),
+             "activity silenced, own | other: " + ", ".join(
+                 f"{site} {mean_of_seeds(site, 'own', 'activity silenced'):.0f} | "
+                 f"{mean_of_seeds(site, 'other', 'activity silenced'):.0f}" for site in site_names),
+             f"own ∩ other: {shared:.0%} of their neurons; other minus own: length {min(rest[0::2]):.1f}–"
+             f"{max(rest[0::2]):.1f}, drop in P ≤ {max(rest[1::2]):.3f}",
+             f"matched sets: activity-matched − other, activity silenced: max "
+             f"{bound(max(runs[s]['matched activity gap'] for s in seeds), 1e-4)}; size-matched − other, size "
+             f"removed: < 1e-4 in {size_gap[0] / size_gap[1]:.1%} of fact-site pairs",
+             "Is it the neurons or the length? Drop in P(right answer), set − other, 10 seeds:",
+             _ko.grid(fam, site_names),
+             f"  not resolved: the seeds allow gaps within ±{widest:.3f} (95 % jointly)",
+             "  the same verdict as at 40 neurons per set: " + ", ".join(f"{k} of {len(fam)} at {n}"
+                                                                        for n, k in same.items()),
+             "Among own's neurons, do the fact-specific ones hurt more? Own only − shared, at equal length:",
+             holm_table(family(split, site_names, seeds), compact=True)]
+    return _ko.Folded(lines)

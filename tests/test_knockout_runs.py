@@ -80,7 +80,7 @@ def test_grid_prints_one_line_per_set_with_every_verdict_of_the_family():
 def test_readout_shows_one_verdict_line_and_folds_the_checks():
     from helpers import knockout_split
     site_names = ["L0 subject", "L0 last word", "L1 last word"]
-    out = knockout_runs.readout(knockout_runs.load(), knockout_split.load(), site_names, range(10))
+    out = knockout_split.readout(knockout_runs.load(), knockout_split.load(), site_names, range(10))
     assert repr(out).count("\n") == 0 and repr(out).startswith("set − other at 3 sites, 10 seeds, Holm over 15: own higher at 3 of 3 (")
     html = out._repr_html_()
     assert "<details>" in html and "own only − shared" in html and "15 of 15 at 20" in html
