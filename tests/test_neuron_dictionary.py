@@ -44,3 +44,19 @@ def test_the_shipped_file_covers_every_model_and_the_family_pairs_them():
     assert len(family) == 7 and all(len(d.diffs) == len(MODELS) for d in family.values())
     lines = neuron_table(runs).splitlines()
     assert len(lines) == 5 and lines[1].strip().startswith("dictionary on the neurons")
+
+
+def test_pca_control_is_a_dense_fit_the_dictionary_must_beat_and_joins_the_family():
+    from helpers.dictionary import fact_prefixes
+    from helpers.dictionary_study import layer_data
+    from helpers.facts import load_facts, make_dataset
+    from helpers.neuron_dictionary import neuron_pca
+    data = make_dataset(load_facts())
+    prefixes = fact_prefixes(data)
+    train, test = layer_data(data, prefixes, MODELS[0], 1)[2:]
+    pca = neuron_pca(data, prefixes, train, test, models=MODELS[:1])
+    more = neuron_pca(data, prefixes, train, test, models=MODELS[:1], rank=32)
+    assert len(pca) == 1 and 0.0 < more[0] < pca[0] < 1.0       # more principal directions fit better
+    runs = load_neuron_dictionary()
+    family = neuron_family(runs, pca * len(runs["models"]))
+    assert "held-out FVU: dictionary − PCA-8 of the neurons" in family and len(family) == len(neuron_family(runs)) + 1
