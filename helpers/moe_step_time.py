@@ -172,9 +172,9 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
                     f"{far.seconds / dense:>13.2f}×")
     one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
     base = step_time(64, d_model, dense_width)
-    rows.append(f"64 tokens in all: the MoE reads {one.weight_bytes / expert:.0f} experts' weights summed over GPUs, "
-                f"one dense copy {base.weight_bytes / expert:.0f}: {one.weight_bytes / base.weight_bytes:.0f}× the "
-                f"HBM bytes (a cost in bytes, not a step time)")
+    rows.append(f"64 tokens on one device holding the whole layer: the MoE reads {one.weight_bytes / expert:.0f} "
+                f"experts' weights, the dense FFN {base.weight_bytes / expert:.0f}: "
+                f"{one.weight_bytes / base.weight_bytes:.0f}× the HBM bytes (why no one serves it from one device)")
     return rows
 
 
@@ -201,4 +201,4 @@ def per_second_lines(long, moe: str, dense: str, setups: Sequence[tuple[int, int
             f"the MoE at 300 steps is ahead of the dense FFN at 3,000 in {int((m300 > d3000).sum())} of "
             f"{len(m300)} seeds: the dense FFN needs over 10× the steps",
             f"a DeepSeek-V3 layer's step, expert parallel, costs {min(ratios):.2f}× to {max(ratios):.2f}× the dense "
-            f"one's (table above): far less than the steps it saves"]
+            f"one's (table above); the two scales are unrelated: an illustration of GBk/E, not a prediction"]

@@ -72,7 +72,7 @@ def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x
     lines = expert_parallel_lines([(32, 1), (32, 64), (64, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58)
     assert "22.6 GB" in lines[0] and "1.31 TB" in lines[0]
     assert [row.split()[-2] for row in lines[3:6]] == ["0.68×", "1.14×", "0.70×"]
-    assert "25× the HBM bytes" in lines[-1] and "not a step time" in lines[-1]
+    assert "25× the HBM bytes" in lines[-1] and "one device" in lines[-1]
 
 
 def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
@@ -81,4 +81,4 @@ def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
 
     lines = per_second_lines(load_ten_seeds(), "MoE, lr 0.02", "dense, width 11, lr 0.04", [(32, 1), (32, 8192)],
                              7168, 2048, 256, 8, 1, 9 * 2048)
-    assert "10 of 10 seeds" in lines[1] and "0.68× to 4.50×" in lines[2] and "saves" in lines[2]
+    assert "10 of 10 seeds" in lines[1] and "0.68× to 4.50×" in lines[2] and "not a prediction" in lines[2]
