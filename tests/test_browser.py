@@ -329,10 +329,15 @@ def stop_server(server: Lab) -> None:
 def browser(lab):
     from playwright.sync_api import sync_playwright
 
+    # What this pytest process had started before (under pytest-xdist a worker runs other tests first, and
+    # multiprocessing's resource tracker from a torch.distributed test lives as long as the worker) is not ours.
+    before = descendants(os.getpid())
+
     def browser_processes():
-        """Our descendants that are not the server's (Playwright's driver, Chromium and its helpers)."""
+        """Our new descendants that are not the server's (Playwright's driver, Chromium and its helpers)."""
         server = descendants(lab.proc.pid) | {lab.proc.pid: ""}
-        return {pid: start for pid, start in descendants(os.getpid()).items() if pid not in server}
+        return {pid: start for pid, start in descendants(os.getpid()).items()
+                if pid not in server and before.get(pid) != start}
 
     with sync_playwright() as playwright:
         # Playwright gives each launch a fresh, empty user-data-dir of its own.
