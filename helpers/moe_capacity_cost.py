@@ -111,17 +111,21 @@ def cost_values(cost: dict, arm: str, factor: float | None, seeds: Sequence[int]
                         dtype=torch.float64)
 
 
-def cost_table(cost: dict, trained: dict | None = None) -> str:
+def cost_table(cost: dict, trained: dict | None = None, fixed: dict[str, float] | None = None) -> str:
     """Printable lines: mean cross-entropy over the file's seeds per arm (rows) and factor (columns); with
-    ``trained`` (``run_trained``'s file), its arms follow as rows "…, trained at c = 1"."""
+    ``trained`` (``run_trained``'s file), its arms follow as rows "…, trained at c = 1"; ``fixed`` adds rows of a
+    model no factor changes (name → its cross-entropy, printed in every column), e.g. the model with no FFN."""
     names = ["dropless" if f is None else f"c = {f:g}" for f in cost["factors"]]
     rows = [(arm if trained is None else f"{arm}, trained dropless", cost, arm) for arm in cost["ce"]]
     if trained is not None:
         rows += [(f"{arm}, trained at c = {trained['factor']:g}", trained, arm) for arm in trained["ce"]]
-    width = max(16, *(len(name) + 2 for name, _, _ in rows))
+    fixed = dict(fixed or {})
+    width = max(16, *(len(name) + 2 for name in [*(r[0] for r in rows), *fixed]))
     lines = [f"{'':<{width}}" + "".join(f"{n:>10}" for n in names)]
     for name, table, arm in rows:
         lines.append(f"{name:<{width}}" + "".join(f"{cost_values(table, arm, f).mean():>10.3f}" for f in cost["factors"]))
+    for name, value in fixed.items():
+        lines.append(f"{name:<{width}}" + f"{value:>10.3f}" * len(cost["factors"]))
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from helpers.folded import Folded
 from helpers.moe_runs import busiest, holm_groups, lm_families, over_seeds, starved, summaries
 from helpers.precision import bound
 from helpers.stats import Comparison, holm, holm_table, paired_difference
@@ -73,6 +74,100 @@ def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
     said = ", ".join(f"{short} {verdicts[k].verdict}" for short, k in keys.items())
     return (f"fit after 15 steps, MoE (α = 0.1) − each, ten seeds (Holm over {len(family)}): {said}; "
             f"in full: python -m helpers.moe_lesson --fit")
+
+
+#: Section 6's rows in view (``skew_readout``); the other controls are folded.
+SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "isotropic Gaussian", "W_g = 0, noise")
+
+
+def skew_family(skew, random_ids: torch.Tensor) -> dict[str, Comparison]:
+    """Section 6's Holm family, paired by seed (``skew``: ``helpers.router_skew.SkewControls``, ``random_ids``:
+    (seeds, layers)): controls 1-5 − all positions, the zero-initialised noisy router − the noisy router, and
+    random token ids − an isotropic Gaussian; one value per seed, the mean of the two layers."""
+    from helpers.router_skew import CONTROLS
+
+    plain = skew.per_seed("all positions")
+    family = {f"{c} − all positions": paired_difference(skew.per_seed(c), plain) for c in CONTROLS[1:6]}
+    family["W_g = 0, noise − router + noise"] = paired_difference(skew.per_seed("W_g = 0, noise"),
+                                                              skew.per_seed("router + noise"))
+    family["random token ids − isotropic Gaussian"] = paired_difference(random_ids.mean(1),
+                                                                        skew.per_seed("isotropic Gaussian"))
+    return family
+
+
+def skew_readout(skew, random_ids: torch.Tensor) -> Folded:
+    """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_SHOWN`` (mean over seeds and both
+    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line; folded:
+    every control per layer (``skew_table``), the inputs' geometry, random token ids and the Holm family."""
+    from helpers.router_skew import skew_table
+
+    family = skew_family(skew, random_ids)
+    n, resolved = len(skew.per_seed("all positions")), sum(v.resolved for v in holm(family))
+    base = float(skew.per_seed("all positions").mean()) - 1
+    lines = [f"{f'router input ({n} untrained models)':<36}{'busiest/mean':>13}{'excess kept':>13}"]
+    for c in SKEW_SHOWN:
+        v = float(skew.per_seed(c).mean())
+        lines.append(f"{c:<36}{v:>13.2f}{(v - 1) / base:>13.0%}")
+    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)} comparisons (in the fold): {resolved} resolved")
+    folded = [f"busiest/mean per layer, mean over {n} seeds (lowest–highest)", skew_table(skew)]
+    for layer, (shape, distinct) in enumerate(zip(skew.geometry, skew.distinct)):
+        folded.append(f"layer {layer}: {distinct:,.0f} distinct of {skew.n_inputs:,} inputs; |mean| / rms |x| = "
+                      f"{shape.mean_ratio:.2f}; variance spread over {shape.participation:.0f} of {shape.d} directions")
+    folded.append("random token ids, busiest/mean: " + ", ".join(
+        f"layer {l} {over_seeds(random_ids[:, l])}" for l in range(random_ids.shape[1])))
+    folded.append(verdict_table(family, f"{n} seeds"))
+    return Folded("\n".join(lines), "\n".join(folded), "every control per layer, the inputs' geometry and the "
+                  "7 verdicts (click)")
+
+
+def drops_family(study: dict, lr: float) -> tuple[dict[str, Comparison], list[str]]:
+    """Section 10's drop comparisons from the shipped runs (layer 1, ten seeds) and their printable lines: the
+    share of top-1 slots dropped at c = 1.25 and 2 per α, and the busiest/mean of the top-1 routing."""
+    from helpers.moe_runs import CAPACITY_FACTORS, capacity_values
+
+    def dropped(alpha: str, k: int, c: float) -> torch.Tensor:
+        return capacity_values(study, f"MoE, α = {alpha}", lr, f"top{k}", CAPACITY_FACTORS.index(c))
+
+    def choice(alpha: str, j: int) -> torch.Tensor:            # busiest/mean of the top-2 routing's j-th choices
+        return capacity_values(study, f"MoE, α = {alpha}", lr, "busiest_choice", j)
+
+    family = {
+        "dropped at c = 1.25, top-1: α = 0.1 − α = 0": paired_difference(dropped("0.1", 1, 1.25), dropped("0", 1, 1.25)),
+        "α = 0.1, dropped top-1: c = 2 − c = 1.25": paired_difference(dropped("0.1", 1, 2.0), dropped("0.1", 1, 1.25)),
+        "α = 0.1, busiest/mean: second − first choices": paired_difference(choice("0.1", 1), choice("0.1", 0)),
+        "α = 0.1, dropped at c = 1: top-2 − top-1": paired_difference(dropped("0.1", 2, 1.0), dropped("0.1", 1, 1.0)),
+    }
+    lines = [f"top-1 slots dropped at c = {c}, ten seeds: α = 0 {over_seeds(dropped('0', 1, c))}, "
+             f"α = 0.1 {over_seeds(dropped('0.1', 1, c))}" for c in (1.25, 2.0)]
+    lines.append("busiest/mean of the top-1 routing: " + ", ".join(
+        f"α = {a} {over_seeds(choice(a, 0))}" for a in ("0", "0.1")))
+    return family, lines
+
+
+def capacity_readout(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: float) -> Folded:
+    """Section 10 in view: the capacity-cost table (``helpers.moe_capacity_cost.cost_table``) with the no-FFN
+    model's cross-entropy as a last row, and one verdict line; folded: the drop shares, the drops during training
+    and the section's whole Holm family (drops, ten seeds; costs, 20 seeds)."""
+    from helpers.moe_capacity_cost import cost_family, cost_table, dropped_in_training, trained_family
+    from helpers.moe_no_ffn import no_ffn_values
+
+    drops, drop_lines = drops_family(study, lr)
+    family = {**drops, **cost_family(cost), **trained_family(trained, cost, compare_arms=True)}
+    verdicts = {v.name: v for v in holm(family)}
+    n_seeds = len(next(iter(cost["ce"].values())))
+    ffn_free = no_ffn_values(no_ffn)
+    shown = [f"cross-entropy over all targets after 15 steps, mean of {n_seeds} seeds, scored at each factor:",
+             cost_table(cost, trained, {f"no FFN at all ({len(ffn_free)} seeds)": float(ffn_free.mean())})]
+    parts = []
+    for a in ("0", "0.1"):
+        c = verdicts[f"α = {a}: CE at c = 1 − dropless"]
+        parts.append(f"α = {a} {c.comparison.mean:+.3f} nats, {c.verdict} in {c.comparison.higher}/{c.comparison.n}")
+    shown.append(f"verdict, trained dropless, c = 1 − dropless (Holm over {len(family)}): " + "; ".join(parts))
+    folded = [*drop_lines, "trained at c = 1, share of slots dropped during training (mean of 20 seeds, both layers):",
+              dropped_in_training(trained),
+              verdict_table(family, f"drops (ten seeds), capacity costs ({n_seeds} seeds)", digits=3)]
+    return Folded("\n".join(shown), "\n".join(folded), "drop shares, drops during training and the "
+                  f"{len(family)} verdicts (click)")
 
 
 def live_checks_line(live: Mapping[str, float | None], tol: float = 1e-3) -> str:

@@ -112,3 +112,8 @@ def test_the_trained_at_capacity_rows_pair_each_model_scored_at_its_factor_and_d
         by_hand = cost_values(trained, arm, 1.0) - cost_values(trained, arm, None)
         assert abs(row.mean - float(by_hand.mean())) < 1e-12 and row.n == 20
         assert f"{row.mean:+.3f}" == "+0.007"
+
+
+def test_cost_table_prints_a_fixed_row_in_every_column():
+    table = cost_table(load_cost(), None, {"no FFN at all": 1.9151}).splitlines()
+    assert table[-1].startswith("no FFN at all") and table[-1].split()[-4:] == ["1.915"] * 4

@@ -76,3 +76,33 @@ def test_word_only_router_keeps_each_word_on_one_expert_and_never_beats_the_rout
     blind = word_only(expert, words, n_experts=3)
     assert blind.tolist() == [1, 1, 1, 2, 2, 2]
     assert purity(blind, position, 3) <= purity(expert, position, 3)
+
+
+def test_skew_readout_shows_one_small_table_and_one_verdict_line_and_folds_the_rest():
+    from helpers.folded import Folded
+    from helpers.moe_lesson import SKEW_SHOWN, skew_family, skew_readout
+    from helpers.router_skew import load_skew
+
+    skew, random_ids, seeds = load_skew()
+    out = skew_readout(skew, random_ids)
+    assert isinstance(out, Folded)
+    shown = out.shown.splitlines()
+    assert len(shown) == 2 + len(SKEW_SHOWN) and shown[-1].startswith("verdict, 100 seeds")
+    assert shown[1].split()[-1] == "100%"                          # the hidden states keep all of their own excess
+    resolved = sum(v.resolved for v in holm(skew_family(skew, random_ids)))
+    assert shown[-1].endswith(f"{resolved} resolved") and "distinct inputs" in out.folded
+    assert "Holm's step-down over 7 comparisons" in out.folded
+
+
+def test_capacity_readout_puts_the_no_ffn_row_beside_the_cost_table():
+    from helpers.moe_capacity_cost import load_cost
+    from helpers.moe_lesson import capacity_readout
+    from helpers.moe_no_ffn import no_ffn_values
+
+    no_ffn = load_no_ffn()
+    out = capacity_readout(load_runs(), load_cost(), load_cost(trained=True), no_ffn, 1e-2)
+    shown = out.shown.splitlines()
+    assert shown[-2].startswith("no FFN at all (10 seeds)")
+    assert shown[-2].split()[-1] == f"{float(no_ffn_values(no_ffn).mean()):.3f}"
+    assert shown[-1].startswith("verdict, trained dropless, c = 1 − dropless (Holm over 13)")
+    assert "Holm's step-down over 13 comparisons" in out.folded and "top-1 slots dropped at c = 1.25" in out.folded
