@@ -432,6 +432,7 @@ UNLISTED = {
     check_z_loss.title: lambda logits: 3 * z_grad_by_autograd(logits),
     check_noisy_top_k.title: lambda x, wg, wn, eps, k: torch.full_like(eps, 1.0 / eps.shape[-1]),
     check_later_tokens.title: lambda idx, e, f: torch.ones(idx.shape[0], dtype=torch.bool),
+    "Exercise 7 (both losses in training)": lambda logits, idx, alpha, z_coef: (alpha + z_coef) * logits.sum(),
 }
 
 
@@ -751,3 +752,41 @@ def test_noisy_top_k_clean_gate_values_are_named():
 
     result = check_noisy_top_k.evaluate(clean_gates)
     assert result.status == "failed" and "clean logits" in result.message, result.message
+
+
+def test_the_solutions_copy_of_section_5s_training_loop_is_the_notebooks():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "notebooks"
+    cell = lambda path, cid: next("".join(c["source"]) for c in json.loads(path.read_text())["cells"]   # noqa: E731
+                                   if c.get("id") == cid)
+    lesson = cell(root / "05_mixture_of_experts.ipynb", "open-loop").split("\n\n\nloads =")[0]
+    copy = cell(root / "solutions" / "05_mixture_of_experts.ipynb", "ex7-loop")
+    assert "def train_small_moe" in lesson and copy.endswith(lesson)
+
+
+def test_aux_loss_gradient_and_helpers_checks():
+    from helpers.exercises.nb05 import check_aux_loss
+
+    def right(logits, expert_index, alpha, z_coef):
+        probs, n_experts = torch.softmax(logits, -1), logits.shape[-1]
+        f = torch.bincount(expert_index.reshape(-1), minlength=n_experts) / expert_index.numel()
+        return alpha * n_experts * (f * probs.mean(0)).sum() + z_coef * torch.logsumexp(logits, -1).square().mean()
+
+    def no_gradient(logits, expert_index, alpha, z_coef):
+        return right(logits, expert_index, alpha, z_coef).detach()
+
+    def p_detached(logits, expert_index, alpha, z_coef):
+        probs, n_experts = torch.softmax(logits, -1).detach(), logits.shape[-1]
+        f = torch.bincount(expert_index.reshape(-1), minlength=n_experts) / expert_index.numel()
+        return alpha * n_experts * (f * probs.mean(0)).sum() + z_coef * torch.logsumexp(logits, -1).square().mean()
+
+    def through_helpers(logits, expert_index, alpha, z_coef):
+        from helpers.moe import load_balancing_loss, router_z_loss
+        return alpha * load_balancing_loss(torch.softmax(logits, -1), expert_index) + z_coef * router_z_loss(logits)
+
+    assert check_aux_loss.evaluate(right).passed
+    assert "carries no gradient" in check_aux_loss.evaluate(no_gradient).message
+    assert "gradient with respect to the logits is wrong" in check_aux_loss.evaluate(p_detached).message
+    assert "through helpers.moe" in check_aux_loss.evaluate(through_helpers).message

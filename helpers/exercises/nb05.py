@@ -24,6 +24,7 @@ checker                          kind         your function                     
 ``check_z_loss``                 build        ``z_loss_grad(logits)``                                             ``(N, E)`` float32
 ``check_noisy_top_k``            investigate  ``noisy_top_k_gates(x, w_gate, w_noise, noise, k)``                 ``(N, E)`` float32
 ``check_later_tokens``           investigate  ``changed_by_later_tokens(expert_index, n_experts, capacity_factor)``  ``(N,)`` bool
+``check_aux_loss``               investigate  ``aux_loss(logits, expert_index, alpha, z_coef)``                    0-dim float32 tensor
 ===============================  ===========  ==================================================================  =====================
 
 Weight layout, as everywhere in the course (PyTorch ``nn.Linear``): an expert's ``W1`` and ``W3`` are
@@ -996,5 +997,125 @@ check_later_tokens = Exercise(
     domain=LATER_DOMAIN,
 )
 
+
+
+# ---------------------------------------------------------------- exercise 7: both auxiliary losses, then train
+def _aux_loss(logits: torch.Tensor, expert_index: torch.Tensor, alpha: float, z_coef: float) -> torch.Tensor:
+    """α · E Σ_i f_i P_i + z_coef · mean_n lse_n², P from the softmax of ``logits``, f the share of the N·k slots."""
+    probs = torch.softmax(logits, dim=-1)
+    z = torch.logsumexp(logits, dim=-1).square().mean()
+    return alpha * _balance_loss(probs, expert_index) + z_coef * z
+
+
+def _aux_cases() -> list[Case]:
+    g = _generator(507)
+    cases = []
+    for n, e, k, alpha, z_coef, scale, shift in [(40, 8, 1, 0.1, 1e-3, 1.0, 0.0), (16, 4, 2, 0.01, 1e-3, 2.0, 1.0),
+                                                 (30, 8, 2, 0.0, 1e-3, 1.0, 0.5), (24, 6, 1, 0.1, 0.0, 3.0, 0.0),
+                                                 (7, 4, 4, 1.0, 0.01, 1.0, 0.0), (1, 4, 2, 0.1, 1e-3, 1.0, 0.0)]:
+        logits = scale * torch.randn(n, e, generator=g) + shift
+        cases.append(Case((logits, logits.topk(k, dim=-1).indices, alpha, z_coef),
+                          note=f"logits ({n}, {e}), top-{k}, alpha={alpha:g}, z_coef={z_coef:g}"))
+    logits = 100 * torch.randn(10, 4, generator=g) + 300.0
+    cases.append(Case((logits, logits.topk(1, dim=-1).indices, 0.1, 1e-3),
+                      note="logits near +300, spread over hundreds (exp overflows float32), top-1"))
+    logits = torch.randn(8, 5, generator=g) - 200.0
+    cases.append(Case((logits, logits.topk(2, dim=-1).indices, 0.1, 0.01),
+                      note="logits near -200 (exp underflows to 0), top-2"))
+    logits = torch.randn(12, 6, generator=g)
+    logits[:, 5] = -30.0                                      # the last expert gets no slot
+    cases.append(Case((logits, logits.topk(2, dim=-1).indices, 0.1, 1e-3),
+                      note="logits (12, 6), top-2, the last expert (5) gets no slot"))
+    logits = torch.randn(9, 4, generator=g)
+    index = torch.stack([torch.arange(9) % 4, (torch.arange(9) + 2) % 4], dim=1)
+    cases.append(Case((logits, index, 1.0, 0.0), note="logits (9, 4), k=2, slots not the top-2 of the logits"))
+    return cases
+
+
+def _aux_with(*, lse=lambda l: torch.logsumexp(l, -1), p_from=lambda l: torch.softmax(l, -1), per_token=False,
+              z_of=lambda lse: lse.square().mean(), alpha_on_both=False):
+    def wrong(logits, expert_index, alpha, z_coef):
+        probs = p_from(logits)
+        f = _slot_counts(probs, expert_index) / (expert_index.shape[0] if per_token else expert_index.numel())
+        balance = logits.shape[-1] * (f * probs.mean(0)).sum()
+        z = z_of(lse(logits))
+        return alpha * (balance + z_coef * z) if alpha_on_both else alpha * balance + z_coef * z
+    return wrong
+
+
+def _aux_gradient(fn) -> str | None:
+    """The loss must train the router: its gradient with respect to the logits is the reference's."""
+    logits = torch.randn(12, 4, generator=_generator(517))
+    index = logits.topk(2, dim=-1).indices
+    leaf = logits.clone().requires_grad_(True)
+    with torch.enable_grad():
+        loss = fn(leaf, index.clone(), 0.5, 0.01)
+        where = "on logits (12, 4), top-2, alpha=0.5, z_coef=0.01"
+        if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+            return (f"the value is right, but it carries no gradient back to the logits ({where}): build it from "
+                    f"logits with tensor operations (no .item(), .detach() or NumPy), so that it trains the router.")
+        (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+        ref_leaf = logits.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(_aux_loss(ref_leaf, index, 0.5, 0.01), ref_leaf)
+    if grad is None or not torch.allclose(grad.double(), expected.double(), rtol=1e-4, atol=1e-7):
+        got = "none" if grad is None else "[" + ", ".join(f"{v:.4f}" for v in grad[0].tolist()) + "]"
+        return (f"the value is right, but its gradient with respect to the logits is wrong ({where}): token 0 gets "
+                f"{got}, expected [" + ", ".join(f"{v:.4f}" for v in expected[0].tolist()) + "]. f is a count (a "
+                f"constant); the gradient flows through P and through the log-sum-exp.")
+    return None
+
+
+def _aux_args() -> tuple:
+    logits = torch.randn(12, 4, generator=_generator(518))
+    return logits, logits.topk(2, dim=-1).indices, 0.1, 1e-3
+
+
+AUX_DOMAIN = Domain(
+    allows="float32 logits (N, E), N >= 1, E >= 2, values in the hundreds of either sign; int64 expert_index (N, k), "
+           "1 <= k <= E, the k entries of a row distinct; floats 0 <= alpha <= 1 and 0 <= z_coef <= 0.01; a 0-dim "
+           "float32 tensor out whose gradient flows to the logits",
+    corners=(
+        Corner("k = 1", lambda c: c.args[1].shape[1] == 1),
+        Corner("k = E", lambda c: c.args[1].shape[1] == c.args[0].shape[1]),
+        Corner("a batch of one token", lambda c: c.args[0].shape[0] == 1),
+        Corner("alpha = 0 (the z-loss alone)", lambda c: c.args[2] == 0),
+        Corner("alpha = 1 (the largest)", lambda c: c.args[2] == 1.0),
+        Corner("z_coef = 0 (the balance loss alone)", lambda c: c.args[3] == 0),
+        Corner("z_coef = 0.01 (the largest)", lambda c: c.args[3] == 0.01),
+        Corner("logits that overflow exp in float32", lambda c: bool((c.args[0] > 89).any())),
+        Corner("logits whose exp underflows to 0", lambda c: bool((c.args[0] < -104).all(-1).any())),
+        Corner("an expert no slot goes to", lambda c: bool((torch.bincount(c.args[1].reshape(-1),
+                                                                           minlength=c.args[0].shape[1]) == 0).any())),
+        Corner("slots that are not the top-k of the logits",
+               lambda c: not torch.equal(c.args[1].sort(-1).values,
+                                         c.args[0].topk(c.args[1].shape[1], -1).indices.sort(-1).values)),
+    ))
+
+
+check_aux_loss = _BalanceExercise(
+    "Exercise 7 (both losses in training)",
+    _aux_loss,
+    _aux_cases,
+    [
+        ("log(sum(exp(logits))) overflows (or underflows to log 0) when the logits reach the hundreds: use "
+         "torch.logsumexp, which subtracts each row's largest logit first.",
+         _aux_with(lse=lambda l: torch.log(torch.exp(l).sum(-1)))),
+        ("P came from the logits; P_i is the mean of expert i's softmax probability over the tokens.",
+         _aux_with(p_from=lambda l: l)),
+        ("you squared the mean log-sum-exp; the z-loss is the mean of each token's squared log-sum-exp.",
+         _aux_with(z_of=lambda lse: lse.mean().square())),
+        ("you divided the counts by N, not by the N · k slots: that is Hugging Face's Mixtral variant, whose value "
+         "at balance is k instead of 1.", _aux_with(per_token=True)),
+        ("alpha scales the balancing loss only; the z-loss has its own coefficient z_coef.",
+         _aux_with(alpha_on_both=True)),
+        ("the z-loss uses the log-sum-exp of each token's logits, not its largest logit.",
+         _aux_with(lse=lambda l: l.max(-1).values)),
+    ],
+    kind="investigate",
+    after=lambda fn: _uses_helpers_moe(_aux_args, "both losses")(fn) or _aux_gradient(fn),
+    domain=AUX_DOMAIN,
+    returns=tensor_dtype(torch.float32, advice="Keep the logits' dtype (float32)."),
+)
+
 EXERCISES = [check_moe_forward, check_capacity_keep, check_balance_loss, check_z_loss, check_noisy_top_k,
-             check_later_tokens]
+             check_later_tokens, check_aux_loss]
