@@ -72,8 +72,7 @@ def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
     keys = {"dense 96": "CE: MoE α = 0.1 − dense 96", "dense 768": "CE: MoE α = 0.1 − dense 768",
             "no FFN": "CE: MoE α = 0.1 − no FFN"}
     said = ", ".join(f"{short} {verdicts[k].verdict}" for short, k in keys.items())
-    return (f"fit after 15 steps, MoE (α = 0.1) − each, ten seeds (Holm over {len(family)}): {said}; "
-            f"in full: python -m helpers.moe_lesson --fit")
+    return f"cross-entropy after 15 steps, MoE (α = 0.1) − each, ten seeds (Holm over {len(family)}): {said}"
 
 
 #: Section 6's rows in view (``skew_readout``); the other controls are folded.
@@ -206,7 +205,8 @@ def kernel_gap_line(by_count: dict, n_experts: int = 8) -> str:
     for kernel in ("AVX2", *by_count.get("loss_by_kernel", {})):
         moe = float(kernel_losses(by_count, kernel, n_experts).mean())
         parts.append(f"{kernel} {moe - active:+.2f} nats, {(active - moe) / (active - total):.0%} of the gap")
-    return (f"E = {n_experts}'s runs on each CPU kernel against the dense FFNs' (AVX2) means: " + "; ".join(parts))
+    return (f"E = {n_experts} − the dense FFN of its active parameters (AVX2 runs), by the kernel E = {n_experts} "
+            f"trained on: " + "; ".join(parts))
 
 
 #: Where ``python -m helpers.moe_lesson --purity`` writes section 9's ten seeds and ``load_purity`` reads them.

@@ -263,7 +263,7 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
                    xlabel="x: the hidden states' mean direction", aspect="equal")
     layer.train(was_training)
-    axes[0].set_ylabel("y: their main spread across it\n(a 2-D slice of 64 dimensions)")
+    axes[0].set_ylabel("y: the main spread orthogonal to it")
     handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]
     handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="origin:\nall logits\nequal"))
     fig.legend(handles=handles, title="expert", loc="center right", frameon=False)
