@@ -187,9 +187,10 @@ def figure(study: dict):
     ax.axvline(SWITCH + 0.5, color="0.3", ls="--", lw=1)
     ax.axhline(1 / 8, color="0.5", ls=":", lw=1, label="even load: 1/8")
     ax.set(xlabel="training step", ylabel="busiest expert's share\n(larger layer, each step)", ylim=(0, 1.02),
-           title=f"lr {LR:g}, router init ×{INIT_SCALE:g}, no z-loss: the balancing loss switched on after step {SWITCH}")
+           title=f"after step {SWITCH}: one copy at α = 0.1, one at α = 0 (lr {LR:g}, router init ×{INIT_SCALE:g}, "
+                 f"no z-loss)")
     ax.title.set_fontsize(10)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     return fig
 
 
