@@ -182,7 +182,8 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
     c = judged[f"matched {GROUP}"]
     rms = {v: float(x.mean()) for v, x in init_output_rms(seeds=range(5)).items()}
     scales = ", ".join(f"{VARIANT_NAMES[v]} ×{runs.settings['w2_scale'][v]:.2f}" for v, runs in matched.items())
-    folds.append((f"output size at the start, W2 scaled to ReLU's (lr 0.005, seeds 0-29): gated still "
+    folds.append((f"output size at the start, W2 scaled to ReLU's (lr 0.005, seeds 0-29; another question, so its "
+                  f"own Holm family of {len(family)}): gated still "
                   f"{c.comparison.mean:+.3f} nats, t {c.comparison.t:+.2f} vs {c.threshold:.2f} → {c.verdict}",
                   "\n".join([f"FFN output RMS at initialisation, seeds 0-4: gated (not GLU) "
                              f"{np.mean([rms[v] for v in GATED_NO_SIGMOID]):.2f}, dense "
