@@ -1,16 +1,17 @@
 """Does a gated FFN fit a product of two input directions better than a dense FFN of the same size? (notebook 04)
 
 Section 4 shows one gated unit computing ``φ(w1·x)·(w3·x)``, a product of two directions, which one dense unit
-cannot. This module tests the FFN-level version at matched parameters (``FFN.from_variant`` with ``d = 16``: dense
-width 64, gated width 42, biases on) on two noise-free targets ``R^16 -> R^16`` of Gaussian inputs:
+cannot. This module tests the FFN-level version at matched parameters (``FFN.from_variant`` with ``d = 8``: dense
+width 32, gated width 21, biases on) on two noise-free targets ``R^8 -> R^8`` of Gaussian inputs:
 
-* ``product``: ``y = Σ_j (x·u_j)(x·v_j) c_j`` over 4 random unit direction pairs ``(u_j, v_j)``;
-* ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 8 random unit directions (the same count of directions,
-  no product).
+* ``product``: ``y = Σ_j (x·u_j)(x·v_j) c_j`` over 32 random unit direction pairs ``(u_j, v_j)``: a Bilinear FFN
+  of width 32 without biases, the gated side's own function class;
+* ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 64 random unit directions (the same count of directions, no
+  product): a dense GELU FFN of width 64 without biases, the dense side's own class.
 
 Each target is scaled to unit variance per output over the test inputs. Every variant (GELU, ReLU, GEGLU, SwiGLU)
-is trained full batch with Adam on 1,024 inputs for ``STEPS`` steps; the score is the held-out error as a
-fraction of the target's variance, ``FVU = MSE / Var(y)`` on 4,096 fresh inputs. Within a seed, every variant
+is trained full batch with Adam on 512 inputs for ``STEPS`` steps; the score is the held-out error as a
+fraction of the target's variance, ``FVU = MSE / Var(y)`` on 2,048 fresh inputs. Within a seed, every variant
 sees the same target and data. Each variant's learning rate is its best of ``LRS`` (lowest mean log FVU) on the
 sweep seeds, chosen per target; the test seeds are others. Comparisons are paired over seeds on ``ln FVU``
 (a ratio of errors), judged with ``helpers.stats.holm`` over the family of ``family``.
@@ -49,8 +50,8 @@ TARGETS = ("product", "control")
 
 
 def make_task(target: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inputs and targets of one seed: ``(x_train (1024, 16), y_train (1024, 16), x_test (4096, 16),
-    y_test (4096, 16))``, float32, ``y`` scaled to unit variance per output over the test inputs."""
+    """Inputs and targets of one seed: ``(x_train (512, 8), y_train (512, 8), x_test (2048, 8),
+    y_test (2048, 8))``, float32, ``y`` scaled to unit variance per output over the test inputs."""
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
     g = torch.Generator().manual_seed(10_000 + seed)
@@ -163,8 +164,8 @@ def family(result: dict, names: dict[str, str]) -> dict[str, PairedDifference]:
 
 def print_verdicts(result: dict, names: dict[str, str]) -> None:
     """Print the table (each variant's rate, geometric-mean FVU over the test seeds, and seed 0 at 1× and 2× the
-    steps) and the family's Holm verdicts: the group rows and the product-minus-control row in full, the 8
-    pairs as a count."""
+    steps) and the family's Holm verdicts: each gated variant against GELU (the stronger dense FFN) with its
+    per-seed error ratio, the group rows and the product-minus-control row, the pairs against ReLU as a count."""
     seeds = result["test_seeds"]
     print(f"held-out error ÷ target variance, geometric mean over seeds {seeds[0]}-{seeds[-1]}; parameters: "
           + ", ".join(f"{names[v]} {result['params'][v]}" for v in VARIANTS))
@@ -179,17 +180,25 @@ def print_verdicts(result: dict, names: dict[str, str]) -> None:
             cells += (f"{result['best_lr'][t][v]:>17} {math.exp(float(log_fvu(result, t, v).mean())):>8.4f} "
                       f"({one:.4f}, {two:.4f})")
         print(f"{names[v]:<8}{cells}")
-    verdicts = holm(family(result, names))
-    width = max(len(v.name) for v in verdicts)
-    for v in verdicts:
-        if "gated" not in v.name:
-            continue
-        print(v.line(width, digits=2, t_cap=20, compact=True) + f"   (error ratio ×{math.exp(v.comparison.mean):.2g})")
-    pairs = [v for v in verdicts if "gated" not in v.name]
-    print(f"the {len(pairs)} single pairs (ln error, paired over {len(seeds)} seeds, Holm over all "
-          f"{len(verdicts)} rows): " + "; ".join(
-              f"{t}: gated lower in {sum(v.verdict == 'lower' and v.name.startswith(t) for v in pairs)}, higher in "
-              f"{sum(v.verdict == 'higher' and v.name.startswith(t) for v in pairs)} of 4" for t in TARGETS))
+    verdicts = {v.name: v for v in holm(family(result, names))}
+    width = max(len(k) for k in verdicts)
+    print(f"against GELU, the stronger dense FFN: per-seed error ratio, geometric mean (range over {len(seeds)} "
+          f"seeds); Holm over the family's {len(verdicts)} rows")
+    for t in TARGETS:
+        for g in GATED:
+            v = verdicts[f"{t}: {names[g]} − {names['gelu']}"]
+            ratio = (log_fvu(result, t, g) - log_fvu(result, t, "gelu")).exp()
+            c = v.comparison
+            print(f"  {t}: {names[g]} ÷ GELU ×{math.exp(c.mean):#.2g} ({float(ratio.min()):#.2g} to "
+                  f"{float(ratio.max()):#.2g}), lower in {c.lower}, higher in {c.higher} of {c.n}  → {v.verdict}")
+    for k, v in verdicts.items():
+        if "gated" in k:
+            print(v.line(width, digits=2, t_cap=20, compact=True)
+                  + f"   (error ratio ×{math.exp(v.comparison.mean):.2g})")
+    relu = [v for k, v in verdicts.items() if k.endswith(names["relu"])]
+    print("against ReLU, per target: " + "; ".join(
+        f"{t}: gated lower in {sum(v.verdict == 'lower' and v.name.startswith(t) for v in relu)}, higher in "
+        f"{sum(v.verdict == 'higher' and v.name.startswith(t) for v in relu)} of 2 pairs" for t in TARGETS))
 
 
 def main() -> None:

@@ -9,8 +9,9 @@ module keeps the learner's view to a few lines and folds the rest into an HTML `
 * ``tuning_summary``: the sweep in one line (each variant's best rate, the failures one step above).
 * ``group_verdicts``: the 27-row family's group rows and step-size controls in the course's verdict format (gap,
   seeds lower and higher, t against its Holm threshold, verdict); the 21 per-variant rows folded.
-* ``race_checks``: one line per check of the verdict (longer runs, stalled runs, the seeds without them, the
-  output size at the start, optional stopping), each full table folded.
+* ``section_readout`` (``Readout``): the section in view as one verdict line and the group rows; every check
+  (the other rows, the sweep, stalled runs, the output size at the start, longer runs and optional stopping, the
+  CPU kernels) a fold with its one-line verdict in view (``text/plain`` holds every line).
 * ``kernel_note``: what the notebook shows of the three kernel lines below: one line (the live reruns against
   their stored curves, and whether any verdict of the family moves when the tuned arm's seeds 0-14 come from
   another CPU kernel), the three lines folded. Why it matters: a tuned run near the failure cliff can take off at
@@ -37,12 +38,13 @@ import torch
 
 from helpers.ffn import VARIANT_NAMES
 from helpers.gating import (DENSE, GATED_NO_SIGMOID, GROUP, LrSweep, VariantComparison, block_gaps, failed_runs,
-                            init_output_rms, load_race, output_size_family, split_stalled_seeds, sweep_gap_lines,
-                            sweep_table)
+                            init_output_rms, load_race, long_runs, output_size_family, split_stalled_seeds, stalled,
+                            step_size_gains, sweep_gap_lines, sweep_table)
 from helpers.precision import bound
 from helpers.stats import Verdict, holm, holm_table
 
-__all__ = ["Folded", "tuning_summary", "group_verdicts", "race_checks", "kernel_lines", "kernel_move_line",
+__all__ = ["Folded", "tuning_summary", "group_verdicts", "Readout", "section_readout", "kernel_lines",
+           "kernel_move_line",
            "kernel_verdict_line", "kernel_note", "KERNEL_PATHS", "DEFAULT_KERNEL_TUNED_PATH"]
 
 #: The tuned race's gated (not GLU) runs on seeds 0-4, trained on two CPU kernels (``ATEN_CPU_CAPABILITY``).
@@ -114,60 +116,95 @@ def group_verdicts(verdicts: Mapping[str, Verdict]) -> Folded:
     return Folded(lines + folded, shown=len(lines), label=f"the other {len(rest)} rows (click)")
 
 
-@dataclass(frozen=True)
-class _Check:
-    line: str
-    details: list[str] = field(default_factory=list)
+@dataclass
+class Readout:
+    """Section 6.2 in view: ``verdict`` (one line) and ``table`` shown; each fold ``(summary, body)`` shows its
+    one-line ``summary`` and hides ``body`` in an HTML ``<details>`` block. ``text/plain`` holds every line (so a
+    strict nbval run checks the folded numbers too); Jupyter shows the HTML."""
+
+    verdict: str
+    table: str
+    folds: list[tuple[str, str]]
+
+    def __repr__(self) -> str:
+        return "\n".join([self.verdict, self.table] + [f"[{s}]\n{b}" for s, b in self.folds])
+
+    def _repr_html_(self) -> str:
+        def pre(text: str) -> str:
+            return "<pre>" + html.escape(text) + "</pre>"
+        return pre(f"{self.verdict}\n{self.table}") + "".join(
+            f"<details><summary>{html.escape(s)}</summary>{pre(b)}</details>" for s, b in self.folds)
 
 
-def race_checks(tuned: VariantComparison, slow_arms: Mapping[str, VariantComparison], long: VariantComparison,
-                long_gap: float, matched: Mapping[str, VariantComparison], matched_gap: float,
-                stall_threshold: float = 4.0) -> Folded:
-    """Section 6.2's checks of its verdict, one line each (full tables folded).
+def section_readout(race: VariantComparison, arms: Mapping[str, VariantComparison], reruns: Sequence[tuple[str, float]],
+                    matched: Mapping[str, VariantComparison], matched_gap: float, family_fn,
+                    stall_threshold: float = 4.0) -> Readout:
+    """Section 6.2 read in short: one verdict line, the group rows of the Holm family as the table, and six folds.
 
     Args:
-        tuned: the tuned arm (seeds 0-89). slow_arms: ``"lr 0.005"`` (seeds 0-59) and the other shared-rate arms.
-        long: the stored 300-step runs at lr 0.005; long_gap: their largest gap (nats) to the race over steps 0-100.
-        matched: ``helpers.gating.init_rms_controls()``; matched_gap: one of them retrained here against its file.
-        stall_threshold: a run still above this many nats at step 100 has not taken off (ln 152 ≈ 5.0).
+        race: ``helpers.gating.load_race()``; arms: ``race_arms(race)`` (``"lr 0.005"``, ``"lr 0.01"``, seeds
+            0-59; ``"tuned"``, seeds 0-89). reruns: ``(label, largest gap in nats)`` of stored runs retrained live.
+        matched: ``init_rms_controls()``; matched_gap: one of its runs retrained live against its file (nats).
+        family_fn: ``race_family_with_controls`` (the 27-row family: 8 rows per arm, 3 step-size controls).
+        stall_threshold: a tuned run still above this many nats at step 100 has not taken off (ln 152 ≈ 5.0).
+    Folds: the 21 per-variant rows; the learning-rate sweep; runs that stall; the output size at the start (own
+    Holm family of 9); longer runs and optional stopping; the CPU kernels.
     """
-    checks = []
-    ends = ", ".join(f"{VARIANT_NAMES[v]} {float(long.final(v).max()):.2f}" for v in long.variants)
-    checks.append(_Check(f"longer runs ({long.eval_steps[-1]} steps, lr {long.lr(long.variants[0]):g}, seeds "
-                         f"{long.seeds[0]}-{long.seeds[-1]}): highest loss at the end {ends} nats; first 100 steps "
-                         f"as stored {bound(long_gap, 0.01)}"))
-    split = split_stalled_seeds(tuned, threshold=stall_threshold)
-    checks.append(_Check(
-        f"stalled (tuned runs above {stall_threshold:g} nats at step 100): {split.seeds} of {len(tuned.seeds)} seeds "
-        f"hold one among the gap's 7 variants; sd of the per-seed gap {split.sd_stuck:.1f} nats on them, "
-        f"{split.sd_rest:.2f} on the other {split.rest_gap.n}",
-        [f"tuned runs above {stall_threshold:g} nats at step 100, of {len(tuned.seeds)}: "
-         + ", ".join(f"{VARIANT_NAMES[v]} {n}" for v, n in split.stuck.items())
-         + f" ({split.seeds_any} seeds with GLU's)"]))
-    rest = split.rest_gap
-    checks.append(_Check(f"tuned without those {split.seeds} seeds (post hoc, outside the family): {rest.mean:+.3f} "
-                         f"nats, {rest.lower} lower, {rest.higher} higher of {rest.n}, t {rest.t:+.2f}"))
-    family = output_size_family(slow_arms["lr 0.005"], matched)
+    verdicts = {v.name: v for v in holm(family_fn(arms))}
+    tuned, slow, fast = (verdicts[f"{GROUP}, {a}"] for a in ("tuned", "lr 0.005", "lr 0.01"))
+    gains = step_size_gains(arms["lr 0.005"])
+    verdict = (f"verdict: tuned, {tuned.comparison.n} seeds: {GROUP} {tuned.comparison.mean:+.3f} nats, "
+               f"{tuned.verdict}; at lr 0.005 and 0.01 gated leads ({slow.comparison.mean:+.3f}, "
+               f"{fast.comparison.mean:+.3f}) by about what lr ×1.05 buys each group ("
+               + ", ".join(f"{p.mean:+.3f}" for p in gains.values()) + ")")
+    grouped = group_verdicts(verdicts)
+    table = "\n".join(grouped.lines[:grouped.shown])
+    rest = grouped.lines[grouped.shown + 1:]
+    folds = [(f"the family's other {len(rest)} rows, each variant − ReLU per arm: "
+              f"{sum(v.resolved for k, v in verdicts.items() if not k.startswith(GROUP))} resolved",
+              "\n".join(rest))]
+    sweep = tuning_summary(race.lr_sweep)
+    folds.append((sweep.lines[0], "\n".join(sweep.lines[1:])))
+    split = split_stalled_seeds(arms["tuned"], threshold=stall_threshold)
+    r = split.rest_gap
+    ends = [f"runs above 1 nat at step {res.eval_steps[-1]} (of {len(res.seeds)}), {label}: "
+            + ", ".join(f"{VARIANT_NAMES[v]} {n}" for v, n in stalled(res).items())
+            for label, res in [("lr 0.005, seeds 0-29", race.at_shared_lr), ("tuned, seeds 0-29", race)]]
+    folds.append((f"stalled: {split.seeds} of {len(arms['tuned'].seeds)} tuned seeds hold a run above "
+                  f"{stall_threshold:g} nats at step 100; without them {r.mean:+.3f} nats (post hoc, t {r.t:+.2f})",
+                  "\n".join([f"sd of the per-seed gap: {split.sd_stuck:.1f} nats on those seeds, {split.sd_rest:.2f} "
+                             f"on the other {r.n}; without them {r.lower} lower, {r.higher} higher of {r.n}",
+                             f"tuned runs above {stall_threshold:g} nats at step 100, of {len(arms['tuned'].seeds)}: "
+                             + ", ".join(f"{VARIANT_NAMES[v]} {n}" for v, n in split.stuck.items())
+                             + f" ({split.seeds_any} seeds with GLU's)", *ends])))
+    family = output_size_family(arms["lr 0.005"], matched)
     judged = {v.name: v for v in holm(family)}
-    group = judged[f"matched {GROUP}"]
-    c = group.comparison
-    rms = {v: float(r.mean()) for v, r in init_output_rms(seeds=range(5)).items()}
+    c = judged[f"matched {GROUP}"]
+    rms = {v: float(x.mean()) for v, x in init_output_rms(seeds=range(5)).items()}
     scales = ", ".join(f"{VARIANT_NAMES[v]} ×{runs.settings['w2_scale'][v]:.2f}" for v, runs in matched.items())
-    checks.append(_Check(
-        f"output size at the start, W2 scaled to ReLU's (lr 0.005, seeds 0-29; own Holm family of {len(family)}, "
-        f"{sum(v.resolved for v in judged.values())} resolved): matched {GROUP} {c.mean:+.3f} nats, {c.lower} lower "
-        f"of {c.n}, t {c.t:+.2f} vs {group.threshold:.2f} → {group.verdict}",
-        [f"FFN output RMS at initialisation, seeds 0-4: gated (not GLU) "
-         f"{np.mean([rms[v] for v in GATED_NO_SIGMOID]):.2f}, dense {np.mean([rms[v] for v in DENSE]):.2f}, "
-         f"ReLU {rms['relu']:.2f}; W2 multiplied: {scales}",
-         f"one matched run retrained here: largest gap to the stored curve {bound(matched_gap, 0.01)} nats",
-         *holm_table(family, unit=" nats", digits=3).splitlines()]))
-    blocks = block_gaps({"tuned": tuned})["tuned"]
-    checks.append(_Check("optional stopping: each arm grew after its first 30 seeds were seen; tuned gap per block "
-                         "of 30 seeds: " + ", ".join(f"{b.mean:+.2f}" for b in blocks) + " nats"))
-    lines = ["checks, one line each:"] + ["  " + k.line for k in checks]
-    details = [d for k in checks for d in k.details]
-    return Folded(lines + details, shown=len(lines), label="their tables (click)")
+    folds.append((f"output size at the start, W2 scaled to ReLU's (lr 0.005, seeds 0-29; another question, so its "
+                  f"own Holm family of {len(family)}): gated still "
+                  f"{c.comparison.mean:+.3f} nats, t {c.comparison.t:+.2f} vs {c.threshold:.2f} → {c.verdict}",
+                  "\n".join([f"FFN output RMS at initialisation, seeds 0-4: gated (not GLU) "
+                             f"{np.mean([rms[v] for v in GATED_NO_SIGMOID]):.2f}, dense "
+                             f"{np.mean([rms[v] for v in DENSE]):.2f}, ReLU {rms['relu']:.2f}; W2 multiplied: {scales}",
+                             f"one matched run retrained here: largest gap to the stored curve "
+                             f"{bound(matched_gap, 0.01)} nats",
+                             holm_table(family, unit=" nats", digits=3)])))
+    long = long_runs()
+    first = long.eval_steps.index(100) + 1
+    long_gap = max(float((long.curves[v][:, :first] - race.at_shared_lr.select(long.seeds).curves[v]).abs().max())
+                   for v in long.variants)
+    blocks = block_gaps({"tuned": arms["tuned"]})["tuned"]
+    folds.append(("optional stopping: each arm grew after its first 30 seeds were seen; tuned gap per block of 30: "
+                  + ", ".join(f"{b.mean:+.2f}" for b in blocks) + " nats",
+                  f"longer runs ({long.eval_steps[-1]} steps, lr {long.lr(long.variants[0]):g}, seeds "
+                  f"{long.seeds[0]}-{long.seeds[-1]}): highest loss at the end "
+                  + ", ".join(f"{VARIANT_NAMES[v]} {float(long.final(v).max()):.2f}" for v in long.variants)
+                  + f" nats; their first 100 steps as stored {bound(long_gap, 0.01)}"))
+    note = kernel_note(reruns, arms, family_fn)
+    folds.append((note.lines[0], "\n".join(note.lines[1:])))
+    return Readout(verdict, table, folds)
 
 
 def kernel_lines(reruns: Sequence[tuple[str, float]]) -> str:

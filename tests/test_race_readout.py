@@ -48,3 +48,18 @@ def test_kernel_note_shows_one_line_and_folds_the_kernel_lines():
     assert "\n" not in shown and "all within 0.01 nats" in shown and "0 of 27 verdicts change" in shown
     assert "CPU kernel" in note._repr_html_() and "retrained here: largest gap" in note._repr_html_()
     assert "not all within" in repr(kernel_note([("x", 0.5)], arms, race_family_with_controls))
+
+
+def test_section_readout_shows_one_verdict_and_one_table_and_folds_every_check():
+    from helpers.gating import init_rms_controls
+    from helpers.race_readout import section_readout
+    race = load_race()
+    arms = race_arms(race)
+    r = section_readout(race, arms, [("ReLU, tuned seed 2", 0.001)], init_rms_controls(), 0.001,
+                        race_family_with_controls)
+    assert "\n" not in r.verdict and "+0.062 nats, not resolved" in r.verdict and "-0.093, -0.089" in r.verdict
+    assert r.table.startswith("one Holm family of 27 rows, 6 resolved") and len(r.table.splitlines()) == 7
+    assert len(r.folds) == 6 and all("\n" not in s for s, _ in r.folds)
+    page, plain = r._repr_html_(), repr(r)
+    assert page.count("<details>") == 6 and "12 of 90 tuned seeds" in page
+    assert all(b in plain for _, b in r.folds) and "+0.108 nats" in plain and "over 9 comparisons" in plain

@@ -747,7 +747,10 @@ check_frozen_saved = Exercise(
         "(GEGLU, SwiGLU: 3 tensors; dense GELU, Swish: a only).",
         -1, ("gelu", "swish", "geglu", "swiglu"), [("gelu", "swish"), ("geglu", "swiglu")])
     + [("for GLU: σ's derivative comes from its output, σ(a)·(1 − σ(a)), so a is not needed: GLU keeps σ(a) and "
-        "b (2 tensors of d_ff), as ReGLU keeps ReLU(a) and b.", _frozen_wrong(lambda v, d, f: f if v == "glu" else 0))],
+        "b (2 tensors of d_ff), as ReGLU keeps ReLU(a) and b.", _frozen_wrong(lambda v, d, f: f if v == "glu" else 0)),
+       ("for Bilinear: the product a·b saves both its factors for its backward, a for b's gradient and b for a's, "
+        "so a (which is φ(a) here) and b are 2 tensors of d_ff.",
+        _frozen_wrong(lambda v, d, f: -f if v == "bilinear" else 0))],
     kind="investigate",
     domain=FROZEN_DOMAIN,
     returns=python_int(),
