@@ -146,10 +146,10 @@ if __name__ == "__main__":
 
 
 def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> _ko.Folded:
-    """Section 6 read in short: ``knockout_runs.verdict_line`` shown; folded: activity silenced by own and other,
-    what "other" is made of (``split``: ``load()``), how well the matched sets match, the full Holm grid with
-    the widest gap the unresolved cells allow, the same verdicts at 20 and 80 neurons per set, and own's
-    fact-specific neurons against its shared ones."""
+    """Section 6 read in short: the Holm table of every set − other (``knockout_runs.family``) shown; folded: the
+    length activity-matched and other remove, activity silenced by own and other, what "other" is made of
+    (``split``: ``load()``), how well the matched sets match, the widest gap the unresolved cells allow, the same
+    verdicts at 20 and 80 neurons per set, and own's fact-specific neurons against its shared ones."""
     import statistics
     from helpers.precision import bound
     from helpers.stats import holm, holm_table, interval
@@ -163,7 +163,11 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     size_gap = [sum(runs[s]["size gap below 1e-4"][j] for s in seeds) for j in (0, 1)]
     widest = max(abs(x) for v in holm(fam) if not v.resolved for x in interval(v.comparison, 0.05 / len(fam)))
     same = _ko.same_verdicts(site_names, seeds)
-    lines = [_ko.verdict_line(fam, site_names),
+    table = holm_table(fam, compact=True)
+    lines = ["drop in P(right answer), set − other, paired by seed, 10 seeds:", *table.splitlines(),
+             "length removed, activity-matched | other: " + ", ".join(
+                 f"{site} {mean_of_seeds(site, 'activity-matched', 'size removed'):.1f} | "
+                 f"{mean_of_seeds(site, 'other', 'size removed'):.1f}" for site in site_names),
              "activity silenced, own | other: " + ", ".join(
                  f"{site} {mean_of_seeds(site, 'own', 'activity silenced'):.0f} | "
                  f"{mean_of_seeds(site, 'other', 'activity silenced'):.0f}" for site in site_names),
@@ -172,11 +176,9 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
              f"matched sets: activity-matched − other, activity silenced: max "
              f"{bound(max(runs[s]['matched activity gap'] for s in seeds), 1e-4)}; size-matched − other, size "
              f"removed: < 1e-4 in {size_gap[0] / size_gap[1]:.1%} of fact-site pairs",
-             "Is it the neurons or the length? Drop in P(right answer), set − other, 10 seeds:",
-             _ko.grid(fam, site_names),
              f"  not resolved: the seeds allow gaps within ±{widest:.3f} (95 % jointly)",
              "  the same verdict as at 40 neurons per set: " + ", ".join(f"{k} of {len(fam)} at {n}"
                                                                         for n, k in same.items()),
              "Among own's neurons, do the fact-specific ones hurt more? Own only − shared, at equal length:",
              holm_table(family(split, site_names, seeds), compact=True)]
-    return _ko.Folded(lines)
+    return _ko.Folded(lines, shown=1 + len(table.splitlines()), label="the checks behind this table (click)")

@@ -161,3 +161,15 @@ def test_right_capital_first_counts_countries_times_seeds():
     models = {0: load_fact_model(data, seed=0)[0]}
     right = edit_budget.right_capital_first(models, data, [0], templates=("the capital of {} is",))
     assert right == {"the capital of {} is": "152 of 152"}                # the training wording: always right
+
+
+def test_paraphrase_readout_shows_four_judged_rows_and_folds_seed_0():
+    sites, answers = edit_budget.load_sites(), edit_budget.load_answers()
+    right = {t: "0 of 1,520" for t in (edit_budget.PARAPHRASE, *edit_budget.MORE_PARAPHRASES)}
+    live0 = {"language first": 32, "P(true) before": 4e-9, "new first": 0, "new first of capitals": 3,
+             "P(new) after": 3e-8}
+    out = edit_budget.paraphrase_readout(live0, answers, right, sites, range(10))
+    shown = repr(out).splitlines()
+    assert len(shown) == 3 + 4 and shown[3].lstrip().startswith("held out:")
+    assert all(line.rstrip().endswith(("higher", "lower", "not resolved")) for line in shown[3:])
+    assert "median P(new capital) 3e-08" in out._repr_html_()

@@ -77,10 +77,12 @@ def test_grid_prints_one_line_per_set_with_every_verdict_of_the_family():
     assert marks == sum(v.resolved for v in holm(fam)) and str(len(fam)) in lines[0]
 
 
-def test_readout_shows_one_verdict_line_and_folds_the_checks():
+def test_readout_shows_the_holm_table_and_folds_the_checks():
     from helpers import knockout_split
     site_names = ["L0 subject", "L0 last word", "L1 last word"]
     out = knockout_split.readout(knockout_runs.load(), knockout_split.load(), site_names, range(10))
-    assert repr(out).count("\n") == 0 and repr(out).startswith("set − other at 3 sites, 10 seeds, Holm over 15: own higher at 3 of 3 (")
+    shown = repr(out).splitlines()
+    assert len(shown) == 2 + 15 and "Holm's step-down over 15 comparisons" in shown[1]
+    assert sum("activity-matched − other" in line for line in shown) == 3 and all(" vs " in line for line in shown[2:])
     html = out._repr_html_()
     assert "<details>" in html and "own only − shared" in html and "15 of 15 at 20" in html
