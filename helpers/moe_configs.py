@@ -339,6 +339,5 @@ def deepseekmoe_diagram(n_routed: int = 16, chosen: Sequence[int] = (2, 7, 12)):
     arrow((9.6, 0), (10.2, 0))
     ax.text(0.1, -2.45, "$b_i$: one number per expert, nudged by ±γ after each step by its load; it enters the "
                         "choice only, never the gates $g_i$ (section 3)", fontsize=9.5, color="0.25")
-    ax.set_title("DeepSeekMoE's layer drawn with DeepSeek-V3's router (section 4 trains it with a softmax router;\n"
-                 "y is added to x by the residual)", fontsize=11.5)
+    ax.set_title("DeepSeekMoE's layer with DeepSeek-V3's router", fontsize=11.5)
     return fig

@@ -216,8 +216,8 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
     share right on the same seeds, drawn as a star at 300 steps (bar: lowest to highest seed) and a dotted line
     across (``None``: no stars). ``colors``, ``styles``: one per key of ``run.right``; ``title``: instead of the
     default (the seeds are named in either). ``loss_panel``: a second panel (``fig.axes[1]``) with the answer loss
-    on a linear scale, the line the arithmetic mean over the seeds (the mean the paired verdicts test), the band the
-    lowest to the highest seed."""
+    on a log scale, the line the arithmetic mean over the seeds (the mean the paired verdicts test), the band the
+    lowest to the highest seed (the notebook's text says so: no prose in the titles)."""
     import matplotlib.pyplot as plt
 
     if loss_panel:
@@ -238,14 +238,14 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
     ax.set_xticks(marks, [f"{m:,}" for m in run.marks])
     ax.set(xlabel="training step (log scale)", ylabel="facts answered right (%)",
            title=(title or "Dense FFNs trained longer against the MoEs at 300 steps")
-           + f" (seeds {run.seeds[0]}–{run.seeds[-1]};\nline: mean, band: lowest to highest seed)")
+           + f" (seeds {run.seeds[0]}–{run.seeds[-1]})")
     ax.legend(frameon=False, fontsize=8, loc="lower right")
     if loss_panel:
         for (key, loss), color, style in zip(run.loss.items(), colors, styles):
             ax_loss.plot(marks, loss.mean(1).numpy(), color=color, ls=style, marker="o", ms=4, label=key)
             ax_loss.fill_between(marks, loss.min(1).values.numpy(), loss.max(1).values.numpy(), color=color, alpha=0.12)
-        ax_loss.set(xscale="log", ylim=(0, None), xlabel="training step (log scale)", ylabel="answer loss (nats)",
-                    title="the same runs' answer loss\n(line: arithmetic mean, band: lowest to highest seed)")
+        ax_loss.set(xscale="log", yscale="log", xlabel="training step (log scale)",
+                    ylabel="answer loss (nats, log scale)", title="the same runs' answer loss")
         ax_loss.set_xticks(marks, [f"{m:,}" for m in run.marks])
     fig.tight_layout()
     return fig
