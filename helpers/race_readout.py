@@ -155,8 +155,8 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
     gains = step_size_gains(arms["lr 0.005"])
     verdict = (f"verdict: tuned, {tuned.comparison.n} seeds: {GROUP} {tuned.comparison.mean:+.3f} nats, "
                f"{tuned.verdict}; at lr 0.005 and 0.01 gated leads ({slow.comparison.mean:+.3f}, "
-               f"{fast.comparison.mean:+.3f}) by about what lr ×1.05 buys each group ("
-               + ", ".join(f"{p.mean:+.3f}" for p in gains.values()) + ")")
+               f"{fast.comparison.mean:+.3f}); at 0.005 about what lr ×1.05 buys each group ("
+               + ", ".join(f"{p.mean:+.3f}" for p in gains.values()) + "; not run at 0.01)")
     grouped = group_verdicts(verdicts)
     table = "\n".join(grouped.lines[:grouped.shown])
     rest = grouped.lines[grouped.shown + 1:]
