@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,11 +42,13 @@ from helpers.facts import load_facts, make_dataset
 from helpers.memory import collect
 from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["NEURON_DICTIONARY_PATH", "LABELS", "neuron_activations", "top_neurons", "off_axis",
+__all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
            "neuron_family", "main"]
 
 NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dictionary.json"
+#: the same runs 10× longer at rate 0.01 (its ``command`` inside): does the used count grow with training?
+NEURON_DICTIONARY_LONG_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_long.json")
 LABELS = ("relation", "answer", "slot")
 UNITS = {"dictionary": "dictionary on the neurons", "neurons": "the neurons themselves",
          "random": "random dictionary on the neurons"}
@@ -78,12 +81,13 @@ def off_axis(dictionary: TopKDictionary, a: torch.Tensor, threshold: float = 0.9
 
 
 def train_neuron_dictionaries(activations: Sequence[torch.Tensor], train: torch.Tensor, seeds: Sequence[int],
-                              steps: int = RECIPE["steps"], progress: bool = True) -> list[TopKDictionary]:
+                              steps: int = RECIPE["steps"], progress: bool = True,
+                              lr: float = ARM_LR["sae_x"]) -> list[TopKDictionary]:
     """One random-start TopK autoencoder per (activation set, seed), in that order, all trained side by side;
     ``activations``: ``(n_prefixes, d_ff)`` tensors, fitted on their ``train`` rows."""
     fit = torch.stack([a[train] for a in activations for _ in seeds])              # (sets × seeds, N, d_ff)
     return train_dictionaries(fit, fit, RECIPE["n_features"], RECIPE["k"], list(seeds) * len(activations),
-                              steps=steps, lr=ARM_LR["sae_x"], batch_size=RECIPE["batch_size"], start="random",
+                              steps=steps, lr=lr, batch_size=RECIPE["batch_size"], start="random",
                               dtype=torch.float64, progress=progress, desc="dictionaries on the neurons")
 
 
@@ -107,13 +111,13 @@ def judge(dictionary: TopKDictionary, a: torch.Tensor, train: torch.Tensor, test
 
 
 def neuron_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = range(5), steps: int = RECIPE["steps"],
-                layer: int = 1) -> dict:
+                layer: int = 1, lr: float = ARM_LR["sae_x"]) -> dict:
     """``{model: [entry per seed]}`` (entries: ``judge``), every dictionary trained side by side."""
     data = make_dataset(load_facts())
     p = fact_prefixes(data)
     train, test = layer_data(data, p, models[0], layer)[2:]                          # the study's split
     acts = [neuron_activations(load_fact_model(data, seed=m)[0].double(), data, p, layer) for m in models]
-    trained = train_neuron_dictionaries(acts, train, seeds, steps)
+    trained = train_neuron_dictionaries(acts, train, seeds, steps, lr=lr)
     seeds = list(seeds)
     return {str(m): [judge(trained[i * len(seeds) + j], a, train, test, p, s) for j, s in enumerate(seeds)]
             for i, (m, a) in enumerate(zip(models, acts))}
@@ -148,12 +152,22 @@ def neuron_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def run_summary(runs: dict) -> str:
+    """One printable line for a file of runs: its steps and rate, the used and off-axis features' range over
+    every (model, seed), and the held-out FVU averaged over the models."""
+    used = [e["used"] for v in runs["models"].values() for e in v]
+    off = [e["off_axis"] for v in runs["models"].values() for e in v]
+    held = _per_model(runs, lambda e: e["held_out"]["dictionary"])
+    return (f"{runs['steps']:,} steps at rate {runs['lr']:g}: features used {min(used)}–{max(used)} "
+            f"(off every neuron axis {min(off)}–{max(off)}), held-out FVU {100 * sum(held) / len(held):.2f} %")
+
+
 def neuron_pca(data, prefixes, train: torch.Tensor, test: torch.Tensor, models: Sequence[int] = MODELS,
                rank: int = RECIPE["k"]) -> list[float]:
     """The dense control for the dictionary on the neurons: per model, the held-out FVU of the top ``rank``
     principal directions of the 192 neuron activations (fitted on the ``train`` prefixes, judged on ``test``).
-    The activations are a function of a 48-dimensional input, so a few dense directions already hold most of
-    their variance: the dictionary must beat this, not only the neurons' own 8-sparse code."""
+    The activations have full rank, but their variance is concentrated in a few directions, so 8 dense ones
+    already hold most of it: the dictionary must beat this, not only the neurons' own 8-sparse code."""
     return [pca_fvu(*(neuron_activations(load_fact_model(data, seed=m)[0].double(), data, prefixes, 1)[rows]
                       for rows in (train, test)), rank) for m in models]
 
@@ -180,12 +194,15 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
     parser.add_argument("--seeds", type=int, default=5, help="dictionary seeds per model")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
+    parser.add_argument("--lr", type=float, default=ARM_LR["sae_x"])
     parser.add_argument("--out", type=Path, default=NEURON_DICTIONARY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    runs = neuron_runs(args.models, range(args.seeds), args.steps)
-    out = {"command": "python -m helpers.neuron_dictionary", "seeds": list(range(args.seeds)), "steps": args.steps,
-           "lr": ARM_LR["sae_x"], "models": _r(runs)}
+    runs = neuron_runs(args.models, range(args.seeds), args.steps, lr=args.lr)
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = " ".join(["python -m helpers.neuron_dictionary", *given])
+    out = {"command": command, "seeds": list(range(args.seeds)), "steps": args.steps,
+           "lr": args.lr, "models": _r(runs)}
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return args.out
 

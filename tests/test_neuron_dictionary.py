@@ -4,8 +4,9 @@ import torch
 
 from helpers.dictionary import TopKDictionary
 from helpers.dictionary_study import MODELS
-from helpers.neuron_dictionary import (LABELS, NEURON_DICTIONARY_PATH, load_neuron_dictionary, main, neuron_family,
-                                       neuron_table, off_axis, top_neurons)
+from helpers.neuron_dictionary import (LABELS, NEURON_DICTIONARY_LONG_PATH, NEURON_DICTIONARY_PATH,
+                                       load_neuron_dictionary, main, neuron_family, neuron_table, off_axis,
+                                       run_summary, top_neurons)
 
 
 def test_a_small_run_writes_every_field(tmp_path):
@@ -18,6 +19,7 @@ def test_a_small_run_writes_every_field(tmp_path):
         assert all(0 <= entry["tracking"][unit][label] <= 1 for label in LABELS)
     assert entry["tracking"]["neurons"]["judged"] == 192
     assert 0 <= entry["off_axis"] <= entry["used"] <= 256
+    assert runs["command"].endswith("--steps 5 --out " + str(tmp_path / "n.json"))     # the command that made it
 
 
 def test_top_neurons_keeps_the_k_farthest_from_the_mean_and_puts_the_rest_at_it():
@@ -60,3 +62,12 @@ def test_pca_control_is_a_dense_fit_the_dictionary_must_beat_and_joins_the_famil
     runs = load_neuron_dictionary()
     family = neuron_family(runs, pca * len(runs["models"]))
     assert "held-out FVU: dictionary − PCA-8 of the neurons" in family and len(family) == len(neuron_family(runs)) + 1
+
+
+def test_the_longer_run_is_ten_times_the_steps_on_the_same_models_and_seeds():
+    short, long = load_neuron_dictionary(NEURON_DICTIONARY_PATH), load_neuron_dictionary(NEURON_DICTIONARY_LONG_PATH)
+    assert long["steps"] == 10 * short["steps"] and long["lr"] == 0.01
+    assert long["seeds"] == short["seeds"] and set(long["models"]) == set(short["models"])
+    assert "--steps 10000 --lr 0.01" in long["command"]
+    line = run_summary(long)
+    assert line.startswith("10,000 steps at rate 0.01: features used ") and line.endswith(" %")
