@@ -1,20 +1,21 @@
-"""Does a gated FFN fit a product of two input directions better than a dense FFN of the same size? (notebook 04)
+"""Does a gated FFN fit products of input directions better than a dense FFN of the same size? (notebook 04)
 
-Section 4 shows one gated unit computing ``φ(w1·x)·(w3·x)``, a product of two directions, which one dense unit
-cannot. This module tests the FFN-level version at matched parameters (``FFN.from_variant`` with ``d = 8``: dense
-width 32, gated width 21, biases on) on two noise-free targets ``R^8 -> R^8`` of Gaussian inputs:
+Section 4 shows one gated unit computing ``φ(w1·x)·(w3·x)``, a product of two directions. This module asks
+whether that shows at FFN level, at matched parameters (``d = 8``: dense width 32, gated width 21, biases on), on
+three noise-free targets ``R^8 -> R^8`` of Gaussian inputs, each built from 32 (or 64) random unit directions:
 
-* ``product``: ``y = Σ_j (x·u_j)(x·v_j) c_j`` over 32 random unit direction pairs ``(u_j, v_j)``: a Bilinear FFN
-  of width 32 without biases, the gated side's own function class;
-* ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 64 random unit directions (the same count of directions, no
-  product): a dense GELU FFN of width 64 without biases, the dense side's own class.
+* ``product``: ``y = Σ_j (x·u_j)(x·v_j) c_j``: a Bilinear FFN of width 32 without biases;
+* ``gate``: ``y = Σ_j ReLU(x·u_j)(x·v_j) c_j`` (same draws): a ReGLU FFN of width 32, the gate's own shape;
+* ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 64 directions, no product: a dense GELU FFN of width 64.
 
-Each target is scaled to unit variance per output over the test inputs. Every variant (GELU, ReLU, GEGLU, SwiGLU)
-is trained full batch with Adam on 512 inputs for ``STEPS`` steps; the score is the held-out error as a
-fraction of the target's variance, ``FVU = MSE / Var(y)`` on 2,048 fresh inputs. Within a seed, every variant
-sees the same target and data. Each variant's learning rate is its best of ``LRS`` (lowest mean log FVU) on the
-sweep seeds, chosen per target; the test seeds are others. Comparisons are paired over seeds on ``ln FVU``
-(a ratio of errors), judged with ``helpers.stats.holm`` over the family of ``family``.
+The arms: dense GELU and ReLU; dense FFNs with a squared activation, ``a²`` and squared ReLU (Primer), which form
+products without a gate since ``(u·x)(v·x) = ¼[((u+v)·x)² − ((u−v)·x)²]``; gated GEGLU and SwiGLU. Each target is
+scaled to unit variance per output over the test inputs. Every arm is trained full batch with Adam and a cosine
+schedule on 512 inputs for ``STEPS`` steps; the score is the held-out error as a fraction of the target's
+variance, ``FVU = MSE / Var(y)`` on 2,048 fresh inputs. Within a seed, every arm sees the same target and data.
+Each arm's learning rate is its best of ``LRS`` (lowest mean log FVU) on the sweep seeds, per target; the test
+seeds are others. Comparisons are paired over seeds on ``ln FVU`` (a ratio of errors), judged with
+``helpers.stats.holm`` over ``family``'s rows.
 
 Too slow to run live (a few minutes of CPU); made by
 
@@ -41,12 +42,14 @@ from helpers.stats import PairedDifference, holm, paired_difference
 DATA_PATH = Path(__file__).parent / "data" / "gate_product.json"
 D, N_TRAIN, N_TEST, PAIRS = 8, 512, 2048, 32
 STEPS = 1000
-LRS = (0.01, 0.03, 0.1, 0.3)
+LRS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 SWEEP_SEEDS = (100, 101, 102)
 TEST_SEEDS = tuple(range(12))
-DENSE, GATED = ("gelu", "relu"), ("geglu", "swiglu")
-VARIANTS = DENSE + GATED
-TARGETS = ("product", "control")
+DENSE, SQUARED, GATED = ("gelu", "relu"), ("square", "relu2"), ("geglu", "swiglu")
+VARIANTS = DENSE + SQUARED + GATED
+TARGETS = ("product", "gate", "control")
+ARM_NAMES = {"square": "a²", "relu2": "ReLU²"}          # the two arms ``helpers.ffn.VARIANTS`` does not name
+FLOOR = 1e-6                                           # float32 training's noise floor for an FVU
 
 
 def make_task(target: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -62,6 +65,8 @@ def make_task(target: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch
     x = torch.randn(N_TRAIN + N_TEST, D, generator=g, dtype=torch.float64)
     if target == "product":
         y = ((x @ u.T) * (x @ v.T)) @ c_prod                        # (N, PAIRS) products -> (N, D)
+    elif target == "gate":
+        y = (F.relu(x @ u.T) * (x @ v.T)) @ c_prod                  # (N, PAIRS) gated products -> (N, D)
     else:
         y = F.gelu(x @ w.T) @ c_ctrl                                  # (N, 2·PAIRS) single directions -> (N, D)
     y = y / y[N_TRAIN:].std(dim=0)
@@ -75,7 +80,10 @@ def _stacked_init(variant: str, seeds: Sequence[int]) -> list[torch.Tensor]:
     per_seed = []
     for seed in seeds:
         torch.manual_seed(seed)
-        ffn = FFN.from_variant(variant, D)                             # biases on; gated width int(8d/3)
+        if variant in SQUARED:                                         # dense width 4d, as ReLU's init
+            ffn = FFN(D, 4 * D, "relu", gated=False)
+        else:
+            ffn = FFN.from_variant(variant, D)                         # biases on; gated width int(8d/3)
         layers = [ffn.w1] + ([ffn.w3] if ffn.gated else []) + [ffn.w2]
         per_seed.append([t.detach().clone() for layer in layers for t in (layer.weight, layer.bias)])
     return [torch.stack(ts).requires_grad_(True) for ts in zip(*per_seed)]
@@ -83,7 +91,8 @@ def _stacked_init(variant: str, seeds: Sequence[int]) -> list[torch.Tensor]:
 
 def _forward(variant: str, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """``FFN.forward`` for S seeds at once: ``x (S, N, D) -> (S, N, D)``."""
-    act = get_activation(FFN_VARIANTS[variant][0])
+    act = {"square": torch.square, "relu2": get_activation("relu2")}.get(variant)
+    act = act or get_activation(FFN_VARIANTS[variant][0])
     lin = lambda w, b, z: torch.baddbmm(b.unsqueeze(1), z, w.transpose(1, 2))  # noqa: E731
     h = act(lin(params[0], params[1], x))
     if len(params) == 6:
@@ -122,8 +131,8 @@ def make(path: Path = DATA_PATH, steps: int = STEPS) -> dict:
             for t in TARGETS}
     runs = {t: {v: train(v, t, TEST_SEEDS, best[t][v], steps) for v in VARIANTS} for t in TARGETS}
     longer = {t: {v: train(v, t, TEST_SEEDS[:1], best[t][v], 2 * steps)[0] for v in VARIANTS} for t in TARGETS}
-    params = {v: FFN.from_variant(v, D).param_count() for v in VARIANTS}
-    result = {"made_by": "python -m helpers.gate_product", "steps": steps, "lrs": list(LRS),
+    params = {v: sum(t[0].numel() for t in _stacked_init(v, [0])) for v in VARIANTS}
+    result = {"made_by": "python -m helpers.gate_product", "steps": steps, "targets": list(TARGETS), "lrs": list(LRS),
               "sweep_seeds": list(SWEEP_SEEDS), "test_seeds": list(TEST_SEEDS), "params": params,
               "sweep": sweep, "best_lr": best, "runs": runs, "double_steps_seed0": longer}
     Path(path).write_text(json.dumps(result, indent=1) + "\n")
@@ -140,65 +149,61 @@ def log_fvu(result: dict, target: str, variant: str) -> torch.Tensor:
     return torch.tensor([math.log(r["test"]) for r in result["runs"][target][variant]], dtype=torch.float64)
 
 
-def group_mean(result: dict, target: str, variants: Sequence[str]) -> torch.Tensor:
-    """``(n_test_seeds,)``: the mean ln FVU of a group of variants, seed by seed."""
-    return torch.stack([log_fvu(result, target, v) for v in variants]).mean(dim=0)
+def arm_name(variant: str, names: dict[str, str]) -> str:
+    """A display name: ``names`` (e.g. ``helpers.ffn.VARIANT_NAMES``) or ``ARM_NAMES``."""
+    return ARM_NAMES.get(variant) or names[variant]
 
 
 def family(result: dict, names: dict[str, str]) -> dict[str, PairedDifference]:
-    """The section's family, paired over test seeds on ln FVU (negative: the first named is lower):
-    per target the group row (gated − dense) and the 4 gated − dense pairs, then the gating effect on the
-    product target minus that on the control (does gating help the product more?): 11 rows."""
+    """The section's family, paired over test seeds on ln FVU (negative: the first named is lower): per target,
+    each of a², ReLU², GEGLU and SwiGLU against GELU (the stronger plain dense FFN), and each gated FFN against
+    ReLU² (the stronger squared one): 18 rows. The ReLU arm is shown, not tested."""
     rows: dict[str, PairedDifference] = {}
-    gap = {}
-    for t in TARGETS:
-        gap[t] = group_mean(result, t, GATED) - group_mean(result, t, DENSE)
-        rows[f"{t}: gated − dense"] = paired_difference(group_mean(result, t, GATED), group_mean(result, t, DENSE))
-        for g in GATED:
-            for d in DENSE:
-                rows[f"{t}: {names[g]} − {names[d]}"] = paired_difference(log_fvu(result, t, g),
-                                                                           log_fvu(result, t, d))
-    rows["(product − control) of gated − dense"] = paired_difference(gap["product"], gap["control"])
+    for t in result["targets"]:
+        for a, b in [(v, "gelu") for v in SQUARED + GATED] + [(g, "relu2") for g in GATED]:
+            rows[f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"] = paired_difference(
+                log_fvu(result, t, a), log_fvu(result, t, b))
     return rows
 
 
+def _fvu(x: float) -> str:
+    return f"<{FLOOR:.0e}" if x < FLOOR else f"{x:.4f}"
+
+
+def _ratio(c: PairedDifference, floor: bool) -> str:
+    return "<1e-4" if floor else f"{math.exp(c.mean):#.2g}"
+
+
 def print_verdicts(result: dict, names: dict[str, str]) -> None:
-    """Print the table (each variant's rate, geometric-mean FVU over the test seeds, and seed 0 at 1× and 2× the
-    steps) and the family's Holm verdicts: each gated variant against GELU (the stronger dense FFN) with its
-    per-seed error ratio, the group rows and the product-minus-control row, the pairs against ReLU as a count."""
-    seeds = result["test_seeds"]
-    print(f"held-out error ÷ target variance, geometric mean over seeds {seeds[0]}-{seeds[-1]}; parameters: "
-          + ", ".join(f"{names[v]} {result['params'][v]}" for v in VARIANTS))
-    sweep = result["sweep_seeds"]
-    print("lr: each arm's best of " + ", ".join(f"{lr:g}" for lr in result["lrs"])
-          + f" on seeds {sweep[0]}-{sweep[-1]}, per target")
-    print(f"{'':<8}" + "".join(f"{t + ': lr, error (seed 0 at 1×, 2× steps)':>44}" for t in TARGETS))
+    """Print each arm's held-out FVU per target (geometric mean over test seeds, with its rate) and the family's
+    Holm verdicts as a table: error ÷ GELU's (per-seed ratio, geometric mean), seeds lower/higher, verdict."""
+    seeds, sweep, targets = result["test_seeds"], result["sweep_seeds"], result["targets"]
+    print(f"FVU (held-out error ÷ target variance) after {result['steps']:,} steps, geometric mean over seeds "
+          f"{seeds[0]}-{seeds[-1]}; <{FLOOR:.0e}: float32's floor")
+    print(f"lr: each arm's best of {', '.join(f'{lr:g}' for lr in result['lrs'])} on seeds {sweep[0]}-{sweep[-1]}")
+    print(f"{'arm (parameters)':<18}" + "".join(f"{t + ': FVU, lr':>22}" for t in targets))
     for v in VARIANTS:
-        cells = ""
-        for t in TARGETS:
-            one, two = result["runs"][t][v][0]["test"], result["double_steps_seed0"][t][v]["test"]
-            cells += (f"{result['best_lr'][t][v]:>17} {math.exp(float(log_fvu(result, t, v).mean())):>8.4f} "
-                      f"({one:.4f}, {two:.4f})")
-        print(f"{names[v]:<8}{cells}")
+        cells = "".join(f"{_fvu(math.exp(float(log_fvu(result, t, v).mean()))):>14}  {result['best_lr'][t][v]:<6g}"
+                        for t in targets)
+        print(f"{arm_name(v, names) + ' (' + str(result['params'][v]) + ')':<18}{cells}".rstrip())
     verdicts = {v.name: v for v in holm(family(result, names))}
-    width = max(len(k) for k in verdicts)
-    print(f"against GELU, the stronger dense FFN: per-seed error ratio, geometric mean (range over {len(seeds)} "
-          f"seeds); Holm over the family's {len(verdicts)} rows")
-    for t in TARGETS:
-        for g in GATED:
-            v = verdicts[f"{t}: {names[g]} − {names['gelu']}"]
-            ratio = (log_fvu(result, t, g) - log_fvu(result, t, "gelu")).exp()
-            c = v.comparison
-            print(f"  {t}: {names[g]} ÷ GELU ×{math.exp(c.mean):#.2g} ({float(ratio.min()):#.2g} to "
-                  f"{float(ratio.max()):#.2g}), lower in {c.lower}, higher in {c.higher} of {c.n}  → {v.verdict}")
-    for k, v in verdicts.items():
-        if "gated" in k:
-            print(v.line(width, digits=2, t_cap=20, compact=True)
-                  + f"   (error ratio ×{math.exp(v.comparison.mean):.2g})")
-    relu = [v for k, v in verdicts.items() if k.endswith(names["relu"])]
-    print("against ReLU, per target: " + "; ".join(
-        f"{t}: gated lower in {sum(v.verdict == 'lower' and v.name.startswith(t) for v in relu)}, higher in "
-        f"{sum(v.verdict == 'higher' and v.name.startswith(t) for v in relu)} of 2 pairs" for t in TARGETS))
+    print(f"error ÷ the other arm's, per seed, geometric mean; seeds lower/higher of {len(seeds)}; Holm over "
+          f"{len(verdicts)} rows")
+    print((f"{'':<18}" + "".join(f"{t:^29}" for t in targets)).rstrip())
+    pairs = [(v, "gelu") for v in SQUARED + GATED] + [(g, "relu2") for g in GATED]
+    for a, b in pairs:
+        cells = ""
+        for t in targets:
+            v = verdicts[f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"]
+            c, floor = v.comparison, float(log_fvu(result, t, a).exp().max()) < FLOOR
+            cells += f"{'×' + _ratio(c, floor):>8} {c.lower:>2}/{c.higher:<2} {v.verdict:<13}"
+        print(f"{arm_name(a, names) + ' ÷ ' + arm_name(b, names):<18}{cells}".rstrip())
+    flips = [f"{arm_name(v, names)} on {t}" for t in targets for v in SQUARED + GATED
+             if (result["double_steps_seed0"][t][v]["test"] < result["double_steps_seed0"][t]["gelu"]["test"])
+             != (result["runs"][t][v][0]["test"] < result["runs"][t]["gelu"][0]["test"])]
+    print(f"seed 0 trained twice as long: {len(targets) * len(SQUARED + GATED) - len(flips)} of "
+          f"{len(targets) * len(SQUARED + GATED)} arm-target cells keep their side of GELU"
+          + (f" (not: {', '.join(flips)})" if flips else ""))
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from helpers.ffn import VARIANT_NAMES
-from helpers.gate_product import DATA_PATH, TARGETS, VARIANTS, family, load, make_task, train
+from helpers.gate_product import DATA_PATH, FLOOR, TARGETS, VARIANTS, family, load, make_task, train
 from helpers.stats import holm
 
 
@@ -21,16 +21,21 @@ def test_seed_0_retrained_matches_the_shipped_runs(target):
     for variant in VARIANTS:
         live = train(variant, target, [0], result["best_lr"][target][variant])[0]["test"]
         stored = result["runs"][target][variant][0]["test"]
-        assert abs(math.log(live / stored)) < 0.05, (target, variant, live, stored)
+        if stored < FLOOR:                             # float32's noise floor: only the floor is reproducible
+            assert live < FLOOR, (target, variant, live)
+        else:
+            assert abs(math.log(live / stored)) < 0.05, (target, variant, live, stored)
 
 
 def test_shipped_verdicts_are_the_ones_the_notebook_reads():
     result = load(DATA_PATH)
-    verdicts = {v.name: v for v in holm(family(result, VARIANT_NAMES))}
-    assert len(verdicts) == 11
-    assert verdicts["product: gated − dense"].verdict == "lower"
-    assert verdicts["control: gated − dense"].verdict == "higher"
-    assert verdicts["(product − control) of gated − dense"].verdict == "lower"
+    verdicts = {v.name: v.verdict for v in holm(family(result, VARIANT_NAMES))}
+    assert len(verdicts) == 18
+    for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # products pay on the product target, cost on the control
+        assert verdicts[f"product: {arm} ÷ GELU"] == "lower"
+        assert verdicts[f"control: {arm} ÷ GELU"] == "higher"
+    assert verdicts["gate: GEGLU ÷ GELU"] == "lower" and verdicts["gate: SwiGLU ÷ GELU"] == "not resolved"
+    assert verdicts["gate: GEGLU ÷ ReLU²"] == "higher" and verdicts["gate: SwiGLU ÷ ReLU²"] == "higher"
     for t in TARGETS:                                  # every chosen rate is inside the sweep
         for v in VARIANTS:
             assert min(result["lrs"]) < result["best_lr"][t][v] < max(result["lrs"])
