@@ -139,7 +139,8 @@ class Readout:
 def section_readout(race: VariantComparison, arms: Mapping[str, VariantComparison], reruns: Sequence[tuple[str, float]],
                     matched: Mapping[str, VariantComparison], matched_gap: float, family_fn,
                     stall_threshold: float = 4.0) -> Readout:
-    """Section 6.2 read in short: one verdict line, the group rows of the Holm family as the table, and six folds.
+    """Section 6.2 read in short: one verdict line, the three arms' group rows of the Holm family as the table, and
+    seven folds.
 
     Args:
         race: ``helpers.gating.load_race()``; arms: ``race_arms(race)`` (``"lr 0.005"``, ``"lr 0.01"``, seeds
@@ -147,7 +148,7 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
         matched: ``init_rms_controls()``; matched_gap: one of its runs retrained live against its file (nats).
         family_fn: ``race_family_with_controls`` (the 27-row family: 8 rows per arm, 3 step-size controls).
         stall_threshold: a tuned run still above this many nats at step 100 has not taken off (ln 152 ≈ 5.0).
-    Folds: the 21 per-variant rows; the learning-rate sweep; runs that stall; the output size at the start (own
+    Folds: the step-size control rows; the 21 per-variant rows; the learning-rate sweep; runs that stall; the output size at the start (own
     Holm family of 9); longer runs and optional stopping; the CPU kernels.
     """
     verdicts = {v.name: v for v in holm(family_fn(arms))}
@@ -158,9 +159,17 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
                f"{fast.comparison.mean:+.3f}); at 0.005 about what lr ×1.05 buys each group ("
                + ", ".join(f"{p.mean:+.3f}" for p in gains.values()) + "; not run at 0.01)")
     grouped = group_verdicts(verdicts)
-    table = "\n".join(grouped.lines[:grouped.shown])
+    arm_rows = [line for line in grouped.lines[1:grouped.shown]
+                if line.strip().startswith((f"{GROUP}, lr", f"{GROUP}, tuned"))]
+    controls = [line for line in grouped.lines[1:grouped.shown] if line not in arm_rows]
+    table = "\n".join(grouped.lines[:1] + arm_rows)
     rest = grouped.lines[grouped.shown + 1:]
-    folds = [(f"the family's other {len(rest)} rows, each variant − ReLU per arm: "
+    scaled = {k.split(", ")[-1]: v for k, v in verdicts.items()
+              if k.startswith(GROUP) and k.split(", ")[-1].split()[0] in ("dense", "both")}
+    folds = [("step-size control at lr 0.005 (same family), rate × a factor: "
+              + "; ".join(f"{k}: {v.comparison.mean:+.3f} nats, {v.verdict}" for k, v in scaled.items()),
+              "\n".join(controls)),
+             (f"the family's other {len(rest)} rows, each variant − ReLU per arm: "
               f"{sum(v.resolved for k, v in verdicts.items() if not k.startswith(GROUP))} resolved",
               "\n".join(rest))]
     sweep = tuning_summary(race.lr_sweep)

@@ -58,8 +58,9 @@ def test_section_readout_shows_one_verdict_and_one_table_and_folds_every_check()
     r = section_readout(race, arms, [("ReLU, tuned seed 2", 0.001)], init_rms_controls(), 0.001,
                         race_family_with_controls)
     assert "\n" not in r.verdict and "+0.062 nats, not resolved" in r.verdict and "-0.093, -0.089" in r.verdict
-    assert r.table.startswith("one Holm family of 27 rows, 6 resolved") and len(r.table.splitlines()) == 7
-    assert len(r.folds) == 6 and all("\n" not in s for s, _ in r.folds)
+    assert r.table.startswith("one Holm family of 27 rows, 6 resolved") and len(r.table.splitlines()) == 4
+    assert len(r.folds) == 7 and all("\n" not in s for s, _ in r.folds)
+    assert "dense alone ×1.05: +0.015 nats, not resolved; dense alone ×1.1: +0.101 nats, higher" in r.folds[0][0]
     page, plain = r._repr_html_(), repr(r)
-    assert page.count("<details>") == 6 and "12 of 90 tuned seeds" in page
+    assert page.count("<details>") == 7 and "12 of 90 tuned seeds" in page
     assert all(b in plain for _, b in r.folds) and "+0.108 nats" in plain and "over 9 comparisons" in plain
