@@ -21,7 +21,7 @@ from helpers.moe_runs import busiest, holm_groups, lm_families, over_seeds, star
 from helpers.precision import bound
 from helpers.stats import Comparison, holm, holm_table, paired_difference
 
-#: ``LIVE`` keys the notebook fills, in the order ``live_checks_line`` prints them.
+#: The keys ``rerun_seed_zero`` fills, in the order ``live_checks_line`` prints them.
 LIVE_ORDER = ("section 6", "section 7", "section 8", "collapse", "z-loss", "no FFN", "section 9", "section 10")
 
 
@@ -354,3 +354,36 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def rerun_seed_zero(*, build_lm, data, config, facts, runs: Mapping, study, skew, random_ids, skew_seeds, by_count,
+                    collapse, zloss, no_ffn, purity_runs, cost, trained, arms: Sequence[str]) -> str:
+    """Every shipped file of notebook 05 checked against seed 0 retrained live (a tqdm bar over the eight checks):
+    one line with the largest |live − file| difference (``live_checks_line``). The arguments are the notebook's own
+    objects: ``build_lm`` its untrained MoE LM, ``runs`` section 8's live runs keyed ``(arm, seed)``, the rest the
+    shipped results each section loaded."""
+    from helpers.moe_capacity_cost import capacity_cost, largest_cost_difference, trained_again
+    from helpers.moe_collapse import busiest_share_run, live_gap
+    from helpers.moe_no_ffn import no_ffn_run
+    from helpers.moe_runs import largest_difference
+    from helpers.moe_zloss import largest_live_difference, router_stats
+    from helpers.progress import progress
+    from helpers.router_skew import largest_seed_difference, random_id_loads, skew_controls
+
+    seed0 = runs["MoE, α = 0.1", 0]                                   # section 8's live run, reused
+    checks = {
+        "section 6": lambda: largest_seed_difference(
+            skew_controls(build_lm, data.ids, seeds=[0]),
+            random_id_loads(build_lm, config.vocab_size, data.ids.shape, seeds=[0]), skew, random_ids, [0],
+            skew_seeds),
+        "section 7": lambda: expert_count_gap(by_count),                # seed 0 of E = 4 and width 67
+        "section 8": lambda: float(largest_difference(runs, study)),
+        "collapse": lambda: live_gap(busiest_share_run(0, data, steps=4), collapse),   # the first 4 steps
+        "z-loss": lambda: largest_live_difference({0: router_stats(seed0.final)}, zloss),
+        "no FFN": lambda: abs(no_ffn_run(0, data) - no_ffn["runs"]["0"]),
+        "section 9": lambda: live_purity_gap(routing_purity(seed0, data, facts), purity_runs),
+        "section 10": lambda: max(largest_cost_difference({(a, 0): capacity_cost(runs[a, 0].model, data)
+                                                           for a in arms}, cost),
+                                  trained_again("MoE, α = 0", 0, data, trained)),
+    }
+    return live_checks_line({name: check() for name, check in progress(checks.items(), desc="seed 0 rerun live")})

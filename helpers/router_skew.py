@@ -236,10 +236,13 @@ def skew_table(result: SkewControls) -> str:
 
 
 def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: int = 2000):
-    """The skew's mechanism as a picture: each panel's inputs (N, d) on the same two axes, the direction of the
-    first panel's mean ``μ`` and the main direction of its spread orthogonal to it, each point coloured by the
-    expert ``layer``'s (untrained) router picks for it (top-1, eval mode). A cross marks the origin, where
-    ``W_r x = 0``. Titles give each routing's busiest/mean; ``max_points`` rows are drawn (all are routed)."""
+    """The skew's mechanism as a picture. One scatter panel per entry of ``panels`` (inputs (N, d)) on the same two
+    axes, the direction of the first panel's mean ``μ`` and the main direction of its spread orthogonal to it, each
+    point coloured by the expert ``layer``'s untrained router picks for it (noise-free top-1, eval mode); a cross
+    marks the origin, where ``W_r x = 0``. Titles give each routing's noise-free busiest/mean. A last panel plots,
+    per expert and input set, the share of tokens it takes against its mean logit ``w_e · mean(x)``: with a shared
+    direction the largest mean logit takes the most tokens; without one the logits' spread decides alone.
+    ``max_points`` rows are drawn in the scatters (all are routed)."""
     import matplotlib.pyplot as plt
 
     first = next(iter(panels.values()))
@@ -250,11 +253,12 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
     centred = x64 - mu
     v = torch.linalg.svd(centred - (centred @ u)[:, None] * u, full_matrices=False).Vh[0]
     cmap = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 0.8, 4.4), sharex=True, sharey=True)
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.6 * len(panels) + 5.6, 4.4))
     was_training = layer.training
     layer.eval()
+    markers = "osD^v"
     with torch.no_grad():
-        for ax, (name, inputs) in zip(axes, panels.items()):
+        for i, (ax, (name, inputs)) in enumerate(zip(axes, panels.items())):
             routing = layer.route(inputs)
             pts = inputs.double()[:max_points]
             colors = [cmap(int(e)) for e in routing.expert_index[:max_points, 0]]
@@ -262,12 +266,25 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             ax.scatter([0], [0], marker="x", s=80, color="black", zorder=5)
             ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
                    xlabel="x: the hidden states' mean direction", aspect="equal")
+            if i > 0:
+                ax.sharex(axes[0]), ax.sharey(axes[0])
+            share = routing.tokens_per_expert().double() / len(inputs)
+            mean_logit = (inputs.double() @ layer.router.weight.double().T).mean(0)
+            axes[-1].scatter(mean_logit.numpy(), share.numpy(), c=[cmap(e) for e in range(layer.n_experts)],
+                             marker=markers[i % len(markers)], s=60, edgecolor="black", lw=0.6, label=name)
     layer.train(was_training)
     axes[0].set_ylabel("y: the main spread orthogonal to it")
+    axes[-1].axhline(1 / layer.n_experts, color="black", ls=":", lw=1.5, label="even share")
+    axes[-1].set(xlabel="expert's mean logit over the inputs", ylabel="share of tokens it takes",
+                 title="load against mean logit, per expert")
+    kinds = [plt.Line2D([], [], marker=markers[i % len(markers)], ls="", color="white", markeredgecolor="black",
+                        label=name) for i, name in enumerate(panels)]
+    kinds.append(plt.Line2D([], [], color="black", ls=":", label="even share"))
+    axes[-1].legend(handles=kinds, fontsize=8, loc="upper left")
     handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]
     handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="origin:\nall logits\nequal"))
     fig.legend(handles=handles, title="expert", loc="center right", frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    fig.tight_layout(rect=(0, 0, 0.93, 1))
     return fig
 
 

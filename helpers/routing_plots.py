@@ -29,7 +29,8 @@ def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | Non
     """Bars of tokens per expert. ``counts``: ``(E,)``.
 
     With ``kept`` (``(E,)``, the part each expert processed) the bars are split into kept
-    and dropped; ``capacity`` draws the per-expert limit. A dotted line marks perfect balance.
+    and dropped; ``capacity`` draws the per-expert limit. A dotted line marks perfect balance (one dashed line, named for
+    both, when the capacity equals it: capacity factor 1).
     """
     counts = torch.as_tensor(counts).double()
     n_experts = counts.numel()
@@ -40,9 +41,14 @@ def plot_expert_bars(ax: Axes, counts: torch.Tensor, *, kept: torch.Tensor | Non
         kept = torch.as_tensor(kept).double()
         ax.bar(experts, kept.numpy(), color=KEPT_COLOR, label="kept")
         ax.bar(experts, (counts - kept).numpy(), bottom=kept.numpy(), color=DROPPED_COLOR, label="dropped")
-    ax.axhline(float(counts.mean()), color="black", ls=":", lw=2.5, zorder=4, label="perfect balance")  # on top
-    if capacity is not None:
-        ax.axhline(capacity, color=DROPPED_COLOR, ls="--", lw=1.5, zorder=3, label=f"capacity = {capacity}")
+    even = float(counts.mean())
+    if capacity is not None and abs(capacity - even) < 0.5:   # c = 1: one line, both names
+        ax.axhline(capacity, color=DROPPED_COLOR, ls="--", lw=2, zorder=4,
+                   label=f"capacity = {capacity} = perfect balance")
+    else:
+        ax.axhline(even, color="black", ls=":", lw=2.5, zorder=4, label="perfect balance")  # on top
+        if capacity is not None:
+            ax.axhline(capacity, color=DROPPED_COLOR, ls="--", lw=1.5, zorder=3, label=f"capacity = {capacity}")
     top = max(float(counts.max()), float(capacity or 0))
     ax.set_ylim(0, 1.4 * top if top > 0 else 1)               # room for the legend above the bars
     ax.set_xticks(experts)
