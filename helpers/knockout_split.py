@@ -146,7 +146,8 @@ if __name__ == "__main__":
 
 
 def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> _ko.Folded:
-    """Section 6 read in short: the Holm table of every set − other (``knockout_runs.family``) shown; folded: the
+    """Section 6 read in short: the Holm table of every set − other (``knockout_runs.family``) shown for own,
+    size-matched and random direction, with one line on the two more sets; folded: their rows, the
     length activity-matched and other remove, activity silenced by own and other, what "other" is made of
     (``split``: ``load()``), how well the matched sets match, the widest gap the unresolved cells allow, the same
     verdicts at 20 and 80 neurons per set, and own's fact-specific neurons against its shared ones."""
@@ -163,8 +164,17 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     size_gap = [sum(runs[s]["size gap below 1e-4"][j] for s in seeds) for j in (0, 1)]
     widest = max(abs(x) for v in holm(fam) if not v.resolved for x in interval(v.comparison, 0.05 / len(fam)))
     same = _ko.same_verdicts(site_names, seeds)
-    table = holm_table(fam, compact=True)
-    lines = ["drop in P(right answer), set − other, paired by seed, 10 seeds:", *table.splitlines(),
+    table = holm_table(fam, compact=True).splitlines()
+    extra = ("activity-matched", "random size-matched")            # the two more sets: folded, same family
+    moved = [line for line in table[1:] if any(f": {name} −" in line for name in extra)]
+    kept = [table[0]] + [line for line in table[1:] if line not in moved]
+    more = [v for v in holm(fam) if any(f": {name} −" in v.name for name in extra)]
+    done = [v for v in more if v.resolved]
+    note = [f"  the two more sets (same family, rows folded): {len(done)} of {len(more)} resolved",
+            "    " + "; ".join(f"{v.name.split(': ')[1].replace(' − other', '')} {v.verdict} at "
+                              f"{v.name.split(':')[0]} ({v.comparison.mean:+.3f})" for v in done)]
+    lines = ["drop in P(right answer), set − other, paired by seed, 10 seeds:", *kept, *note,
+             "the two more sets, each − other:", *moved,
              "length removed, activity-matched | other: " + ", ".join(
                  f"{site} {mean_of_seeds(site, 'activity-matched', 'size removed'):.1f} | "
                  f"{mean_of_seeds(site, 'other', 'size removed'):.1f}" for site in site_names),
@@ -181,4 +191,4 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
                                                                         for n, k in same.items()),
              "Among own's neurons, do the fact-specific ones hurt more? Own only − shared, at equal length:",
              holm_table(family(split, site_names, seeds), compact=True)]
-    return _ko.Folded(lines, shown=1 + len(table.splitlines()), label="the checks behind this table (click)")
+    return _ko.Folded(lines, shown=1 + len(kept) + len(note), label="the checks behind this table (click)")
