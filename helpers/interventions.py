@@ -245,7 +245,7 @@ def promotion_grid(family: dict[str, PairedDifference], names: Sequence[str], un
 
 @contextmanager
 def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch.Tensor,
-              positions: torch.Tensor | None = None) -> Iterator[None]:
+              positions: torch.Tensor | None = None, toward: torch.Tensor | None = None) -> Iterator[None]:
     """Inside the ``with`` block, chosen neurons of ``layer`` have memory coefficient 0 (they write nothing).
 
     ``neurons``: an index or a list/1-D tensor of indices (silenced in every row); a bool tensor ``(N, d_ff)``
@@ -255,6 +255,8 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
     ``positions``: ``None`` acts at every position; a long tensor ``(N,)`` only at position ``positions[n]`` of
     row ``n`` (a knock-out where one fact is read, e.g. at its subject).
     Nest two blocks to silence neurons in two layers.
+    ``toward``: ``None`` (zero ablation) or a ``(d_ff,)`` tensor, e.g. each neuron's mean coefficient over the data
+    (*mean ablation*): a removed share moves the coefficient toward it instead, ``m ← m − share·(m − toward)``.
     """
     ffn = find_ffns(model).layer(layer)
     if isinstance(neurons, torch.Tensor) and (neurons.dtype == torch.bool or neurons.is_floating_point()):
@@ -267,6 +269,9 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
     else:
         removed = torch.zeros(1, ffn.d_ff)
         removed[0, _check_neurons(neurons, ffn.d_ff)] = 1.0
+    if toward is not None and (not isinstance(toward, torch.Tensor) or tuple(toward.shape) != (ffn.d_ff,)):
+        raise ValueError(f"toward must be a ({ffn.d_ff},) tensor (one value per neuron) or None, got "
+                         f"{tuple(toward.shape) if isinstance(toward, torch.Tensor) else type(toward).__name__}")
     if positions is not None:
         if not isinstance(positions, torch.Tensor) or positions.dtype != torch.long or positions.dim() != 1:
             raise TypeError("positions must be a (N,) torch.long tensor, one position per row")
@@ -283,7 +288,10 @@ def knock_out(model: nn.Module, layer: int, neurons: int | Sequence[int] | torch
             at = torch.zeros(m.shape[:2], dtype=torch.bool, device=m.device)
             at[torch.arange(m.shape[0], device=m.device), positions.to(m.device)] = True
             keep = torch.where(at.unsqueeze(-1), keep, torch.ones_like(keep))
-        return (m * keep, *inputs[1:])
+        if toward is None:
+            return (m * keep, *inputs[1:])
+        target = toward.to(m.dtype).to(m.device)                       # (d_ff,) broadcast over rows and positions
+        return (m * keep + target * (1 - keep), *inputs[1:])
 
     handle = ffn.value_module.register_forward_pre_hook(pre_hook)
     try:
@@ -421,13 +429,14 @@ def same_group_donors(groups: torch.Tensor, generator: torch.Generator | None = 
 @torch.no_grad()
 def knockout_drops(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: torch.Tensor,
                    answer_id: torch.Tensor, positions: torch.Tensor,
-                   sets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+                   sets: dict[str, torch.Tensor], toward: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """For each neuron set (``(N, d_ff)`` shares removed, as ``knockout_sets`` returns, rows matching ``ids``),
-    removed in ``layer`` at position ``positions[n]`` of row ``n``: ``(N,)`` the drop in P(answer)."""
+    removed in ``layer`` at position ``positions[n]`` of row ``n`` (toward ``toward``: see ``knock_out``):
+    ``(N,)`` the drop in P(answer)."""
     before = answer_probability(model, ids, answer_pos, answer_id)
     drops = {}
     for name, removed in sets.items():
-        with knock_out(model, layer, removed, positions=positions):
+        with knock_out(model, layer, removed, positions=positions, toward=toward):
             drops[name] = before - answer_probability(model, ids, answer_pos, answer_id)
     return drops
 
@@ -435,7 +444,7 @@ def knockout_drops(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: 
 def knockouts_at_sites(model: nn.Module, coefficients: Sequence[torch.Tensor], ids: torch.Tensor,
                        answer_pos: torch.Tensor, answer_id: torch.Tensor, groups: torch.Tensor,
                        sites: dict[str, tuple[int, torch.Tensor]], n_off: int, n_facts: int,
-                       seed: int) -> dict[tuple[str, str], tuple[torch.Tensor, ...] | torch.Tensor]:
+                       seed: int, ablation: str = "zero") -> dict[tuple[str, str], tuple[torch.Tensor, ...] | torch.Tensor]:
     """Every ``knockout_sets`` set (random size-matched included) removed at each site, for ``n_facts`` random facts.
 
     Args:
@@ -443,6 +452,8 @@ def knockouts_at_sites(model: nn.Module, coefficients: Sequence[torch.Tensor], i
         groups: ``(N,)`` integer labels; each fact's donor is another fact of its group (``same_group_donors``).
         sites: name -> ``(layer, positions)``, ``positions`` ``(N,)`` long: where each fact is knocked out.
         seed: seeds the facts drawn, the donors and the random sets, in that order.
+        ablation: ``"zero"`` or ``"mean"`` (each chosen coefficient set to its mean over all N facts at the site;
+            the same sets, chosen as for zero ablation).
     Returns:
         ``{(site, set name): (drop in P(answer), activity silenced, length of the vector removed, neurons
         touched)}``, each ``(n_facts,)``; and ``(site, "shared")``: ``(n_facts,)``, the share of "own" also in
@@ -455,7 +466,8 @@ def knockouts_at_sites(model: nn.Module, coefficients: Sequence[torch.Tensor], i
         activity = coefficients[layer][torch.arange(len(ids)), pos]                       # (N, d_ff) where it is read
         values = find_ffns(model).layer(layer).values.detach()                           # (d_ff, d_model): value i
         sets = knockout_sets(activity, donor, n_off, generator=g, values=values, rows=rows, random_size_matched=True)
-        drops = knockout_drops(model, layer, ids[rows], answer_pos[rows], answer_id[rows], pos[rows], sets)
+        toward = {"zero": None, "mean": activity.mean(0)}[validate.one_of("ablation", ablation, ("zero", "mean"))]
+        drops = knockout_drops(model, layer, ids[rows], answer_pos[rows], answer_id[rows], pos[rows], sets, toward)
         for name, share in sets.items():
             out[site, name] = (drops[name], removed_activity(activity[rows], share),
                                removed_write(activity[rows], share, values), (share > 0).sum(1).float())

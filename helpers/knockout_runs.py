@@ -11,6 +11,10 @@ and checked in the notebook by recomputing seed 0. The same family with 20 or 80
 verdict a property of the set size?):
 
     python -m helpers.knockout_runs --n-off 20     # writes helpers/data/knockout_runs_20.json (80 likewise)
+
+and with the same sets set to each neuron's mean coefficient instead of zero (does the ablation decide it?):
+
+    python -m helpers.knockout_runs --ablation mean     # writes helpers/data/knockout_runs_mean.json
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ def sites(data: FactDataset) -> dict[str, tuple[int, torch.Tensor]]:
 
 
 @torch.no_grad()
-def summarise(model: torch.nn.Module, data: FactDataset, seed: int, n_off: int = N_OFF) -> dict:
+def summarise(model: torch.nn.Module, data: FactDataset, seed: int, n_off: int = N_OFF, ablation: str = "zero") -> dict:
     """One model's family on every fact, with ``n_off`` neurons in "own", "other" and "random", as means over
-    the facts.
+    the facts (``ablation``: ``"zero"``, or ``"mean"``: see ``knockouts_at_sites``).
 
     Returns ``{"sets": {site: {set: [drop in P(answer), activity silenced, size removed, neurons off]}},
     "random direction": {site: drop}, "shared": {site: share of "own" also in "other"},
@@ -50,7 +54,7 @@ def summarise(model: torch.nn.Module, data: FactDataset, seed: int, n_off: int =
     relation_of = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
     where, trace, n = sites(data), collect(model, data.ids), len(data.facts)
     ko = knockouts_at_sites(model, trace.coefficients, data.ids, data.answer_pos, data.answer_id, relation_of,
-                            where, n_off, n_facts=n, seed=seed)
+                            where, n_off, n_facts=n, seed=seed, ablation=ablation)
     rand = random_direction_drops(model, trace.outputs, data.ids, data.answer_pos, data.answer_id, where,
                                   {site: ko[site, "other"][2] for site in where}, n_facts=n, seed=seed)
     names = [name for site, name in ko if site == next(iter(where)) and name != "shared"]
@@ -63,22 +67,26 @@ def summarise(model: torch.nn.Module, data: FactDataset, seed: int, n_off: int =
             "size gap below 1e-4": [int((size_gap < 1e-4).sum()), len(size_gap)]}
 
 
-def data_path(n_off: int = N_OFF) -> Path:
-    """The shipped file for ``n_off`` neurons per set (the notebook's 40: ``DATA_PATH``)."""
+def data_path(n_off: int = N_OFF, ablation: str = "zero") -> Path:
+    """The shipped file for ``n_off`` neurons per set (the notebook's 40, zero ablation: ``DATA_PATH``)."""
+    if ablation == "mean":
+        return DATA_PATH.with_name("knockout_runs_mean.json" if n_off == N_OFF else f"knockout_runs_{n_off}_mean.json")
     return DATA_PATH if n_off == N_OFF else DATA_PATH.with_name(f"knockout_runs_{n_off}.json")
 
 
-def make(seeds: Sequence[int], path: Path | None = None, n_off: int = N_OFF) -> dict:
+def make(seeds: Sequence[int], path: Path | None = None, n_off: int = N_OFF, ablation: str = "zero") -> dict:
     """Run ``summarise`` for the fact models of ``seeds`` (each with its own seed) with ``n_off`` neurons per set
-    and write them to ``path`` (default ``data_path(n_off)``)."""
+    and write them to ``path`` (default ``data_path(n_off, ablation)``)."""
     from helpers.fact_model import load_fact_model
     torch.set_num_threads(1)
     data = make_dataset(load_facts())
-    runs = {str(s): summarise(load_fact_model(data, seed=s)[0], data, seed=s, n_off=n_off) for s in seeds}
-    command = "python -m helpers.knockout_runs" + ("" if n_off == N_OFF else f" --n-off {n_off}")
-    result = {"made_by": command, "n_off": n_off, "runs": runs,
+    runs = {str(s): summarise(load_fact_model(data, seed=s)[0], data, seed=s, n_off=n_off, ablation=ablation)
+            for s in seeds}
+    command = ("python -m helpers.knockout_runs" + ("" if n_off == N_OFF else f" --n-off {n_off}")
+               + ("" if ablation == "zero" else f" --ablation {ablation}"))
+    result = {"made_by": command, "n_off": n_off, "ablation": ablation, "runs": runs,
               "environment": {"torch": torch.__version__, "python": platform.python_version()}}
-    Path(data_path(n_off) if path is None else path).write_text(json.dumps(result, indent=1) + "\n")
+    Path(data_path(n_off, ablation) if path is None else path).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -153,13 +161,24 @@ def same_verdicts(site_names: Sequence[str], seeds: Sequence[int], n_offs: Seque
     return {n: sum(verdicts[n][c] == verdicts[N_OFF][c] for c in verdicts[N_OFF]) for n in n_offs}
 
 
+def mean_ablation_changes(site_names: Sequence[str], seeds: Sequence[int]) -> dict[str, tuple[str, str]]:
+    """The family's rows whose Holm verdict differs between zero ablation (``DATA_PATH``) and mean ablation
+    (``data_path(ablation="mean")``, the same sets): ``{row: (zero verdict, mean verdict)}``."""
+    from helpers.stats import holm
+    zero, mean = ({v.name: v.verdict for v in holm(family(load(p), site_names, seeds))}
+                  for p in (DATA_PATH, data_path(ablation="mean")))
+    return {row: (zero[row], mean[row]) for row in zero if zero[row] != mean[row]}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--n-off", type=int, default=N_OFF, help="neurons per set (default 40)")
-    parser.add_argument("--out", type=Path, default=None, help="default: helpers/data/knockout_runs[_N].json")
+    parser.add_argument("--ablation", choices=("zero", "mean"), default="zero",
+                        help="zero the chosen coefficients (default) or set them to their mean over the facts")
+    parser.add_argument("--out", type=Path, default=None, help="default: helpers/data/knockout_runs[_N][_mean].json")
     args = parser.parse_args()
-    make(args.seeds, args.out, args.n_off)
+    make(args.seeds, args.out, args.n_off, args.ablation)
 
 
 class Folded:

@@ -147,7 +147,8 @@ if __name__ == "__main__":
 
 def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> _ko.Folded:
     """Section 6 read in short: the Holm table of every set − other (``knockout_runs.family``) shown for own,
-    size-matched and random direction, with one line on the two more sets; folded: their rows, the
+    size-matched and random direction, with one line on the two more sets and three on mean ablation
+    (``knockout_runs.data_path(ablation="mean")``); folded: their rows, the mean-ablation table, the
     length activity-matched and other remove, activity silenced by own and other, what "other" is made of
     (``split``: ``load()``), how well the matched sets match, the widest gap the unresolved cells allow, the same
     verdicts at 20 and 80 neurons per set, and own's fact-specific neurons against its shared ones."""
@@ -173,6 +174,14 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     note = [f"  the two more sets (same family, rows folded): {len(done)} of {len(more)} resolved",
             "    " + "; ".join(f"{v.name.split(': ')[1].replace(' − other', '')} {v.verdict} at "
                               f"{v.name.split(':')[0]} ({v.comparison.mean:+.3f})" for v in done)]
+    mean_runs = _ko.load(_ko.data_path(ablation="mean"))
+    mean_fam = {k: v for k, v in _ko.family(mean_runs, site_names, seeds).items() if "random direction" not in k}
+    by_mean = {v.name: v for v in holm(mean_fam)}
+    note += [f"mean ablation instead (the same sets, each coefficient set to its mean over the facts; own Holm family "
+             f"of {len(mean_fam)}):"] + [
+        f"  {name} − other: " + ", ".join(f"{site} {by_mean[f'{site}: {name} − other'].comparison.mean:+.3f} "
+                                          f"{by_mean[f'{site}: {name} − other'].verdict}" for site in site_names)
+        for name in ("own", "size-matched")]
     lines = ["drop in P(right answer), set − other, paired by seed, 10 seeds:", *kept, *note,
              "the two more sets, each − other:", *moved,
              "length removed, activity-matched | other: " + ", ".join(
@@ -189,6 +198,8 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
              f"  not resolved: the seeds allow gaps within ±{widest:.3f} (95 % jointly)",
              "  the same verdict as at 40 neurons per set: " + ", ".join(f"{k} of {len(fam)} at {n}"
                                                                         for n, k in same.items()),
+             "mean ablation, every set − other (random direction left out: its length is zero ablation's):",
+             holm_table(mean_fam, compact=True),
              "Among own's neurons, do the fact-specific ones hurt more? Own only − shared, at equal length:",
              holm_table(family(split, site_names, seeds), compact=True)]
     return _ko.Folded(lines, shown=1 + len(kept) + len(note), label="the checks behind this table (click)")

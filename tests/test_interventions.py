@@ -47,6 +47,34 @@ def test_knock_out_all_neurons_leaves_the_bias_and_restores_afterwards():
     assert torch.equal(collect(model, ids).logits, before.logits)      # the hook is gone
 
 
+def test_knock_out_toward_a_mean_sets_the_coefficients_to_it():
+    model, ids = tiny(), toy_ids()
+    ffn = model.blocks[0].ffn
+    mean = collect(model, ids).coefficients[0].mean(dim=(0, 1))                     # (d_ff,)
+    chosen = [0, 3, 5]
+    with knock_out(model, 0, chosen, toward=mean):
+        moved = collect(model, ids)
+    m = moved.coefficients[0]                                                        # the hook acts after these
+    expected = m.clone()
+    expected[..., chosen] = mean[chosen]
+    assert torch.allclose(moved.outputs[0], expected @ ffn.w2.weight.detach().T + ffn.w2.bias.detach(), atol=1e-5)
+    with pytest.raises(ValueError, match=r"toward must be a \(64,\) tensor"):
+        with knock_out(model, 0, chosen, toward=torch.zeros(3)):
+            pass
+
+
+def test_the_mean_ablation_file_keeps_the_zero_file_sets_and_answers_its_own_question():
+    from helpers import knockout_runs as k
+    zero, mean = k.load(), k.load(k.data_path(ablation="mean"))
+    for s in zero:          # same sets (the files were made on two CPU kernels: a size-matched cut may move a little)
+        for site, sets in zero[s]["sets"].items():
+            for name, (drop, activity, size, off) in sets.items():
+                assert mean[s]["sets"][site][name][1] == pytest.approx(activity, rel=1e-2)
+                assert mean[s]["sets"][site][name][3] == pytest.approx(off, rel=1e-2)
+    changes = k.mean_ablation_changes(["L0 subject", "L0 last word", "L1 last word"], list(range(10)))
+    assert changes["L0 subject: own − other"] == ("higher", "not resolved")
+
+
 def test_knock_out_with_a_mask_per_row():
     model, ids = tiny(), toy_ids()
     d_ff = model.blocks[1].ffn.d_ff

@@ -82,7 +82,9 @@ def test_readout_shows_the_holm_table_and_folds_the_checks():
     site_names = ["L0 subject", "L0 last word", "L1 last word"]
     out = knockout_split.readout(knockout_runs.load(), knockout_split.load(), site_names, range(10))
     shown = repr(out).splitlines()
-    assert len(shown) == 2 + 15 and "Holm's step-down over 15 comparisons" in shown[1]
-    assert sum("activity-matched − other" in line for line in shown) == 3 and all(" vs " in line for line in shown[2:])
+    assert len(shown) == 2 + 9 + 2 + 3 and "Holm's step-down over 15 comparisons" in shown[1]
+    assert not any("activity-matched − other" in line for line in shown) and all(" vs " in line for line in shown[2:11])
+    assert "2 of 6 resolved" in shown[11] and shown[13].startswith("mean ablation instead")
+    assert "own − other: L0 subject +0.012 not resolved" in shown[14]
     html = out._repr_html_()
     assert "<details>" in html and "own only − shared" in html and "15 of 15 at 20" in html
