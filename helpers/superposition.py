@@ -26,8 +26,10 @@ each copy draws its own data.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -35,7 +37,8 @@ from helpers import validate
 from helpers.progress import progress as progress_bar
 
 __all__ = ["ToyModels", "train_toy_models", "train_toy_with", "feature_norms", "interference", "dimensions_per_feature",
-           "toy_hidden", "best_cosines", "random_cosine_median", "planted_features", "planted_pairs"]
+           "toy_hidden", "best_cosines", "random_cosine_median", "planted_features", "planted_pairs", "PHASES",
+           "phase_diagram", "load_phase", "make_phase"]
 
 
 @dataclass
@@ -277,3 +280,72 @@ def planted_pairs(n_true: int = 96, d: int = 48, n_rows: int = 1345, mean_on: fl
     on = torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64) < mean_on / n_true
     A = on * torch.rand(n_rows, n_true, generator=gen, dtype=torch.float64)
     return A @ K.T, A @ V.T, V
+
+
+PHASES = ("not represented", "superposed", "own dimension")
+
+
+def phase_diagram(importances: Sequence[float], densities: Sequence[float], seeds: Sequence[int] = range(3), *,
+                  steps: int = 2000, lr: float = 1e-2, eval_size: int = 20_000) -> torch.Tensor:
+    """Elhage et al.'s phase change in the smallest toy: 2 features, 1 dimension (``W`` is ``(1, 2)``), feature 0
+    of importance 1, feature 1 of importance ``r``, both on with probability ``density`` (= 1 − S). Every
+    (density, r, seed) is trained side by side (AdamW, 256 fresh inputs a step, float64); per (density, r) the seed
+    with the lowest loss on ``eval_size`` fresh inputs is kept and its feature 1 classified by the columns'
+    lengths: ``‖W_1‖ < 0.5`` not represented (0), both ``≥ 0.5`` superposed (1, they share the one dimension,
+    pointing opposite ways), ``‖W_0‖ < 0.5 ≤ ‖W_1‖`` its own dimension (2). Returns ``(len(densities),
+    len(importances))`` int64 codes, indices into ``PHASES``."""
+    validate.positive_int("steps", steps)
+    grid = [(d, r, s) for d in densities for r in importances for s in seeds]
+    density = torch.tensor([validate.probability("density", d, allow_one=True) for d, _, _ in grid], dtype=torch.float64)
+    importance = torch.stack([torch.tensor([1.0, validate.positive_float("importance", r)], dtype=torch.float64)
+                              for _, r, _ in grid])                                  # (I, 2)
+    W = torch.stack([torch.randn(1, 2, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+                     for _, _, s in grid]).requires_grad_()                          # (I, 1, 2)
+    b = torch.zeros(len(grid), 2, dtype=torch.float64, requires_grad=True)
+    gen, opt = torch.Generator().manual_seed(0), torch.optim.AdamW([W, b], lr=lr)
+
+    def loss_on(batch: int) -> torch.Tensor:
+        u = torch.rand((len(grid), batch, 2), generator=gen, dtype=torch.float64)
+        x = torch.where(u < density[:, None, None], u / density[:, None, None], 0.0)
+        out = torch.relu(torch.bmm(torch.bmm(x, W.transpose(1, 2)), W) + b[:, None, :])
+        return (importance[:, None, :] * (x - out) ** 2).mean(dim=1).sum(-1)          # (I,)
+
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss_on(256).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        final = loss_on(eval_size).reshape(len(densities), len(importances), len(seeds))
+        norms = W.detach()[:, 0, :].abs().reshape(len(densities), len(importances), len(seeds), 2)
+    best = final.argmin(-1, keepdim=True)                                             # (D, R, 1)
+    n0, n1 = (norms[..., j].gather(-1, best)[..., 0] for j in (0, 1))                 # (D, R) each
+    return torch.where(n1 < 0.5, 0, torch.where(n0 >= 0.5, 1, 2))
+
+
+#: Where ``python -m helpers.superposition --phase`` writes the phase diagram notebook 09 draws.
+PHASE_PATH = Path(__file__).parent / "data" / "phase_diagram.json"
+PHASE_IMPORTANCES = tuple(round(10 ** (e / 4), 4) for e in range(-4, 5))   # 0.1 to 10, 9 steps
+PHASE_DENSITIES = tuple(round(10 ** (e / 4), 4) for e in range(-8, 1))     # 0.01 to 1, 9 steps
+
+
+def make_phase(path: Path = PHASE_PATH) -> dict:
+    """Run ``phase_diagram`` on the shipped grid (3 seeds, 2,000 steps; ~12 s of one core) and write it."""
+    torch.set_num_threads(1)
+    codes = phase_diagram(PHASE_IMPORTANCES, PHASE_DENSITIES)
+    result = {"made_by": "python -m helpers.superposition --phase", "importances": list(PHASE_IMPORTANCES),
+              "densities": list(PHASE_DENSITIES), "phases": list(PHASES), "codes": codes.tolist()}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_phase(path: Path = PHASE_PATH) -> dict:
+    """The shipped phase diagram (see ``make_phase``): ``codes[i][j]`` at ``densities[i]``, ``importances[j]``."""
+    return json.loads(Path(path).read_text())
+
+
+if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description="notebook 09's shipped toy results")
+    parser.add_argument("--phase", action="store_true", help="write helpers/data/phase_diagram.json")
+    if parser.parse_args().phase:
+        make_phase()
