@@ -138,7 +138,17 @@ def _data_start(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) ->
     return [W_enc, torch.zeros(n_features), W_dec, torch.zeros(y.shape[1])]
 
 
-STARTS = {"data": _data_start, "random": _random_start}
+def _tied_start(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) -> list[torch.Tensor]:
+    """An autoencoder's start against dead features (Gao et al. 2024): ``_random_start``'s unit-norm random values,
+    and each key the transpose of its value (``W_enc = W_decᵀ``), centred on the mean input."""
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"the tied start needs an autoencoder (d_in == d_out), got {x.shape[1]} and {y.shape[1]}")
+    W_dec = _random_start(x, y, n_features, seed)[2]
+    W_enc = W_dec.T.contiguous().to(x.dtype)
+    return [W_enc, -(W_enc @ x.mean(0)), W_dec, y.mean(0).clone()]
+
+
+STARTS = {"data": _data_start, "random": _random_start, "tied": _tied_start}
 
 
 def random_dictionary(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seed: int = 0) -> TopKDictionary:

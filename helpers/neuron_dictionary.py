@@ -42,13 +42,15 @@ from helpers.facts import load_facts, make_dataset
 from helpers.memory import collect
 from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
+__all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICTIONARY_TIED_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
            "neuron_family", "main"]
 
 NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dictionary.json"
 #: the same runs 10× longer at rate 0.01 (its ``command`` inside): does the used count grow with training?
 NEURON_DICTIONARY_LONG_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_long.json")
+#: the same runs from the tied start (keys = values transposed, Gao et al. 2024): fewer dead features?
+NEURON_DICTIONARY_TIED_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_tied.json")
 LABELS = ("relation", "answer", "slot")
 UNITS = {"dictionary": "dictionary on the neurons", "neurons": "the neurons themselves",
          "random": "random dictionary on the neurons"}
@@ -82,12 +84,13 @@ def off_axis(dictionary: TopKDictionary, a: torch.Tensor, threshold: float = 0.9
 
 def train_neuron_dictionaries(activations: Sequence[torch.Tensor], train: torch.Tensor, seeds: Sequence[int],
                               steps: int = RECIPE["steps"], progress: bool = True,
-                              lr: float = ARM_LR["sae_x"]) -> list[TopKDictionary]:
-    """One random-start TopK autoencoder per (activation set, seed), in that order, all trained side by side;
+                              lr: float = ARM_LR["sae_x"], start: str = "random") -> list[TopKDictionary]:
+    """One TopK autoencoder per (activation set, seed), in that order, all trained side by side, from ``start``
+    (``"random"``, or ``"tied"``: keys the transpose of the random values, Gao et al.'s remedy for dead features);
     ``activations``: ``(n_prefixes, d_ff)`` tensors, fitted on their ``train`` rows."""
     fit = torch.stack([a[train] for a in activations for _ in seeds])              # (sets × seeds, N, d_ff)
     return train_dictionaries(fit, fit, RECIPE["n_features"], RECIPE["k"], list(seeds) * len(activations),
-                              steps=steps, lr=lr, batch_size=RECIPE["batch_size"], start="random",
+                              steps=steps, lr=lr, batch_size=RECIPE["batch_size"], start=start,
                               dtype=torch.float64, progress=progress, desc="dictionaries on the neurons")
 
 
@@ -111,13 +114,13 @@ def judge(dictionary: TopKDictionary, a: torch.Tensor, train: torch.Tensor, test
 
 
 def neuron_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = range(5), steps: int = RECIPE["steps"],
-                layer: int = 1, lr: float = ARM_LR["sae_x"]) -> dict:
+                layer: int = 1, lr: float = ARM_LR["sae_x"], start: str = "random") -> dict:
     """``{model: [entry per seed]}`` (entries: ``judge``), every dictionary trained side by side."""
     data = make_dataset(load_facts())
     p = fact_prefixes(data)
     train, test = layer_data(data, p, models[0], layer)[2:]                          # the study's split
     acts = [neuron_activations(load_fact_model(data, seed=m)[0].double(), data, p, layer) for m in models]
-    trained = train_neuron_dictionaries(acts, train, seeds, steps, lr=lr)
+    trained = train_neuron_dictionaries(acts, train, seeds, steps, lr=lr, start=start)
     seeds = list(seeds)
     return {str(m): [judge(trained[i * len(seeds) + j], a, train, test, p, s) for j, s in enumerate(seeds)]
             for i, (m, a) in enumerate(zip(models, acts))}
@@ -158,7 +161,8 @@ def run_summary(runs: dict) -> str:
     used = [e["used"] for v in runs["models"].values() for e in v]
     off = [e["off_axis"] for v in runs["models"].values() for e in v]
     held = _per_model(runs, lambda e: e["held_out"]["dictionary"])
-    return (f"{runs['steps']:,} steps at rate {runs['lr']:g}: features used {min(used)}–{max(used)} "
+    return (f"{runs.get('start', 'random')} start, {runs['steps']:,} steps at rate {runs['lr']:g}: features used "
+            f"{min(used)}–{max(used)} "
             f"(off every neuron axis {min(off)}–{max(off)}), held-out FVU {100 * sum(held) / len(held):.2f} %")
 
 
@@ -195,14 +199,15 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--seeds", type=int, default=5, help="dictionary seeds per model")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--lr", type=float, default=ARM_LR["sae_x"])
+    parser.add_argument("--start", choices=("random", "tied"), default="random")
     parser.add_argument("--out", type=Path, default=NEURON_DICTIONARY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    runs = neuron_runs(args.models, range(args.seeds), args.steps, lr=args.lr)
+    runs = neuron_runs(args.models, range(args.seeds), args.steps, lr=args.lr, start=args.start)
     given = sys.argv[1:] if argv is None else list(argv)
     command = " ".join(["python -m helpers.neuron_dictionary", *given])
     out = {"command": command, "seeds": list(range(args.seeds)), "steps": args.steps,
-           "lr": args.lr, "models": _r(runs)}
+           "lr": args.lr, "start": args.start, "models": _r(runs)}
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return args.out
 

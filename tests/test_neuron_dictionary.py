@@ -70,4 +70,16 @@ def test_the_longer_run_is_ten_times_the_steps_on_the_same_models_and_seeds():
     assert long["seeds"] == short["seeds"] and set(long["models"]) == set(short["models"])
     assert "--steps 10000 --lr 0.01" in long["command"]
     line = run_summary(long)
-    assert line.startswith("10,000 steps at rate 0.01: features used ") and line.endswith(" %")
+    assert line.startswith("random start, 10,000 steps at rate 0.01: features used ") and line.endswith(" %")
+
+
+def test_the_tied_start_keys_are_the_values_transposed_and_its_file_names_it():
+    import torch
+    from helpers.dictionary import STARTS
+    from helpers.neuron_dictionary import NEURON_DICTIONARY_TIED_PATH, load_neuron_dictionary, run_summary
+    x = torch.randn(50, 6, dtype=torch.float64)
+    W_enc, b_enc, W_dec, b_dec = STARTS["tied"](x, x, 10, seed=3)
+    assert torch.equal(W_enc, W_dec.T) and torch.allclose(W_dec.norm(dim=0), torch.ones(10, dtype=torch.float64))
+    runs = load_neuron_dictionary(NEURON_DICTIONARY_TIED_PATH)
+    assert runs["start"] == "tied" and "--start tied" in runs["command"]
+    assert run_summary(runs).startswith("tied start, 1,000 steps")
