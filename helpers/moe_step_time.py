@@ -143,12 +143,17 @@ def expert_parallel_time(batch: int, gpus: int, d_model: int, width: int, n_rout
 def memory_lines(d_model: int, width: int, n_routed: int, n_shared: int, dense_width: int, layers: int,
                  gpu_bytes: float = 80e9, bytes_per_weight: int = 2) -> list[str]:
     """The first cost of sparsity: the expert weights must be resident. One MoE layer's and ``layers`` layers' expert
-    weights, the fewest ``gpu_bytes`` GPUs that hold them, and the dense FFN of the same FLOPs (``dense_width``)."""
+    weights, the fewest ``gpu_bytes`` GPUs that hold them laid out as expert parallelism lays them out (each GPU its
+    share of the routed experts, whole, and a copy of the shared ones; nothing else counted), and the dense FFN of
+    the same FLOPs (``dense_width``)."""
     expert = 3 * d_model * width * bytes_per_weight
     layer, dense = (n_routed + n_shared) * expert, 3 * d_model * dense_width * bytes_per_weight
+    fewest = next(g for g in range(1, n_routed + 1)
+                  if (-(-n_routed // g) + n_shared) * expert * layers <= gpu_bytes)
     return [f"memory, bf16: one MoE layer's {n_routed + n_shared} experts {layer / 1e9:.1f} GB, {layers} layers "
-            f"{layer * layers / 1e12:.2f} TB: at least {-(-layer * layers // gpu_bytes):.0f} GPUs of "
-            f"{gpu_bytes / 1e9:.0f} GB; the dense FFN of its FLOPs {dense * layers / 1e9:.0f} GB in all, one copy per GPU"]
+            f"{layer * layers / 1e12:.2f} TB: at least {fewest} GPUs of {gpu_bytes / 1e9:.0f} GB",
+            f"  (each its whole routed experts and a copy of the shared one); the dense FFN of its FLOPs "
+            f"{dense * layers / 1e9:.0f} GB in all, one copy per GPU"]
 
 
 def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width: int, n_routed: int, top_k: int,

@@ -70,8 +70,8 @@ def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x
     from helpers.moe_step_time import expert_parallel_lines
 
     lines = expert_parallel_lines([(32, 1), (32, 64), (64, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58)
-    assert "22.6 GB" in lines[0] and "1.31 TB" in lines[0]
-    assert [row.split()[-2] for row in lines[3:6]] == ["0.68×", "1.14×", "0.70×"]
+    assert "22.6 GB" in lines[0] and "1.31 TB" in lines[0] and "at least 19 GPUs of 80 GB" in lines[0]
+    assert [row.split()[-2] for row in lines[4:7]] == ["0.68×", "1.14×", "0.70×"]
     assert "25× the HBM bytes" in lines[-1] and "one device" in lines[-1]
 
 
