@@ -1,4 +1,4 @@
-"""Notebook 09's printed tables, one in view and the rest folded.
+"""Printed tables with one part in view and the rest folded (notebooks 03, 05 and 09).
 
 ``Folded(shown, folded, label)`` is a cell's last expression: in Jupyter (HTML) it shows ``shown`` and folds
 ``folded`` into a ``<details>`` block the learner opens with a click; its ``text/plain`` form holds both texts,
