@@ -12,13 +12,14 @@ fact: the experts' ``3 · 8 · k · w`` plus the router's ``8 E``):
   ``coarse, 448``, 8 experts of width 16, top-1 (448, router 14 %): equal FLOPs.
 
 All use section 4's task (``helpers.fact_lookup``: 608 facts, ``d_model`` = 8, frozen embeddings, Switch loss
-α = 0.1) for 100 steps. Each arm's rate is its best (lowest mean loss) of ``LRS`` on the sweep seeds 100–102; ten
-other seeds (0–9) then train at those rates. ``COMPARISONS``, a family of three judged by the paired t with Holm's
+α = 0.1) for 100 steps, and again for 300. Each arm's rate is its best (lowest mean loss) of ``LRS`` (``LRS_300``
+at 300 steps) on the sweep seeds 100–102; ten other seeds (0–9) then train at those rates. ``COMPARISONS``, a family of three judged by the paired t with Holm's
 step-down (``helpers.stats``): fine − coarse (equal parameters) and fine − coarse, 1,792 (equal FLOPs), wide;
 fine − coarse, 448 (equal FLOPs), narrow.
 
 Made by ``python -m helpers.moe_granularity --results`` (about 15 minutes on one CPU thread), which writes
-``helpers/data/moe_granularity.json``; ``--arms NAME ...`` runs only those arms and merges them into the file.
+``helpers/data/moe_granularity.json``, and ``--results --steps 300`` (about 5 minutes), which writes
+``helpers/data/moe_granularity_300.json``; ``--arms NAME ...`` runs only those arms and merges them into the file.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch
 from helpers.fact_lookup import LookupData, build_lookup, lookup_data, train_lookup
 from helpers.stats import holm, paired_difference
 
-__all__ = ["ARMS", "COMPARISONS", "LRS", "GRANULARITY_PATH", "Granularity", "multiply_adds", "router_share", "run",
+__all__ = ["ARMS", "COMPARISONS", "LRS", "LRS_300", "GRANULARITY_PATH", "GRANULARITY_300_PATH", "Granularity", "multiply_adds", "router_share", "run",
            "save", "load", "merge", "verdicts", "verdict_line", "main"]
 
 _BASE = {"ffn": "moe", "n_experts": 8, "top_k": 1, "d_ff": 64, "balance_coef": 0.1, "z_coef": 0.0}
@@ -49,11 +50,14 @@ COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("wide, equal FLOPs: fine − coarse 8 × 72", "fine", "coarse, 1,792"),
     ("narrow, equal FLOPs: fine − coarse 8 × 16", "fine, narrow", "coarse, 448"))
 LRS: tuple[float, ...] = (0.02, 0.04, 0.08, 0.16)
+#: At 300 steps the grid reaches one doubling lower (longer runs want lower rates).
+LRS_300: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08, 0.16)
 SWEEP_SEEDS: tuple[int, ...] = (100, 101, 102)
 SEEDS: tuple[int, ...] = tuple(range(10))
 STEPS = 100
 D_MODEL = 8
 GRANULARITY_PATH = Path(__file__).parent / "data" / "moe_granularity.json"
+GRANULARITY_300_PATH = Path(__file__).parent / "data" / "moe_granularity_300.json"
 
 
 def multiply_adds(spec: dict, d_model: int = D_MODEL) -> int:
@@ -110,7 +114,8 @@ def run(seeds: Sequence[int] = SEEDS, sweep_seeds: Sequence[int] = SWEEP_SEEDS, 
 def save(result: Granularity, path: str | Path = GRANULARITY_PATH) -> Path:
     """Write ``result`` as JSON (losses rounded to 6 decimals)."""
     path = Path(path)
-    record = {"command": "python -m helpers.moe_granularity --results", "steps": result.steps, "seeds": result.seeds,
+    command = "python -m helpers.moe_granularity --results" + ("" if result.steps == STEPS else f" --steps {result.steps}")
+    record = {"command": command, "steps": result.steps, "seeds": result.seeds,
               "sweep": {a: {str(lr): round(v, 6) for lr, v in s.items()} for a, s in result.sweep.items()},
               "lr": result.lr, "loss": {a: [round(float(v), 6) for v in t] for a, t in result.loss.items()},
               "right": {a: [round(float(v), 6) for v in t] for a, t in result.right.items()}}
@@ -133,24 +138,32 @@ def merge(old: Granularity, new: Granularity) -> Granularity:
                        {**old.loss, **new.loss}, {**old.right, **new.right})
 
 
-def verdicts(result: Granularity) -> list:
-    """``COMPARISONS`` judged with Holm's step-down over the three (``helpers.stats.holm``)."""
-    return holm({name: paired_difference(result.loss[a], result.loss[b]) for name, a, b in COMPARISONS})
+def verdicts(*results: Granularity) -> list:
+    """``COMPARISONS`` at each of ``results``' budgets, judged together with Holm's step-down
+    (``helpers.stats.holm``); a name starts with its budget when there is more than one."""
+    prefix = (lambda r: f"{r.steps} steps, ") if len(results) > 1 else (lambda r: "")
+    return holm({prefix(r) + name: paired_difference(r.loss[a], r.loss[b])
+                 for r in results for name, a, b in COMPARISONS})
 
 
-def verdict_line(result: Granularity) -> str:
-    """Per arm: its experts, multiply-adds and router share per fact, rate and mean loss; then one line per
-    comparison of ``COMPARISONS`` (Holm over the three)."""
-    rows = [f"{result.steps} steps, seeds {result.seeds[0]}–{result.seeds[-1]}, each arm at its best rate of "
-            f"{', '.join(f'{lr:g}' for lr in LRS)}",
-            f"{'arm':<15}{'experts':>14}{'multiply-adds':>15}{'router':>8}{'lr':>6}{'loss':>7}"]
+def verdict_line(*results: Granularity) -> str:
+    """Per arm: its experts, multiply-adds and router share per fact; at each budget its rate, mean loss and share of
+    facts answered right; then one line per comparison of ``COMPARISONS`` at each budget (Holm over them all)."""
+    first = results[0]
+    rows = [f"seeds {first.seeds[0]}–{first.seeds[-1]}, each arm at its best rate on seeds 100–102 of "
+            + "; ".join(f"{', '.join(f'{lr:g}' for lr in next(iter(r.sweep.values())))} ({r.steps} steps)"
+                        for r in results),
+            f"{'arm':<15}{'experts':>14}{'multiply-adds':>15}{'router':>8}"
+            + "".join(f"{f'{r.steps} steps: lr':>16}{'loss':>7}{'right':>7}" for r in results)]
     for a, spec in ARMS.items():
         m = spec.get("granularity", 1)
         shape = f"{spec['n_experts'] * m} × {spec['d_ff'] // m}, top-{spec['top_k'] * m}"
-        rows.append(f"{a:<15}{shape:>14}{multiply_adds(spec):>15,}{router_share(spec):>8.0%}{result.lr[a]:>6g}"
-                    f"{float(result.loss[a].mean()):>7.3f}")
-    rows.append(f"paired t, Holm over these {len(COMPARISONS)} comparisons:")
-    for v in verdicts(result):
+        rows.append(f"{a:<15}{shape:>14}{multiply_adds(spec):>15,}{router_share(spec):>8.0%}"
+                    + "".join(f"{r.lr[a]:>16g}{float(r.loss[a].mean()):>7.3f}{float(r.right[a].mean()):>7.1%}"
+                              for r in results))
+    found = verdicts(*results)
+    rows.append(f"paired t, Holm over these {len(found)} comparisons:")
+    for v in found:
         c = v.comparison
         rows.append(f"{v.name}: {c.mean:+.3f} nats, lower in {c.lower} of {c.n} seeds, t {c.t:+.2f} vs "
                     f"{v.threshold:.2f} → {v.verdict}")
@@ -158,17 +171,20 @@ def verdict_line(result: Granularity) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``--results``: run the experiment and write ``GRANULARITY_PATH``; ``--out`` another path."""
+    """``--results``: run the experiment and write ``GRANULARITY_PATH`` (``--steps 300``: ``GRANULARITY_300_PATH``);
+    ``--out`` another path."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", action="store_true", help="run the sweep and the ten seeds, write the JSON")
-    parser.add_argument("--out", default=str(GRANULARITY_PATH))
+    parser.add_argument("--steps", type=int, choices=(STEPS, 300), default=STEPS)
+    parser.add_argument("--out", help="default: the shipped file of --steps")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="run only these arms, merged into --out")
     args = parser.parse_args(argv)
     if not args.results:
         parser.print_help()
         return 0
     torch.set_num_threads(1)
-    result = run(arms=args.arms or tuple(ARMS))
+    args.out = args.out or str(GRANULARITY_PATH if args.steps == STEPS else GRANULARITY_300_PATH)
+    result = run(arms=args.arms or tuple(ARMS), steps=args.steps, lrs=LRS if args.steps == STEPS else LRS_300)
     if args.arms:
         result = merge(load(args.out), result)
     print(save(result, args.out))
