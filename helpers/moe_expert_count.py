@@ -11,6 +11,7 @@ and =default), so the file also keeps seed 0 of every E as trained on each kerne
 
     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --seed0-kernel
     ATEN_CPU_CAPABILITY=default python -m helpers.moe_expert_count --seed0-kernel
+    ATEN_CPU_CAPABILITY=avx512 python -m helpers.moe_expert_count --seed0-kernel   # on a CPU with AVX-512
 
 The dense line: for each E, a dense SwiGLU FFN with at least the MoE's active parameters (one expert, 3·d·8, plus
 the router, d·E: width ceil(8 + E/3), so 9, 9, 10, 11, 14), seeds 0-9, at 4e-2, 8e-2, 1.6e-1 and 3.2e-1 (the
@@ -91,7 +92,7 @@ def losses(study: dict, n_experts: int) -> torch.Tensor:
 
 def seed0_reference(study: dict, n_experts: int) -> float | None:
     """Seed 0's answer loss for ``n_experts`` as trained on this process's CPU kernel (see the module docstring),
-    or None when the file holds no run made on this kernel (e.g. AVX512)."""
+    or None when the file holds no run made on this kernel (it holds AVX2, DEFAULT and AVX512)."""
     runs = study["seed0_by_kernel"].get(torch.backends.cpu.get_cpu_capability())
     return None if runs is None else runs[str(n_experts)]
 
@@ -250,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--results", action="store_true")
-    what.add_argument("--seed0-kernel", action="store_true", help="add this kernel's seed 0 of every E to the file")
+    what.add_argument("--seed0-kernel", action="store_true",
+                      help="add this kernel's seed 0 of every E (and of the total-parameter line) to the file")
     what.add_argument("--dense", action="store_true", help="add the dense line (every width, both rates) to the file")
     what.add_argument("--dense-total", action="store_true", help="add the dense FFN of E = 8's total parameters")
     what.add_argument("--kernel-sweep", action="store_true", help="add E = 8 and 16, every seed, on this kernel")
@@ -283,8 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.seed0_kernel:
         study, data = load_expert_count(args.out), lookup_data()
-        study.setdefault("seed0_by_kernel", {})[torch.backends.cpu.get_cpu_capability()] = {
+        kernel = torch.backends.cpu.get_cpu_capability()
+        study.setdefault("seed0_by_kernel", {})[kernel] = {
             str(e): round(expert_count_run(e, 0, data), 5) for e in EXPERT_COUNTS}
+        if "dense_total" in study and kernel != "AVX2":   # seed 0 of the total-parameter line (AVX2: the main runs)
+            study.setdefault("dense_total_seed0_by_kernel", {})[kernel] = round(
+                dense_run(total_width(TOTAL_E), 0, total_losses(study)[1]), 5)
         Path(args.out).write_text(json.dumps(study, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"added seed 0 on this kernel to {args.out}")
         return 0

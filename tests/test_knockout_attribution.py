@@ -14,7 +14,9 @@ def test_the_shipped_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_
     shipped = knockout_attribution.load()
     assert sorted(shipped) == list(range(10))
     made = knockout_attribution.make([0], tmp_path / "attribution.json")["runs"]["0"]
-    assert knockout_runs.max_difference(made, shipped[0]) < 1e-5
+    # 0.01: ranking neurons by gradient × activation can flip a near-tie on a CPU with other vector units
+    # (0.0016 on an AVX-512 machine against the AVX2 one that made the file)
+    assert knockout_runs.max_difference(made, shipped[0]) < 0.01
 
 
 def test_own_other_and_size_matched_are_the_knockout_files_sets():

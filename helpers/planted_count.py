@@ -1,0 +1,113 @@
+"""Can section 6.1's count see superposition? Its recipe on data where superposition is planted (notebook 09).
+
+Section 6.1 counts the features a TopK autoencoder (256 features, k = 8, random start, the study's batches) uses on
+the fact model's 192 neuron activations, 1,345 training rows. A count below 192 says "no more features than
+neurons" only if the recipe would use more than 192 where there are more. This control plants them: rows of
+192 numbers built from random unit directions (``helpers.superposition.planted_features``: each on with
+probability 4 / n, a size uniform on [0, 1]), split like the real data (1,345 rows to fit, 336 held out):
+
+* ``uniform``: 256 directions in 192 dimensions, all alike;
+* ``strong and weak``: 288 directions, the first 48 five times larger, the real activations' shape (a few
+  directions carry most of the variance).
+
+For each set, 5 data seeds, trained as in section 6.1 (1,000 steps at 0.03) and 10× longer (10,000 at 0.01):
+features used (active on some row), planted directions recovered (a value at cosine > 0.95), held-out FVU.
+
+Made by ``python -m helpers.planted_count`` (about five minutes on one CPU thread), which writes
+``helpers/data/planted_count.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers.dictionary import fvu, train_dictionaries
+from helpers.dictionary_study import RECIPE
+from helpers.superposition import best_cosines
+
+__all__ = ["PLANTED_COUNT_PATH", "SETS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "main"]
+
+PLANTED_COUNT_PATH = Path(__file__).resolve().parent / "data" / "planted_count.json"
+#: name -> (directions, of them strong, strong scale)
+SETS: dict[str, tuple[int, int, float]] = {"uniform": (256, 0, 1.0), "strong and weak": (288, 48, 5.0)}
+#: (steps, rate): section 6.1's recipe and its 10× longer run
+BUDGETS: tuple[tuple[int, float], ...] = ((1000, 0.03), (10000, 0.01))
+D, N_ROWS, N_FIT = 192, 1681, 1345
+
+
+def planted_rows(n_true: int, n_strong: int, scale: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(X, T)``: ``X (1681, 192)`` float64 rows, ``T (192, n_true)`` the planted unit directions; each direction
+    on with probability 4 / n_true, a size uniform on [0, 1], the first ``n_strong`` sizes times ``scale``."""
+    gen = torch.Generator().manual_seed(200 + seed)
+    T = torch.nn.functional.normalize(torch.randn(D, n_true, generator=gen, dtype=torch.float64), dim=0)
+    on = torch.rand(N_ROWS, n_true, generator=gen, dtype=torch.float64) < 4.0 / n_true
+    sizes = torch.rand(N_ROWS, n_true, generator=gen, dtype=torch.float64)
+    sizes[:, :n_strong] *= scale
+    return (on * sizes) @ T.T, T
+
+
+def run(seeds: Sequence[int] = range(5), budgets: Sequence[tuple[int, float]] = BUDGETS) -> dict:
+    """``{set: {steps: [{"used", "recovered", "strong", "held_out"} per seed]}}``; ``strong``: of the strong
+    directions recovered (``None`` where there are none)."""
+    out: dict = {}
+    for name, (n_true, n_strong, scale) in SETS.items():
+        rows = [planted_rows(n_true, n_strong, scale, s) for s in seeds]
+        fit = torch.stack([X[:N_FIT] for X, _ in rows])
+        out[name] = {}
+        for steps, lr in budgets:
+            trained = train_dictionaries(fit, fit, RECIPE["n_features"], RECIPE["k"], list(seeds), steps=steps,
+                                         lr=lr, batch_size=RECIPE["batch_size"], start="random",
+                                         dtype=torch.float64, desc=f"{name}, {steps} steps")
+            entries = []
+            with torch.no_grad():
+                for (X, T), d in zip(rows, trained):
+                    found = best_cosines(T, d.W_dec) > 0.95                      # (n_true,)
+                    entries.append({"used": int((d.encode(X) > 0).any(0).sum()), "recovered": int(found.sum()),
+                                    "strong": int(found[:n_strong].sum()) if n_strong else None,
+                                    "held_out": round(fvu(X[N_FIT:], d(X[N_FIT:])), 6)})
+            out[name][str(steps)] = entries
+    return out
+
+
+def load(path: str | Path = PLANTED_COUNT_PATH) -> dict:
+    """The shipped file."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def summary_lines(record: dict) -> list[str]:
+    """One line per planted set and budget: features used, directions recovered (min–max over the data seeds; of
+    the strong and of the weak ones apart where there are both)."""
+    def span(values: list[int]) -> str:
+        return f"{min(values)}" if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+    lines = []
+    for name, (n_true, n_strong, _) in SETS.items():
+        for steps, lr in BUDGETS:
+            runs = record["runs"][name][str(steps)]
+            strong = (f" ({span([r['strong'] for r in runs])} of the {n_strong} strong, "
+                      f"{span([r['recovered'] - r['strong'] for r in runs])} of the {n_true - n_strong} weak)"
+                      if n_strong else "")
+            lines.append(f"  {n_true} planted in {D} dims, {name}, {steps:,} steps at {lr:g}: used "
+                         f"{span([r['used'] for r in runs])}, recovered {span([r['recovered'] for r in runs])}{strong}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=PLANTED_COUNT_PATH)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    record = {"command": "python -m helpers.planted_count", "seeds": list(range(args.seeds)),
+              "runs": run(range(args.seeds))}
+    args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return args.out
+
+
+if __name__ == "__main__":
+    print(main())

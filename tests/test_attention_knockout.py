@@ -1,0 +1,65 @@
+"""helpers.attention_knockout: one attention edge removed from TinyGPT's causal mask (notebook 03, section 5)."""
+
+import pytest
+import torch
+
+from helpers.attention_knockout import (blocked_attention, knockout_family, knockout_probabilities,
+                                        other_word_positions)
+from helpers.facts import load_facts, make_dataset
+from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model
+from helpers.edit_budget import token_positions
+from helpers.transformer import GPTConfig, TinyGPT
+
+
+def _reference_attention(attn, x, query, key):
+    """The block's attention written with an explicit softmax and -inf on the causal mask and the one edge."""
+    b, T, w = x.shape
+    h = attn.n_heads
+    q, k, v = (t.view(b, T, h, w // h).transpose(1, 2) for t in attn.qkv(x).split(w, dim=-1))
+    scores = q @ k.transpose(-1, -2) / (w // h) ** 0.5                          # (b, h, T, T)
+    mask = torch.ones(T, T, dtype=torch.bool).tril().repeat(b, 1, 1)
+    mask[torch.arange(b), query, key] = False
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    return attn.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, T, w))
+
+
+def test_one_edge_is_removed_and_nothing_else_changes():
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(vocab_size=20, d_model=16, n_heads=4)).eval()
+    ids = torch.randint(0, 20, (3, 6))
+    query, key = torch.tensor([5, 4, 3]), torch.tensor([1, 0, 3])
+    x = torch.randn(3, 6, 16)
+    attn = model.blocks[1].attn
+    with torch.no_grad():
+        plain = attn(x)
+        with blocked_attention(model, 1, query, key):
+            ours = attn(x)
+        torch.testing.assert_close(ours, _reference_attention(attn, x, query, key), atol=1e-5, rtol=0)
+        changed = (ours - plain).abs().amax(-1) > 1e-6                            # (3, 6): positions that moved
+    assert changed.tolist() == [[i == q for i in range(6)] for q in query.tolist()]
+    assert "forward" not in vars(attn)                                           # the class's forward is back
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), model(ids))
+
+
+def test_bad_arguments_are_named():
+    model = TinyGPT(GPTConfig(vocab_size=20, d_model=16, n_heads=4))
+    with pytest.raises(ValueError, match="layer"):
+        with blocked_attention(model, 2, torch.tensor([1]), torch.tensor([0])):
+            pass
+    with pytest.raises(ValueError, match="key_pos <= query_pos"):
+        with blocked_attention(model, 0, torch.tensor([1]), torch.tensor([2])):
+            pass
+
+
+def test_the_fact_models_need_the_country_edge():
+    data = make_dataset(load_facts())
+    subject = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
+    other = other_word_positions(subject)
+    assert bool((other != subject).all()) and bool((other < data.answer_pos).all()) and bool((other >= 1).all())
+    seeds = FACT_MODEL_SEEDS[:5]
+    found = {s: knockout_probabilities(load_fact_model(data, seed=s)[0], data.ids, data.answer_pos, data.answer_id,
+                                       subject) for s in seeds}
+    assert all(found[s]["nothing blocked"] > 0.98 for s in seeds)
+    assert all(found[s]["subject, layer 0 and 1"] < 0.2 < found[s]["other word, layer 0 and 1"] for s in seeds)
+    assert all(d.mean < -0.3 for d in knockout_family(found).values())

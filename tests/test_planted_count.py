@@ -1,0 +1,35 @@
+"""helpers.planted_count: section 6.1's count on planted superposition (notebook 09)."""
+
+import torch
+
+from helpers.planted_count import BUDGETS, SETS, load, planted_rows, run, summary_lines
+
+
+def test_planted_rows_hold_more_directions_than_dimensions_with_the_strong_ones_larger():
+    X, T = planted_rows(288, 48, 5.0, seed=0)
+    assert X.shape == (1681, 192) and T.shape == (192, 288) and X.dtype == torch.float64
+    torch.testing.assert_close(T.norm(dim=0), torch.ones(288, dtype=torch.float64))
+    assert torch.linalg.matrix_rank(T) == 192                  # 288 directions span the 192 dimensions
+    on = X.norm(dim=1) > 0
+    assert 0.95 < on.float().mean() < 1.0                     # about 4 directions on per row, few rows empty
+    X2, _ = planted_rows(288, 48, 5.0, seed=0)
+    assert torch.equal(X, X2)
+
+
+def test_a_small_run_has_the_shipped_format():
+    small = run(seeds=[0], budgets=[(3, 0.03)])
+    entry = small["strong and weak"]["3"][0]
+    assert set(entry) == {"used", "recovered", "strong", "held_out"} and small["uniform"]["3"][0]["strong"] is None
+    assert 0 <= entry["strong"] <= entry["recovered"] <= 288 and 0 < entry["used"] <= 256
+
+
+def test_the_shipped_file_shows_the_count_stays_below_192_with_more_planted():
+    record = load()
+    assert record["command"] == "python -m helpers.planted_count" and record["seeds"] == list(range(5))
+    for name in SETS:
+        for steps, _ in BUDGETS:
+            runs = record["runs"][name][str(steps)]
+            assert len(runs) == 5 and all(r["used"] < 192 for r in runs)       # the notebook's point
+    strong = record["runs"]["strong and weak"]["10000"]
+    assert all(r["strong"] >= 40 and r["recovered"] - r["strong"] <= 6 for r in strong)
+    assert len(summary_lines(record)) == 4
