@@ -35,6 +35,7 @@ explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
 edit_budget a ROME edit's budget against efficacy and specificity, and the edits at both sites (notebook 03; shipped runs and their commands)
 knockout_runs notebook 03's knock-out family on every fact, ten seeds (shipped runs and their command)
+attention_knockout one attention edge removed (the last word's view of the subject), Geva et al. 2023 (notebook 03)
 knockout_split notebook 03's own and other sets split: what "other" is made of, specific vs shared (shipped)
 knockout_attribution notebook 03's attribution-ranked sets (gradient × activation) beside the activation-ranked ones (shipped)
 neuron_census notebook 03's single-neuron knock-outs on every fact, ten seeds (shipped)
@@ -78,6 +79,7 @@ dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dicti
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
 neuron_dictionary notebook 09's section 6.1: a random-start dictionary on the fact model's neurons against the neurons (shipped)
+planted_count notebook 09's section 6.1: its count on planted superposition, the control that could break it (shipped)
 folded      notebook 09's printed tables: one in view, the rest in an HTML <details> block (text/plain keeps all)
 feature_reading  notebook 09's featured feature (the top-list rule) and its two-panel figure
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
