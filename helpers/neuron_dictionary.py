@@ -42,7 +42,8 @@ from helpers.facts import load_facts, make_dataset
 from helpers.memory import collect
 from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICTIONARY_TIED_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
+__all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICTIONARY_TIED_PATH",
+           "NEURON_DICTIONARY_CENTRED_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
            "neuron_family", "main"]
 
@@ -51,6 +52,8 @@ NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dict
 NEURON_DICTIONARY_LONG_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_long.json")
 #: the same runs from the tied start (keys = values transposed, Gao et al. 2024): fewer dead features?
 NEURON_DICTIONARY_TIED_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_tied.json")
+#: the same runs on centred activations (the standard recipe's pre-encoder bias): does the count move?
+NEURON_DICTIONARY_CENTRED_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_centred.json")
 LABELS = ("relation", "answer", "slot")
 UNITS = {"dictionary": "dictionary on the neurons", "neurons": "the neurons themselves",
          "random": "random dictionary on the neurons"}
@@ -114,12 +117,16 @@ def judge(dictionary: TopKDictionary, a: torch.Tensor, train: torch.Tensor, test
 
 
 def neuron_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = range(5), steps: int = RECIPE["steps"],
-                layer: int = 1, lr: float = ARM_LR["sae_x"], start: str = "random") -> dict:
-    """``{model: [entry per seed]}`` (entries: ``judge``), every dictionary trained side by side."""
+                layer: int = 1, lr: float = ARM_LR["sae_x"], start: str = "random", center: bool = False) -> dict:
+    """``{model: [entry per seed]}`` (entries: ``judge``), every dictionary trained side by side. ``center``: the
+    activations minus their training mean, the standard recipe's pre-encoder bias (Bricken et al. 2023, Gao et al.
+    2024) fixed at the data mean; the FVU is unchanged by it, the codes are not."""
     data = make_dataset(load_facts())
     p = fact_prefixes(data)
     train, test = layer_data(data, p, models[0], layer)[2:]                          # the study's split
     acts = [neuron_activations(load_fact_model(data, seed=m)[0].double(), data, p, layer) for m in models]
+    if center:
+        acts = [a - a[train].mean(0) for a in acts]
     trained = train_neuron_dictionaries(acts, train, seeds, steps, lr=lr, start=start)
     seeds = list(seeds)
     return {str(m): [judge(trained[i * len(seeds) + j], a, train, test, p, s) for j, s in enumerate(seeds)]
@@ -161,7 +168,8 @@ def run_summary(runs: dict) -> str:
     used = [e["used"] for v in runs["models"].values() for e in v]
     off = [e["off_axis"] for v in runs["models"].values() for e in v]
     held = _per_model(runs, lambda e: e["held_out"]["dictionary"])
-    return (f"{runs.get('start', 'random')} start, {runs['steps']:,} steps at rate {runs['lr']:g}: features used "
+    centred = ", input centred" if runs.get("center") else ""
+    return (f"{runs.get('start', 'random')} start{centred}, {runs['steps']:,} steps at rate {runs['lr']:g}: features used "
             f"{min(used)}–{max(used)} "
             f"(off every neuron axis {min(off)}–{max(off)}), held-out FVU {100 * sum(held) / len(held):.2f} %")
 
@@ -200,14 +208,15 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--lr", type=float, default=ARM_LR["sae_x"])
     parser.add_argument("--start", choices=("random", "tied"), default="random")
+    parser.add_argument("--center", action="store_true", help="subtract the training mean first (pre-encoder bias)")
     parser.add_argument("--out", type=Path, default=NEURON_DICTIONARY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    runs = neuron_runs(args.models, range(args.seeds), args.steps, lr=args.lr, start=args.start)
+    runs = neuron_runs(args.models, range(args.seeds), args.steps, lr=args.lr, start=args.start, center=args.center)
     given = sys.argv[1:] if argv is None else list(argv)
     command = " ".join(["python -m helpers.neuron_dictionary", *given])
     out = {"command": command, "seeds": list(range(args.seeds)), "steps": args.steps,
-           "lr": args.lr, "start": args.start, "models": _r(runs)}
+           "lr": args.lr, "start": args.start, "center": args.center, "models": _r(runs)}
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return args.out
 
