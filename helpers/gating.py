@@ -627,6 +627,18 @@ def faster_rate_gains(slow: VariantComparison, dense_fast: VariantComparison,
     return out
 
 
+#: A fast shared rate, one or two sweep steps below each variant's best (0.028 or 0.04): every variant but GLU at
+#: 0.02 on seeds 0-39, two files of 20 seeds (review 04-r42), made by ``python -m helpers.gating --race-results
+#: --at-shared-lr 0.02 --variants relu gelu swish bilinear reglu geglu swiglu --seeds 0 ... 19`` (and 20 ... 39).
+FAST_SHARED_LR = 0.02
+FAST_SHARED_BLOCKS: tuple[tuple[int, ...], ...] = (tuple(range(0, 20)), tuple(range(20, 40)))
+
+
+def fast_shared_arm() -> VariantComparison:
+    """Every variant but GLU at ``FAST_SHARED_LR`` on seeds 0-39 (the stored blocks ``FAST_SHARED_BLOCKS``)."""
+    return pool_races([load_race(shared_path(FAST_SHARED_LR, seeds)) for seeds in FAST_SHARED_BLOCKS])
+
+
 def race_arms(race: VariantComparison) -> dict[str, VariantComparison]:
     """The race's pooled arms: ``"lr 0.005"`` and ``"lr 0.01"`` (every variant at one rate, ``shared_pools``) and
     ``"tuned"`` (the stored race and ``FRESH_TUNED_BLOCKS``, each variant at its own rate)."""
@@ -636,12 +648,15 @@ def race_arms(race: VariantComparison) -> dict[str, VariantComparison]:
 
 def race_family_with_controls(arms: Mapping[str, VariantComparison]) -> dict[str, PairedDifference]:
     """Section 6.2's one Holm family: ``race_family`` on every arm of ``race_arms`` (``"<row>, <arm>"``, 8 rows per
-    arm), then the three step-size controls on the ``"lr 0.005"`` arm (stored runs, seeds 0-59): the dense group
-    alone at ×1.05 and ×1.1 (``dense_faster_gaps``) and both groups at ×1.05 (``both_faster_gap``). Each value
-    holds ``(n_seeds,)`` per-seed differences in run-mean loss (nats)."""
+    arm), the group row at the fast shared rate (``"<GROUP>, lr 0.02"``, ``fast_shared_arm``, seeds 0-39), then two
+    step-size controls on the ``"lr 0.005"`` arm (stored runs, seeds 0-59): the dense group alone at ×1.05
+    (``dense_faster_gaps``) and both groups at ×1.05 (``both_faster_gap``). Each value holds ``(n_seeds,)``
+    per-seed differences in run-mean loss (nats). (The dense-alone ×1.1 control, stored too, left the family
+    when the fast arm joined it: it showed again that the step size matters.)"""
     controls, slow = dense_at_faster_rates(), arms["lr 0.005"]
     family = {f"{name}, {arm}": p for arm, result in arms.items() for name, p in race_family(result).items()}
-    return {**family, **dense_faster_gaps(slow, controls),
+    family[f"{GROUP}, lr {FAST_SHARED_LR:g}"] = race_family(fast_shared_arm())[GROUP]
+    return {**family, **dense_faster_gaps(slow, {1.05: controls[1.05]}),
             **both_faster_gap(slow, controls[1.05], gated_at_faster_rate())}
 
 
@@ -859,7 +874,7 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
         left.errorbar(means[v], y, xerr=sds[v], fmt="o", color=color, ms=5, capsize=3)
         right.plot(long_runs[v], y, "D", color=color, ms=5)
     left.set_yticks(range(len(order)), [VARIANT_NAMES[v] for v in order[::-1]])
-    left.set_title("65,536 steps: mean ± sd of 4 runs (not a test)")
+    left.set_title("65,536 steps: mean ± (sd?) of 4 runs (not a test)")
     right.set_title("524,288 steps: 1 run")
     for ax in (left, right):
         ax.set_xlabel("held-out log-perplexity (lower is better)")

@@ -37,11 +37,11 @@ import numpy as np
 import torch
 
 from helpers.ffn import VARIANT_NAMES
-from helpers.gating import (DENSE, GATED_NO_SIGMOID, GROUP, LrSweep, VariantComparison, block_gaps, failed_runs,
+from helpers.gating import (DENSE, FAST_SHARED_LR, GATED_NO_SIGMOID, GROUP, LrSweep, VariantComparison, block_gaps, failed_runs,
                             init_output_rms, load_race, long_runs, output_size_family, split_stalled_seeds, stalled,
-                            step_size_gains, sweep_gap_lines, sweep_table)
+                            fast_shared_arm, step_size_gains, sweep_gap_lines, sweep_table)
 from helpers.precision import bound
-from helpers.stats import Verdict, holm, holm_table
+from helpers.stats import Verdict, holm, holm_table, interval
 
 __all__ = ["Folded", "tuning_summary", "group_verdicts", "Readout", "section_readout", "kernel_lines",
            "kernel_move_line",
@@ -146,18 +146,26 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
         race: ``helpers.gating.load_race()``; arms: ``race_arms(race)`` (``"lr 0.005"``, ``"lr 0.01"``, seeds
             0-59; ``"tuned"``, seeds 0-89). reruns: ``(label, largest gap in nats)`` of stored runs retrained live.
         matched: ``init_rms_controls()``; matched_gap: one of its runs retrained live against its file (nats).
-        family_fn: ``race_family_with_controls`` (the 27-row family: 8 rows per arm, 3 step-size controls).
+        family_fn: ``race_family_with_controls`` (the 27-row family: 8 rows per arm, the group row at lr 0.02, 2
+            step-size controls).
         stall_threshold: a tuned run still above this many nats at step 100 has not taken off (ln 152 ≈ 5.0).
     Folds: the step-size control rows; the 21 per-variant rows; the learning-rate sweep; runs that stall; the output size at the start (own
     Holm family of 9); longer runs and optional stopping; the CPU kernels.
     """
     verdicts = {v.name: v for v in holm(family_fn(arms))}
-    tuned, slow, fast = (verdicts[f"{GROUP}, {a}"] for a in ("tuned", "lr 0.005", "lr 0.01"))
+    tuned = verdicts[f"{GROUP}, tuned"]
+    shared = [(a, verdicts[f"{GROUP}, lr {a}"]) for a in ("0.005", "0.01", f"{FAST_SHARED_LR:g}")]
     gains = step_size_gains(arms["lr 0.005"])
-    verdict = (f"verdict: tuned, {tuned.comparison.n} seeds: {GROUP} {tuned.comparison.mean:+.3f} nats, "
-               f"{tuned.verdict}; at lr 0.005 and 0.01 gated leads ({slow.comparison.mean:+.3f}, "
-               f"{fast.comparison.mean:+.3f}); at 0.005 about what lr ×1.05 buys each group ("
-               + ", ".join(f"{p.mean:+.3f}" for p in gains.values()) + "; not run at 0.01)")
+
+    def ci(row: Verdict) -> str:
+        lo, hi = interval(row.comparison)
+        return f"{row.comparison.mean:+.3f}, 95 % CI {lo:+.2f} to {hi:+.2f} → {row.verdict}"
+    lines = [f"  every variant at lr {a} ({row.comparison.n} seeds): {ci(row)}" for a, row in shared]
+    lines[0] += ("; about what lr ×1.05 buys each group ("
+                 + ", ".join(f"{k.split()[0]} {p.mean:+.3f}" for k, p in gains.items()) + ")")
+    verdict = "\n".join([f"verdict: tuned, {tuned.comparison.n} seeds: {GROUP} {tuned.comparison.mean:+.3f} nats, "
+                         f"{tuned.verdict}", *lines,
+                         "  (each CI is its row's alone; the verdicts are Holm's over the family below)"])
     grouped = group_verdicts(verdicts)
     arm_rows = [line for line in grouped.lines[1:grouped.shown]
                 if line.strip().startswith((f"{GROUP}, lr", f"{GROUP}, tuned"))]
@@ -185,7 +193,7 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
                              f"on the other {r.n}; without them {r.lower} lower, {r.higher} higher of {r.n}",
                              f"tuned runs above {stall_threshold:g} nats at step 100, of {len(arms['tuned'].seeds)}: "
                              + ", ".join(f"{VARIANT_NAMES[v]} {n}" for v, n in split.stuck.items())
-                             + f" ({split.seeds_any} seeds with GLU's)", *ends])))
+                             + f" ({split.seeds_any} seeds with GLU's)", *ends, fast_stall_line()])))
     family = output_size_family(arms["lr 0.005"], matched)
     judged = {v.name: v for v in holm(family)}
     c = judged[f"matched {GROUP}"]
@@ -214,6 +222,18 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
     note = kernel_note(reruns, arms, family_fn)
     folds.append((note.lines[0], "\n".join(note.lines[1:])))
     return Readout(verdict, table, folds)
+
+
+def fast_stall_line(threshold: float = 4.0) -> str:
+    """One line: at the fast shared rate (``fast_shared_arm``), the runs still above ``threshold`` nats at step 100
+    per variant, and ``GROUP`` without the seeds holding one (post hoc)."""
+    fast = fast_shared_arm()
+    split = split_stalled_seeds(fast, threshold=threshold)
+    r = split.rest_gap
+    return (f"lr {FAST_SHARED_LR:g}, seeds {fast.seeds[0]}-{fast.seeds[-1]}: runs above {threshold:g} nats at step "
+            f"100: " + ", ".join(f"{VARIANT_NAMES[v]} {n}" for v, n in split.stuck.items())
+            + f"; without those {split.seeds} seeds {r.mean:+.3f} nats ({r.lower} lower of {r.n}; post hoc, "
+              f"t {r.t:+.2f})")
 
 
 def kernel_lines(reruns: Sequence[tuple[str, float]]) -> str:

@@ -668,12 +668,24 @@ def test_race_family_with_controls_is_the_27_row_family_and_the_gains():
     family = race_family_with_controls(arms)
     assert len(family) == 27 and list(family)[:8] == [f"{row}, lr 0.005" for row in race_family(arms["lr 0.005"])]
     controls = dense_at_faster_rates()
-    expected = {**dense_faster_gaps(arms["lr 0.005"], controls),
+    expected = {**dense_faster_gaps(arms["lr 0.005"], {1.05: controls[1.05]}),
                 **both_faster_gap(arms["lr 0.005"], controls[1.05], gated_at_faster_rate())}
-    assert list(family)[-3:] == list(expected)
+    assert list(family)[-2:] == list(expected)
+    fast = family[f"{GROUP}, lr 0.02"]                      # review 04-r42: the fast shared-rate arm, seeds 0-39
+    assert list(family)[-3] == f"{GROUP}, lr 0.02" and fast.n == 40 and fast.lower == 22
+    assert fast.mean == pytest.approx(-0.0767, abs=5e-4)
     assert all(family[k].mean == pytest.approx(p.mean) for k, p in expected.items())
     assert family[f"{GROUP}, tuned"].n == 90
     gains = step_size_gains(arms["lr 0.005"])
     full = faster_rate_gains(arms["lr 0.005"], controls[1.05], gated_at_faster_rate())
     assert list(gains) == ["gated (not GLU)", "dense"]
     assert [p.mean for p in gains.values()] == pytest.approx([p.mean for p in full.values()])
+
+
+def test_fast_shared_arm_is_every_variant_but_glu_at_0_02_on_seeds_0_to_39():
+    """Review 04-r42: the shared-rate control near the tuned rates, stored in two blocks of 20 seeds."""
+    from helpers.gating import FAST_SHARED_LR, fast_shared_arm, load_race
+    fast = fast_shared_arm()
+    assert FAST_SHARED_LR == 0.02 and fast.seeds == list(range(40)) and "glu" not in fast.variants
+    assert all(fast.lr(v) == 0.02 for v in fast.variants)
+    assert sorted(set(fast.d_ff.values())) == sorted(set(load_race().d_ff[v] for v in fast.variants))

@@ -30,7 +30,7 @@ def test_the_stored_race_reads_as_the_notebook_says():
     assert "all inside the sweep" in head and "gated (not GLU) 9 of 20, dense 0 of 15" in head
     verdicts = {v.name: v for v in holm(race_family_with_controls(race_arms(race)))}
     shown = repr(group_verdicts(verdicts))
-    assert f"{GROUP}, tuned" in shown and "not resolved" in shown and "27 rows, 6 resolved" in shown
+    assert f"{GROUP}, tuned" in shown and "not resolved" in shown and "27 rows, 5 resolved" in shown
 
 
 def test_kernel_lines():
@@ -57,10 +57,12 @@ def test_section_readout_shows_one_verdict_and_one_table_and_folds_every_check()
     arms = race_arms(race)
     r = section_readout(race, arms, [("ReLU, tuned seed 2", 0.001)], init_rms_controls(), 0.001,
                         race_family_with_controls)
-    assert "\n" not in r.verdict and "+0.062 nats, not resolved" in r.verdict and "-0.093, -0.089" in r.verdict
-    assert r.table.startswith("one Holm family of 27 rows, 6 resolved") and len(r.table.splitlines()) == 4
+    assert len(r.verdict.splitlines()) == 5 and "+0.062 nats, not resolved" in r.verdict
+    assert "gated -0.093, dense -0.089" in r.verdict
+    assert "lr 0.02 (40 seeds): -0.077, 95 % CI -0.20 to +0.05 → not resolved" in r.verdict
+    assert r.table.startswith("one Holm family of 27 rows, 5 resolved") and len(r.table.splitlines()) == 5
     assert len(r.folds) == 7 and all("\n" not in s for s, _ in r.folds)
-    assert "dense alone ×1.05: +0.015 nats, not resolved; dense alone ×1.1: +0.101 nats, higher" in r.folds[0][0]
+    assert "dense alone ×1.05: +0.015 nats, not resolved; both ×1.05: -0.078 nats, lower" in r.folds[0][0]
     page, plain = r._repr_html_(), repr(r)
     assert page.count("<details>") == 7 and "12 of 90 tuned seeds" in page
     assert all(b in plain for _, b in r.folds) and "+0.108 nats" in plain and "over 9 comparisons" in plain
