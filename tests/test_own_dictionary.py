@@ -1,0 +1,48 @@
+"""helpers.own_dictionary: notebook 09's end-to-end run of the learner's Exercise 7 step."""
+
+import torch
+
+from helpers.exercises.nb09 import _training_step
+from helpers.own_dictionary import own_run_lines, train_with_step
+from helpers.toy_runs import load_toy_runs, toy_models
+
+
+def _toy():
+    toys = toy_models(load_toy_runs())
+    return toys.W[toys.index(0.99, seed=0)]
+
+
+def test_the_reference_step_recovers_most_features_and_leaves_dead_directions():
+    run = train_with_step(_training_step, _toy(), steps=2000)
+    assert run["fvu"][0] > 1.0 and run["fvu"][2000] < 0.3                  # the random start, then a fit
+    assert 8 <= run["recovered"] <= run["represented"] == 19 and run["random"] <= 3
+    assert run["used"] + run["dead"] == 40 and run["dead"] > 10
+    text = own_run_lines(run)
+    assert "recovered at cosine > 0.95" in text and "dead" in text
+
+
+def test_a_faulty_step_gets_a_sentence_not_an_exception():
+    def raises(*args):
+        raise ValueError("boom")
+
+    def blows_up(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        return W_enc * float("inf"), b_enc, W_dec, b_dec, 0.0
+
+    def wrong_shape(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        return W_enc.T, b_enc, W_dec, b_dec, 0.0
+
+    for step, words in ((raises, "ValueError: boom"), (blows_up, "finite"), (wrong_shape, "shapes")):
+        message = train_with_step(step, _toy(), steps=5, report_at=(0,))
+        assert isinstance(message, str) and words in message and own_run_lines(message) == message
+
+
+def test_the_learners_inputs_are_copies():
+    seen = []
+
+    def keeps(W_enc, b_enc, W_dec, b_dec, x, k, lr):
+        x.zero_()                                              # a step that changes its batch harms nothing
+        seen.append(1)
+        return _training_step(W_enc, b_enc, W_dec, b_dec, x, k, lr)
+
+    run = train_with_step(keeps, _toy(), steps=3, report_at=(0, 3))
+    assert len(seen) == 3 and set(run["fvu"]) == {0, 3} and torch.isfinite(torch.tensor(run["fvu"][3]))
