@@ -160,7 +160,7 @@ def neuron_table(runs: dict) -> str:
         lines.append(f"  {name:32s}{held}{shares}   {min(judged):.0f}–{max(judged):.0f}")
     off = [e["off_axis"] for v in runs["models"].values() for e in v]
     used = [e["used"] for v in runs["models"].values() for e in v]
-    lines.append(f"features used: {min(used)}–{max(used)} of {RECIPE['n_features']}; of those, off every neuron "
+    lines.append(f"features used (input not centred): {min(used)}–{max(used)} of {RECIPE['n_features']}; of those, off every neuron "
                  f"axis (cosine < 0.95): {min(off)}–{max(off)}")
     return "\n".join(lines)
 

@@ -1,9 +1,9 @@
-"""helpers.own_dictionary: notebook 09's end-to-end run of the learner's Exercise 7 step."""
+"""helpers.dictionary_study.train_with_step: notebook 09's end-to-end run of the learner's Exercise 7 step."""
 
 import torch
 
 from helpers.exercises.nb09 import _training_step
-from helpers.own_dictionary import own_run_lines, train_with_step
+from helpers.dictionary_study import own_run_lines, train_with_step
 from helpers.toy_runs import load_toy_runs, toy_models
 
 
