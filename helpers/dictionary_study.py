@@ -64,13 +64,13 @@ from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact_model
 from helpers.memory import collect
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, paired_difference
+from helpers.stats import PairedDifference, holm, paired_difference
 from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, planted_features,
                                    planted_pairs, toy_hidden, train_toy_models)
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
-           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "planted_recovery",
+           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
@@ -370,6 +370,23 @@ def own_run_lines(run: dict | str) -> str:
             f"recovered at cosine > 0.95: {run['recovered']} of the {run['represented']} represented features "
             f"({run['n_directions']} random directions: {run['random']})\n"
             f"directions used: {run['used']} of {run['n_directions']}; dead (won no input): {run['dead']}")
+
+
+def verdict_lines(comparisons: dict[str, PairedDifference], unit: str = "", digits: int = 2, drop: str = "",
+                  over: str = "models") -> str:
+    """One short line per verdict of ``holm(comparisons)``, in the given order: the comparison (``drop`` removed
+    from its name), its mean difference, in how many of the paired runs it points that way, the verdict. The full
+    table, with each t and the Holm threshold it had to pass: ``helpers.stats.holm_table``."""
+    verdicts = holm(comparisons)
+    names = [v.name.replace(drop, "") for v in verdicts]
+    width = max(len(n) for n in names)
+    lines = []
+    for name, v in zip(names, verdicts):
+        c = v.comparison
+        way = c.lower if c.mean < 0 else c.higher
+        lines.append(f"  {name:<{width}}  {c.mean:+.{digits}f}{unit}  {'lower' if c.mean < 0 else 'higher'} in "
+                     f"{way} of {c.n} {over}  → {v.verdict}")
+    return "\n".join(lines)
 
 
 def _autoencoder_pair(X: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -46,3 +46,15 @@ def test_the_learners_inputs_are_copies():
 
     run = train_with_step(keeps, _toy(), steps=3, report_at=(0, 3))
     assert len(seen) == 3 and set(run["fvu"]) == {0, 3} and torch.isfinite(torch.tensor(run["fvu"][3]))
+
+
+def test_verdict_lines_give_one_short_line_per_verdict_in_order():
+    from helpers.dictionary_study import verdict_lines
+    from helpers.stats import holm, paired_difference
+    family = {"layer 1: a − b": paired_difference([1.0, 2.0, 3.0, 2.5, 1.5], [0.0, 0.1, 0.2, 0.1, 0.0]),
+              "layer 1: c − d": paired_difference([0.0, 0.1, -0.1, 0.2, -0.2], [0.0, 0.0, 0.0, 0.0, 0.0])}
+    lines = verdict_lines(family, unit=" x", drop="layer 1: ").splitlines()
+    verdicts = holm(family)
+    assert len(lines) == 2 and lines[0].lstrip().startswith("a − b") and lines[1].lstrip().startswith("c − d")
+    assert lines[0].endswith("→ " + verdicts[0].verdict) and "higher in 5 of 5 models" in lines[0]
+    assert lines[1].endswith("→ not resolved")
