@@ -26,6 +26,8 @@ dictionaries (256 features, k = 8, 1,000 steps, 2 seeds per model):
 plus the toy models of ``helpers.superposition`` and their autoencoders (``toy_recovery``) trained 3× longer
 than the notebook trains them, the planted check at the recipe as an autoencoder and as a transcoder
 (``planted_recovery``, ``--only-planted``), and optionally (``--sweep``) a learning-rate sweep of every arm on model 0.
+Live only: ``train_with_step`` trains ``toy_recovery``'s random-start autoencoder with the learner's own Exercise 7
+step (plain gradient descent) and reports what it recovered, its FVU over steps and its dead directions.
 
 Make the file (about 10 minutes of one CPU core), or a small run to see the format::
 
@@ -49,25 +51,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 from helpers import validate
 from helpers.dictionary import (STARTS, answer_scores, fact_labels, fact_prefixes, ffn_io, firing_counts, fvu,
-                                held_out_split, random_dictionary, replaced_ffn, tracking_rates, train_dictionaries)
+                                held_out_split, random_dictionary, replaced_ffn, topk_codes, tracking_rates,
+                                train_dictionaries)
 from helpers.facts import load_facts, make_dataset
 from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model, untrained_fact_model
 from helpers.memory import collect
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, paired_difference
+from helpers.stats import PairedDifference, holm, paired_difference
 from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, planted_features,
                                    planted_pairs, toy_hidden, train_toy_models)
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
-           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "planted_recovery",
+           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
@@ -301,6 +304,89 @@ def toy_recovery(toys, sparsity: float, seeds: Sequence[int], *, n_directions: i
             "recovered": {name: [int((best_cosines(W[:, r], D) > threshold).sum())
                                  for W, r, D in zip(truth, represented, dirs)] for name, dirs in directions.items()},
             "used": used, "extra": [d.W_dec.detach() for d in extra_found]}
+
+
+# ---------------------------------------------------------------- after Exercise 7: the learner's step, end to end
+# Section 2's toy autoencoder trained with the learner's own ``training_step`` (plain gradient descent at a constant
+# rate) from the random start, on the same data and batches as ``toy_recovery``'s Adam loop, then inspected.
+# ``train_with_step`` never raises for a faulty step: it returns a sentence saying what went wrong.
+def _reconstruct(params: Sequence[torch.Tensor], h: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    W_enc, b_enc, W_dec, b_dec = params
+    codes = topk_codes(h @ W_enc.T + b_enc, k)
+    return codes, codes @ W_dec.T + b_dec
+
+
+def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99, *, n_inputs: int = 2000,
+                    n_directions: int = 40, k: int = 1, steps: int = 2000, batch_size: int = 64, lr: float = 0.1,
+                    seed: int = 0, report_at: Sequence[int] = (0, 250, 500, 1000, 2000)) -> dict | str:
+    """Train a TopK autoencoder on the toy model ``W_true`` ``(m, n)``'s hidden vectors with ``step``.
+
+    Returns ``{"fvu": {step: FVU on all inputs}, "recovered": int, "represented": int, "random": int,
+    "used": int, "dead": int, "n_directions": int}``: the recovered count is of the represented true features
+    (``‖W_i‖ > 0.5``) that some learned value matches at cosine > 0.95; ``random`` the same for as many random
+    directions; ``used`` the directions active on some input. Or a sentence saying why it could not train.
+    """
+    validate.positive_int("steps", steps)
+    W_true = W_true.detach().double()
+    h = toy_hidden(W_true, sparsity, n=n_inputs, seed=seed)                          # (n_inputs, m)
+    params = [t.double() for t in STARTS["random"](h, h, n_directions, seed)]
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    curve = {}
+    for t in range(steps + 1):
+        if t in report_at:
+            curve[t] = fvu(h, _reconstruct(params, h, k)[1])
+        if t == steps:
+            break
+        batch = h[torch.randint(0, len(h), (batch_size,), generator=gen)]
+        try:
+            out = step(*params, batch.clone(), k, lr)
+            new = [torch.as_tensor(p, dtype=torch.float64).detach() for p in out[:4]]
+        except Exception as error:  # noqa: BLE001 - the learner's code: report, never raise
+            return f"your training_step failed at step {t}: {type(error).__name__}: {error}"
+        if [p.shape for p in new] != [p.shape for p in params]:
+            return (f"your training_step returned parameters of shapes {[tuple(p.shape) for p in new]}, expected "
+                    f"{[tuple(p.shape) for p in params]}")
+        if not all(torch.isfinite(p).all() for p in new):
+            return f"the parameters stopped being finite at step {t + 1}: check the step's sign and size"
+        params = new
+    codes, _ = _reconstruct(params, h, k)
+    used = int((firing_counts(codes) > 0).sum())
+    represented = feature_norms(W_true) > 0.5
+    random = torch.randn(W_true.shape[0], n_directions, generator=torch.Generator().manual_seed(seed),
+                         dtype=torch.float64)
+    return {"fvu": curve, "represented": int(represented.sum()),
+            "recovered": int((best_cosines(W_true[:, represented], params[2]) > 0.95).sum()),
+            "random": int((best_cosines(W_true[:, represented], random) > 0.95).sum()),
+            "used": used, "dead": n_directions - used, "n_directions": n_directions}
+
+
+def own_run_lines(run: dict | str) -> str:
+    """The printable summary of ``train_with_step``'s result (or its sentence)."""
+    if isinstance(run, str):
+        return run
+    steps = "".join(f"{t:>8,}" for t in run["fvu"])
+    values = "".join(f"{v:8.1%}" for v in run["fvu"].values())
+    return (f"step {steps}\nFVU  {values}\n"
+            f"recovered at cosine > 0.95: {run['recovered']} of the {run['represented']} represented features "
+            f"({run['n_directions']} random directions: {run['random']})\n"
+            f"directions used: {run['used']} of {run['n_directions']}; dead (won no input): {run['dead']}")
+
+
+def verdict_lines(comparisons: dict[str, PairedDifference], unit: str = "", digits: int = 2, drop: str = "",
+                  over: str = "models") -> str:
+    """One short line per verdict of ``holm(comparisons)``, in the given order: the comparison (``drop`` removed
+    from its name), its mean difference, in how many of the paired runs it points that way, the verdict. The full
+    table, with each t and the Holm threshold it had to pass: ``helpers.stats.holm_table``."""
+    verdicts = holm(comparisons)
+    names = [v.name.replace(drop, "") for v in verdicts]
+    width = max(len(n) for n in names)
+    lines = []
+    for name, v in zip(names, verdicts):
+        c = v.comparison
+        way = c.lower if c.mean < 0 else c.higher
+        lines.append(f"  {name:<{width}}  {c.mean:+.{digits}f}{unit}  {'lower' if c.mean < 0 else 'higher'} in "
+                     f"{way} of {c.n} {over}  → {v.verdict}")
+    return "\n".join(lines)
 
 
 def _autoencoder_pair(X: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -43,7 +43,7 @@ from helpers.memory import collect
 from helpers.stats import PairedDifference, paired_difference
 
 __all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICTIONARY_TIED_PATH",
-           "NEURON_DICTIONARY_CENTRED_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
+           "NEURON_DICTIONARY_CENTRED_PATH", "NEURON_DICTIONARY_CENTRED_LONG_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
            "neuron_family", "main"]
 
@@ -54,6 +54,9 @@ NEURON_DICTIONARY_LONG_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionar
 NEURON_DICTIONARY_TIED_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_tied.json")
 #: the same runs on centred activations (the standard recipe's pre-encoder bias): does the count move?
 NEURON_DICTIONARY_CENTRED_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_centred.json")
+#: the centred runs 10× longer at rate 0.01, one seed per model (the budget at which the planted control's count
+#: passes 185): ``python -m helpers.neuron_dictionary --seeds 1 --steps 10000 --lr 0.01 --center``
+NEURON_DICTIONARY_CENTRED_LONG_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_centred_long.json")
 LABELS = ("relation", "answer", "slot")
 UNITS = {"dictionary": "dictionary on the neurons", "neurons": "the neurons themselves",
          "random": "random dictionary on the neurons"}
@@ -157,7 +160,7 @@ def neuron_table(runs: dict) -> str:
         lines.append(f"  {name:32s}{held}{shares}   {min(judged):.0f}–{max(judged):.0f}")
     off = [e["off_axis"] for v in runs["models"].values() for e in v]
     used = [e["used"] for v in runs["models"].values() for e in v]
-    lines.append(f"features used: {min(used)}–{max(used)} of {RECIPE['n_features']}; of those, off every neuron "
+    lines.append(f"features used (input not centred): {min(used)}–{max(used)} of {RECIPE['n_features']}; of those, off every neuron "
                  f"axis (cosine < 0.95): {min(off)}–{max(off)}")
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ from helpers.dictionary import fvu, train_dictionaries
 from helpers.dictionary_study import RECIPE
 from helpers.superposition import best_cosines
 
-__all__ = ["PLANTED_COUNT_PATH", "SETS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "main"]
+__all__ = ["PLANTED_COUNT_PATH", "SETS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "count_table", "main"]
 
 PLANTED_COUNT_PATH = Path(__file__).resolve().parent / "data" / "planted_count.json"
 #: name -> (directions, of them strong, strong scale)
@@ -102,6 +102,29 @@ def summary_lines(record: dict, centred: bool = False) -> list[str]:
                          f"{span([r['used'] for r in runs])}, recovered {span([r['recovered'] for r in runs])}{strong}, "
                          f"held-out FVU {min(fit):.0%}–{max(fit):.0%}")
     return lines
+
+
+def count_table(record: dict, neurons: Sequence[dict]) -> str:
+    """Section 6.1's count beside its planted control, on centred rows, at both budgets: features used (of 256,
+    min–max) by the dictionary on the real neurons (``neurons``: one ``helpers.neuron_dictionary`` file per
+    budget, in ``BUDGETS``' order; every model and seed in it) and on each planted set (every data seed)."""
+    def span(values: list[int]) -> str:
+        return f"{min(values)}–{max(values)}"
+
+    head = "".join(f"{f'{steps:,} steps at {lr:g}':>22s}" for steps, lr in BUDGETS)
+    title = f"features used of {RECIPE['n_features']}, input centred"
+    lines = [f"{title:46s}{head}"]
+    cells = []
+    for runs in neurons:
+        used = [e["used"] for v in runs["models"].values() for e in v]
+        seeds = len(next(iter(runs["models"].values())))
+        cells.append(f"{span(used)} ({len(runs['models'])}×{seeds})")
+    lines.append(f"  {'the 192 real neurons (models × seeds)':44s}" + "".join(f"{c:>22s}" for c in cells))
+    for name, (n_true, _, _) in SETS.items():
+        label = f"{n_true} planted, {name} ({len(record['seeds'])} data seeds)"
+        lines.append(f"  {label:44s}" + "".join(
+            f"{span([r['used'] for r in record['runs_centred'][name][str(steps)]]):>22s}" for steps, _ in BUDGETS))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

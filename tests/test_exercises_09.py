@@ -456,3 +456,15 @@ def test_training_step_named_mistakes_are_told_and_an_unlisted_one_gets_no_hint(
 
     result = check_training_step.evaluate(half_rate)
     assert result.status == FAILED and "Likely mistake" not in result.message
+
+
+def test_exercise_2_diagnoses_a_topk_ranked_by_absolute_value():
+    from helpers.exercises.nb09 import _keep_mask
+
+    def by_abs(x, y, W_enc, b_enc, W_dec, b_dec, k):
+        pre = x @ W_enc.T + b_enc
+        codes = torch.where(_keep_mask(pre.abs(), k), torch.relu(pre), torch.zeros((), dtype=pre.dtype))
+        y_hat = codes @ W_dec.T + b_dec
+        return codes, y_hat, float(((y - y_hat) ** 2).sum(-1).mean())
+
+    _fails(check_transcoder, by_abs, "absolute value")

@@ -83,3 +83,16 @@ def test_the_tied_start_keys_are_the_values_transposed_and_its_file_names_it():
     runs = load_neuron_dictionary(NEURON_DICTIONARY_TIED_PATH)
     assert runs["start"] == "tied" and "--start tied" in runs["command"]
     assert run_summary(runs).startswith("tied start, 1,000 steps")
+
+
+def test_the_centred_long_run_is_ten_times_the_centred_steps_and_stays_below_the_planted_count():
+    from helpers.neuron_dictionary import NEURON_DICTIONARY_CENTRED_LONG_PATH, NEURON_DICTIONARY_CENTRED_PATH
+    from helpers.planted_count import load as load_planted
+    short = load_neuron_dictionary(NEURON_DICTIONARY_CENTRED_PATH)
+    long = load_neuron_dictionary(NEURON_DICTIONARY_CENTRED_LONG_PATH)
+    assert long["center"] and long["steps"] == 10 * short["steps"] and long["lr"] == 0.01
+    assert set(long["models"]) == set(short["models"]) and long["seeds"] == [0]
+    assert "--center" in long["command"] and "--steps 10000 --lr 0.01" in long["command"]
+    planted = load_planted()["runs_centred"]["uniform"]["10000"]
+    # the notebook's reading: at the budget where 256 planted directions use 185 or more, the neurons use far fewer
+    assert max(e["used"] for v in long["models"].values() for e in v) < min(r["used"] for r in planted) - 50

@@ -33,3 +33,12 @@ def test_the_shipped_file_shows_the_count_stays_below_192_with_more_planted():
     strong = record["runs"]["strong and weak"]["10000"]
     assert all(r["strong"] >= 40 and r["recovered"] - r["strong"] <= 6 for r in strong)
     assert len(summary_lines(record)) == len(summary_lines(record, centred=True)) == 4
+
+
+def test_the_count_table_sets_the_neurons_beside_the_planted_sets_at_both_budgets():
+    from helpers.planted_count import count_table
+    neurons = {"models": {"0": [{"used": 90}, {"used": 100}], "1": [{"used": 95}, {"used": 99}]}}
+    table = count_table(load(), [neurons, neurons]).splitlines()
+    assert len(table) == 2 + len(SETS) and "1,000 steps at 0.03" in table[0] and "10,000 steps at 0.01" in table[0]
+    assert "90–100 (2×2)" in table[1]
+    assert "185–199" in table[2]                      # the shipped uniform set, centred, 10× longer

@@ -292,6 +292,8 @@ def _transcoder_wrong(kind: str):
             codes = torch.where(_keep_mask(pre, k), pre, torch.zeros((), dtype=pre.dtype))
         elif kind == "dense relu":
             codes = torch.relu(pre)
+        elif kind == "abs":
+            codes = torch.where(_keep_mask(pre.abs(), k), torch.relu(pre), torch.zeros((), dtype=pre.dtype))
         elif "torch.topk" in kind:
             top = pre.topk(k, dim=-1)
             codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
@@ -374,6 +376,8 @@ check_transcoder = _NeedsExercise1(
          _transcoder_wrong("mean all, torch.topk")),
         ("the codes keep every positive pre-activation (a plain ReLU): keep only the k largest per row, with "
          "Exercise 1's TopK.", _transcoder_wrong("dense relu")),
+        ("you ranked the pre-activations by absolute value; TopK keeps the k *largest* (a large negative one is "
+         "not kept).", _transcoder_wrong("abs")),
     ],
     atol=1e-9, rtol=1e-9, kind="build", domain=_TRANSCODER_DOMAIN,
 )
