@@ -3,7 +3,8 @@
 ``PUBLISHED`` holds each model's published configuration (sources in notebook 07): total and active parameters
 of the whole model (embeddings included), routed experts per MoE layer, shared experts every token uses, the
 number k of routed experts per token, how the router weighs them and how the load is balanced.
-``published_table`` prints it with two derived columns, the active share and the sets of routed experts a token
+``published_figure`` draws it (``router_table`` prints the rest); ``published_table`` prints it with two
+derived columns, the active share and the sets of routed experts a token
 can be sent to, C(E, k); ``width_table`` prints the widths. ``expert_combinations`` counts those sets for DeepSeekMoE's fine-grained (m) and
 shared (s) experts, and ``configuration_figure`` draws both knobs for one layer. ``weight_bytes_per_token``
 counts what a batch's decode step reads per token, and ``bytes_per_token_figure`` draws it against the batch.
@@ -79,6 +80,53 @@ def width_table(models: Sequence[Published] = PUBLISHED) -> list[str]:
     lines += [f"{m.name:<18}{m.d_model:>8,}{m.expert_width:>14,}{m.expert_width / m.d_model:>17.2f}  {m.moe_layers}"
               for m in models]
     return lines
+
+
+def router_table(models: Sequence[Published] = PUBLISHED) -> list[str]:
+    """The columns ``published_figure`` does not draw: the router's weights, the balancing, the MoE layers."""
+    lines = [f"{'model':<18}{'router weights':<32}{'balancing':<40}MoE layers"]
+    lines += [f"{m.name:<18}{m.weights:<32}{m.balancing:<40}{m.moe_layers}" for m in models]
+    return lines
+
+
+def published_figure(models: Sequence[Published] = PUBLISHED):
+    """``PUBLISHED`` side by side, one row per model: total and active parameters (log scale, the active share
+    written out), routed experts per MoE layer with the k a token uses, its shared experts and C(E, k), and the
+    routed expert's width over d_model."""
+    import matplotlib.pyplot as plt
+
+    fig, (size, experts, width) = plt.subplots(1, 3, figsize=(12.5, 3.9), sharey=True,
+                                              gridspec_kw={"width_ratios": [1.25, 1.25, 0.9]})
+    y = list(range(len(models)))[::-1]
+    for yi, m in zip(y, models):
+        size.barh(yi, m.total_b, color="#BBBBBB", height=0.7)
+        size.barh(yi, m.active_b, color="#0072B2", height=0.7)
+        size.annotate(f"{m.active_b:g}B of {m.total_b:g}B ({m.active_b / m.total_b:.0%})", (m.total_b, yi),
+                      xytext=(4, 0), textcoords="offset points", va="center", fontsize=8.5)
+        experts.barh(yi, m.routed, color="#BBBBBB", height=0.7)
+        experts.barh(yi, m.k, color="#D55E00", height=0.7)
+        sets = math.comb(m.routed, m.k)
+        shared = f" + {m.shared} shared" if m.shared else ""
+        experts.annotate(f"top-{m.k} of {m.routed}{shared}; C(E, k) {sets:,}" if sets < 10**5 else
+                         f"top-{m.k} of {m.routed}{shared}; C(E, k) {sets:.1e}",
+                         (m.routed, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8.5)
+        ratio = m.expert_width / m.d_model
+        width.barh(yi, ratio, color="#009E73", height=0.7)
+        width.annotate(f"{ratio:.2f}", (ratio, yi), xytext=(4, 0), textcoords="offset points", va="center",
+                       fontsize=8.5)
+    size.set(xscale="log", xlim=(1, 2e4), xlabel="parameters, billions (log scale)\ngrey: total; blue: active per token",
+             yticks=y, yticklabels=[m.name for m in models])
+    experts.set(xscale="log", xlim=(0.5, 1.5e5),
+                xlabel="routed experts per MoE layer (log scale)\ngrey: E; orange: the k a token uses")
+    width.set(xlim=(0, 4.4), xlabel="routed expert's width / d_model\n(dotted: as wide as the model)")
+    width.axvline(1.0, color="#666666", lw=0.8, ls=":")
+    size.set_title("how big, how much used", fontsize=10)
+    experts.set_title("how many experts, how many per token", fontsize=10)
+    width.set_title("how wide each expert", fontsize=10)
+    for ax in (size, experts, width):
+        ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    return fig
 
 
 def expert_combinations(n_experts: int, top_k: int, granularity: int = 1, n_shared: int = 0) -> int:

@@ -16,7 +16,10 @@ made by::
     python -m helpers.moe_race --results          # every arm, budget, sweep and seed of the settings
 
 (``--arms``, ``--seeds``, ``--sweep-seeds``, ``--lrs``, ``--budgets`` and ``--out`` make a smaller run; the tests
-make one). The notebook trains one seed live and checks it against the file.
+make one). The notebook trains one seed live and checks it against the file. Exercise 2's sweep of the bias's
+speed γ (section 5's bias arm at seven γ, ten seeds; about a minute) is made by::
+
+    python -m helpers.moe_race --gamma-sweep      # GAMMA_PATH, read by load_gamma_sweep
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import argparse
 import json
 import platform
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +36,7 @@ import torch
 
 from helpers.fact_lookup import LookupData, build_lookup, ffn_params, lookup_data, train_lookup
 from helpers.progress import progress as progress_bar
-from helpers.stats import PairedDifference, Verdict, holm, paired_difference
+from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
 
 # ----------------------------------------------------------------------------- the race's arms and settings
@@ -67,6 +70,9 @@ GRANULARITY_PAIRS: tuple[tuple[str, str], ...] = (("fine-grained", "MoE"), ("fin
 BALANCE_PAIRS: tuple[tuple[str, str], ...] = (
     ("no balancing", "MoE"), ("bias, softmax", "MoE"), ("bias, sigmoid", "Switch loss, sigmoid"),
     ("Switch loss, sigmoid", "MoE"), ("bias, sigmoid", "bias, softmax"))
+#: Section 5's display names: there every arm is an MoE, so its "MoE" (section 4's top-1 MoE: softmax scores,
+#: Switch loss) is named by what it is; the keys stay as in the shipped files.
+BALANCE_NAMES: dict[str, str] = {"no balancing": "no balancing, softmax", "MoE": "Switch loss, softmax"}
 #: Two step budgets, each arm tuned for each: 100 steps (the per-step race) and 3× as many.
 SETTINGS: dict = dict(d_model=8, budgets=(100, 300), frozen=True)
 LRS: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
@@ -323,8 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m helpers.moe_race --results``: per step budget, sweep each arm's learning rate and train its
     seeds at the chosen rate; store the race."""
     parser = argparse.ArgumentParser(prog="python -m helpers.moe_race", description=main.__doc__)
-    parser.add_argument("--results", action="store_true", required=True,
-                        help="run the sweeps and every (arm, seed) of notebook 07 and write the race")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--results", action="store_true",
+                      help="run the sweeps and every (arm, seed) of notebook 07 and write the race")
+    what.add_argument("--gamma-sweep", action="store_true",
+                      help=f"Exercise 2's γ sweep instead (γ {' '.join(map(str, GAMMAS))}; seeds 0–9) to {GAMMA_PATH}")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), metavar="ARM",
                         help=f"default: the notebook's {len(ARMS)} arms")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="default: 0 to 19")
@@ -338,6 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="train at the rates chosen in this race file, keeping its sweeps (no sweep is run)")
     parser.add_argument("--out", default=str(RACE_PATH), help=f"default: {RACE_PATH}")
     args = parser.parse_args(argv)
+    if args.gamma_sweep:
+        out = GAMMA_PATH if args.out == str(RACE_PATH) else args.out
+        seeds = GAMMA_SEEDS if args.seeds == list(SEEDS) else args.seeds
+        steps = GAMMA_STEPS if args.budgets == list(SETTINGS["budgets"]) else args.budgets[0]
+        print(f"wrote {len(GAMMAS)} γ × {len(seeds)} seeds to {save_gamma_sweep(gamma_runs(GAMMAS, seeds, steps), out)}")
+        return 0
     race = run_race(args.arms, args.seeds, sweep_seeds=args.sweep_seeds, lrs=args.lrs,
                     trainable_arms=args.trainable_arms, budgets=tuple(args.budgets),
                     rates_from=None if args.rates_from is None else load_race(args.rates_from))
@@ -346,21 +361,132 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- Exercise 2: the bias's speed γ
+# Section 5's "bias, softmax" arm trained for GAMMA_STEPS steps at its tuned rate GAMMA_LR on GAMMA_SEEDS, once per
+# γ of GAMMAS (γ = 0: the bias never moves). Per run the file keeps the answer loss at the end and each expert's
+# routed slots summed over the last LATE steps, from which MaxVio (Wang et al. 2024: the busiest expert's load over
+# the mean, minus 1) is computed. About a minute of CPU: ``python -m helpers.moe_race --gamma-sweep``.
+# ``gamma_run`` trains one seed live at any γ; ``gamma_verdicts`` judges γ = 0.001 (DeepSeek-V3's), 0.1 and 0.3
+# against section 5's 0.01, on MaxVio and on the loss (paired t, Holm over those six comparisons).
+GAMMAS: tuple[float, ...] = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
+GAMMA_SEEDS: tuple[int, ...] = tuple(range(10))
+GAMMA_STEPS = 100
+GAMMA_LR = 0.08                       # section 5's tuned rate for "bias, softmax" at 100 steps
+GAMMA_ARM = "bias, softmax"
+GAMMA_PATH = Path(__file__).parent / "data" / "moe_gamma.json"
+
+
+@dataclass
+class GammaSweep:
+    """``loss[γ]``: ``(seeds,)`` float64, the answer loss after ``steps`` steps; ``loads[γ]``: ``(seeds, E)``
+    int64, each expert's routed slots summed over the last ``late`` steps."""
+
+    gammas: list[float]
+    seeds: list[int]
+    steps: int
+    lr: float
+    late: int
+    loss: dict[float, torch.Tensor]
+    loads: dict[float, torch.Tensor]
+
+
+def max_vio_reference(load: torch.Tensor) -> torch.Tensor:
+    """MaxVio per row: ``max(load) / mean(load) − 1`` over the last dimension (float64)."""
+    load = load.double()
+    return load.max(-1).values / load.mean(-1) - 1
+
+
+def gamma_run(gamma: float, seed: int = 0, steps: int = GAMMA_STEPS, lr: float = GAMMA_LR) -> tuple[float, float]:
+    """One live run of section 5's "bias, softmax" arm at ``gamma``: ``(loss, MaxVio)`` after ``steps`` steps, MaxVio
+    on the loads of the last ``LATE`` steps summed (the learner's own experiment in Exercise 2)."""
+    one = gamma_runs([gamma], [seed], steps, lr)
+    g = float(gamma)
+    return float(one.loss[g][0]), float(max_vio_reference(one.loads[g][0]))
+
+
+def gamma_runs(gammas: Sequence[float] = GAMMAS, seeds: Sequence[int] = GAMMA_SEEDS, steps: int = GAMMA_STEPS,
+               lr: float = GAMMA_LR) -> GammaSweep:
+    """Train section 5's "bias, softmax" arm once per (γ, seed); keep the final loss and the late loads."""
+    data, d = lookup_data(), SETTINGS["d_model"]
+    loss, loads = {}, {}
+    for g in gammas:
+        spec = {**ARMS[GAMMA_ARM], "bias_update": float(g)}
+        ls, lo = [], []
+        for seed in seeds:
+            model = build_lookup(data, spec, d, int(seed), frozen=True)
+            _, load, evals = train_lookup(model, data, steps=steps, lr=lr, eval_at=[steps])
+            ls.append(evals[steps][0]), lo.append(load[-LATE:].sum(0))
+        loss[float(g)] = torch.tensor(ls, dtype=torch.float64)
+        loads[float(g)] = torch.stack(lo).long()
+    return GammaSweep([float(g) for g in gammas], [int(s) for s in seeds], steps, lr, LATE, loss, loads)
+
+
+def save_gamma_sweep(sweep: GammaSweep, path: str | Path = GAMMA_PATH) -> Path:
+    path = Path(path)
+    record = {"gammas": sweep.gammas, "seeds": sweep.seeds, "steps": sweep.steps, "lr": sweep.lr,
+              "late": sweep.late, "arm": GAMMA_ARM,
+              "loss": {str(g): [round(float(v), 6) for v in sweep.loss[g]] for g in sweep.gammas},
+              "loads": {str(g): sweep.loads[g].tolist() for g in sweep.gammas}}
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_gamma_sweep(path: str | Path | None = None) -> GammaSweep:
+    """Read the file ``python -m helpers.moe_race --gamma-sweep`` wrote (default ``GAMMA_PATH``)."""
+    path = GAMMA_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no γ sweep at {path}; make it with python -m helpers.moe_race --gamma-sweep")
+    r = json.loads(path.read_text(encoding="utf-8"))
+    gammas = [float(g) for g in r["gammas"]]
+    return GammaSweep(gammas, r["seeds"], r["steps"], r["lr"], r["late"],
+                      {g: torch.tensor(r["loss"][str(g)], dtype=torch.float64) for g in gammas},
+                      {g: torch.tensor(r["loads"][str(g)], dtype=torch.int64) for g in gammas})
+
+
+def gamma_lines(sweep: GammaSweep, max_vio: Callable[[torch.Tensor], torch.Tensor] = max_vio_reference
+                ) -> list[str]:
+    """One line per γ: mean MaxVio (``max_vio`` on each seed's late loads) and mean loss over the seeds."""
+    rows = [f"bias, softmax, lr {sweep.lr:g}, {sweep.steps} steps, seeds {sweep.seeds[0]}–{sweep.seeds[-1]} "
+            f"(means; MaxVio of each run's loads summed over its last {sweep.late} steps)",
+            f"{'γ':>7}{'MaxVio':>9}{'loss':>8}"]
+    for g in sweep.gammas:
+        vio = torch.as_tensor(max_vio(sweep.loads[g].clone()), dtype=torch.float64)
+        note = "  (the bias never moves: no balancing)" if g == 0 else (
+            "  (DeepSeek-V3's)" if g == 0.001 else ("  (section 5's)" if g == 0.01 else ""))
+        rows.append(f"{g:>7g}{float(vio.mean()):>9.2f}{float(sweep.loss[g].mean()):>8.3f}{note}")
+    return rows
+
+
+def gamma_verdicts(sweep: GammaSweep, base: float = 0.01, others: Sequence[float] = (0.001, 0.1, 0.3)) -> str:
+    """γ against ``base`` on MaxVio and on the loss, seed by seed: paired t, Holm over the four comparisons."""
+    family: dict[str, PairedDifference] = {}
+    for metric in ("MaxVio", "loss"):
+        for g in others:
+            value = (lambda h: max_vio_reference(sweep.loads[h])) if metric == "MaxVio" else (lambda h: sweep.loss[h])
+            family[f"{metric}: γ {g:g} − γ {base:g}"] = paired_difference(value(g), value(base))
+    return holm_table(family, compact=True)
+
+
 # ----------------------------------------------------------------------------- reading the race
+def display(name: str, names: dict[str, str] | None = None) -> str:
+    """An arm's printed name: ``names[name]`` when given there (e.g. ``BALANCE_NAMES``), else the key itself."""
+    return (names or {}).get(name, name)
+
+
 def loss_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[int] | None = None,
-                n_seeds: int | None = None) -> dict[str, PairedDifference]:
+                n_seeds: int | None = None, names: dict[str, str] | None = None) -> dict[str, PairedDifference]:
     """``a − b`` seed by seed on the answer loss at the end of each budget's runs, for ``helpers.stats.holm``
-    (every budget by default; the first ``n_seeds`` seeds only, when given)."""
-    return {f"{steps:>3} steps: {a} − {b}": paired_difference(race.runs[steps][a].final()[:n_seeds],
-                                                                race.runs[steps][b].final()[:n_seeds])
+    (every budget by default; the first ``n_seeds`` seeds only, when given; arms printed with ``display``)."""
+    return {f"{steps:>3} steps: {display(a, names)} − {display(b, names)}": paired_difference(
+                race.runs[steps][a].final()[:n_seeds], race.runs[steps][b].final()[:n_seeds])
             for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
 
 
-def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[int] | None = None
-                ) -> dict[str, PairedDifference]:
+def load_family(race: Race, pairs: Sequence[tuple[str, str]], budgets: Sequence[int] | None = None,
+                names: dict[str, str] | None = None) -> dict[str, PairedDifference]:
     """``a − b`` seed by seed on the late load (busiest over mean load over each run's last ``LATE`` steps)."""
-    return {f"{steps:>3} steps, load: {a} − {b}": paired_difference(race.runs[steps][a].late_load,
-                                                                      race.runs[steps][b].late_load)
+    return {f"{steps:>3} steps, load: {display(a, names)} − {display(b, names)}": paired_difference(
+                race.runs[steps][a].late_load, race.runs[steps][b].late_load)
             for steps in (race.budgets if budgets is None else budgets) for a, b in pairs}
 
 
@@ -385,16 +511,19 @@ def section_family(race: Race, pairs: Sequence[tuple[str, str]], long, dsm) -> d
 
 def rerun_lines(race: Race, other: Race, pairs: Sequence[tuple[str, str]], *, loads: bool = False,
                 fresh: Race | None = None, changed_only: bool = False,
-                extra: dict[str, PairedDifference] | None = None) -> list[str]:
+                extra: dict[str, PairedDifference] | None = None, names: dict[str, str] | None = None
+                ) -> list[str]:
     """The same family judged twice: on ``race`` and on ``other`` (the same seeds at the same rates, trained on
     another CPU kernel), mean difference and Holm's verdict side by side; then how many single runs of the arms
     compared ended more than 0.01 nats apart. ``loads``: the family is the late load's comparisons and then the
     loss's (section 5's); ``fresh``: a third column, the family judged on other seeds trained at the same rates;
     ``changed_only``: print only the comparisons whose verdict differs between columns (the full family is
     printed once elsewhere), then the counts; ``extra``: further comparisons judged in every column's Holm family
-    (as given: e.g. the rest of a section's family), neither printed nor counted."""
+    (as given: e.g. the rest of a section's family), neither printed nor counted; ``names``: arms' printed names
+    (``display``)."""
     def family(r: Race) -> dict[str, PairedDifference]:
-        return {**load_family(r, pairs), **loss_family(r, pairs)} if loads else loss_family(r, pairs)
+        return ({**load_family(r, pairs, names=names), **loss_family(r, pairs, names=names)} if loads
+                else loss_family(r, pairs, names=names))
 
     judged = [holm({**family(r), **(extra or {})}) for r in (race, other) + (() if fresh is None else (fresh,))]
     judged = [[v for v in col if v.name in family(race)] for col in judged]
@@ -477,10 +606,10 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
     return fig
 
 
-def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str]):
+def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str], names: dict[str, str] | None = None):
     """Routing over training, one column per run: the first seed's share of the tokens per expert and step
     (experts numbered as in the code), above the busiest expert's load over the mean load (mean over seeds,
-    band from the lowest to the highest seed)."""
+    band from the lowest to the highest seed). ``names``: the runs' printed names (``display``)."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -495,7 +624,7 @@ def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str]):
         im = ax.imshow(share.T.numpy(), aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=vmax,
                        interpolation="nearest", extent=(0.5, share.shape[0] + 0.5, -0.5, share.shape[1] - 0.5))
         ax.grid(False)
-        ax.set_title(f"{r.name}\n(seed {r.seeds[0]}, lr {r.lr:g})", fontsize=10)
+        ax.set_title(f"{display(r.name, names)}\n(seed {r.seeds[0]}, lr {r.lr:g})", fontsize=10)
         ax.set(xlabel="training step", yticks=range(share.shape[1]))
         mom, ax = r.max_over_mean, axes[1, col]
         steps = torch.arange(1, mom.shape[0] + 1).numpy()

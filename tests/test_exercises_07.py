@@ -290,20 +290,24 @@ def test_paired_other_correct_forms_pass():
         d = (a - b).numpy()
         return d.mean() / (d.std(ddof=1) / len(d) ** 0.5), float(len(d) - 1)
 
-    for fn in (with_statistics, numpy_floats):
+    def int_df(a, b):                                   # the statement allows df as an int
+        d = a - b
+        return float(d.mean() / (d.std() / math.sqrt(len(d)))), len(d) - 1
+
+    for fn in (with_statistics, numpy_floats, int_df):
         status, hint, message = _status(nb07.check_paired_t, fn)
         assert status == "passed" and hint is None, message
 
 
 def test_paired_tensors_fail_naming_the_type():
-    """The statement asks for two Python floats: 0-d tensors with the right values fail, naming t."""
+    """The statement asks for Python numbers: 0-d tensors with the right values fail, naming t."""
     def tensors_out(a, b):
         d = a - b
         return d.mean() / (d.std() / d.numel() ** 0.5), torch.tensor(d.numel() - 1.0)
     result = nb07.check_paired_t.evaluate(tensors_out)
     assert result.reason == "type" and "t is a 0-d float64 tensor" in result.message, result.message
-    int_df = nb07.check_paired_t.evaluate(lambda a, b: (float(tensors_out(a, b)[0]), a.numel() - 1))
-    assert int_df.reason == "type" and "df is a Python int" in int_df.message, int_df.message
+    tensor_df = nb07.check_paired_t.evaluate(lambda a, b: (float(tensors_out(a, b)[0]), tensors_out(a, b)[1]))
+    assert tensor_df.reason == "type" and "df is a 0-d float" in tensor_df.message, tensor_df.message
 
 
 def test_paired_float32_arithmetic_is_told_the_exercise_wants_float64():

@@ -160,3 +160,19 @@ def test_gate_conventions_match_transformers_routers():
     assert len(gate_table(x[0], layers)) == 4
     # the default MoE is unchanged by the option: renormalised, as in notebooks 05, 06 and 08
     assert layers["Mixtral"][0].renormalise and not layers["DeepSeekMoE"][0].renormalise
+
+
+def test_published_figure_draws_every_model_and_router_table_prints_the_rest():
+    """Notebook 07's section 1: one row per model in each of the three panels, the numbers the prose reads written on
+    the bars (active share, C(E, k), width / d_model); the text columns in ``router_table``."""
+    import matplotlib.pyplot as plt
+    from helpers.moe_configs import published_figure, router_table
+    fig = published_figure()
+    size, experts, width = fig.axes
+    assert [t.get_text() for t in size.get_yticklabels()] == [m.name for m in PUBLISHED]
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "37B of 671B (6%)" in notes and "top-8 of 256 + 1 shared; C(E, k) 4.1e+14" in notes
+    assert "top-4 of 32; C(E, k) 35,960" in notes and {"0.29", "0.38", "1.60", "3.50"} <= set(notes)
+    plt.close(fig)
+    lines = router_table()
+    assert len(lines) == len(PUBLISHED) + 1 and "58 of 61 (first 3 dense)" in lines[2]

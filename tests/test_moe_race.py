@@ -308,3 +308,14 @@ def test_section_4_is_one_family_of_26_and_the_audit_judges_the_race_inside_it(r
                         changed_only=True, extra=extra)
     assert lines[-1].startswith("same verdict in 17 of 18;") and lines[-1].endswith("same verdict in 13 of 18")
     assert rerun_lines(race, race, RACE_PAIRS, extra={}) == rerun_lines(race, race, RACE_PAIRS)
+
+
+def test_section_5_display_names_rename_the_printed_arms_only():
+    """``BALANCE_NAMES``: section 5 prints its "MoE" as what it is; the race's keys are unchanged."""
+    from helpers.moe_race import BALANCE_NAMES, BALANCE_PAIRS, display, load_family, load_race, loss_family
+    race = load_race()
+    named = {**load_family(race, BALANCE_PAIRS, names=BALANCE_NAMES), **loss_family(race, BALANCE_PAIRS, names=BALANCE_NAMES)}
+    plain = {**load_family(race, BALANCE_PAIRS), **loss_family(race, BALANCE_PAIRS)}
+    assert list(named) == [k.replace("no balancing", "no balancing, softmax").replace("− MoE", "− Switch loss, softmax")
+                           for k in plain]
+    assert display("MoE", BALANCE_NAMES) == "Switch loss, softmax" and display("MoE") == "MoE" and "MoE" in race.runs[100]

@@ -20,7 +20,7 @@ the likely mistake when one explains the answer). Each declares the domain its s
 Dtypes, as each statement says: exercises 1 and 2 take float64 inputs and accept a float32 or float64
 answer (compared to 1e-6, relative and absolute; ``precision=torch.float32``, so no note about precision
 can ask for float64); exercise 3 wants an exact Python int; exercise 4 wants
-Python floats computed in float64 (compared to 1e-6 relative: float32 arithmetic misses it where the
+a Python float t and an int or float df, computed in float64 (compared to 1e-6 relative: float32 arithmetic misses it where the
 differences are small next to the values, and is told so). Exercise 2's hints credit the rule to Wang et
 al. (2024), whose loss-free balancing DeepSeek-V3 adopts.
 
@@ -31,9 +31,9 @@ and a batch of row vectors ``X`` ``(N, d_model)`` gives logits ``X W_rᵀ`` ``(N
 checker                         your function                                             returns
 ==============================  ========================================================  ======================
 ``check_v3_gates``              ``v3_gates(logits, bias, k)``                             ``(N, E)`` gates
-``check_bias_step``             ``bias_step(bias, load, gamma)``                          ``(E,)`` new bias
+``check_bias_step``             ``bias_step(bias, load, gamma)``, then γ moved by hand    ``(E,)`` new bias
 ``check_expert_combinations``   ``my_expert_combinations(n_experts, top_k, m, n_shared)``   int
-``check_paired_t``              ``paired_t(a, b)``                                        ``(t, df)`` floats
+``check_paired_t``              ``paired_t(a, b)``                                        ``(t, df)`` numbers
 ==============================  ========================================================  ======================
 """
 
@@ -44,7 +44,7 @@ import math
 import torch
 
 from helpers.exercises.engine import FAILED, HINT_PREFIX, Case, Corner, Domain, Exercise
-from helpers.exercises.returns import python_float, python_int
+from helpers.exercises.returns import Returns, python_float, python_int
 from helpers.stats import paired_difference, welch
 
 #: exercises 1 and 2: the same logic in float32 or float64 passes; every listed mistake is off by far more
@@ -400,7 +400,7 @@ check_bias_step = _BiasStepExercise(
         ("the loads were compared with their median; Wang et al. (2024) compare each expert's load with the mean "
          "load.", _bias_wrong("median")),
     ],
-    atol=ATOL, rtol=RTOL, precision=torch.float32, domain=BIAS_DOMAIN,
+    atol=ATOL, rtol=RTOL, precision=torch.float32, domain=BIAS_DOMAIN, kind="investigate",
 )
 
 
@@ -549,7 +549,9 @@ check_paired_t = Exercise(
          _paired_wrong("df n")),
     ],
     atol=0.0, rtol=1e-6, kind="investigate", domain=PAIRED_DOMAIN,
-    returns=(python_float(0, "t"), python_float(1, "df")),
+    returns=(python_float(0, "t"), Returns("a Python int or float", lambda v: isinstance(v, (int, float))
+                                           and not isinstance(v, bool), 1, "df",
+                                           "Return n − 1 as a Python int or float.")),
 )
 
 
