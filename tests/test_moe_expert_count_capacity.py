@@ -1,7 +1,7 @@
-"""helpers.moe_lookup_capacity: section 7's E = 8 fact lookup scored at each capacity factor (shipped file)."""
+"""helpers.moe_expert_count, section 10: section 7's E = 8 fact lookup scored at each capacity factor (shipped file)."""
 from helpers.moe_expert_count import load_expert_count
-from helpers.moe_lookup_capacity import (FACTORS, key, load_lookup_capacity, lookup_capacity_family,
-                                         lookup_capacity_line, values)
+from helpers.moe_expert_count import (FACTORS, capacity_key as key, load_lookup_capacity, lookup_capacity_family,
+                                         lookup_capacity_line, capacity_values)
 
 
 def test_dropless_column_is_section_sevens_e8_runs():
@@ -14,8 +14,8 @@ def test_dropless_column_is_section_sevens_e8_runs():
 
 def test_a_factor_that_drops_nothing_scores_as_dropless_and_is_not_tested():
     study = load_lookup_capacity()
-    assert float(values(study, "c = 2", "dropped").max()) == 0.0
-    assert values(study, "c = 2").tolist() == values(study, "dropless").tolist()
+    assert float(capacity_values(study, "c = 2", "dropped").max()) == 0.0
+    assert capacity_values(study, "c = 2").tolist() == capacity_values(study, "dropless").tolist()
     assert list(lookup_capacity_family(study)) == ["answer loss at c = 1.25 − dropless", "answer loss at c = 1 − dropless"]
 
 
