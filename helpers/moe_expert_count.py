@@ -31,6 +31,10 @@ The upper line: a dense SwiGLU FFN with at least E = 8's total parameters (eight
 width ceil(8·8 + 8/3) = 67), seeds 0-9, at the same four rates; the notebook takes its best rate:
 
     python -m helpers.moe_expert_count --dense-total  # adds "dense_total"
+
+Section 10 scores the E = 8 runs at capacity factors 2, 1.25 and 1 against dropless (``scored_run``):
+
+    ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --capacity   # writes helpers/data/moe_lookup_capacity.json
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from helpers.costs import measure_flops, torch_threads
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
 from helpers.moe import MoE
 from helpers.moe_runs import read_results, write_results
-from helpers.stats import PairedDifference, paired_difference
+from helpers.stats import Comparison, PairedDifference, holm, paired_difference
 
 EXPERT_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16)
 SEEDS: tuple[int, ...] = tuple(range(10))
@@ -247,6 +251,73 @@ def figure(study: dict):
     return fig
 
 
+# ---------------------------------------------------------------- section 10: capacity drops where the experts matter
+#: Section 7's E = 8 runs (seeds 0-9, trained dropless exactly as ``expert_count_run``), scored over every fact in
+#: one batch with the capacity factor set at evaluation only (``None``: dropless); the share of slots dropped is
+#: kept too. Trained on the AVX2 kernel like the main sweep, whose E = 8 losses the dropless column repeats:
+#:     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --capacity   # helpers/data/moe_lookup_capacity.json
+FACTORS: tuple[float | None, ...] = (None, 2.0, 1.25, 1.0)
+CAPACITY_PATH = Path(__file__).parent / "data" / "moe_lookup_capacity.json"
+CAPACITY_COMMAND = "ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --capacity"
+
+
+def capacity_key(factor: float | None) -> str:
+    return "dropless" if factor is None else f"c = {factor:g}"
+
+
+def scored_run(seed: int, data=None, n_experts: int = TOTAL_E) -> dict[str, dict[str, float]]:
+    """Train one seed dropless, then score it at every factor: {factor key: {"loss", "dropped"}}."""
+    data = lookup_data() if data is None else data
+    out = {}
+    with torch_threads(1):
+        model = build_lookup(data, spec(n_experts), d_model=D_MODEL, seed=seed)
+        train_lookup(model, data, steps=STEPS, lr=LR)
+        for factor in FACTORS:
+            model.ffn.capacity_factor = factor
+            loss = lookup_loss_and_accuracy(model, data)[0]
+            dropped = float(model.ffn_record.dropped_share)          # the MoE's record of that forward
+            out[capacity_key(factor)] = {"loss": round(loss, 5), "dropped": round(dropped, 5)}
+        model.ffn.capacity_factor = None
+    return out
+
+
+def load_lookup_capacity(path: str | Path = CAPACITY_PATH) -> dict:
+    """The shipped capacity-scored E = 8 runs (``--capacity``)."""
+    return read_results(path, "capacity-scored fact-lookup runs", CAPACITY_COMMAND)
+
+
+def capacity_values(study: dict, factor_key: str, what: str = "loss") -> torch.Tensor:
+    runs = study["runs"]
+    return torch.tensor([runs[s][factor_key][what] for s in sorted(runs, key=int)], dtype=torch.float64)
+
+
+def lookup_capacity_family(study: dict) -> dict[str, Comparison]:
+    """Answer loss at c = 1.25 and at c = 1 − dropless, paired by seed (one Holm family of two; c = 2 drops no
+    slot in any shipped seed, so its losses equal the dropless ones and it is not tested)."""
+    base = capacity_values(study, "dropless")
+    return {f"answer loss at {capacity_key(f)} − dropless": paired_difference(capacity_values(study, capacity_key(f)), base)
+            for f in FACTORS[1:] if bool((capacity_values(study, capacity_key(f), "dropped") > 0).any())}
+
+
+def lookup_capacity_line(study: dict) -> str:
+    """One printed line: the mean answer loss at each factor with its share of slots dropped, and for each tested
+    factor the paired difference from dropless with its Holm verdict."""
+    family = lookup_capacity_family(study)
+    verdicts = {v.name: v for v in holm(family)}
+    parts = [f"dropless {capacity_values(study, 'dropless').mean():.2f}"]
+    for f in FACTORS[1:]:
+        v = verdicts.get(f"answer loss at {capacity_key(f)} − dropless")
+        dropped = capacity_values(study, capacity_key(f), "dropped").mean()
+        text = f"{capacity_key(f)} {capacity_values(study, capacity_key(f)).mean():.2f} ({dropped:.1%} of slots dropped"
+        if v is None:
+            parts.append(text + ", the same loss in every seed)")
+        else:
+            parts.append(text + f"; {v.comparison.mean:+.2f}, higher in {v.comparison.higher}/{v.comparison.n}, "
+                                f"{'resolved' if v.resolved else 'not resolved'})")
+    return (f"E = 8 fact lookup, answer loss, mean of {len(study['runs'])} seeds (Holm over {len(family)}): "
+            + "; ".join(parts))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     what = parser.add_mutually_exclusive_group(required=True)
@@ -256,9 +327,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--dense", action="store_true", help="add the dense line (every width, both rates) to the file")
     what.add_argument("--dense-total", action="store_true", help="add the dense FFN of E = 8's total parameters")
     what.add_argument("--kernel-sweep", action="store_true", help="add E = 8 and 16, every seed, on this kernel")
+    what.add_argument("--capacity", action="store_true",
+                      help="E = 8 trained dropless, scored at each capacity factor (writes CAPACITY_PATH)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--out", default=str(PATH))
     args = parser.parse_args(argv)
+    if args.capacity:
+        data = lookup_data()
+        settings = {"steps": STEPS, "lr": LR, "d_model": D_MODEL, "n_experts": TOTAL_E, "spec": spec(TOTAL_E),
+                    "factors": [capacity_key(f) for f in FACTORS]}
+        out = CAPACITY_PATH if args.out == str(PATH) else Path(args.out)
+        write_results(out, CAPACITY_COMMAND, settings,
+                      {"runs": {str(s): scored_run(s, data) for s in args.seeds}})
+        print(f"wrote {out}")
+        return 0
     if args.dense:
         study = load_expert_count(args.out)
         study["dense"] = run_dense(args.seeds)

@@ -32,6 +32,42 @@ def verdict_table(family: Mapping[str, Comparison], what: str, digits: int = 2) 
     return f"verdict, {what}:\n" + holm_table(dict(family), digits=digits, compact=True)
 
 
+def verdict_readout(family: Mapping[str, Comparison], what: str, shown: str = "", digits: int = 2) -> Folded:
+    """One Holm family as one line in view ("verdict, what, Holm over n: r of n resolved; not resolved: ...")
+    after ``shown``, with the full ``verdict_table`` folded behind a click."""
+    verdicts = holm(dict(family))
+    resolved = sum(v.resolved for v in verdicts)
+    line = f"verdict, {what}, Holm over {len(verdicts)}: {resolved} of {len(verdicts)} resolved"
+    missing = [v.name for v in verdicts if not v.resolved]
+    line += f"; not resolved: {', '.join(missing)}" if missing else ""
+    return Folded(f"{shown}\n{line}" if shown else line, verdict_table(family, what, digits=digits),
+                  f"the {len(verdicts)} verdicts (click)")
+
+
+def expert_count_readout(by_count: dict) -> Folded:
+    """Section 7 in view: forward FLOPs per fact, the E = 8 headline (``total_line``) and one verdict line for the
+    payoff family; folded: each dense width's best rate, the Holm table, how one row's t is made, and E = 8 and
+    E = 16 against 8 on each CPU kernel the runs were trained on."""
+    from helpers.moe_expert_count import (EXPERT_COUNTS, dense_losses, dense_width, flops_per_fact, kernel_line,
+                                          payoff_family, total_line)
+
+    family = payoff_family(by_count)
+    shown = "\n".join([
+        "forward FLOPs per fact (one expert 384, router 2·d·E): " + "; ".join(
+            f"E = {e} {flops_per_fact(e)}" for e in EXPERT_COUNTS),
+        total_line(by_count)])
+    readout = verdict_readout(family, "answer loss, ten seeds, paired", shown)
+    row = family["E = 8 − dense, width 11"]
+    folded = ["the dense line, each width at its best rate: " + "; ".join(
+                  f"width {dense_width(e)} at {dense_losses(by_count, e)[1]:g}" for e in EXPERT_COUNTS[1:]),
+              readout.folded,
+              f"t of the row 'E = 8 − dense, width 11' = mean / standard error = {row.mean:+.3f} / {row.se:.3f} "
+              f"= {row.t:+.2f}",
+              kernel_gap_line(by_count), kernel_line(by_count)]
+    return Folded(readout.shown, "\n".join(folded), f"dense rates, the {len(family)} verdicts and the CPU "
+                  "kernels (click)")
+
+
 def balance_table(study: dict, lr: float, alphas: Sequence[str] = ("0", "0.01", "0.1")) -> str:
     """Section 8's loads from the shipped runs, one row per α: busiest/mean in each layer over the last 5 of 15 steps
     (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed; a last row

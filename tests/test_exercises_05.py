@@ -790,3 +790,15 @@ def test_aux_loss_gradient_and_helpers_checks():
     assert "carries no gradient" in check_aux_loss.evaluate(no_gradient).message
     assert "gradient with respect to the logits is wrong" in check_aux_loss.evaluate(p_detached).message
     assert "through helpers.moe" in check_aux_loss.evaluate(through_helpers).message
+
+
+def test_aux_loss_names_a_missing_factor_e():
+    from helpers.exercises.nb05 import check_aux_loss
+
+    def without_e(logits, expert_index, alpha, z_coef):
+        probs, n_experts = torch.softmax(logits, -1), logits.shape[-1]
+        f = torch.bincount(expert_index.reshape(-1), minlength=n_experts) / expert_index.numel()
+        return alpha * (f * probs.mean(0)).sum() + z_coef * torch.logsumexp(logits, -1).square().mean()
+
+    result = check_aux_loss.evaluate(without_e)
+    assert not result.passed and "the factor E" in result.message

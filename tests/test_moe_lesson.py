@@ -106,3 +106,24 @@ def test_capacity_readout_puts_the_no_ffn_row_beside_the_cost_table():
     assert shown[-2].split()[-1] == f"{float(no_ffn_values(no_ffn).mean()):.3f}"
     assert shown[-1].startswith("verdict, trained dropless, c = 1 − dropless (Holm over 13)")
     assert "Holm's step-down over 13 comparisons" in out.folded and "top-1 slots dropped at c = 1.25" in out.folded
+
+
+def test_verdict_readout_shows_one_line_and_folds_the_table():
+    from helpers.moe_lesson import verdict_readout
+    from helpers.stats import paired_difference
+
+    family = {"a − b": paired_difference(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), torch.zeros(5)),
+              "c − d": paired_difference(torch.tensor([0.1, -0.2, 0.1, -0.1, 0.05]), torch.zeros(5))}
+    out = verdict_readout(family, "five seeds", "a table")
+    assert out.shown == "a table\nverdict, five seeds, Holm over 2: 1 of 2 resolved; not resolved: c − d"
+    assert out.folded.startswith("verdict, five seeds:") and "c − d" in out.folded
+
+
+def test_expert_count_readout_names_the_control_and_folds_the_kernels():
+    from helpers.moe_expert_count import load_expert_count
+    from helpers.moe_lesson import expert_count_readout
+
+    out = expert_count_readout(load_expert_count())
+    assert out.shown.splitlines()[-1] == ("verdict, answer loss, ten seeds, paired, Holm over 9: 8 of 9 resolved; "
+                                          "not resolved: E = 1 − dense, width 9")
+    assert "DEFAULT" in out.folded and "E = 16 − E = 8" in out.folded

@@ -1033,11 +1033,11 @@ def _aux_cases() -> list[Case]:
 
 
 def _aux_with(*, lse=lambda l: torch.logsumexp(l, -1), p_from=lambda l: torch.softmax(l, -1), per_token=False,
-              z_of=lambda lse: lse.square().mean(), alpha_on_both=False):
+              z_of=lambda lse: lse.square().mean(), alpha_on_both=False, without_e=False):
     def wrong(logits, expert_index, alpha, z_coef):
         probs = p_from(logits)
         f = _slot_counts(probs, expert_index) / (expert_index.shape[0] if per_token else expert_index.numel())
-        balance = logits.shape[-1] * (f * probs.mean(0)).sum()
+        balance = (1 if without_e else logits.shape[-1]) * (f * probs.mean(0)).sum()
         z = z_of(lse(logits))
         return alpha * (balance + z_coef * z) if alpha_on_both else alpha * balance + z_coef * z
     return wrong
@@ -1106,6 +1106,8 @@ check_aux_loss = _BalanceExercise(
          _aux_with(z_of=lambda lse: lse.mean().square())),
         ("you divided the counts by N, not by the N · k slots: that is Hugging Face's Mixtral variant, whose value "
          "at balance is k instead of 1.", _aux_with(per_token=True)),
+        ("the factor E (number of experts) is missing from the balancing loss: without it the loss is 1/E at an "
+         "even load instead of 1, and alpha = 0.1 pushes E times too weakly.", _aux_with(without_e=True)),
         ("alpha scales the balancing loss only; the z-loss has its own coefficient z_coef.",
          _aux_with(alpha_on_both=True)),
         ("the z-loss uses the log-sum-exp of each token's logits, not its largest logit.",

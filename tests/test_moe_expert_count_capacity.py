@@ -1,0 +1,25 @@
+"""helpers.moe_expert_count, section 10: section 7's E = 8 fact lookup scored at each capacity factor (shipped file)."""
+from helpers.moe_expert_count import load_expert_count
+from helpers.moe_expert_count import (FACTORS, capacity_key as key, load_lookup_capacity, lookup_capacity_family,
+                                         lookup_capacity_line, capacity_values)
+
+
+def test_dropless_column_is_section_sevens_e8_runs():
+    study, by_count = load_lookup_capacity(), load_expert_count()
+    assert study["runs"].keys() == by_count["loss"]["8"].keys()
+    for seed, run in study["runs"].items():
+        assert run["dropless"]["loss"] == by_count["loss"]["8"][seed]
+        assert set(run) == {key(f) for f in FACTORS}
+
+
+def test_a_factor_that_drops_nothing_scores_as_dropless_and_is_not_tested():
+    study = load_lookup_capacity()
+    assert float(capacity_values(study, "c = 2", "dropped").max()) == 0.0
+    assert capacity_values(study, "c = 2").tolist() == capacity_values(study, "dropless").tolist()
+    assert list(lookup_capacity_family(study)) == ["answer loss at c = 1.25 − dropless", "answer loss at c = 1 − dropless"]
+
+
+def test_line_prints_each_factor_and_the_verdicts():
+    line = lookup_capacity_line(load_lookup_capacity())
+    assert line.startswith("E = 8 fact lookup, answer loss, mean of 10 seeds (Holm over 2): dropless 0.38; ")
+    assert "c = 1 1.06 (7.8% of slots dropped; +0.68, higher in 10/10, resolved)" in line
