@@ -510,7 +510,7 @@ def paraphrase_readout(live0: dict[str, float], answers: dict, right: dict[str, 
     """Section 8's paraphrase test as a small table (``knockout_runs.Folded``): shown, what the unedited model
     answers on ``PARAPHRASE`` and, per prompt (held out, then ``OTHER_PROMPTS``), the share of the 32 countries
     whose new capital's logit beats the true one's, before → after, edited and untouched, with the paired rise
-    edited − untouched judged by Holm over the four; folded, seed 0's answers (``live0``: ``paraphrase_answers``)
+    edited − untouched judged by Holm over the four; folded, each row's seeds and t, seed 0's answers (``live0``: ``paraphrase_answers``)
     against the shipped ``answers`` (``load_answers()``), the other held-out wordings (``right``:
     ``right_capital_first``) and the rise on each held-out wording (``template_family``)."""
     from helpers.knockout_runs import Folded
@@ -521,14 +521,17 @@ def paraphrase_readout(live0: dict[str, float], answers: dict, right: dict[str, 
              f"{32 * len(seeds)} edited countries; the right capital in {right[PARAPHRASE]} prompts",
              f"share of countries whose new capital's logit beats the true one's, before → after the edits, {len(seeds)} "
              "seeds; rise: edited − untouched, paired, Holm over 4:",
-             f"  {'prompt':44s}{'edited':14s}{'untouched':14s}{'rise':8s}{'lower/higher':14s}{'t vs Holm':15s}verdict"]
+             f"  {'prompt':44s}{'edited':14s}{'untouched':14s}{'rise':8s}verdict"]
+    full = ["the same rows with their seeds and t:"]
     for template, v in zip([PARAPHRASE, *OTHER_PROMPTS.values()], verdicts):
         role = "held out: " if template == PARAPHRASE else "control: "
         shares = [[sum(paraphrase_shares(sites, seeds, "country", who, when, template)) / len(seeds)
                    for when in ("before", "after")] for who in ("edited", "untouched")]
         c = v.comparison
         shown.append(f"  {role + repr(template.format('X')):44s}"
-                     + "".join(f"{a:.2f} → {b:.2f}   " for a, b in shares) + f"{c.mean:+.3f}  {c.lower:2d} / {c.higher:2d}       {c.t:+.2f} vs {v.threshold:.2f}  {v.verdict}")
+                     + "".join(f"{a:.2f} → {b:.2f}   " for a, b in shares) + f"{c.mean:+.3f}  {v.verdict}")
+        full.append(f"  {role + repr(template.format('X')):44s}{c.mean:+.3f}  {c.lower} lower, {c.higher} higher of "
+                    f"{c.n}  t {c.t:+.2f} vs {v.threshold:.2f}  {v.verdict}")
     rise = holm(template_family(sites, seeds))
     folded = [f"seed 0, 32 edits: the top word unedited is a language in {live0['language first']}; median P(true "
               f"capital) {live0['P(true) before']:.0e}",
@@ -538,4 +541,4 @@ def paraphrase_readout(live0: dict[str, float], answers: dict, right: dict[str, 
               "unedited, the right capital is the top word: " + ", ".join(f"'{t.format('X')}' {k}"
                                                                         for t, k in right.items()),
               f"the held-out rise on three wordings (Holm over 3): {sum(v.resolved for v in rise)} of 3 resolved"]
-    return Folded(shown + folded, shown=len(shown), label="seed 0's answers, two more wordings (click)")
+    return Folded(shown + full + folded, shown=len(shown), label="seeds and t; seed 0's answers; two more wordings (click)")

@@ -199,6 +199,32 @@ class Folded:
                 + pre(self.lines[self.shown:]) + "</details>")
 
 
+def verdict_grid(family_: dict, rows: Sequence[tuple[str, str]], columns: Sequence[str], title: str,
+                 width: int = 0) -> list[str]:
+    """Holm's verdicts over ``family_`` as a small grid: a header line (``title``, then ``columns``), then one line
+    per ``(label, name)`` in ``rows``, each cell the mean difference of comparison ``f"{column}: {name}"`` and its
+    verdict (``higher``, ``lower``, ``not resolved``). Only the rows asked for are shown; Holm runs over all of
+    ``family_``. ``width`` (optional): the least width of the label column, to align several grids."""
+    from helpers.stats import holm
+    verdicts = {v.name: v for v in holm(family_)}
+    width = max(width, len(title) + 2, *(len(label) + 4 for label, _ in rows))
+    lines = [f"{title:<{width}}" + "".join(f"{c:<21s}" for c in columns).rstrip()]
+    for label, name in rows:
+        cells = [verdicts[f"{c}: {name}"] for c in columns]
+        lines.append(f"{'  ' + label:<{width}}" + "".join(f"{v.comparison.mean:+.3f} {v.verdict:<14s}"
+                                                        for v in cells).rstrip())
+    return lines
+
+
+def verdict_summary(family_: dict) -> str:
+    """Holm's verdicts over ``family_`` in one line: ``name mean verdict`` per comparison, ``;``-separated, after
+    the family's size and the number of runs (the t values and seeds: ``stats.holm_table``)."""
+    from helpers.stats import holm
+    verdicts = holm(family_)
+    return (f"{verdicts[0].comparison.n} seeds, Holm over {len(verdicts)}: "
+            + "; ".join(f"{v.name} {v.comparison.mean:+.3f} {v.verdict}" for v in verdicts))
+
+
 def verdict_line(family_: dict, site_names: Sequence[str]) -> str:
     """Section 6's verdict in one line: for own, size-matched, random size-matched and random direction (each −
     other), in how many sites Holm's step-down over ``family_`` resolves it higher (lower for the random

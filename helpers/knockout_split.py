@@ -146,9 +146,10 @@ if __name__ == "__main__":
 
 
 def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> _ko.Folded:
-    """Section 6 read in short: the Holm table of every set − other (``knockout_runs.family``) shown for own,
-    size-matched and random direction, with one line on the two more sets and three on mean ablation
-    (``knockout_runs.data_path(ablation="mean")``); folded: their rows, the mean-ablation table, the
+    """Section 6 read in short: shown, the verdict grids (``knockout_runs.verdict_grid``) of set − other for own,
+    size-matched, random direction and activity-matched zeroed (Holm over ``knockout_runs.family``, 15) and for own
+    and size-matched mean-ablated (``knockout_runs.data_path(ablation="mean")``, Holm over 12); folded: the full
+    zeroing table (t, seeds, thresholds), the mean-ablation table, the
     length activity-matched and other remove, activity silenced by own and other, what "other" is made of
     (``split``: ``load()``), how well the matched sets match, the widest gap the unresolved cells allow, the same
     verdicts at 20 and 80 neurons per set, and own's fact-specific neurons against its shared ones."""
@@ -165,25 +166,16 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     size_gap = [sum(runs[s]["size gap below 1e-4"][j] for s in seeds) for j in (0, 1)]
     widest = max(abs(x) for v in holm(fam) if not v.resolved for x in interval(v.comparison, 0.05 / len(fam)))
     same = _ko.same_verdicts(site_names, seeds)
-    table = holm_table(fam, compact=True).splitlines()
-    extra = ("activity-matched", "random size-matched")            # the two more sets: folded, same family
-    moved = [line for line in table[1:] if any(f": {name} −" in line for name in extra)]
-    kept = [table[0]] + [line for line in table[1:] if line not in moved]
-    more = [v for v in holm(fam) if any(f": {name} −" in v.name for name in extra)]
-    done = [v for v in more if v.resolved]
-    note = [f"  the two more sets (same family, rows folded): {len(done)} of {len(more)} resolved",
-            "    " + "; ".join(f"{v.name.split(': ')[1].replace(' − other', '')} {v.verdict} at "
-                              f"{v.name.split(':')[0]} ({v.comparison.mean:+.3f})" for v in done)]
     mean_runs = _ko.load(_ko.data_path(ablation="mean"))
     mean_fam = {k: v for k, v in _ko.family(mean_runs, site_names, seeds).items() if "random direction" not in k}
-    by_mean = {v.name: v for v in holm(mean_fam)}
-    note += [f"mean ablation instead (the same sets, each coefficient set to its mean over the facts; own Holm family "
-             f"of {len(mean_fam)}):"] + [
-        f"  {name} − other: " + ", ".join(f"{site} {by_mean[f'{site}: {name} − other'].comparison.mean:+.3f} "
-                                          f"{by_mean[f'{site}: {name} − other'].verdict}" for site in site_names)
-        for name in ("own", "size-matched")]
-    lines = ["drop in P(right answer), set − other, paired by seed, 10 seeds:", *kept, *note,
-             "the two more sets, each − other:", *moved,
+    shown = [f"drop in P(right answer), set − other, paired over {len(seeds)} seeds; each cell's t and seeds folded:",
+             *_ko.verdict_grid(fam, [(n, f"{n} − other") for n in ("own", "size-matched", "random direction",
+                                                                       "activity-matched")],
+                               site_names, f"zeroed (Holm over {len(fam)})", width=33),
+             *_ko.verdict_grid(mean_fam, [("own", "own − other"),
+                                          ("size-matched (zeroing's sets)", "size-matched − other")],
+                               site_names, f"mean-ablated (Holm over {len(mean_fam)})", width=33)]
+    lines = [*shown, "zeroed, every set − other:", holm_table(fam, compact=True),
              "length removed, activity-matched | other: " + ", ".join(
                  f"{site} {mean_of_seeds(site, 'activity-matched', 'size removed'):.1f} | "
                  f"{mean_of_seeds(site, 'other', 'size removed'):.1f}" for site in site_names),
@@ -202,4 +194,4 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
              holm_table(mean_fam, compact=True),
              "Among own's neurons, do the fact-specific ones hurt more? Own only − shared, at equal length:",
              holm_table(family(split, site_names, seeds), compact=True)]
-    return _ko.Folded(lines, shown=1 + len(kept) + len(note), label="the checks behind this table (click)")
+    return _ko.Folded(lines, shown=len(shown), label="the full tables and the checks behind them (click)")

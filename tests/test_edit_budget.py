@@ -172,4 +172,6 @@ def test_paraphrase_readout_shows_four_judged_rows_and_folds_seed_0():
     shown = repr(out).splitlines()
     assert len(shown) == 3 + 4 and shown[3].lstrip().startswith("held out:")
     assert all(line.rstrip().endswith(("higher", "lower", "not resolved")) for line in shown[3:])
-    assert "median P(new capital) 3e-08" in out._repr_html_()
+    assert not any(" vs " in line for line in shown)                      # t and seeds are folded
+    html = out._repr_html_()
+    assert "median P(new capital) 3e-08" in html and html.count(" vs ") == 4

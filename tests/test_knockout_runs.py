@@ -77,14 +77,28 @@ def test_grid_prints_one_line_per_set_with_every_verdict_of_the_family():
     assert marks == sum(v.resolved for v in holm(fam)) and str(len(fam)) in lines[0]
 
 
-def test_readout_shows_the_holm_table_and_folds_the_checks():
+def test_readout_shows_one_verdict_per_cell_and_folds_the_tables():
     from helpers import knockout_split
     site_names = ["L0 subject", "L0 last word", "L1 last word"]
     out = knockout_split.readout(knockout_runs.load(), knockout_split.load(), site_names, range(10))
     shown = repr(out).splitlines()
-    assert len(shown) == 2 + 9 + 2 + 3 and "Holm's step-down over 15 comparisons" in shown[1]
-    assert not any("activity-matched − other" in line for line in shown) and all(" vs " in line for line in shown[2:11])
-    assert "2 of 6 resolved" in shown[11] and shown[13].startswith("mean ablation instead")
-    assert "own − other: L0 subject +0.012 not resolved" in shown[14]
+    assert len(shown) == 1 + 5 + 3 and shown[1].startswith("zeroed (Holm over 15)")
+    assert shown[6].startswith("mean-ablated (Holm over 12)") and not any(" vs " in line for line in shown)
+    assert shown[2].split()[:2] == ["own", "+0.100"] and shown[8].rstrip().endswith("+0.010 higher")
+    assert "+0.012 not resolved" in shown[7] and "random size-matched" not in repr(out)
     html = out._repr_html_()
     assert "<details>" in html and "own only − shared" in html and "15 of 15 at 20" in html
+
+
+def test_verdict_grid_shows_one_cell_per_site_and_holm_over_the_whole_family():
+    from helpers.stats import holm, paired_difference
+    fam = {f"{site}: {name}": paired_difference([d + 0.01 * k for k in range(6)], [0.0] * 6)
+           for site in ("a", "b") for name, d in (("x", 1.0), ("y", -1.0), ("z", 0.0))}
+    lines = knockout_runs.verdict_grid(fam, [("x label", "x"), ("y label", "y")], ["a", "b"], "title", width=20)
+    assert len(lines) == 3 and lines[0].startswith("title" + " " * 15 + "a")
+    assert lines[1].split() == ["x", "label", "+1.025", "higher", "+1.025", "higher"]
+    assert lines[2].split()[-2:] == ["-0.975", "lower"]
+    verdicts = {v.name: v.verdict for v in holm(fam)}
+    assert verdicts["a: z"] == "higher"                    # z is in the family though not shown
+    line = knockout_runs.verdict_summary({"p": fam["a: x"], "q": fam["b: y"]})
+    assert line == "6 seeds, Holm over 2: p +1.025 higher; q -0.975 lower"
