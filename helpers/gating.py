@@ -878,7 +878,10 @@ def shazeer_table_figure(means: Mapping[str, float] = SHAZEER_2020_65K,
     right.set_title("524,288 steps: 1 run")
     for ax in (left, right):
         ax.set_xlabel("held-out log-perplexity (lower is better)")
-    fig.suptitle("Shazeer (2020), Table 1; indigo: gated without σ, rose: dense and GLU; verdicts: the |t| table")
+    left.plot([], [], "o", color="#332288", label="gated without σ")
+    left.plot([], [], "o", color="#CC6677", label="dense, and GLU")
+    left.legend(fontsize=9, loc="upper right")
+    fig.suptitle("Shazeer (2020), Table 1 (verdicts: the |t| table)")
     fig.tight_layout()
     return fig
 

@@ -2,8 +2,8 @@
 import torch
 
 from helpers.gating import GROUP, load_race, race_arms, race_family_with_controls
-from helpers.race_readout import (KERNEL_PATHS, Folded, group_verdicts, kernel_lines, kernel_move_line, kernel_note,
-                                  tuning_summary)
+from helpers.race_readout import (KERNEL_PATHS, Folded, full_readout, group_verdicts, kernel_lines, kernel_move_line,
+                                  kernel_note, race_verdicts, tuning_summary)
 from helpers.stats import holm, paired_difference
 
 
@@ -27,7 +27,8 @@ def test_group_verdicts_shows_the_group_rows_with_thresholds_and_folds_the_other
 def test_the_stored_race_reads_as_the_notebook_says():
     race = load_race()
     head = repr(tuning_summary(race.lr_sweep))
-    assert "all inside the sweep" in head and "gated (not GLU) 9 of 20, dense 0 of 15" in head
+    assert "all inside the sweep" in head and "\n" not in head
+    assert "runs above" not in "\n".join(tuning_summary(race.lr_sweep).lines)  # no untested stall count (04-r43)
     verdicts = {v.name: v for v in holm(race_family_with_controls(race_arms(race)))}
     shown = repr(group_verdicts(verdicts))
     assert f"{GROUP}, tuned" in shown and "not resolved" in shown and "27 rows, 5 resolved" in shown
@@ -59,10 +60,55 @@ def test_section_readout_shows_one_verdict_and_one_table_and_folds_every_check()
                         race_family_with_controls)
     assert len(r.verdict.splitlines()) == 5 and "+0.062 nats, not resolved" in r.verdict
     assert "gated -0.093, dense -0.089" in r.verdict
-    assert "lr 0.02 (40 seeds): -0.077, 95 % CI -0.20 to +0.05 → not resolved" in r.verdict
+    assert "every variant but GLU at lr 0.02 (40 seeds): -0.077, 95 % CI -0.20 to +0.05 → not resolved" in r.verdict
+    assert "every variant at lr 0.005 (60 seeds)" in r.verdict
     assert r.table.startswith("one Holm family of 27 rows, 5 resolved") and len(r.table.splitlines()) == 5
     assert len(r.folds) == 7 and all("\n" not in s for s, _ in r.folds)
     assert "dense alone ×1.05: +0.015 nats, not resolved; both ×1.05: -0.078 nats, lower" in r.folds[0][0]
     page, plain = r._repr_html_(), repr(r)
     assert page.count("<details>") == 7 and "12 of 90 tuned seeds" in page
     assert all(b in plain for _, b in r.folds) and "+0.108 nats" in plain and "over 9 comparisons" in plain
+
+
+def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
+    """Notebook 04, cell 46: five rows (its print and its gap-against-rate figure), verdicts Holm's over 27 rows."""
+    v = race_verdicts(race_arms(load_race()), race_family_with_controls)
+    assert (v.family_size, v.resolved) == (27, 5)
+    assert list(v.rows) == ["tuned", "0.005", "dense ×1.05", "0.01", "0.02"]
+    got = {k: (round(r.mean, 3), round(r.lo, 2), round(r.hi, 2), r.n, r.verdict) for k, r in v.rows.items()}
+    assert got == {"tuned": (0.062, -0.10, 0.23, 90, "not resolved"),
+                   "0.005": (-0.074, -0.11, -0.03, 60, "lower"),
+                   "dense ×1.05": (0.015, -0.03, 0.06, 60, "not resolved"),
+                   "0.01": (-0.098, -0.16, -0.04, 60, "lower"),
+                   "0.02": (-0.077, -0.20, 0.05, 40, "not resolved")}
+    assert [v.rows[k].lr for k in ("0.005", "0.01", "0.02")] == [0.005, 0.01, 0.02] and v.rows["tuned"].lr is None
+    shown = repr(v)
+    assert "every variant but GLU at lr 0.02" in shown and "every variant at lr 0.01" in shown
+    assert "Holm over 27 rows, 5 resolved" in shown and len(shown.splitlines()) == 6
+
+
+def test_full_readout_keeps_every_check_the_notebook_used_to_print():
+    """What cell 46's folds showed before review 04-r43 moved them behind ``full_readout``: the same numbers."""
+    plain = repr(full_readout(retrain=True))
+    for line in [
+        "one Holm family of 27 rows, 5 resolved",
+        "dense alone ×1.05: +0.015 nats, not resolved; both ×1.05: -0.078 nats, lower",
+        "about what lr ×1.05 buys each group (gated -0.093, dense -0.089)",
+        "the family's other 21 rows, each variant − ReLU per arm: 2 resolved",
+        "best 0.028 (ReLU, Bilinear, ReGLU, GEGLU); 0.04 (GELU, Swish, GLU, SwiGLU), all inside the sweep",
+        "gap       -0.11  -0.11  -0.09  -0.07  -0.02  -0.02  +0.08  +1.14  +0.70",
+        "12 of 90 tuned seeds hold a run above 4 nats at step 100; without them +0.108 nats (post hoc, t +2.15)",
+        "without those 3 seeds +0.012 nats (19 lower of 37; post hoc, t +0.33)",
+        "gated still -0.137 nats, t -4.14 vs 3.00 → lower",
+        "Holm's step-down over 9 comparisons (5 % two-sided): 8 resolved",
+        "one matched run retrained here: largest gap to the stored curve < 1e-02 nats",
+        "tuned gap per block of 30: +0.02, +0.27, -0.11 nats) and longer runs",
+        "highest loss at the end ReLU 0.04, SwiGLU 0.02 nats; their first 100 steps as stored < 1e-02",
+        "2 stored runs retrained here: all within 0.01 nats of their curves; with tuned seeds 0-14 from another CPU "
+        "kernel, 0 of 27 verdicts change",
+        "ReLU, tuned seed 2, retrained here: largest gap to the stored curve < 1e-02 nats",
+        "GEGLU, tuned seed 2, retrained here: largest gap to the stored curve < 1e-02 nats",
+        "10 of 20 curves differ by more than 0.01 nats, the most by 2.3 (SwiGLU seed 1); run means by up to 0.43",
+        "tuned gated (not GLU) − dense +0.065 nats, 38 lower of 90, t +0.78 vs 2.84 → not resolved; 5 of 27 rows"]:
+        assert line in plain, line
+    assert "9 of 20" not in plain and "at 0.056, runs" not in plain
