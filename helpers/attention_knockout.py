@@ -19,7 +19,8 @@ from torch import nn
 from helpers.memory import answer_probability
 from helpers.stats import PairedDifference, paired_difference
 
-__all__ = ["blocked_attention", "other_word_positions", "knockout_probabilities", "knockout_family"]
+__all__ = ["blocked_attention", "other_word_positions", "knockout_probabilities", "knockout_family",
+           "mean_ablated_accuracy", "mean_ablation_family", "mean_ablation_report"]
 
 
 @contextmanager
@@ -89,3 +90,62 @@ def knockout_family(by_seed: Mapping[int, Mapping[str, float]]) -> dict[str, Pai
     return {f"layer {layers}: subject − other word": paired_difference(
         [by_seed[s][f"subject, layer {layers}"] for s in seeds], [by_seed[s][f"other word, layer {layers}"] for s in seeds])
         for layers in ("0", "1", "0 and 1")}
+
+
+@torch.no_grad()
+def mean_ablated_accuracy(model: nn.Module, ids: torch.Tensor, answer_pos: torch.Tensor, answer_id: torch.Tensor,
+                          groups: torch.Tensor, sublayer: str) -> torch.Tensor:
+    """Share of each group's examples answered right (argmax over the vocabulary) when ``sublayer`` ("ffn" or
+    "attn") of every block writes, at every position, its mean output over that group's examples.
+
+    Mean ablation: every example-specific write of the sublayer is gone, its share common to the group (e.g. one
+    relation's template) is kept. The means are taken on the clean run. ids: ``(N, T)``; answer_pos, answer_id,
+    groups: ``(N,)`` int64, groups numbered 0..G-1. Returns ``(G,)`` float.
+    """
+    if sublayer not in ("ffn", "attn"):
+        raise ValueError(f"sublayer must be 'ffn' or 'attn', got {sublayer!r}")
+    modules = [getattr(block, sublayer) for block in model.blocks]
+    accuracy = []
+    for g in range(int(groups.max()) + 1):
+        rows = torch.nonzero(groups == g)[:, 0]
+        means, hooks = {}, []
+        for i, module in enumerate(modules):                          # clean run: each sublayer's mean output
+            hooks.append(module.register_forward_hook(
+                lambda mod, inputs, out, i=i: means.__setitem__(i, out.mean(0, keepdim=True))))
+        model(ids[rows])
+        for h in hooks:
+            h.remove()
+        hooks = [module.register_forward_hook(lambda mod, inputs, out, i=i: means[i].expand_as(out).clone())
+                 for i, module in enumerate(modules)]
+        try:
+            logits = model(ids[rows])[torch.arange(len(rows)), answer_pos[rows]]
+        finally:
+            for h in hooks:
+                h.remove()
+        accuracy.append((logits.argmax(-1) == answer_id[rows]).float().mean())
+    return torch.stack(accuracy)
+
+
+def mean_ablation_family(ffn: Mapping[int, Sequence[float]], attn: Mapping[int, Sequence[float]],
+                         group_names: Sequence[str]) -> dict[str, PairedDifference]:
+    """Per group: accuracy with both FFNs mean-ablated − with both attention layers mean-ablated, paired by seed.
+    ffn, attn: ``{seed: accuracy per group}`` from ``mean_ablated_accuracy``."""
+    seeds = sorted(ffn)
+    return {name: paired_difference([float(ffn[s][g]) for s in seeds], [float(attn[s][g]) for s in seeds])
+            for g, name in enumerate(group_names)}
+
+
+def mean_ablation_report(ffn: Mapping[int, Sequence[float]], attn: Mapping[int, Sequence[float]],
+                         group_names: Sequence[str]) -> str:
+    """Mean and range over the seeds of each group's accuracy with both FFNs and with both attention layers
+    mean-ablated, one line each, then Holm's verdicts of ``mean_ablation_family`` in one line."""
+    from helpers.knockout_runs import verdict_summary
+    seeds = sorted(ffn)
+    lines = []
+    for name, runs in [("both FFNs", ffn), ("both attention layers", attn)]:
+        cells = []
+        for g, group in enumerate(group_names):
+            values = [float(runs[s][g]) for s in seeds]
+            cells.append(f"{group} {sum(values) / len(values):.2f} ({min(values):.2f}–{max(values):.2f})")
+        lines.append(f"  {name:22s}" + "  ".join(cells))
+    return "\n".join(lines + ["  FFNs − attention, " + verdict_summary(mean_ablation_family(ffn, attn, group_names))])

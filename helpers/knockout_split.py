@@ -171,7 +171,7 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     shown = [f"drop in P(right answer), set − other, paired over {len(seeds)} seeds; each cell's t and seeds folded:",
              *_ko.verdict_grid(fam, [(n, f"{n} − other") for n in ("own", "size-matched", "random direction",
                                                                        "activity-matched")],
-                               site_names, f"zeroed (Holm over {len(fam)})", width=33),
+                               site_names, f"zeroed (Holm over {len(fam)}, 3 folded)", width=33),
              *_ko.verdict_grid(mean_fam, [("own", "own − other"),
                                           ("size-matched (zeroing's sets)", "size-matched − other")],
                                site_names, f"mean-ablated (Holm over {len(mean_fam)})", width=33)]

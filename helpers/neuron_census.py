@@ -80,8 +80,10 @@ def report(runs: dict, seeds: Sequence[int], n_facts: int) -> str:
     for site in runs[seeds[0]]:
         flips = [runs[s][site]["facts flipped"] for s in seeds]
         drops = [runs[s][site]["max drop"] for s in seeds]
-        lines.append(f"  {site:13s} facts flipped: at most {max(flips)} of {n_facts} per seed (none in {flips.count(0)} of "
-                     f"{len(seeds)} seeds); largest drop in P(right answer) {min(drops):.2f} to {max(drops):.2f}")
+        flipped = (f"none of {n_facts} in any seed" if max(flips) == 0 else
+                   f"at most {max(flips)} of {n_facts} per seed (none in {flips.count(0)} of {len(seeds)} seeds)")
+        lines.append(f"  {site:13s} facts flipped: {flipped}; largest drop in P(right answer) {min(drops):.2f} to "
+                     f"{max(drops):.2f}")
     return "\n".join(lines)
 
 

@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from helpers.attention_knockout import (blocked_attention, knockout_family, knockout_probabilities,
+                                        mean_ablated_accuracy, mean_ablation_family, mean_ablation_report,
                                         other_word_positions)
 from helpers.facts import load_facts, make_dataset
+from helpers.facts import RELATIONS
 from helpers.fact_model import FACT_MODEL_SEEDS, load_fact_model
 from helpers.edit_budget import token_positions
 from helpers.transformer import GPTConfig, TinyGPT
@@ -63,3 +65,52 @@ def test_the_fact_models_need_the_country_edge():
     assert all(found[s]["nothing blocked"] > 0.98 for s in seeds)
     assert all(found[s]["subject, layer 0 and 1"] < 0.2 < found[s]["other word, layer 0 and 1"] for s in seeds)
     assert all(d.mean < -0.3 for d in knockout_family(found).values())
+
+
+def test_mean_ablation_replaces_each_output_by_its_group_mean_and_restores_the_model():
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(vocab_size=12, d_model=16, n_heads=4)).eval()
+    ids = torch.randint(0, 12, (6, 5))
+    pos, groups = torch.full((6,), 4), torch.tensor([0, 0, 0, 1, 1, 1])
+    with torch.no_grad():
+        clean = model(ids)
+        answer = clean[:, 4].argmax(-1)
+    # one example per group: its own output is the group mean, so nothing changes
+    single = mean_ablated_accuracy(model, ids[[0, 3]], pos[:2], answer[[0, 3]], torch.tensor([0, 1]), "ffn")
+    assert single.tolist() == [1.0, 1.0]
+    # by hand for group 0: every block's FFN output replaced by its mean over the group's clean run
+    rows = ids[:3]
+    outs = {}
+    hooks = [b.ffn.register_forward_hook(lambda m, i, o, l=l: outs.__setitem__(l, o.mean(0, keepdim=True)))
+             for l, b in enumerate(model.blocks)]
+    with torch.no_grad():
+        model(rows)
+    for h in hooks:
+        h.remove()
+    hooks = [b.ffn.register_forward_hook(lambda m, i, o, l=l: outs[l].expand_as(o)) for l, b in enumerate(model.blocks)]
+    with torch.no_grad():
+        by_hand = (model(rows)[:, 4].argmax(-1) == answer[:3]).float().mean()
+    for h in hooks:
+        h.remove()
+    got = mean_ablated_accuracy(model, ids, pos, answer, groups, "ffn")
+    assert got.shape == (2,) and float(got[0]) == float(by_hand)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), clean)                              # every hook removed
+    with pytest.raises(ValueError, match="sublayer"):
+        mean_ablated_accuracy(model, ids, pos, answer, groups, "mlp")
+
+
+def test_attention_does_much_of_the_lookup_in_the_fact_models():
+    data = make_dataset(load_facts())
+    relation = torch.tensor([list(RELATIONS).index(f.relation) for f in data.facts])
+    seeds = FACT_MODEL_SEEDS[:5]
+    ffn, attn = {}, {}
+    for s in seeds:
+        model = load_fact_model(data, seed=s)[0].eval()
+        ffn[s] = mean_ablated_accuracy(model, data.ids, data.answer_pos, data.answer_id, relation, "ffn")
+        attn[s] = mean_ablated_accuracy(model, data.ids, data.answer_pos, data.answer_id, relation, "attn")
+    assert all(float(ffn[s].min()) > 0.2 for s in seeds)                     # far above chance (1/152 for capitals)
+    assert all(float(attn[s][0]) < 0.05 for s in seeds)
+    assert all(d.mean > 0.2 for d in mean_ablation_family(ffn, attn, list(RELATIONS)).values())
+    report = mean_ablation_report(ffn, attn, list(RELATIONS))
+    assert report.count("\n") == 2 and "Holm over 4" in report and "capital" in report

@@ -390,6 +390,20 @@ def _match_dim0(a, b):
 
 #: natural wrong answers (the trial learner's, the reviewer's and ours), each breaking one sentence of its
 #: statement, with the hint it must get (None: it fails without a named mistake)
+def _values_row_natural(ffn, neuron, ln_f, lm_head, biases=True):
+    """A row of w2.weight, read as a learner would: lm_head(ln_f(row)) (it raises where the row's length differs)."""
+    v = ffn.w2.weight[neuron].detach()
+    if biases:
+        return lm_head(ln_f(v)).detach()
+    return (F.layer_norm(v, ln_f.normalized_shape, ln_f.weight, None, ln_f.eps) @ lm_head.weight.T).detach()
+
+
+def _rome_k_row_inverse(W, C, k, v):
+    """k* as the outer product's row, the denominator through an explicit inverse."""
+    u = torch.linalg.inv(C) @ k
+    return W + torch.outer(v - W @ k, k) / (k @ u)
+
+
 NATURAL_WRONG = [
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1.T + b1, approximate="tanh"), "tanh approximation"),
     ("coefficients", lambda x, W1, b1: F.gelu(x @ W1 + b1), "columns of W1 as keys"),
@@ -410,6 +424,9 @@ NATURAL_WRONG = [
      head(ex._ln_no_beta(f.w2.weight[:, i].detach(), ln)).detach(), "you kept lm_head's bias"),
     ("values", _values_geva_raw, "Geva"),
     ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i]), "you took row i of w2.weight"),
+    ("values", ex._values_with_read(ex._right_read, lambda f, i: f.w2.weight[i] if i < f.w2.weight.shape[0] else
+                                    f.w2.weight[:, i]), "where a row of w2.weight exists"),  # 03-r47
+    ("values", _values_row_natural, "you took row i of w2.weight"),  # 03-r47
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True)), "unbiased variance"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=True, centre=False)), "subtract the mean"),
     ("values", ex._values_with_read(ex._norm_by_hand(correction=0, eps=False)), "leaves out ε"),
@@ -436,6 +453,9 @@ NATURAL_WRONG = [
     ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, C @ k) / ((C @ k) @ k), "C where C⁻¹ belongs"),
     ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, torch.linalg.solve(C, k)), "divide by (C⁻¹k*)ᵀk*"),
     ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, k) / (k @ k), "you left C out"),
+    ("rome", lambda W, C, k, v: W + torch.outer(v - W @ k, k) / (torch.linalg.solve(C, k) @ k),
+     "row vector is C⁻¹k*, not k*"),  # 03-r47
+    ("rome", _rome_k_row_inverse, "row vector is C⁻¹k*, not k*"),  # 03-r47
     ("rome", lambda W, C, k, v: torch.outer(v - W @ k, torch.linalg.solve(C, k)) / (torch.linalg.solve(C, k) @ k),
      "not the term alone"),
     ("rome", lambda W, C, k, v: W + torch.outer(torch.linalg.solve(C, k), v - W @ k).T

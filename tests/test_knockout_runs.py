@@ -82,7 +82,7 @@ def test_readout_shows_one_verdict_per_cell_and_folds_the_tables():
     site_names = ["L0 subject", "L0 last word", "L1 last word"]
     out = knockout_split.readout(knockout_runs.load(), knockout_split.load(), site_names, range(10))
     shown = repr(out).splitlines()
-    assert len(shown) == 1 + 5 + 3 and shown[1].startswith("zeroed (Holm over 15)")
+    assert len(shown) == 1 + 5 + 3 and shown[1].startswith("zeroed (Holm over 15, 3 folded)")
     assert shown[6].startswith("mean-ablated (Holm over 12)") and not any(" vs " in line for line in shown)
     assert shown[2].split()[:2] == ["own", "+0.100"] and shown[8].rstrip().endswith("+0.010 higher")
     assert "+0.012 not resolved" in shown[7] and "random size-matched" not in repr(out)

@@ -403,6 +403,9 @@ check_value_logits = Exercise(
          _values_with_read(_right_read, lambda f, i: f.w1.weight[i])),
         ("you took row i of w2.weight; w2.weight is (d_model, d_ff), so value i is its column, w2.weight[:, i].",
          _values_with_read(_right_read, lambda f, i: f.w2.weight[i])),
+        ("where a row of w2.weight exists you took row i (it has the right length only when W2 is square); value i "
+         "is always column i, w2.weight[:, i].",
+         _values_with_read(_right_read, lambda f, i: f.w2.weight[i] if i < f.w2.weight.shape[0] else f.w2.weight[:, i])),
         ("you returned probabilities (softmax); return the logits.",
          _values_with_read(lambda v, ln, head, b: _right_read(v, ln, head, b).softmax(-1))),
         ("biases=False ignored: without the biases, leave out ln_f's shift β and lm_head's bias "
@@ -950,6 +953,9 @@ check_rome_update = Exercise(
          _rome_with(lambda C, k: C @ k)),
         ("you left C out (u = k*): that is the edit without key statistics. Use u = torch.linalg.solve(C, k_star).",
          _rome_with(lambda C, k: k)),
+        ("the outer product's row vector is C⁻¹k*, not k*: Ŵ = W + (v* − Wk*)(C⁻¹k*)ᵀ / ((C⁻¹k*)ᵀk*); with k* there "
+         "(the denominator alone using C⁻¹k*), Ŵk* = v* still holds but other keys receive the edit as if C were I.",
+         lambda W, C, k, v: W + torch.outer(v - W @ k, k) / (torch.linalg.solve(C, k) @ k)),
         ("divide by (C⁻¹k*)ᵀk*: without it Ŵk* misses v*.",
          _rome_with(lambda C, k: torch.linalg.solve(C, k), norm=False)),
         ("the denominator is (C⁻¹k*)ᵀk*, not k*ᵀk*: with it, Ŵk* = v* exactly.",
