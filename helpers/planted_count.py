@@ -10,13 +10,18 @@ probability 4 / n, a size uniform on [0, 1]), split like the real data (1,345 ro
 * ``strong and weak``: 288 directions, the first 48 five times larger, the real activations' shape (a few
   directions carry most of the variance).
 
+The controls without superposition (``CONTROLS``, ``runs_centred_controls``: centred only): 96 and 192 uniform
+directions in 192 dimensions, no more directions than dimensions. If they use about as many features as the 256,
+the count cannot tell superposition from its absence.
+
 For each set, 5 data seeds, trained as in section 6.1 (1,000 steps at 0.03) and 10× longer (10,000 at 0.01):
 features used (active on some row), planted directions recovered (a value at cosine > 0.95), held-out FVU; on
 the rows as they are (``runs``) and minus their training mean (``runs_centred``: the standard recipe's
 pre-encoder bias, fixed at the data mean).
 
-Made by ``python -m helpers.planted_count`` (about ten minutes on one CPU thread), which writes
-``helpers/data/planted_count.json``.
+Made by ``python -m helpers.planted_count`` (about fifteen minutes on one CPU thread), which writes
+``helpers/data/planted_count.json``; ``--controls-only`` recomputes the controls alone into the existing file
+(about five minutes).
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from helpers.dictionary import fvu, train_dictionaries
 from helpers.dictionary_study import RECIPE
 from helpers.superposition import best_cosines
 
-__all__ = ["PLANTED_COUNT_PATH", "SETS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "count_table", "main"]
+__all__ = ["PLANTED_COUNT_PATH", "SETS", "CONTROLS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "count_table", "main"]
 
 PLANTED_COUNT_PATH = Path(__file__).resolve().parent / "data" / "planted_count.json"
 #: name -> (directions, of them strong, strong scale)
 SETS: dict[str, tuple[int, int, float]] = {"uniform": (256, 0, 1.0), "strong and weak": (288, 48, 5.0)}
+#: the controls without superposition: no more directions than dimensions
+CONTROLS: dict[str, tuple[int, int, float]] = {"uniform 96": (96, 0, 1.0), "uniform 192": (192, 0, 1.0)}
 #: (steps, rate): section 6.1's recipe and its 10× longer run
 BUDGETS: tuple[tuple[int, float], ...] = ((1000, 0.03), (10000, 0.01))
 D, N_ROWS, N_FIT = 192, 1681, 1345
@@ -53,11 +60,12 @@ def planted_rows(n_true: int, n_strong: int, scale: float, seed: int) -> tuple[t
     return (on * sizes) @ T.T, T
 
 
-def run(seeds: Sequence[int] = range(5), budgets: Sequence[tuple[int, float]] = BUDGETS, center: bool = False) -> dict:
+def run(seeds: Sequence[int] = range(5), budgets: Sequence[tuple[int, float]] = BUDGETS, center: bool = False,
+        sets: dict[str, tuple[int, int, float]] | None = None) -> dict:
     """``{set: {steps: [{"used", "recovered", "strong", "held_out"} per seed]}}``; ``strong``: of the strong
-    directions recovered (``None`` where there are none)."""
+    directions recovered (``None`` where there are none). ``sets``: ``SETS`` unless given."""
     out: dict = {}
-    for name, (n_true, n_strong, scale) in SETS.items():
+    for name, (n_true, n_strong, scale) in (SETS if sets is None else sets).items():
         rows = [planted_rows(n_true, n_strong, scale, s) for s in seeds]
         if center:                                                 # the pre-encoder bias, fixed at the data mean
             rows = [(X - X[:N_FIT].mean(0), T) for X, T in rows]
@@ -131,10 +139,17 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=PLANTED_COUNT_PATH)
+    parser.add_argument("--controls-only", action="store_true", help="recompute only the controls, into --out")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    record = {"command": "python -m helpers.planted_count", "seeds": list(range(args.seeds)),
-              "runs": run(range(args.seeds)), "runs_centred": run(range(args.seeds), center=True)}
+    seeds = range(args.seeds)
+    if args.controls_only:
+        record = load(args.out)
+        assert record["seeds"] == list(seeds)
+    else:
+        record = {"command": "python -m helpers.planted_count", "seeds": list(seeds),
+                  "runs": run(seeds), "runs_centred": run(seeds, center=True)}
+    record["runs_centred_controls"] = run(seeds, center=True, sets=CONTROLS)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return args.out
 
