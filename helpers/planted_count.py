@@ -94,28 +94,34 @@ def load(path: str | Path = PLANTED_COUNT_PATH) -> dict:
 def summary_lines(record: dict, centred: bool = False) -> list[str]:
     """One line per planted set and budget: features used, directions recovered (min–max over the data seeds; of
     the strong and of the weak ones apart where there are both), held-out FVU. ``centred``: the runs on rows minus
-    their training mean (``runs_centred``)."""
-    def span(values: list[int]) -> str:
-        return f"{min(values)}" if min(values) == max(values) else f"{min(values)}–{max(values)}"
+    their training mean (``runs_centred``), after the controls without superposition where the file has them."""
+    def span(values: list, fmt: str = "") -> str:
+        low, high = format(min(values), fmt), format(max(values), fmt)
+        return low if low == high else f"{low}–{high}"
 
     lines = []
-    for name, (n_true, n_strong, _) in SETS.items():
+    sets = [("runs_centred" if centred else "runs", name, spec) for name, spec in SETS.items()]
+    if centred and "runs_centred_controls" in record:                       # the controls come first
+        sets = [("runs_centred_controls", name, spec) for name, spec in CONTROLS.items()] + sets
+    for key, name, (n_true, n_strong, _) in sets:
         for steps, lr in BUDGETS:
-            runs = record["runs_centred" if centred else "runs"][name][str(steps)]
+            runs = record[key][name][str(steps)]
             fit = [r["held_out"] for r in runs]
             strong = (f" ({span([r['strong'] for r in runs])} of the {n_strong} strong, "
                       f"{span([r['recovered'] - r['strong'] for r in runs])} of the {n_true - n_strong} weak)"
                       if n_strong else "")
-            lines.append(f"  {n_true} planted in {D} dims, {name}{', centred' if centred else ''}, {steps:,} steps at {lr:g}: used "
+            label = f"{n_true} planted in {D} dims, {name.split()[0] if key.endswith('controls') else name}"
+            lines.append(f"  {label}{', centred' if centred else ''}, {steps:,} steps at {lr:g}: used "
                          f"{span([r['used'] for r in runs])}, recovered {span([r['recovered'] for r in runs])}{strong}, "
-                         f"held-out FVU {min(fit):.0%}–{max(fit):.0%}")
+                         f"held-out FVU {span(fit, '.0%')}")
     return lines
 
 
 def count_table(record: dict, neurons: Sequence[dict]) -> str:
-    """Section 6.1's count beside its planted control, on centred rows, at both budgets: features used (of 256,
+    """Section 6.1's count beside its planted controls, on centred rows, at both budgets: features used (of 256,
     min–max) by the dictionary on the real neurons (``neurons``: one ``helpers.neuron_dictionary`` file per
-    budget, in ``BUDGETS``' order; every model and seed in it) and on each planted set (every data seed)."""
+    budget, in ``BUDGETS``' order; every model and seed in it) and on each planted set (every data seed): first
+    the sets without superposition (``CONTROLS``, where the file has them), then ``SETS``."""
     def span(values: list[int]) -> str:
         return f"{min(values)}–{max(values)}"
 
@@ -128,10 +134,14 @@ def count_table(record: dict, neurons: Sequence[dict]) -> str:
         seeds = len(next(iter(runs["models"].values())))
         cells.append(f"{span(used)} ({len(runs['models'])}×{seeds})")
     lines.append(f"  {'the 192 real neurons (models × seeds)':44s}" + "".join(f"{c:>22s}" for c in cells))
-    for name, (n_true, _, _) in SETS.items():
-        label = f"{n_true} planted, {name} ({len(record['seeds'])} data seeds)"
+    sets = [("runs_centred", name, spec) for name, spec in SETS.items()]
+    if "runs_centred_controls" in record:                  # no more planted directions than dimensions, first
+        sets = [("runs_centred_controls", name, spec) for name, spec in CONTROLS.items()] + sets
+    for key, name, (n_true, _, _) in sets:
+        label = f"{n_true} planted, {name.split()[0] if key.endswith('controls') else name}"
+        label += f" ({len(record['seeds'])} data seeds)"
         lines.append(f"  {label:44s}" + "".join(
-            f"{span([r['used'] for r in record['runs_centred'][name][str(steps)]]):>22s}" for steps, _ in BUDGETS))
+            f"{span([r['used'] for r in record[key][name][str(steps)]]):>22s}" for steps, _ in BUDGETS))
     return "\n".join(lines)
 
 
