@@ -223,6 +223,17 @@ def test_sub_updates_every_neuron_kept_is_named_and_tie_hint_is_its_own():
     assert "pre." not in hints
 
 
+@pytest.mark.parametrize("slip", ["no b2", "coefficient only"])
+def test_sub_updates_a_slip_with_torch_topk_keeps_its_hint(slip):
+    def slipped(m, W2, b2, k):
+        size = m.abs() if slip == "coefficient only" else m.abs() * W2.norm(dim=0)
+        keep = torch.zeros_like(m, dtype=torch.bool).scatter(-1, size.topk(k, dim=-1).indices, True)
+        return (m * keep) @ W2.T + (0 if slip == "no b2" else b2)
+
+    # named with or without the tie slip (torch.topk may break these ties the stable way)
+    _fails(check_top_sub_updates, slipped, "b2 is missing" if slip == "no b2" else "|m_i| times the norm")
+
+
 # ---- the natural wrong answers of the 2026-11-26 review and learner trial, each breaking one sentence of a statement
 def _fails(ex, fn, hint=None):
     result = ex.evaluate(fn)

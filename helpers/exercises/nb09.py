@@ -581,6 +581,7 @@ _SUB_UPDATE_DOMAIN = Domain(
 
 
 def _sub_update_wrong(kind: str):
+    kind, _, select = kind.partition(", ")               # "slip, torch.topk": the slip and torch.topk's tie order
     def wrong(m, W2, b2, k):
         if kind == "W2 layout":
             return (m * _keep_mask(m.abs() * W2.norm(dim=1), k)) @ W2 + b2
@@ -592,7 +593,7 @@ def _sub_update_wrong(kind: str):
                  "coefficient only": m.abs(),
                  "value only": W2.norm(dim=0).expand_as(m), "squared coefficient": m ** 2 * W2.norm(dim=0),
                  "squared norm": m.abs() * W2.norm(dim=0) ** 2}.get(kind, m.abs() * W2.norm(dim=0))
-        if kind == "torch.topk":
+        if "torch.topk" in (kind, select):
             keep = torch.zeros_like(m, dtype=torch.bool).scatter(-1, score.topk(k, dim=-1).indices, True)
         elif kind == "unstable argsort":
             keep = torch.zeros_like(m, dtype=torch.bool).scatter(
@@ -634,6 +635,14 @@ check_top_sub_updates = Exercise(
          "an unstable sort (argsort without stable=True) promises no order among ties, but a stable sort does "
          "(size.sort(dim=-1, descending=True, stable=True).indices[:, :k], with size = m.abs() * W2.norm(dim=0)).",
          _sub_update_wrong("unstable argsort")),
+        ("two slips: b2 is missing (the FFN output is b2 plus the kept sub-updates), and among neurons whose "
+         "sub-update size equals the k-th largest, keep the lowest indices: torch.topk promises no order among "
+         "ties, a stable sort does (size.sort(dim=-1, descending=True, stable=True).indices[:, :k]).",
+         _sub_update_wrong("no b2, torch.topk")),
+        ("two slips: rank by the size of the sub-update, |m_i| times the norm of value i (not |m_i| alone), and "
+         "among equal sizes keep the lowest indices: torch.topk promises no order among ties, a stable sort does "
+         "(size.sort(dim=-1, descending=True, stable=True).indices[:, :k], size = m.abs() * W2.norm(dim=0)).",
+         _sub_update_wrong("coefficient only, torch.topk")),
         ("the size of sub-update i is |m_i|·‖W2[:, i]‖, with no square: m_i² · ‖W2[:, i]‖ ranks coefficients "
          "above values.", _sub_update_wrong("squared coefficient")),
         ("the size of sub-update i is |m_i|·‖W2[:, i]‖, the length of the vector m_i·W2[:, i]: no square on the "
