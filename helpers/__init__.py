@@ -79,7 +79,8 @@ dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dicti
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
 neuron_dictionary notebook 09's section 6.1: a random-start dictionary on the fact model's neurons against the neurons (shipped)
-planted_count notebook 09's section 6.1: its count on planted superposition, the control that could break it (shipped)
+planted_count notebook 09's section 6.1: its count on planted directions with and without superposition (shipped)
+feature_match notebook 09's quick check 2: another seed's transcoder features, matched by value (shipped)
 folded      notebook 09's printed tables: one in view, the rest in an HTML <details> block (text/plain keeps all)
 feature_reading  notebook 09's featured feature (the top-list rule) and its two-panel figure
 activation_sparsity silent neurons per token, skipping them (exact, threshold, predicted), batch unions, weights read
