@@ -4,7 +4,8 @@ folded into one line, and one line for every live seed-0 rerun checked against i
 ``python -m helpers.moe_lesson --fit`` prints the fit controls of section 8 in full (the no-FFN model, the
 learning-rate sweep, the 1,000-step runs and their Holm family), which the notebook folds into ``fit_line``.
 ``python -m helpers.moe_lesson --purity`` trains section 8's α = 0.1 MoE for seeds 0-9 (15 steps each, about a
-minute) and writes ``PURITY_PATH``: whether layer 0's trained router routes on position or on the word.
+minute) and writes ``PURITY_PATH``: whether layer 0's trained router routes on position or on the word, and the
+same seeds untrained (the control).
 """
 
 from __future__ import annotations
@@ -297,18 +298,40 @@ def routing_purity(run, data, facts, layer: int = 0) -> dict[str, object]:
     return out
 
 
+def untrained_purity(seed: int, data, facts, position: int = 6) -> dict[str, object]:
+    """The control for ``routing_purity``: the same seed's model before its first step (``make_model``, evaluated
+    on all of ``data``), plus ``"row"``: the share of ``position``'s tokens sent to its most common expert."""
+    from types import SimpleNamespace
+
+    from helpers.moe_runs import evaluate, lm_config, make_model
+
+    records = evaluate(make_model("MoE, α = 0.1", seed, lm_config(data)), data)[3]
+    out = routing_purity(SimpleNamespace(final=records), data, facts)
+    expert = records[0].routing.expert_index[:, 0]
+    at = torch.arange(expert.numel()) % data.ids.shape[1] == position
+    out["row"] = float(torch.bincount(expert[at], minlength=8).max() / at.sum())
+    return out
+
+
 def purity_study(seeds: Sequence[int] = tuple(range(10))) -> dict:
-    """Section 8's α = 0.1 MoE (15 steps, lr 1e-2) for each seed: ``routing_purity`` of layer 0."""
+    """Section 8's α = 0.1 MoE (15 steps, lr 1e-2) for each seed: ``routing_purity`` of layer 0, trained
+    (``"runs"``) and untrained (``"untrained"``, ``untrained_purity``)."""
     from helpers.facts import load_facts, make_dataset
     from helpers.moe_runs import train_run
 
     facts = load_facts()
     data = make_dataset(facts)
-    runs = {}
+
+    def rounded(r):
+        return {k: round(v, 5) if isinstance(v, float) else v for k, v in r.items()}
+
+    runs, untrained = {}, {}
     for s in seeds:
-        r = routing_purity(train_run("MoE, α = 0.1", s, data, lr=1e-2, keep_model=False), data, facts)
-        runs[str(s)] = {k: round(v, 5) if isinstance(v, float) else v for k, v in r.items()}
-    return {"settings": {"arm": "MoE, α = 0.1", "lr": 1e-2, "steps": 15, "layer": 0}, "runs": runs}
+        untrained[str(s)] = rounded(untrained_purity(s, data, facts))
+        runs[str(s)] = rounded(routing_purity(train_run("MoE, α = 0.1", s, data, lr=1e-2, keep_model=False),
+                                              data, facts))
+    return {"settings": {"arm": "MoE, α = 0.1", "lr": 1e-2, "steps": 15, "layer": 0, "untrained_row": 6},
+            "runs": runs, "untrained": untrained}
 
 
 def live_purity_gap(live: Mapping[str, object], study: dict, seed: int = 0) -> float:
@@ -348,7 +371,18 @@ def purity_lines(study: dict) -> str:
     blind = torch.tensor([r["word only"] for r in runs], dtype=torch.float64)
     lines.append(f"purity by position (share sent to the position's most common expert): router {over_seeds(pos)}, "
                  f"each word to its own most common expert {over_seeds(blind)}")
-    lines.append(holm_table({"router − word only": paired_difference(pos, blind)}, digits=2))
+    family = {"router − word only": paired_difference(pos, blind)}
+    if "untrained" in study:
+        # The control: the same seeds before step 1 (one line), in the same Holm family.
+        cold = [study["untrained"][s] for s in sorted(study["untrained"], key=int)]
+        cpos = torch.tensor([r["position"] for r in cold], dtype=torch.float64)
+        cblind = torch.tensor([r["word only"] for r in cold], dtype=torch.float64)
+        moved = ", ".join(f"'{w}' {sum(len(set(r[w])) > 1 for r in cold)}/{len(cold)}" for w, _ in SHARED_WORDS)
+        lines.append(f"untrained, the same seeds before step 1: router {over_seeds(cpos)}, word only "
+                     f"{over_seeds(cblind)}; changes expert: {moved}; seed 0's position "
+                     f"{study['settings'].get('untrained_row', 6)}: {cold[0]['row']:.2f} to one expert")
+        family["untrained: router − word only"] = paired_difference(cpos, cblind)
+    lines.append(holm_table(family, digits=2))
     return "\n".join(lines)
 
 

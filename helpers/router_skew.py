@@ -253,7 +253,12 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
     centred = x64 - mu
     v = torch.linalg.svd(centred - (centred @ u)[:, None] * u, full_matrices=False).Vh[0]
     cmap = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.6 * len(panels) + 5.6, 4.4))
+    n_rows = (len(panels) + 2) // 2                               # two panels a row: legible in a notebook column
+    fig, grid = plt.subplots(n_rows, 2, figsize=(11.5, 5.0 * n_rows), squeeze=False)
+    axes = list(grid.reshape(-1))
+    for spare in axes[len(panels) + 1:]:
+        spare.remove()
+    axes = axes[:len(panels) + 1]
     was_training = layer.training
     layer.eval()
     markers = "osD^v"
@@ -273,18 +278,20 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             axes[-1].scatter(mean_logit.numpy(), share.numpy(), c=[cmap(e) for e in range(layer.n_experts)],
                              marker=markers[i % len(markers)], s=60, edgecolor="black", lw=0.6, label=name)
     layer.train(was_training)
-    axes[0].set_ylabel("y: the main spread orthogonal to it")
+    for ax in axes[:-1]:
+        ax.set_ylabel("y: the main spread orthogonal to it")
     axes[-1].axhline(1 / layer.n_experts, color="black", ls=":", lw=1.5, label="even share")
     axes[-1].set(xlabel="expert's mean logit over the inputs", ylabel="share of tokens it takes",
                  title="load against mean logit, per expert")
     kinds = [plt.Line2D([], [], marker=markers[i % len(markers)], ls="", color="white", markeredgecolor="black",
-                        label=name) for i, name in enumerate(panels)]
+                        markersize=9, label=name) for i, name in enumerate(panels)]
     kinds.append(plt.Line2D([], [], color="black", ls=":", label="even share"))
-    axes[-1].legend(handles=kinds, fontsize=8, loc="upper left")
-    handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), label=str(e)) for e in range(layer.n_experts)]
-    handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="origin:\nall logits\nequal"))
-    fig.legend(handles=handles, title="expert", loc="center right", frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.93, 1))
+    axes[-1].legend(handles=kinds, fontsize=11, loc="upper left")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), markersize=9, label=str(e))
+               for e in range(layer.n_experts)]
+    handles.append(plt.Line2D([], [], marker="x", ls="", color="black", markersize=9, label="origin:\nall logits\nequal"))
+    fig.legend(handles=handles, title="expert", loc="center right", frameon=False, fontsize=11, title_fontsize=11)
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
     return fig
 
 

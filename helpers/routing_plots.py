@@ -143,9 +143,10 @@ def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequenc
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     cax = fig.add_axes((0.92, 0.15, 0.015, 0.7))                  # one colour bar: every panel shares the scale
     n_experts = next(iter(logs.values())).counts.shape[-1]
-    bar = fig.colorbar(axes[0, 0].images[0], cax=cax, label=f"share of the step's tokens (even split = 1/{n_experts})")
+    bar = fig.colorbar(axes[0, 0].images[0], cax=cax,
+                       label=f"share of the step's tokens, linear scale (even split = 1/{n_experts})")
     low, high = axes[0, 0].images[0].get_clim()
-    ticks = [m for m in (0, 1, 2, 4, 8) if low <= m / n_experts <= high]       # multiples of the even share
+    ticks = [m for m in range(n_experts + 1) if low <= m / n_experts <= high]  # every multiple of the even share
     bar.set_ticks([m / n_experts for m in ticks], labels=[f"{m}/{n_experts}" if m else "0" for m in ticks])
     return fig
 

@@ -23,3 +23,12 @@ def test_line_prints_each_factor_and_the_verdicts():
     line = lookup_capacity_line(load_lookup_capacity())
     assert line.startswith("E = 8 fact lookup, answer loss, mean of 10 seeds (Holm over 2): dropless 0.38; ")
     assert "c = 1 1.06 (7.8% of slots dropped; +0.68, higher in 10/10, resolved)" in line
+
+
+def test_a_dropped_fact_scores_worse_than_a_uniform_guess_in_every_seed():
+    import math
+    study = load_lookup_capacity()
+    lost = [run["c = 1"]["dropped_loss"] for run in study["runs"].values()]
+    assert min(lost) > math.log(296)
+    assert "the facts whose slot was dropped: answer loss 9.2 (7.3–11.4 over seeds)" in lookup_capacity_line(study)
+    assert "ln 296 = 5.69" in lookup_capacity_line(study)

@@ -68,6 +68,26 @@ def test_purity_lines_read_the_shipped_ten_seeds_and_the_position_blind_baseline
     assert "router − word only" in text and "higher in 10/10" in text
 
 
+def test_purity_lines_carry_the_untrained_control_in_the_same_holm_family():
+    from helpers.moe_lesson import load_purity, purity_lines
+    study = load_purity()
+    assert study["untrained"].keys() == study["runs"].keys()
+    text = purity_lines(study)
+    assert "untrained, the same seeds before step 1: router 0.70 (0.66–0.76), word only 0.63 (0.56–0.75)" in text
+    assert "seed 0's position 6: 0.93 to one expert" in text
+    assert "Holm's step-down over 2 comparisons" in text and "untrained: router − word only" in text
+
+
+def test_untrained_purity_matches_the_shipped_seed_zero():
+    from helpers.facts import load_facts, make_dataset
+    from helpers.moe_lesson import load_purity, untrained_purity
+    facts = load_facts()
+    live = untrained_purity(0, make_dataset(facts), facts)
+    ref = load_purity()["untrained"]["0"]
+    assert live["is"] == ref["is"] and live["the"] == ref["the"]
+    assert abs(live["position"] - ref["position"]) < 1e-3 and abs(live["row"] - ref["row"]) < 1e-3
+
+
 def test_word_only_router_keeps_each_word_on_one_expert_and_never_beats_the_router_by_position():
     from helpers.moe_lesson import purity, word_only
     expert = torch.tensor([0, 1, 1, 2, 2, 0])
