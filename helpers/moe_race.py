@@ -437,7 +437,8 @@ def gamma_runs(gammas: Sequence[float] = GAMMAS, seeds: Sequence[int] = GAMMA_SE
             ls.append(evals[steps][0]), lo.append(load[-LATE:])
         loss[float(g)] = torch.tensor(ls, dtype=torch.float64)
         loads[float(g)] = torch.stack(lo).long()
-    return GammaSweep([float(g) for g in gammas], [int(s) for s in seeds], steps, lr, LATE, loss, loads)
+    return GammaSweep([float(g) for g in gammas], [int(s) for s in seeds], steps, lr, min(LATE, steps), loss,
+                      loads)
 
 
 def save_gamma_sweep(sweep: GammaSweep, path: str | Path = GAMMA_PATH) -> Path:

@@ -25,7 +25,7 @@ def test_a_small_sweep_round_trips_through_its_file(tmp_path):
     save_gamma_sweep(gamma_runs([0.0, 0.01], [0, 1], steps=3), out)
     sweep = load_gamma_sweep(out)
     assert sweep.gammas == [0.0, 0.01] and sweep.seeds == [0, 1] and sweep.steps == 3
-    assert sweep.loss[0.01].shape == (2,) and sweep.loads[0.01].shape == (2, LATE, 8)
+    assert sweep.loss[0.01].shape == (2,) and sweep.loads[0.01].shape == (2, min(3, LATE), 8)
     again = gamma_runs([0.01], [1], steps=3)
     assert torch.equal(again.loads[0.01][0], sweep.loads[0.01][1])     # the same seed trains the same run
     loss, vio = gamma_run(0.01, seed=1, steps=3)
@@ -36,7 +36,7 @@ def test_the_shipped_sweep_and_its_verdicts():
     sweep = load_gamma_sweep(GAMMA_PATH)
     assert sweep.gammas == list(GAMMAS) and len(sweep.seeds) == 10 and sweep.steps == 100
     lines = gamma_lines(sweep)
-    assert len(lines) == 2 + len(GAMMAS) and "(DeepSeek-V3's)" in lines[3]
+    assert len(lines) == 3 + len(GAMMAS) and "(DeepSeek-V3's)" in lines[4]
     table = gamma_verdicts(sweep)
     assert "over 6 comparisons" in table and table.count("→ higher") == 6     # the notebook's answer reads this
     long = load_gamma_sweep(GAMMA_LONG_PATH)
