@@ -46,14 +46,23 @@ SECTION_4_ARMS: tuple[str, ...] = tuple(ARMS)[:8]
 
 
 def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
-    """One line: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
-    section 4's family), how many are resolved lower, and the family's size and resolved count."""
+    """Two lines: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
+    section 4's family), how many are resolved lower, and the family's size and resolved count; then its make-up."""
     names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
     rows = [v for v in verdicts if v.name in names]
     lower = sum(v.verdict == "lower" for v in rows)
+    parts = {"long": [v for v in verdicts if v.name.startswith("3,000 steps")],
+             "fixed": [v for v in verdicts if "DeepSeekMoE, lr" in v.name]}
+    parts["race"] = [v for v in verdicts if v not in parts["long"] and v not in parts["fixed"]]
+
+    def seeds(vs):
+        return "/".join(sorted({str(len(v.comparison.diffs)) for v in vs}))
+
     return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
             f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
-            f"resolved)")
+            f"resolved)\nthe {len(verdicts)}: the race's {len(parts['race'])} (100 and 300 steps, {seeds(parts['race'])} "
+            f"seeds), {len(parts['long'])} at 3,000 steps ({seeds(parts['long'])} seeds), {len(parts['fixed'])} of "
+            f"DeepSeekMoE at rates fixed in advance (300 steps, {seeds(parts['fixed'])} seeds; 4.1)")
 
 
 def equal_flops_split(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], "Folded"]:

@@ -28,7 +28,7 @@ import argparse
 import json
 import platform
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -334,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="run the sweeps and every (arm, seed) of notebook 07 and write the race")
     what.add_argument("--gamma-sweep", action="store_true",
                       help=f"Exercise 2's γ sweep instead (γ {' '.join(map(str, GAMMAS))}; seeds 0–9) to {GAMMA_PATH}")
+    parser.add_argument("--long", action="store_true",
+                        help=f"with --gamma-sweep: γ {' '.join(map(str, GAMMAS_LONG))} for {GAMMA_LONG_STEPS} steps "
+                             f"to {GAMMA_LONG_PATH}")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), metavar="ARM",
                         help=f"default: the notebook's {len(ARMS)} arms")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="default: 0 to 19")
@@ -349,9 +352,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.gamma_sweep:
         out = GAMMA_PATH if args.out == str(RACE_PATH) else args.out
+        if args.long and args.out == str(RACE_PATH):
+            out = GAMMA_LONG_PATH
         seeds = GAMMA_SEEDS if args.seeds == list(SEEDS) else args.seeds
-        steps = GAMMA_STEPS if args.budgets == list(SETTINGS["budgets"]) else args.budgets[0]
-        print(f"wrote {len(GAMMAS)} γ × {len(seeds)} seeds to {save_gamma_sweep(gamma_runs(GAMMAS, seeds, steps), out)}")
+        steps = (GAMMA_LONG_STEPS if args.long else GAMMA_STEPS) if args.budgets == list(SETTINGS["budgets"]) \
+            else args.budgets[0]
+        gammas = GAMMAS_LONG if args.long else GAMMAS
+        print(f"wrote {len(gammas)} γ × {len(seeds)} seeds to {save_gamma_sweep(gamma_runs(gammas, seeds, steps), out)}")
         return 0
     race = run_race(args.arms, args.seeds, sweep_seeds=args.sweep_seeds, lrs=args.lrs,
                     trainable_arms=args.trainable_arms, budgets=tuple(args.budgets),
@@ -363,23 +370,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ----------------------------------------------------------------------------- Exercise 2: the bias's speed γ
 # Section 5's "bias, softmax" arm trained for GAMMA_STEPS steps at its tuned rate GAMMA_LR on GAMMA_SEEDS, once per
-# γ of GAMMAS (γ = 0: the bias never moves). Per run the file keeps the answer loss at the end and each expert's
-# routed slots summed over the last LATE steps, from which MaxVio (Wang et al. 2024: the busiest expert's load over
-# the mean, minus 1) is computed. About a minute of CPU: ``python -m helpers.moe_race --gamma-sweep``.
-# ``gamma_run`` trains one seed live at any γ; ``gamma_verdicts`` judges γ = 0.001 (DeepSeek-V3's), 0.1 and 0.3
-# against section 5's 0.01, on MaxVio and on the loss (paired t, Holm over those six comparisons).
+# γ of GAMMAS (γ = 0: the bias never moves), and for GAMMA_LONG_STEPS steps at the γ of GAMMAS_LONG. Per run the file
+# keeps the answer loss at the end and each expert's routed slots at each of the last LATE steps, from which
+# ``max_vio`` computes MaxVio as section 5 does (Wang et al. 2024's MaxVio_batch: per step the busiest expert's load
+# over the mean, minus 1; averaged over the last LATE steps). About a minute of CPU for the 100-step file and four
+# for the 1,000-step one: ``python -m helpers.moe_race --gamma-sweep`` and ``--gamma-sweep --long``.
+# ``gamma_run`` trains one seed live at any γ and length; ``gamma_verdicts`` judges γ = 0.001 (DeepSeek-V3's), 0.1
+# and 0.3 against section 5's 0.01 after 100 steps, and 0.001 against 0.01 after 1,000, on MaxVio and on the loss
+# (paired t, Holm over those eight comparisons).
 GAMMAS: tuple[float, ...] = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
 GAMMA_SEEDS: tuple[int, ...] = tuple(range(10))
 GAMMA_STEPS = 100
 GAMMA_LR = 0.08                       # section 5's tuned rate for "bias, softmax" at 100 steps
 GAMMA_ARM = "bias, softmax"
 GAMMA_PATH = Path(__file__).parent / "data" / "moe_gamma.json"
+GAMMAS_LONG: tuple[float, ...] = (0.001, 0.01)
+GAMMA_LONG_STEPS = 1000
+GAMMA_LONG_PATH = Path(__file__).parent / "data" / "moe_gamma_1000.json"
 
 
 @dataclass
 class GammaSweep:
-    """``loss[γ]``: ``(seeds,)`` float64, the answer loss after ``steps`` steps; ``loads[γ]``: ``(seeds, E)``
-    int64, each expert's routed slots summed over the last ``late`` steps."""
+    """``loss[γ]``: ``(seeds,)`` float64, the answer loss after ``steps`` steps; ``loads[γ]``: ``(seeds, late, E)``
+    int64, each expert's routed slots at each of the last ``late`` steps."""
 
     gammas: list[float]
     seeds: list[int]
@@ -391,17 +404,23 @@ class GammaSweep:
 
 
 def max_vio_reference(load: torch.Tensor) -> torch.Tensor:
-    """MaxVio per row: ``max(load) / mean(load) − 1`` over the last dimension (float64)."""
+    """MaxVio of one step's load: ``max(load) / mean(load) − 1`` over the last dimension (float64)."""
     load = load.double()
     return load.max(-1).values / load.mean(-1) - 1
 
 
+def max_vio(loads: torch.Tensor) -> torch.Tensor:
+    """The course's MaxVio (section 5's and Exercise 2's): ``max_vio_reference`` of each step's load, averaged over
+    the steps. ``loads``: ``(..., steps, E)`` -> ``(...)`` float64. A ``SeedRuns``' ``late_load`` is this plus 1."""
+    return max_vio_reference(loads).mean(-1)
+
+
 def gamma_run(gamma: float, seed: int = 0, steps: int = GAMMA_STEPS, lr: float = GAMMA_LR) -> tuple[float, float]:
     """One live run of section 5's "bias, softmax" arm at ``gamma``: ``(loss, MaxVio)`` after ``steps`` steps, MaxVio
-    on the loads of the last ``LATE`` steps summed (the learner's own experiment in Exercise 2)."""
+    over the last ``LATE`` steps (``max_vio``; the learner's own experiment in Exercise 2)."""
     one = gamma_runs([gamma], [seed], steps, lr)
     g = float(gamma)
-    return float(one.loss[g][0]), float(max_vio_reference(one.loads[g][0]))
+    return float(one.loss[g][0]), float(max_vio(one.loads[g][0]))
 
 
 def gamma_runs(gammas: Sequence[float] = GAMMAS, seeds: Sequence[int] = GAMMA_SEEDS, steps: int = GAMMA_STEPS,
@@ -415,10 +434,11 @@ def gamma_runs(gammas: Sequence[float] = GAMMAS, seeds: Sequence[int] = GAMMA_SE
         for seed in seeds:
             model = build_lookup(data, spec, d, int(seed), frozen=True)
             _, load, evals = train_lookup(model, data, steps=steps, lr=lr, eval_at=[steps])
-            ls.append(evals[steps][0]), lo.append(load[-LATE:].sum(0))
+            ls.append(evals[steps][0]), lo.append(load[-LATE:])
         loss[float(g)] = torch.tensor(ls, dtype=torch.float64)
         loads[float(g)] = torch.stack(lo).long()
-    return GammaSweep([float(g) for g in gammas], [int(s) for s in seeds], steps, lr, LATE, loss, loads)
+    return GammaSweep([float(g) for g in gammas], [int(s) for s in seeds], steps, lr, min(LATE, steps), loss,
+                      loads)
 
 
 def save_gamma_sweep(sweep: GammaSweep, path: str | Path = GAMMA_PATH) -> Path:
@@ -443,27 +463,36 @@ def load_gamma_sweep(path: str | Path | None = None) -> GammaSweep:
                       {g: torch.tensor(r["loads"][str(g)], dtype=torch.int64) for g in gammas})
 
 
-def gamma_lines(sweep: GammaSweep, max_vio: Callable[[torch.Tensor], torch.Tensor] = max_vio_reference
-                ) -> list[str]:
-    """One line per γ: mean MaxVio (``max_vio`` on each seed's late loads) and mean loss over the seeds."""
-    rows = [f"bias, softmax, lr {sweep.lr:g}, {sweep.steps} steps, seeds {sweep.seeds[0]}–{sweep.seeds[-1]} "
-            f"(means; MaxVio of each run's loads summed over its last {sweep.late} steps)",
-            f"{'γ':>7}{'MaxVio':>9}{'loss':>8}"]
+def gamma_lines(sweep: GammaSweep, long: GammaSweep | None = None) -> list[str]:
+    """One line per γ: mean MaxVio (``max_vio``) and mean loss over the seeds; with ``long``, its γ's columns too."""
+    extra = f"; {long.steps:,} steps: seeds {long.seeds[0]}–{long.seeds[-1]}" if long is not None and (
+        long.seeds != sweep.seeds) else ""
+    rows = [f"bias, softmax, lr {sweep.lr:g}, seeds {sweep.seeds[0]}–{sweep.seeds[-1]}{extra} (means; MaxVio as in "
+            f"section 5, over each run's last {sweep.late} steps)",
+            f"{'':>7}{f'{sweep.steps} steps':>17}" + (f"{f'{long.steps:,} steps':>19}" if long is not None else ""),
+            f"{'γ':>7}{'MaxVio':>9}{'loss':>8}" + (f"{'MaxVio':>11}{'loss':>8}" if long is not None else "")]
     for g in sweep.gammas:
-        vio = torch.as_tensor(max_vio(sweep.loads[g].clone()), dtype=torch.float64)
+        row = f"{g:>7g}{float(max_vio(sweep.loads[g]).mean()):>9.2f}{float(sweep.loss[g].mean()):>8.3f}"
+        if long is not None:
+            row += (f"{float(max_vio(long.loads[g]).mean()):>11.2f}{float(long.loss[g].mean()):>8.3f}"
+                    if g in long.gammas else f"{'':>19}")
         note = "  (the bias never moves: no balancing)" if g == 0 else (
             "  (DeepSeek-V3's)" if g == 0.001 else ("  (section 5's)" if g == 0.01 else ""))
-        rows.append(f"{g:>7g}{float(vio.mean()):>9.2f}{float(sweep.loss[g].mean()):>8.3f}{note}")
+        rows.append((row + note).rstrip())
     return rows
 
 
-def gamma_verdicts(sweep: GammaSweep, base: float = 0.01, others: Sequence[float] = (0.001, 0.1, 0.3)) -> str:
-    """γ against ``base`` on MaxVio and on the loss, seed by seed: paired t, Holm over the four comparisons."""
+def gamma_verdicts(sweep: GammaSweep, long: GammaSweep | None = None, base: float = 0.01,
+                   others: Sequence[float] = (0.001, 0.1, 0.3)) -> str:
+    """γ against ``base`` on MaxVio and on the loss, seed by seed: paired t, Holm over the six comparisons (eight with
+    ``long``: its other γ against ``base`` too)."""
     family: dict[str, PairedDifference] = {}
-    for metric in ("MaxVio", "loss"):
-        for g in others:
-            value = (lambda h: max_vio_reference(sweep.loads[h])) if metric == "MaxVio" else (lambda h: sweep.loss[h])
-            family[f"{metric}: γ {g:g} − γ {base:g}"] = paired_difference(value(g), value(base))
+    for run, gs in [(sweep, others)] + ([(long, [g for g in long.gammas if g != base])] if long is not None else []):
+        for metric in ("MaxVio", "loss"):
+            for g in gs:
+                value = (lambda h: max_vio(run.loads[h])) if metric == "MaxVio" else (lambda h: run.loss[h])
+                family[f"{run.steps:>5,} steps, {metric}: γ {g:g} − γ {base:g}"] = paired_difference(value(g),
+                                                                                                    value(base))
     return holm_table(family, compact=True)
 
 
@@ -636,7 +665,7 @@ def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str], names: dic
                       [f"mean of {runs[0].max_over_mean.shape[1]} seeds", "lowest to highest seed"],
                       frameon=False, fontsize=8)
     axes[0, 0].set_ylabel("expert index")
-    axes[1, 0].set_ylabel("busiest expert's load / mean load\n(1 = even)")
+    axes[1, 0].set_ylabel("busiest expert's load / mean\n(MaxVio + 1; 1 = even)")
     fig.colorbar(im, ax=axes[0, :].tolist(), shrink=0.9, label="share of the step's tokens")
     return fig
 
