@@ -48,6 +48,8 @@ TEST_SEEDS = tuple(range(24))
 DENSE, SQUARED, GATED = ("gelu", "relu"), ("square", "relu2"), ("geglu", "swiglu")
 VARIANTS = DENSE + SQUARED + GATED
 TARGETS = ("product", "gate", "control")
+ROWS = ([(v, "gelu") for v in SQUARED + GATED] + [(v, "relu") for v in SQUARED + GATED]
+        + [(g, "relu2") for g in GATED])                  # (arm, reference): the family's rows, per target
 ARM_NAMES = {"square": "a²", "relu2": "ReLU²"}          # the two arms ``helpers.ffn.VARIANTS`` does not name
 FLOOR = 1e-6                                           # float32 training's noise floor for an FVU
 
@@ -156,11 +158,12 @@ def arm_name(variant: str, names: dict[str, str]) -> str:
 
 def family(result: dict, names: dict[str, str]) -> dict[str, PairedDifference]:
     """The section's family, paired over test seeds on ln FVU (negative: the first named is lower): per target,
-    each of a², ReLU², GEGLU and SwiGLU against GELU (the stronger plain dense FFN), and each gated FFN against
-    ReLU² (the stronger squared one): 18 rows. The ReLU arm is shown, not tested."""
+    each of a², ReLU², GEGLU and SwiGLU against GELU (the stronger plain dense FFN, and the control target's own
+    kind) and against ReLU (a dense FFN that forms no products and matches no target: Shazeer's baseline), and
+    each gated FFN against ReLU² (the stronger squared one): 30 rows."""
     rows: dict[str, PairedDifference] = {}
     for t in result["targets"]:
-        for a, b in [(v, "gelu") for v in SQUARED + GATED] + [(g, "relu2") for g in GATED]:
+        for a, b in ROWS:
             rows[f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"] = paired_difference(
                 log_fvu(result, t, a), log_fvu(result, t, b))
     return rows
@@ -190,8 +193,7 @@ def print_verdicts(result: dict, names: dict[str, str]) -> None:
     print(f"error ÷ the other arm's, per seed, geometric mean; seeds lower/higher of {len(seeds)}; Holm over "
           f"{len(verdicts)} rows")
     print((f"{'':<18}" + "".join(f"{t:^29}" for t in targets)).rstrip())
-    pairs = [(v, "gelu") for v in SQUARED + GATED] + [(g, "relu2") for g in GATED]
-    for a, b in pairs:
+    for a, b in ROWS:
         cells = ""
         for t in targets:
             v = verdicts[f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"]

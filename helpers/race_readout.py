@@ -117,7 +117,8 @@ def group_verdicts(verdicts: Mapping[str, Verdict]) -> Folded:
     rest = [v for v in rows if not v.name.startswith(GROUP)]
     width = max(len(v.name) for v in rows)
     head = (f"one Holm family of {len(rows)} rows, {sum(v.resolved for v in rows)} resolved (5 % two-sided; t vs "
-            f"its Holm threshold); run-mean loss, nats")
+            f"its Holm threshold); run-mean loss, nats; the family changed once after results were seen: a dense "
+            f"×1.1 control left it when the fast arm joined")
     lines = [head] + ["  " + v.line(width, digits=3, compact=True) for v in shown]
     folded = ["each variant − ReLU, per arm (same family):"] + ["  " + v.line(width, digits=3, compact=True)
                                                                for v in rest]
@@ -348,9 +349,11 @@ class RaceVerdicts:
 
     def __repr__(self) -> str:
         width = max(len(r.label) for r in self.rows.values()) + 1
-        head = (f"{GROUP}, run-mean answer loss (nats), mean over seeds, its 95 % CI; verdicts: Holm over "
-                f"{self.family_size} rows, {self.resolved} resolved")
-        return "\n".join([head] + [f"  {r.label + ',':<{width}} {r.n} seeds: {r.mean:+.3f}, CI {r.lo:+.2f} to "
+        shown = sum(r.verdict != "not resolved" for r in self.rows.values())
+        head = [f"{GROUP}, run-mean answer loss (nats), mean over seeds, its 95 % CI → verdict",
+                f"Holm over a {self.family_size}-row family, {self.resolved} resolved; here the {len(self.rows)} "
+                f"rows the text reads ({shown} resolved); all {self.family_size}: print(full_readout())"]
+        return "\n".join(head + [f"  {r.label + ',':<{width}} {r.n} seeds: {r.mean:+.3f}, CI {r.lo:+.2f} to "
                                    f"{r.hi:+.2f} → {r.verdict}" for r in self.rows.values()])
 
 

@@ -30,10 +30,12 @@ def test_seed_0_retrained_matches_the_shipped_runs(target):
 def test_shipped_verdicts_are_the_ones_the_notebook_reads():
     result = load(DATA_PATH)
     verdicts = {v.name: v.verdict for v in holm(family(result, VARIANT_NAMES))}
-    assert len(verdicts) == 18
-    for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # products pay on the product target, cost on the control
+    assert len(verdicts) == 30
+    for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # on the control, GELU is the target's own kind
         assert verdicts[f"product: {arm} ÷ GELU"] == "lower"
         assert verdicts[f"control: {arm} ÷ GELU"] == "higher"
+    for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # against ReLU, which forms no products: lower on the control
+        assert verdicts[f"control: {arm} ÷ ReLU"] == "lower"
     assert verdicts["gate: GEGLU ÷ GELU"] == "lower" and verdicts["gate: SwiGLU ÷ GELU"] == "not resolved"
     assert verdicts["gate: GEGLU ÷ ReLU²"] == "higher" and verdicts["gate: SwiGLU ÷ ReLU²"] == "higher"
     for t in TARGETS:                                  # every chosen rate is inside the sweep

@@ -84,7 +84,8 @@ def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
     assert [v.rows[k].lr for k in ("0.005", "0.01", "0.02")] == [0.005, 0.01, 0.02] and v.rows["tuned"].lr is None
     shown = repr(v)
     assert "every variant but GLU at lr 0.02" in shown and "every variant at lr 0.01" in shown
-    assert "Holm over 27 rows, 5 resolved" in shown and len(shown.splitlines()) == 6
+    assert "Holm over a 27-row family, 5 resolved; here the 5 rows the text reads (2 resolved)" in shown
+    assert len(shown.splitlines()) == 7
 
 
 def test_full_readout_keeps_every_check_the_notebook_used_to_print():
