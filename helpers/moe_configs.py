@@ -207,7 +207,8 @@ def weight_bytes_per_token(batch: int, d_model: int, d_ff: int, n_experts: int =
     routed experts the batch reaches, ``E'(1 − (1 − k'/E')^B)`` of the ``E' = mE − s`` routed experts of width
     ``d_ff/m`` with ``k' = mk − s`` per token (``expected_experts_touched``: tokens routed evenly at random). The
     bytes are divided by ``B``: a dense layer's fall as 1/B, an MoE's fall more slowly until the batch reaches
-    every expert, then it reads ``E/k`` times the dense layer's.
+    every expert, then it reads (all its experts) / (the experts a token uses) times the dense layer's, plus the
+    router: ``E/k`` of the arguments (before the cut), not ``E'/k'`` of the routed experts.
     """
     b = validate.positive_int("batch", batch)
     if validate.positive_int("n_experts", n_experts) == 1:
@@ -244,7 +245,7 @@ def bytes_per_token_figure(layers: dict[str, dict], batches: Sequence[int] = tup
     left.legend(frameon=False, fontsize=9)
     right.set_ylabel("relative to the dense FFN")
     right.set_ylim(0, None)
-    right.set_title("the MoE's extra read grows with B to E/k")
+    right.set_title("the MoE's extra read grows with B, up to\n(all its experts) / (the experts a token uses)")
     fig.tight_layout()
     return fig
 

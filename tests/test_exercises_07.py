@@ -263,6 +263,21 @@ def test_combinations_natural_wrong_answers_fail():
         assert _status(nb07.check_expert_combinations, fn)[0] == "failed", fn.__name__
 
 
+def test_combinations_a_float_overflow_is_told_the_count_overflowed():
+    def through_gamma(n, k, m, s):                      # factorials as floats: 256! is past a float's range
+        pool, pick = m * n - s, m * k - s
+        return round(math.gamma(pool + 1) / (math.gamma(pick + 1) * math.gamma(pool - pick + 1)))
+
+    status, hint, message = _status(nb07.check_expert_combinations, through_gamma)
+    assert status == "failed" and hint == nb07.OVERFLOW_HINT and "overflowed a float" in message, message
+    # another raise is not told it overflowed
+    def raises_otherwise(n, k, m, s):
+        raise ValueError("not this")
+
+    status, hint, _ = _status(nb07.check_expert_combinations, raises_otherwise)
+    assert status == "failed" and hint != nb07.OVERFLOW_HINT
+
+
 # ---------------------------------------------------------------- exercise 4: the paired t
 def test_paired_reference_is_helpers_stats():
     a = torch.tensor([1.0, 2.0, 3.5], dtype=torch.float64)

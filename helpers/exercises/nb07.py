@@ -429,7 +429,24 @@ COMB_DOMAIN = Domain(
      Corner("a count above 2**53 (a float cannot hold it)", lambda c: _combinations(*c.args) > 2 ** 53)),
 )
 
-check_expert_combinations = Exercise(
+OVERFLOW_HINT = ("the count overflowed a float (OverflowError): an intermediate such as 256! lies beyond a float's "
+                 "range (about 1.8e308), and the answer must be an exact int.")
+
+
+class _CombinationsExercise(Exercise):
+    """The engine names a mistake only from a wrong value. A function that raises gets the overflow hint when,
+    on some hidden case, the exception it raises is an ``OverflowError``: a float went past its range."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if result.passed or result.hint or result.reason != "error":
+            return result
+        if any(isinstance(_raised(fn, case), OverflowError) for case in self.cases()):
+            return self._result(FAILED, f"{result.message} {HINT_PREFIX}{OVERFLOW_HINT}", "error", OVERFLOW_HINT)
+        return result
+
+
+check_expert_combinations = _CombinationsExercise(
     "Exercise 3 (how many expert combinations)",
     _combinations,
     _comb_cases,
