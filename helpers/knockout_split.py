@@ -146,10 +146,10 @@ if __name__ == "__main__":
 
 
 def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[int]) -> _ko.Folded:
-    """Section 6 read in short: shown, the verdict grids (``knockout_runs.verdict_grid``) of set − other for own,
-    size-matched, random direction and activity-matched zeroed (Holm over ``knockout_runs.family``, 15) and for own
-    and size-matched mean-ablated (``knockout_runs.data_path(ablation="mean")``, Holm over 12); folded: the full
-    zeroing table (t, seeds, thresholds), the mean-ablation table, the
+    """Section 6 read in short: shown, the verdict grid (``knockout_runs.verdict_grid``) of set − other for own,
+    size-matched and random direction zeroed (Holm over ``knockout_runs.family``, 15); folded: the same grid for
+    activity-matched and for own and size-matched mean-ablated (``knockout_runs.data_path(ablation="mean")``,
+    Holm over 12), the full zeroing table (t, seeds, thresholds), the mean-ablation table, the
     length activity-matched and other remove, activity silenced by own and other, what "other" is made of
     (``split``: ``load()``), how well the matched sets match, the widest gap the unresolved cells allow, the same
     verdicts at 20 and 80 neurons per set, and own's fact-specific neurons against its shared ones."""
@@ -169,13 +169,14 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     mean_runs = _ko.load(_ko.data_path(ablation="mean"))
     mean_fam = {k: v for k, v in _ko.family(mean_runs, site_names, seeds).items() if "random direction" not in k}
     shown = [f"drop in P(right answer), set − other, paired over {len(seeds)} seeds; each cell's t and seeds folded:",
-             *_ko.verdict_grid(fam, [(n, f"{n} − other") for n in ("own", "size-matched", "random direction",
-                                                                       "activity-matched")],
-                               site_names, f"zeroed (Holm over {len(fam)}, 3 folded)", width=33),
+             *_ko.verdict_grid(fam, [(n, f"{n} − other") for n in ("own", "size-matched", "random direction")],
+                               site_names, f"zeroed (Holm over {len(fam)}, 6 folded)", width=33)]
+    lines = [*shown, *_ko.verdict_grid(fam, [("activity-matched", "activity-matched − other")], site_names,
+                                       "zeroed, activity-matched", width=33),
              *_ko.verdict_grid(mean_fam, [("own", "own − other"),
                                           ("size-matched (zeroing's sets)", "size-matched − other")],
-                               site_names, f"mean-ablated (Holm over {len(mean_fam)})", width=33)]
-    lines = [*shown, "zeroed, every set − other:", holm_table(fam, compact=True),
+                               site_names, f"mean-ablated (Holm over {len(mean_fam)})", width=33),
+             "zeroed, every set − other:", holm_table(fam, compact=True),
              "length removed, activity-matched | other: " + ", ".join(
                  f"{site} {mean_of_seeds(site, 'activity-matched', 'size removed'):.1f} | "
                  f"{mean_of_seeds(site, 'other', 'size removed'):.1f}" for site in site_names),

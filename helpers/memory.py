@@ -515,6 +515,37 @@ def mismatched_agreement(model: nn.Module, layer: int, agreed: Agreement, *, bia
     return ((same.sum() - same.diagonal().sum()) / (n * (n - 1))).item()
 
 
+def random_orthonormal(d: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A random ``(d, d)`` orthonormal matrix (QR of a Gaussian one): a random basis of a hidden space."""
+    validate.int_in_range("d", d, 1, 1 << 16)
+    return torch.linalg.qr(torch.randn(d, d, generator=generator))[0]
+
+
+@torch.no_grad()
+def rotated_agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: torch.Tensor,
+                      coefficients: torch.Tensor, basis: torch.Tensor, *, biases: bool = True) -> float:
+    """``agreement``'s rate with ``layer``'s hidden space read in another orthonormal basis: direction ``j``
+    has coefficients ``(coefficients @ basis)[..., j]`` and value ``(basisᵀ V)[j]``. The layer's output is
+    the same in every such basis (``m V = (m Q)(Qᵀ V)``), so a neuron rate above the random-basis rate is a
+    property of the neurons, not of what the layer computes.
+
+    ``coefficients``: ``(N, T, d_ff)`` for ``layer``; ``basis``: ``(d_ff, d_ff)``, e.g. ``random_orthonormal``.
+    """
+    ids = _ids(ids)
+    ffn = find_ffns(model).layer(layer)
+    coefficients = _check_coefficients(coefficients)
+    if basis.shape != (ffn.d_ff, ffn.d_ff) or coefficients.shape[-1] != ffn.d_ff:
+        raise ValueError(f"basis must be ({ffn.d_ff}, {ffn.d_ff}) and coefficients (N, T, {ffn.d_ff}), "
+                         f"got {tuple(basis.shape)} and {tuple(coefficients.shape)}")
+    trig = top_triggers(coefficients @ basis, 1, valid)
+    examples, positions = trig.examples[:, 0], trig.positions[:, 0]
+    if int(positions.max()) + 1 >= ids.shape[1]:
+        raise ValueError("a top trigger ends at the last position, which has no next token: pass valid")
+    next_tokens = ids[examples, positions + 1]
+    top = project_to_vocab(model, basis.T @ ffn.values.detach(), biases=biases).argmax(dim=1).cpu()
+    return (top == next_tokens.cpu()).float().mean().item()
+
+
 if __name__ == "__main__":   # kept so that `python -m helpers.memory --make-checkpoint` still works
     from helpers.fact_model import main
 

@@ -134,3 +134,41 @@ def resolved_higher(families: Mapping[int, tuple[dict, dict]]) -> dict[int, int]
     """For each ``n`` of ``share_families``' result, how many comparisons Holm resolves as trained above untrained."""
     from helpers.stats import holm
     return {n: sum(v.verdict == "higher" for v in holm(family)) for n, (family, _) in families.items()}
+
+
+def random_basis_family(traces: Mapping[int, object], valid: torch.Tensor,
+                        labellings: Mapping[str, tuple[torch.Tensor | None, Sequence[object]]], layers: Sequence[int],
+                        k: int = 10, needed: int = 8, rotations: int = 3,
+                        generator: torch.Generator | None = None) -> tuple[dict, dict]:
+    """The random-basis control of trigger sharing: per seed and layer, the share of neurons whose top ``k``
+    triggers have ``needed`` sharing a label, minus the same share for ``d_ff`` random orthonormal directions
+    of the same coefficients (``c @ Q``, ``memory.random_orthonormal``; mean over ``rotations`` bases).
+    A random direction mixes all neurons, so what it shares is a property of the layer in any basis.
+    Returns ``(family, means)``: ``{"layer L, same <label>: neurons − random directions": PairedDifference}``
+    and ``{L: (neurons, random directions)}``, each an ``(n_labellings,)`` tensor of means over seeds."""
+    from helpers.memory import random_orthonormal
+    from helpers.stats import paired_difference
+    validate.int_in_range("rotations", rotations, 1, 100)
+    validate.int_in_range("needed", needed, 1, k)
+
+    def passing(c: torch.Tensor) -> torch.Tensor:
+        out = []
+        for name, (rows, labels) in labellings.items():
+            c_rows, valid_rows = _counted(c, valid, name, rows, labels)
+            share = pattern_share(top_triggers(c_rows, k, valid_rows).examples, labels)
+            out.append((share * k >= needed - 1e-6).float().mean().item())
+        return torch.tensor(out)
+
+    family, means = {}, {}
+    for layer in layers:
+        own, rotated = [], []
+        for s in traces:
+            c = traces[s].coefficients[layer]
+            own.append(passing(c))
+            rotated.append(torch.stack([passing(c @ random_orthonormal(c.shape[-1], generator))
+                                        for _ in range(rotations)]).mean(0))
+        own, rotated = torch.stack(own), torch.stack(rotated)
+        family |= {f"layer {layer}, same {label}: neurons − random directions":
+                   paired_difference(own[:, j], rotated[:, j]) for j, label in enumerate(labellings)}
+        means[layer] = (own.mean(0), rotated.mean(0))
+    return family, means

@@ -326,3 +326,18 @@ def test_pattern_neuron_share_counts_neurons_whose_top_triggers_share_a_label():
     assert pattern_neuron_share(coefficients, None, labels, k=4, threshold=0.75) == expected
     coefficients[:6, :, 0] += 10.0                                                     # neuron 0: all four are "a"
     assert pattern_neuron_share(coefficients[..., :1], None, labels, k=4, threshold=1.0) == 1.0
+
+
+def test_rotated_agreement_in_the_identity_basis_is_the_agreement_rate():
+    model, ids = tiny(), toy_ids()
+    valid = prefix_mask(ids)
+    c = collect(model, ids).coefficients[1]
+    d_ff = c.shape[-1]
+    same = memory.rotated_agreement(model, ids, 1, valid, c, torch.eye(d_ff), biases=False)
+    assert same == pytest.approx(agreement(model, ids, 1, valid, c, biases=False).rate)
+    q = memory.random_orthonormal(d_ff, torch.Generator().manual_seed(0))
+    assert torch.allclose(q.T @ q, torch.eye(d_ff), atol=1e-5)
+    rate = memory.rotated_agreement(model, ids, 1, valid, c, q, biases=False)
+    assert 0.0 <= rate <= 1.0
+    with pytest.raises(ValueError, match="basis must be"):
+        memory.rotated_agreement(model, ids, 1, valid, c, torch.eye(d_ff - 1))

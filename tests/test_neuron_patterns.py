@@ -75,3 +75,26 @@ def test_resolved_higher_counts_holms_higher_verdicts_at_each_threshold():
     for n in (2, 3):
         family = share_family(trained, untrained, valid, labellings, range(2), k=4, threshold=n / 4)[0]
         assert got[n] == sum(v.verdict == "higher" for v in holm(family))
+
+
+def test_random_basis_family_is_neurons_minus_the_mean_over_random_bases():
+    from types import SimpleNamespace
+    from helpers.memory import random_orthonormal
+    from helpers.neuron_patterns import random_basis_family
+    valid = torch.ones(12, 3, dtype=torch.bool)
+    labellings = {"all": (None, ["a", "b", "c"] * 4)}
+    traces = {s: SimpleNamespace(coefficients=[_coefficients(seed=s)]) for s in range(3)}
+    family, means = random_basis_family(traces, valid, labellings, [0], k=4, needed=2, rotations=2,
+                                        generator=torch.Generator().manual_seed(5))
+    assert list(family) == ["layer 0, same all: neurons − random directions"]
+    own = pattern_share_table([traces[s].coefficients[0] for s in range(3)], valid, labellings, 4, 0.5)
+    g = torch.Generator().manual_seed(5)
+    rotated = []
+    for s in range(3):
+        c = traces[s].coefficients[0]
+        rotated.append(torch.stack([pattern_share_table([c @ random_orthonormal(c.shape[-1], g)], valid, labellings,
+                                                        4, 0.5)[0] for _ in range(2)]).mean(0))
+    rotated = torch.stack(rotated)
+    assert means[0][0].tolist() == pytest.approx(own.mean(0).tolist())
+    assert means[0][1].tolist() == pytest.approx(rotated.mean(0).tolist())
+    assert family["layer 0, same all: neurons − random directions"].mean == pytest.approx((own - rotated)[:, 0].mean().item())
