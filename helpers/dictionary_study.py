@@ -373,11 +373,12 @@ def own_run_lines(run: dict | str) -> str:
 
 
 def verdict_lines(comparisons: dict[str, PairedDifference], unit: str = "", digits: int = 2, drop: str = "",
-                  over: str = "models") -> str:
+                  over: str = "models", only: Sequence[str] | None = None) -> str:
     """One short line per verdict of ``holm(comparisons)``, in the given order: the comparison (``drop`` removed
-    from its name), its mean difference, in how many of the paired runs it points that way, the verdict. The full
-    table, with each t and the Holm threshold it had to pass: ``helpers.stats.holm_table``."""
-    verdicts = holm(comparisons)
+    from its name), its mean difference, in how many of the paired runs it points that way, the verdict. ``only``
+    (optional): print just these comparisons, still judged in the whole family. The full table, with each t and
+    the Holm threshold it had to pass: ``helpers.stats.holm_table``."""
+    verdicts = [v for v in holm(comparisons) if only is None or v.name in only]
     names = [v.name.replace(drop, "") for v in verdicts]
     width = max(len(n) for n in names)
     lines = []

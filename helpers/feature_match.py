@@ -68,7 +68,7 @@ def match_line(record: dict) -> str:
     others = ", ".join(str(s) for s in record["seeds"][1:])
     fit = record["held_out"]
     return (f"transcoders, seeds 0-4: held-out FVU {min(fit):.2%} to {max(fit):.2%}\n  of seed 0's "
-            f"{record['used'][0]} used features, with a value at cosine > 0.9 in seed {others}: "
+            f"{record['used'][0]} features that fire on some prefix, with a value at cosine > 0.9 in seed {others}: "
             f"{', '.join(map(str, record['above_0.9']))} (> 0.99: {', '.join(map(str, record['above_0.99']))}; "
             f"median best cosine {min(record['median_best']):.2f}–{max(record['median_best']):.2f})")
 

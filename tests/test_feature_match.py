@@ -18,4 +18,4 @@ def test_the_shipped_file_matches_seed_0_against_four_other_seeds():
 def test_the_line_names_the_counts_per_seed():
     lines = match_line(load()).splitlines()
     assert len(lines) == 2 and "seeds 0-4" in lines[0]
-    assert "of seed 0's 122 used features" in lines[1] and "in seed 1, 2, 3, 4" in lines[1]
+    assert "of seed 0's 122 features that fire on some prefix" in lines[1] and "in seed 1, 2, 3, 4" in lines[1]
