@@ -8,7 +8,7 @@ three noise-free targets ``R^8 -> R^8`` of Gaussian inputs, each built from 32 (
 * ``gate``: ``y = Σ_j ReLU(x·u_j)(x·v_j) c_j`` (same draws): a ReGLU FFN of width 32, the gate's own shape;
 * ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 64 directions, no product: a dense GELU FFN of width 64.
 
-The arms: dense GELU and ReLU; dense FFNs with a squared activation, ``a²`` and squared ReLU (Primer), which form
+The arms: dense GELU, Swish and ReLU; dense FFNs with a squared activation, ``a²`` and squared ReLU (Primer), which form
 products without a gate since ``(u·x)(v·x) = ¼[((u+v)·x)² − ((u−v)·x)²]``; gated GEGLU and SwiGLU. Each target is
 scaled to unit variance per output over the test inputs. Every arm is trained full batch with Adam and a cosine
 schedule on 512 inputs for ``STEPS`` steps; the score is the held-out error as a fraction of the target's
@@ -45,11 +45,11 @@ STEPS = 1000
 LRS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 SWEEP_SEEDS = (100, 101, 102)
 TEST_SEEDS = tuple(range(24))
-DENSE, SQUARED, GATED = ("gelu", "relu"), ("square", "relu2"), ("geglu", "swiglu")
+DENSE, SQUARED, GATED = ("gelu", "relu", "swish"), ("square", "relu2"), ("geglu", "swiglu")
 VARIANTS = DENSE + SQUARED + GATED
 TARGETS = ("product", "gate", "control")
-ROWS = ([(v, "gelu") for v in SQUARED + GATED] + [(v, "relu") for v in SQUARED + GATED]
-        + [(g, "relu2") for g in GATED])                  # (arm, reference): the family's rows, per target
+ROWS = ([("swish", "gelu")] + [(v, "gelu") for v in SQUARED + GATED] + [(v, "swish") for v in SQUARED + GATED]
+        + [(v, "relu") for v in SQUARED + GATED] + [(g, "relu2") for g in GATED])  # (arm, reference), per target
 ARM_NAMES = {"square": "a²", "relu2": "ReLU²"}          # the two arms ``helpers.ffn.VARIANTS`` does not name
 FLOOR = 1e-6                                           # float32 training's noise floor for an FVU
 
@@ -158,9 +158,10 @@ def arm_name(variant: str, names: dict[str, str]) -> str:
 
 def family(result: dict, names: dict[str, str]) -> dict[str, PairedDifference]:
     """The section's family, paired over test seeds on ln FVU (negative: the first named is lower): per target,
-    each of a², ReLU², GEGLU and SwiGLU against GELU (the stronger plain dense FFN, and the control target's own
-    kind) and against ReLU (a dense FFN that forms no products and matches no target: Shazeer's baseline), and
-    each gated FFN against ReLU² (the stronger squared one): 30 rows."""
+    Swish against GELU, each of a², ReLU², GEGLU and SwiGLU against GELU (the stronger plain dense FFN, and the
+    control target's own kind), against Swish (smooth and dense like GELU, but no target's kind: SwiGLU's dense twin)
+    and against ReLU (a dense FFN that forms no products and matches no target: Shazeer's baseline), and each gated
+    FFN against ReLU² (the stronger squared one): 15 rows per target, 45 in all."""
     rows: dict[str, PairedDifference] = {}
     for t in result["targets"]:
         for a, b in ROWS:
@@ -191,7 +192,7 @@ def print_verdicts(result: dict, names: dict[str, str]) -> None:
         print(f"{arm_name(v, names) + ' (' + str(result['params'][v]) + ')':<18}{cells}".rstrip())
     verdicts = {v.name: v for v in holm(family(result, names))}
     print(f"error ÷ the other arm's, per seed, geometric mean; seeds lower/higher of {len(seeds)}; Holm over "
-          f"{len(verdicts)} rows")
+          f"{len(verdicts)} rows ({len(ROWS)} per target, the Swish rows included)")
     print((f"{'':<18}" + "".join(f"{t:^29}" for t in targets)).rstrip())
     for a, b in ROWS:
         cells = ""

@@ -30,10 +30,12 @@ def test_seed_0_retrained_matches_the_shipped_runs(target):
 def test_shipped_verdicts_are_the_ones_the_notebook_reads():
     result = load(DATA_PATH)
     verdicts = {v.name: v.verdict for v in holm(family(result, VARIANT_NAMES))}
-    assert len(verdicts) == 30
+    assert len(verdicts) == 45
     for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # on the control, GELU is the target's own kind
         assert verdicts[f"product: {arm} ÷ GELU"] == "lower"
         assert verdicts[f"control: {arm} ÷ GELU"] == "higher"
+    for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # against Swish, smooth but not the control's kind: higher there
+        assert verdicts[f"control: {arm} ÷ Swish"] == "higher"
     for arm in ("a²", "ReLU²", "GEGLU", "SwiGLU"):    # against ReLU, which forms no products: lower on the control
         assert verdicts[f"control: {arm} ÷ ReLU"] == "lower"
     assert verdicts["gate: GEGLU ÷ GELU"] == "lower" and verdicts["gate: SwiGLU ÷ GELU"] == "not resolved"
