@@ -103,6 +103,13 @@ def finetune_group_gaps(scores=None) -> dict[str, float]:
             - sum(scores[v][i] for v in DENSE) / len(DENSE) for i, name in enumerate(FINETUNE_SCORES)}
 
 
+def table1_group_gap(table: Mapping[str, float]) -> float:
+    """Shazeer's Table 1 column ``table`` (variant -> held-out log-perplexity): the mean of the gated variants
+    without a sigmoid minus the mean of the dense ones (< 0: the gated group lower). A size, not a test."""
+    return (sum(table[v] for v in GATED_NO_SIGMOID) / len(GATED_NO_SIGMOID)
+            - sum(table[v] for v in DENSE) / len(DENSE))
+
+
 def gate_gradients(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
                    activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients reaching the two branches of ``h = φ(a) · b`` (by autograd).

@@ -341,7 +341,7 @@ class RaceVerdicts:
     """Section 6.2's verdicts in view: the ``GROUP`` row of each arm (tuned; every variant at 0.005, 0.01; every
     variant but GLU at 0.02) and the step-size control (dense alone at lr 0.005 × 1.05), each with its own 95 %
     interval; the verdicts are Holm's over the 27-row family (``family_size``, ``resolved``). ``rows`` keyed
-    ``"tuned"``, ``"0.005"``, ``"dense ×1.05"``, ``"0.01"``, ``"0.02"``."""
+    ``"0.005"``, ``"dense ×1.05"``, ``"0.01"``, ``"0.02"``, ``"tuned"``."""
 
     rows: dict[str, GapRow]
     family_size: int
@@ -366,12 +366,13 @@ def race_verdicts(arms: Mapping[str, VariantComparison], family_fn) -> RaceVerdi
         v = verdicts[name]
         lo, hi = interval(v.comparison)
         return GapRow(label, lr, v.comparison.mean, lo, hi, v.comparison.n, v.verdict)
-    rows = {"tuned": row("tuned, each variant at its best rate", f"{GROUP}, tuned", None)}
+    rows = {}                                          # the clean control first: 0.005, then dense alone ×1.05
     for arm in ("0.005", "0.01", f"{FAST_SHARED_LR:g}"):
         rows[arm] = row(_arm_label(arm), f"{GROUP}, lr {arm}", float(arm))
         if arm == "0.005":
             name = next(k for k in verdicts if k.startswith(f"{GROUP}, dense alone"))
             rows["dense ×1.05"] = row("  the same, but dense alone at lr ×1.05", name, 0.005 * 1.05)
+    rows["tuned"] = row("tuned, each variant at its best rate", f"{GROUP}, tuned", None)
     return RaceVerdicts(rows, len(verdicts), sum(v.resolved for v in verdicts.values()))
 
 

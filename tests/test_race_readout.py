@@ -74,7 +74,7 @@ def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
     """Notebook 04, cell 46: five rows (its print and its gap-against-rate figure), verdicts Holm's over 27 rows."""
     v = race_verdicts(race_arms(load_race()), race_family_with_controls)
     assert (v.family_size, v.resolved) == (27, 5)
-    assert list(v.rows) == ["tuned", "0.005", "dense ×1.05", "0.01", "0.02"]
+    assert list(v.rows) == ["0.005", "dense ×1.05", "0.01", "0.02", "tuned"]
     got = {k: (round(r.mean, 3), round(r.lo, 2), round(r.hi, 2), r.n, r.verdict) for k, r in v.rows.items()}
     assert got == {"tuned": (0.062, -0.10, 0.23, 90, "not resolved"),
                    "0.005": (-0.074, -0.11, -0.03, 60, "lower"),
