@@ -555,7 +555,7 @@ def test_init_output_rms_is_the_ffn_output_of_the_race_model_before_any_step():
 
 
 def test_rounding_t_range_brackets_the_printed_t():
-    """Notebook 04, cell 37: GEGLU − ReGLU's |t| within Table 1's rounding (review 04-round25, CONFUSING 3)."""
+    """Notebook 04, cells 37-38: GEGLU − ReGLU's |t| within Table 1's rounding (review 04-round25, CONFUSING 3)."""
     from helpers.gating import rounding_t_range, shazeer_family
     low, high = rounding_t_range("geglu", "reglu")
     t = abs(shazeer_family()["geglu", "reglu"].t)

@@ -71,7 +71,8 @@ def test_section_readout_shows_one_verdict_and_one_table_and_folds_every_check()
 
 
 def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
-    """Notebook 04, cell 46: five rows (its print and its gap-against-rate figure), verdicts Holm's over 27 rows."""
+    """Notebook 04, cells 47-48: five rows, the control second (the print and the gap-against-rate figure);
+    verdicts Holm's over 27 rows."""
     v = race_verdicts(race_arms(load_race()), race_family_with_controls)
     assert (v.family_size, v.resolved) == (27, 5)
     assert list(v.rows) == ["0.005", "dense ×1.05", "0.01", "0.02", "tuned"]
