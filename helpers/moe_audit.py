@@ -129,7 +129,8 @@ def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[in
             lead = (long.loss[twin] - long.loss[moe]).mean(1)
             word = "resolved" if v.verdict == "lower" else "not resolved"
             ends = f"{float(long.loss[moe][j].mean()):.3f} and {float(long.loss[twin][j].mean()):.3f}"
-            lines.append(f"{moe} vs {twin.removeprefix('dense, ')}: lead {float(lead[i]):.2f} nats at 300 steps, "
+            name = moe.replace("MoE, top-2", "top-2 MoE") if "top-2" in moe else moe.replace("MoE", "top-1 MoE", 1)
+            lines.append(f"{name} vs {twin.removeprefix('dense, ')}: lead {float(lead[i]):.2f} nats at 300 steps, "
                          f"{float(lead[j]):.2f} at 3,000 (losses {ends}; the MoE lower in {c.lower} of {c.n} seeds, "
                          f"{word})")
     key = "dense, width 19, lr 0.08"

@@ -366,7 +366,7 @@ def deepseekmoe_diagram(n_routed: int = 16, chosen: Sequence[int] = (2, 7, 12)):
 
     box(0.55, 0, 0.9, 0.6, "x", "#DDEEFF", 12)
     box(5.6, 1.2, 3.0, 0.6, "shared expert: every token", "#F5C6A5")
-    box(2.45, -1.0, 2.0, 1.0, "router\nchoose top-k of $s_i + b_i$", "#E8E8E8")
+    box(2.45, -1.0, 2.0, 1.0, "router: sends x to\nthe top-k of $s_i + b_i$", "#E8E8E8")
     left, step = 4.0, 0.27
     xs = [left + i * step for i in range(n_routed)]
     for i, xi in enumerate(xs):
@@ -381,7 +381,6 @@ def deepseekmoe_diagram(n_routed: int = 16, chosen: Sequence[int] = (2, 7, 12)):
     arrow((1.0, -0.12), (1.45, -0.9))
     arrow((7.1, 1.15), (9.05, 0.15))
     arrow((3.45, -1.0), (xs[0] - 0.12, -1.0))
-    ax.text(3.72, -0.72, "x to\nthe k", ha="center", va="bottom", fontsize=8.5, color="0.3")
     for i in chosen:
         arrow((xs[i], -0.68), (9.05, -0.12), color="#009E73")
     ax.text(8.0, -0.62, "× gate $g_i$", fontsize=10, color="#006B4E")

@@ -226,7 +226,9 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
         fig, ax = plt.subplots(figsize=(8.5, 4.6))
     marks = torch.tensor(run.marks).numpy()
     for (key, right), color, style in zip(run.right.items(), colors, styles):
-        ax.plot(marks, 100 * right.mean(1).numpy(), color=color, ls=style, marker="o", ms=4, label=key)
+        ax.plot(marks, 100 * right.mean(1).numpy(), color=color, ls=style, marker="o", ms=4,
+                label=key.replace("MoE, top-2", "top-2 MoE") if key.startswith("MoE, top-2") else
+                key.replace("MoE", "top-1 MoE", 1) if key.startswith("MoE, lr") else key)
         ax.fill_between(marks, 100 * right.min(1).values.numpy(), 100 * right.max(1).values.numpy(), color=color,
                         alpha=0.12)
     for i, (arm, (label, right, color)) in enumerate((moes or {}).items()):
@@ -239,7 +241,8 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
     ax.set(xlabel="training step (log scale)", ylabel="facts answered right (%)",
            title=(title or "Dense FFNs trained longer against the MoEs at 300 steps")
            + f" (seeds {run.seeds[0]}–{run.seeds[-1]})")
-    ax.legend(frameon=False, fontsize=8, loc="lower right")
+    if not loss_panel:
+        ax.legend(frameon=False, fontsize=8, loc="lower right")
     if loss_panel:
         for (key, loss), color, style in zip(run.loss.items(), colors, styles):
             ax_loss.plot(marks, loss.mean(1).numpy(), color=color, ls=style, marker="o", ms=4, label=key)
@@ -247,6 +250,9 @@ def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, 
         ax_loss.set(xscale="log", yscale="log", xlabel="training step (log scale)",
                     ylabel="answer loss (nats, log scale)", title="the same runs' answer loss")
         ax_loss.set_xticks(marks, [f"{m:,}" for m in run.marks])
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=3, frameon=False, fontsize=9)
+        fig.tight_layout(rect=(0, 0.13, 1, 1))                  # the legend below both panels, clear of the bands
+        return fig
     fig.tight_layout()
     return fig
 

@@ -666,7 +666,7 @@ def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str], names: dic
                       frameon=False, fontsize=8)
     axes[0, 0].set_ylabel("expert index")
     axes[1, 0].set_ylabel("busiest expert's load / mean\n(MaxVio + 1; 1 = even)")
-    fig.colorbar(im, ax=axes[0, :].tolist(), shrink=0.9, label="share of the step's tokens")
+    fig.colorbar(im, ax=axes[0, :].tolist(), shrink=0.9, pad=0.005, aspect=12, label="share of the step's tokens")
     return fig
 
 

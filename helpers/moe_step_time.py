@@ -157,15 +157,18 @@ def memory_lines(d_model: int, width: int, n_routed: int, n_shared: int, dense_w
 
 
 def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width: int, n_routed: int, top_k: int,
-                          n_shared: int, dense_width: int, layers: int, hardware: Hardware = H100_SXM) -> list[str]:
+                          n_shared: int, dense_width: int, layers: int, hardware: Hardware = H100_SXM,
+                          nvlink_column: bool = True) -> list[str]:
     """Memory, then per ``(G, B)`` in ``setups`` (G GPUs, B tokens per GPU): the group's tokens per expert
     ``G·B·k/E``, this GPU's expert weights held (all layers), its experts reached, and MoE / dense time per GPU step,
-    the all-to-all over NVLink and across nodes. Last: the bytes one batch of 64 tokens makes the MoE read in all."""
+    the all-to-all over NVLink alone (``nvlink_column``) and across nodes. Last: the bytes one batch of 64 tokens
+    makes the MoE read in all."""
     expert = 3 * d_model * width * 2
     rows = memory_lines(d_model, width, n_routed, n_shared, dense_width, layers)
-    rows += ["expert parallel over G GPUs, B tokens per GPU, one layer forward; MoE / dense time per GPU step, all-to-all over",
+    rows += ["expert parallel over G GPUs, B tokens per GPU, one layer forward; MoE / dense time per GPU step, all-to-all over"
+             + ("" if nvlink_column else " NVLink + InfiniBand"),
              f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}{'experts read':>14}"
-             f"{'NVLink':>9}{'+ InfiniBand':>14}"]
+             + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column else f"{'MoE / dense':>14}")]
     for g, b in setups:
         dense = step_time(b, d_model, dense_width, hardware=hardware).seconds
         near = expert_parallel_time(b, g, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
@@ -173,13 +176,13 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
                                    hardware=hardware)
         held = (n_routed / g + n_shared) * expert * layers
         rows.append(f"{g:>5}{b:>7,}{g * b * top_k / n_routed:>19,.0f}{held / 1e9:>23.0f} GB"
-                    f"{near.weight_bytes / expert:>14.1f}{near.seconds / dense:>8.2f}×"
-                    f"{far.seconds / dense:>13.2f}×")
+                    f"{near.weight_bytes / expert:>14.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
+                    + f"{far.seconds / dense:>13.2f}×")
     one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
     base = step_time(64, d_model, dense_width)
     rows.append(f"64 tokens on one device holding the whole layer: the MoE reads {one.weight_bytes / expert:.0f} "
                 f"experts' weights, the dense FFN {base.weight_bytes / expert:.0f}: "
-                f"{one.weight_bytes / base.weight_bytes:.0f}× the HBM bytes (why no one serves it from one device)")
+                f"{one.weight_bytes / base.weight_bytes:.0f}× the HBM bytes")
     return rows
 
 

@@ -73,6 +73,9 @@ def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x
     assert "22.6 GB" in lines[0] and "1.31 TB" in lines[0] and "at least 19 GPUs of 80 GB" in lines[0]
     assert [row.split()[-2] for row in lines[4:7]] == ["0.68×", "1.14×", "0.70×"]
     assert "25× the HBM bytes" in lines[-1] and "one device" in lines[-1]
+    one = expert_parallel_lines([(32, 1), (32, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58, nvlink_column=False)
+    assert "NVLink + InfiniBand" in one[2] and "MoE / dense" in one[3]     # notebook 07 prints the upper bound only
+    assert [row.split()[-1] for row in one[4:6]] == ["0.69×", "1.76×"]
 
 
 def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
