@@ -113,31 +113,29 @@ def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
 
 
 #: Section 6's rows in view (``skew_readout``); the other controls are folded.
-SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "isotropic Gaussian", "W_g = 0, noise")
+SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian",
+              "W_g = 0, noise")
 
 
-def skew_family(skew, random_ids: torch.Tensor) -> dict[str, Comparison]:
-    """Section 6's Holm family, paired by seed (``skew``: ``helpers.router_skew.SkewControls``, ``random_ids``:
-    (seeds, layers)): controls 1-5 − all positions, the zero-initialised noisy router − the noisy router, and
-    random token ids − an isotropic Gaussian; one value per seed, the mean of the two layers."""
-    from helpers.router_skew import CONTROLS
-
-    plain = skew.per_seed("all positions")
-    family = {f"{c} − all positions": paired_difference(skew.per_seed(c), plain) for c in CONTROLS[1:6]}
-    family["W_g = 0, noise − router + noise"] = paired_difference(skew.per_seed("W_g = 0, noise"),
-                                                              skew.per_seed("router + noise"))
-    family["random token ids − isotropic Gaussian"] = paired_difference(random_ids.mean(1),
-                                                                        skew.per_seed("isotropic Gaussian"))
+def skew_family(skew, random_ids: torch.Tensor | None = None) -> dict[str, Comparison]:
+    """Section 6's Holm family, paired by seed (``skew``: ``helpers.router_skew.SkewControls``): every control of
+    ``SKEW_SHOWN`` − all positions, and each of the two causes alone (mean removed: the low rank; mean + isotropic:
+    the shared direction) − the isotropic Gaussian; one value per seed, the mean of the two layers. ``random_ids``
+    is accepted for the callers that pass it and not used."""
+    plain, isotropic = skew.per_seed("all positions"), skew.per_seed("isotropic Gaussian")
+    family = {f"{c} − all positions": paired_difference(skew.per_seed(c), plain) for c in SKEW_SHOWN[1:]}
+    for c in ("mean removed", "mean + isotropic"):
+        family[f"{c} − isotropic Gaussian"] = paired_difference(skew.per_seed(c), isotropic)
     return family
 
 
-def skew_readout(skew, random_ids: torch.Tensor) -> Folded:
+def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_SHOWN`` (mean over seeds and both
     layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line; folded:
-    every control per layer (``skew_table``), the inputs' geometry, random token ids and the Holm family."""
+    the same controls per layer (``skew_table``), the inputs' geometry and the Holm family."""
     from helpers.router_skew import skew_table
 
-    family = skew_family(skew, random_ids)
+    family = skew_family(skew)
     n, resolved = len(skew.per_seed("all positions")), sum(v.resolved for v in holm(family))
     base = float(skew.per_seed("all positions").mean()) - 1
     lines = [f"{f'router input ({n} untrained models)':<36}{'busiest/mean':>13}{'excess kept':>13}"]
@@ -145,15 +143,13 @@ def skew_readout(skew, random_ids: torch.Tensor) -> Folded:
         v = float(skew.per_seed(c).mean())
         lines.append(f"{c:<36}{v:>13.2f}{(v - 1) / base:>13.0%}")
     lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)} comparisons (in the fold): {resolved} resolved")
-    folded = [f"busiest/mean per layer, mean over {n} seeds (lowest–highest)", skew_table(skew)]
-    for layer, (shape, distinct) in enumerate(zip(skew.geometry, skew.distinct)):
-        folded.append(f"layer {layer}: {distinct:,.0f} distinct of {skew.n_inputs:,} inputs; |mean| / rms |x| = "
-                      f"{shape.mean_ratio:.2f}; variance spread over {shape.participation:.0f} of {shape.d} directions")
-    folded.append("random token ids, busiest/mean: " + ", ".join(
-        f"layer {l} {over_seeds(random_ids[:, l])}" for l in range(random_ids.shape[1])))
+    folded = [f"busiest/mean per layer, mean over {n} seeds (lowest–highest)", skew_table(skew, SKEW_SHOWN)]
+    for layer, shape in enumerate(skew.geometry):
+        folded.append(f"layer {layer}: |mean| / rms |x| = {shape.mean_ratio:.2f}; variance spread over "
+                      f"{shape.participation:.0f} of {shape.d} directions")
     folded.append(verdict_table(family, f"{n} seeds"))
-    return Folded("\n".join(lines), "\n".join(folded), "every control per layer, the inputs' geometry and the "
-                  "7 verdicts (click)")
+    return Folded("\n".join(lines), "\n".join(folded), "each control per layer, the inputs' geometry and the "
+                  f"{len(family)} verdicts (click)")
 
 
 def drops_family(study: dict, lr: float) -> tuple[dict[str, Comparison], list[str]]:
@@ -180,15 +176,22 @@ def drops_family(study: dict, lr: float) -> tuple[dict[str, Comparison], list[st
     return family, lines
 
 
+#: The comparisons of section 10 its prose reads: the Holm family ``capacity_readout`` prints.
+CAPACITY_READ = ("dropped at c = 1.25, top-1: α = 0.1 − α = 0", "α = 0: CE at c = 1 − dropless",
+                 "α = 0.1: CE at c = 1 − dropless", "extra CE at c = 1: α = 0.1 − α = 0",
+                 "α = 0, CE at c = 1: trained at c = 1 − dropless", "trained at c = 1, CE at c = 1: α = 0.1 − α = 0")
+
+
 def capacity_readout(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: float) -> Folded:
     """Section 10 in view: the capacity-cost table (``helpers.moe_capacity_cost.cost_table``) with the no-FFN
-    model's cross-entropy as a last row, and one verdict line; folded: the drop shares, the drops during training
-    and the section's whole Holm family (drops, ten seeds; costs, 20 seeds)."""
-    from helpers.moe_capacity_cost import cost_family, cost_table, dropped_in_training, trained_family
+    model's cross-entropy as a last row, and one verdict line; folded: the drop shares and the Holm family of the
+    comparisons the prose reads (``CAPACITY_READ``: drops, ten seeds; costs, 20 seeds)."""
+    from helpers.moe_capacity_cost import cost_family, cost_table, trained_family
     from helpers.moe_no_ffn import no_ffn_values
 
     drops, drop_lines = drops_family(study, lr)
-    family = {**drops, **cost_family(cost), **trained_family(trained, cost, compare_arms=True)}
+    every = {**drops, **cost_family(cost), **trained_family(trained, cost, compare_arms=True)}
+    family = {name: every[name] for name in CAPACITY_READ}
     verdicts = {v.name: v for v in holm(family)}
     n_seeds = len(next(iter(cost["ce"].values())))
     ffn_free = no_ffn_values(no_ffn)
@@ -199,11 +202,9 @@ def capacity_readout(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: f
         c = verdicts[f"α = {a}: CE at c = 1 − dropless"]
         parts.append(f"α = {a} {c.comparison.mean:+.3f} nats, {c.verdict} in {c.comparison.higher}/{c.comparison.n}")
     shown.append(f"verdict, trained dropless, c = 1 − dropless (Holm over {len(family)}): " + "; ".join(parts))
-    folded = [*drop_lines, "trained at c = 1, share of slots dropped during training (mean of 20 seeds, both layers):",
-              dropped_in_training(trained),
-              verdict_table(family, f"drops (ten seeds), capacity costs ({n_seeds} seeds)", digits=3)]
-    return Folded("\n".join(shown), "\n".join(folded), "drop shares, drops during training and the "
-                  f"{len(family)} verdicts (click)")
+    read = [line for line in drop_lines if line.startswith("top-1 slots dropped")]   # the shares the prose reads
+    folded = [*read, verdict_table(family, f"drops (ten seeds), capacity costs ({n_seeds} seeds)", digits=3)]
+    return Folded("\n".join(shown), "\n".join(folded), f"drop shares and the {len(family)} verdicts (click)")
 
 
 def live_checks_line(live: Mapping[str, float | None], tol: float = 1e-3) -> str:

@@ -18,6 +18,8 @@ control                    router input
 ``distinct inputs``        the same, each distinct vector once (identical prefixes give identical vectors)
 ``matched Gaussian``       Gaussian vectors with the inputs' mean and covariance: no duplicates, no words
 ``mean removed``           the real inputs minus their mean (the shared direction gone, the low rank kept)
+``mean + isotropic``       the inputs' mean plus N(0, σ²I), σ² their variance per direction (the shared direction
+                           kept, the low rank gone)
 ``isotropic Gaussian``     N(0, I) vectors, as many as the inputs: no shared direction, every direction equal
 ``router + noise``         the real inputs, noisy top-k (Shazeer et al. 2017) with W_noise = 0 (std softplus(0))
 ``W_g = 0, noise``         the same with the router's weights zeroed too, the paper's initialisation ("no
@@ -59,8 +61,8 @@ SKEW_PATH = Path(__file__).parent / "data" / "router_skew.json"
 SKEW_SEEDS: tuple[int, ...] = tuple(range(100))
 _DIGITS = 6       # busiest/mean is a ratio of counts (steps of E/N): 6 decimals keep every value exact enough
 
-CONTROLS = ("all positions", "distinct inputs", "matched Gaussian", "mean removed", "isotropic Gaussian",
-            "router + noise", "W_g = 0, noise")
+CONTROLS = ("all positions", "distinct inputs", "matched Gaussian", "mean removed", "mean + isotropic",
+            "isotropic Gaussian", "router + noise", "W_g = 0, noise")
 
 
 def moe_inputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
@@ -159,10 +161,12 @@ def noisy_busiest(layer: MoE, x: torch.Tensor, *, draws: int = 3, seed: int = 0)
         return _noisy_load(layer, x, draws, zero_router=False)
 
 
-def layer_controls(layer: MoE, x: torch.Tensor, *, generator: torch.Generator, draws: int = 3) -> dict[str, float]:
+def layer_controls(layer: MoE, x: torch.Tensor, *, generator: torch.Generator, draws: int = 3,
+                   spread_generator: torch.Generator | None = None) -> dict[str, float]:
     """Busiest/mean of ``layer``'s routing for each control of ``CONTROLS`` on its real inputs ``x`` (N, d).
     Gaussian controls and the noise draw from ``generator``'s stream (the noise through ``torch``'s global
-    generator, reseeded from it). ``layer`` must be built with ``noisy=True``."""
+    generator, reseeded from it; ``mean + isotropic`` from ``spread_generator``, default ``generator``). ``layer``
+    must be built with ``noisy=True``."""
     if not isinstance(layer, MoE) or layer.noise is None:
         raise ValueError("layer must be an MoE built with noisy=True (its noise weights start at zero)")
     n = x.shape[0]
@@ -176,7 +180,12 @@ def layer_controls(layer: MoE, x: torch.Tensor, *, generator: torch.Generator, d
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
         out["router + noise"] = _noisy_load(layer, x, draws, zero_router=False)
         out["W_g = 0, noise"] = _noisy_load(layer, x, draws, zero_router=True)
-    return out
+        x64 = x.double()
+        spread = (x64.var(0).sum() / x.shape[1]).sqrt()            # the inputs' variance per direction
+        out["mean + isotropic"] = _top1_load(layer, (x64.mean(0) + spread * torch.randn(
+            n, x.shape[1], generator=generator if spread_generator is None else spread_generator,
+            dtype=torch.float64)).float())
+    return {c: out[c] for c in CONTROLS}
 
 
 @dataclass
@@ -197,7 +206,7 @@ class SkewControls:
 def skew_controls(build: callable, ids: torch.Tensor, seeds: Sequence[int], *, draws: int = 3) -> SkewControls:
     """Every control of ``CONTROLS`` for each seed: ``torch.manual_seed(seed); model = build()`` must return an
     untrained model whose FFNs are ``MoE(..., noisy=True)``; ``ids`` (B, T) are the sentences. Gaussian
-    draws and noise come from a generator seeded with ``1000 + seed``."""
+    draws and noise come from a generator seeded with ``1000 + seed`` (``mean + isotropic``'s: ``2000 + seed``)."""
     loads: dict[str, list[list[float]]] = {c: [] for c in CONTROLS}
     geometry: list[list[Geometry]] = []
     distinct: list[list[int]] = []
@@ -206,8 +215,9 @@ def skew_controls(build: callable, ids: torch.Tensor, seeds: Sequence[int], *, d
         model = build().eval()
         inputs = moe_inputs(model, ids)
         layers = [m for m in model.modules() if isinstance(m, MoE)]
-        g = torch.Generator().manual_seed(1000 + seed)
-        rows = [layer_controls(layer, x, generator=g, draws=draws) for layer, x in zip(layers, inputs)]
+        g, g_spread = torch.Generator().manual_seed(1000 + seed), torch.Generator().manual_seed(2000 + seed)
+        rows = [layer_controls(layer, x, generator=g, draws=draws, spread_generator=g_spread)
+                for layer, x in zip(layers, inputs)]
         for c in CONTROLS:
             loads[c].append([r[c] for r in rows])
         geometry.append([input_geometry(x) for x in inputs])
@@ -220,14 +230,14 @@ def skew_controls(build: callable, ids: torch.Tensor, seeds: Sequence[int], *, d
                         [sum(d[l] for d in distinct) / len(distinct) for l in range(n_layers)], ids.numel())
 
 
-def skew_table(result: SkewControls) -> str:
-    """Printable lines: per control, busiest/mean per layer (mean over seeds, lowest–highest) and the share of
-    the real inputs' excess over an even load (busiest/mean − 1) that the control keeps."""
+def skew_table(result: SkewControls, controls: Sequence[str] = CONTROLS) -> str:
+    """Printable lines: per control (default: all of ``CONTROLS``), busiest/mean per layer (mean over seeds,
+    lowest–highest) and the share of the real inputs' excess over an even load (busiest/mean − 1) that it keeps."""
     base = result.per_seed("all positions").mean() - 1
     n_layers = result.loads["all positions"].shape[1]
     head = f"{'router input':<20}" + "".join(f"{'layer ' + str(l):>19}" for l in range(n_layers)) + "% of all positions' excess, both layers".rjust(42)
     lines = [head]
-    for c in CONTROLS:
+    for c in controls:
         v = result.loads[c]
         cells = "".join(f"{v[:, l].mean():>7.2f} ({v[:, l].min():.2f}–{v[:, l].max():.2f})" for l in range(n_layers))
         kept = (result.per_seed(c).mean() - 1) / base

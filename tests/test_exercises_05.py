@@ -802,3 +802,17 @@ def test_aux_loss_names_a_missing_factor_e():
 
     result = check_aux_loss.evaluate(without_e)
     assert not result.passed and "the factor E" in result.message
+
+
+def test_aux_loss_names_first_choices_only():
+    """Review 05-r47: section 5's old loop copied into exercise 7 (f from each token's first choice) got no hint."""
+    from helpers.exercises.nb05 import check_aux_loss
+
+    def first_choice_only(logits, expert_index, alpha, z_coef):
+        n, n_experts = logits.shape
+        f = torch.bincount(expert_index[:, 0], minlength=n_experts) / n
+        balance = n_experts * (f * torch.softmax(logits, -1).mean(0)).sum()
+        return alpha * balance + z_coef * torch.logsumexp(logits, -1).square().mean()
+
+    result = check_aux_loss.evaluate(first_choice_only)
+    assert not result.passed and "only each token's first choice" in result.message, result.message

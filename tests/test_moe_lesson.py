@@ -110,8 +110,8 @@ def test_skew_readout_shows_one_small_table_and_one_verdict_line_and_folds_the_r
     assert len(shown) == 2 + len(SKEW_SHOWN) and shown[-1].startswith("verdict, 100 seeds")
     assert shown[1].split()[-1] == "100%"                          # the hidden states keep all of their own excess
     resolved = sum(v.resolved for v in holm(skew_family(skew, random_ids)))
-    assert shown[-1].endswith(f"{resolved} resolved") and "distinct inputs" in out.folded
-    assert "Holm's step-down over 7 comparisons" in out.folded
+    assert shown[-1].endswith(f"{resolved} resolved") and "mean + isotropic − isotropic Gaussian" in out.folded
+    assert "Holm's step-down over 7 comparisons" in out.folded and "distinct inputs" not in out.folded
 
 
 def test_capacity_readout_puts_the_no_ffn_row_beside_the_cost_table():
@@ -124,8 +124,8 @@ def test_capacity_readout_puts_the_no_ffn_row_beside_the_cost_table():
     shown = out.shown.splitlines()
     assert shown[-2].startswith("no FFN at all (10 seeds)")
     assert shown[-2].split()[-1] == f"{float(no_ffn_values(no_ffn).mean()):.3f}"
-    assert shown[-1].startswith("verdict, trained dropless, c = 1 − dropless (Holm over 13)")
-    assert "Holm's step-down over 13 comparisons" in out.folded and "top-1 slots dropped at c = 1.25" in out.folded
+    assert shown[-1].startswith("verdict, trained dropless, c = 1 − dropless (Holm over 6)")
+    assert "Holm's step-down over 6 comparisons" in out.folded and "top-1 slots dropped at c = 1.25" in out.folded
 
 
 def test_verdict_readout_shows_one_line_and_folds_the_table():

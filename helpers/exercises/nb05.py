@@ -1112,6 +1112,8 @@ check_aux_loss = _BalanceExercise(
          _aux_with(alpha_on_both=True)),
         ("the z-loss uses the log-sum-exp of each token's logits, not its largest logit.",
          _aux_with(lse=lambda l: l.max(-1).values)),
+        ("you counted only each token's first choice (expert_index[:, 0]); f_i counts all N · k routed slots, "
+         "every column of expert_index.", lambda logits, idx, alpha, z_coef: _aux_loss(logits, idx[:, :1], alpha, z_coef)),
     ],
     kind="investigate",
     after=lambda fn: _uses_helpers_moe(_aux_args, "both losses")(fn) or _aux_gradient(fn),
