@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from helpers.attention_knockout import (blocked_attention, knockout_family, knockout_probabilities,
-                                        mean_ablated_accuracy, mean_ablation_family, mean_ablation_report,
+from helpers.attention_knockout import (attention_patching_effect, blocked_attention, knockout_family,
+                                        knockout_probabilities, mean_ablated_accuracy, mean_ablation_family, mean_ablation_report,
                                         other_word_positions)
 from helpers.facts import load_facts, make_dataset
 from helpers.facts import RELATIONS
@@ -113,4 +113,54 @@ def test_attention_does_much_of_the_lookup_in_the_fact_models():
     assert all(float(attn[s][0]) < 0.05 for s in seeds)
     assert all(d.mean > 0.2 for d in mean_ablation_family(ffn, attn, list(RELATIONS)).values())
     report = mean_ablation_report(ffn, attn, list(RELATIONS))
-    assert report.count("\n") == 2 and "Holm over 4" in report and "capital" in report
+    assert report.count("\n") == 1 and "floor" in report and "capital" in report
+
+
+def _by_hand_patched(model, ids, donor_ids, layer, t):
+    """TinyGPT's forward written out, with attention's output of ``layer`` at position t taken from the donor."""
+    def run(x_ids, donor_out=None):
+        x = model.tok_emb(x_ids) + model.pos_emb(torch.arange(x_ids.shape[1]))
+        outs = []
+        for l, block in enumerate(model.blocks):
+            a = block.attn(block.ln1(x))
+            outs.append(a)
+            if donor_out is not None and l == layer:
+                a = a.clone()
+                a[:, t] = donor_out[l][:, t]
+            x = x + a
+            x = x + block.ffn(block.ln2(x))
+        return model.lm_head(model.ln_f(x)), outs
+    _, donor_out = run(donor_ids)
+    return run(ids, donor_out)[0]
+
+
+def test_attention_patching_matches_a_forward_written_by_hand():
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(vocab_size=20, d_model=16, n_heads=4)).eval()
+    ids, donor = torch.randint(0, 20, (5, 6)), torch.randint(0, 20, (5, 6))
+    pos, answer = torch.full((5,), 5), torch.randint(0, 20, (5,))
+    with torch.no_grad():
+        got = attention_patching_effect(model, ids, pos, answer, donor, [1, 5])
+        for layer in range(2):
+            for t in (1, 5):
+                p = _by_hand_patched(model, ids, donor, layer, t)[torch.arange(5), pos].softmax(-1)
+                assert abs(float(got[layer, t]) - float(p[torch.arange(5), answer].mean())) < 1e-6
+        intact = model(ids)[torch.arange(5), pos].softmax(-1)[torch.arange(5), answer].mean()
+        assert abs(float(got[1, 1]) - float(intact)) < 1e-6          # the last layer before the answer: no reader
+        same = attention_patching_effect(model, ids, pos, answer, ids, [0, 3])
+    assert got[:, [0, 2, 3, 4]].isnan().all() and abs(float(same[0, 3]) - float(intact)) < 1e-6
+    torch.testing.assert_close(model(ids), model(ids))                           # every hook removed
+    assert not any(b.attn._forward_hooks for b in model.blocks)
+    with pytest.raises(ValueError, match="donor_ids"):
+        attention_patching_effect(model, ids, pos, answer, donor[:2], [1])
+
+
+def test_seed_0_carries_the_country_with_layer_1_attention():
+    data = make_dataset(load_facts())
+    capital = torch.tensor([n for n, f in enumerate(data.facts) if f.relation == "capital"])
+    subject = token_positions(data.ids, torch.tensor([data.vocab.stoi[f.subject] for f in data.facts]))
+    model = load_fact_model(data, seed=0)[0].eval()
+    subj, last = int(subject[capital[0]]), int(data.answer_pos[capital[0]])
+    effect = attention_patching_effect(model, data.ids[capital], data.answer_pos[capital], data.answer_id[capital],
+                                       data.ids[capital.roll(1)], [subj, last])
+    assert float(effect[1, last]) < 0.05 and float(effect[0, last]) > 0.9      # cell 37's reading
