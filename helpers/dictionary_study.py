@@ -70,7 +70,7 @@ from helpers.superposition import (best_cosines, dimensions_per_feature, feature
 
 __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
-           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "planted_recovery",
+           "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "verdict_groups", "structure_headline", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
@@ -388,6 +388,44 @@ def verdict_lines(comparisons: dict[str, PairedDifference], unit: str = "", digi
         lines.append(f"  {name:<{width}}  {c.mean:+.{digits}f}{unit}  {'lower' if c.mean < 0 else 'higher'} in "
                      f"{way} of {c.n} {over}  → {v.verdict}")
     return "\n".join(lines)
+
+
+def verdict_groups(comparisons: dict[str, PairedDifference], groups: dict[str, str], drop: str = "",
+                   digits: int = 2) -> str:
+    """One line per group of a family's verdicts (``holm`` over all of ``comparisons``): ``groups`` maps a
+    group's words to the text its comparisons' names contain after a colon (``"features − neurons"`` takes
+    ``"relation: features − neurons"``, not ``"relation: random-start features − neurons"``). Each line: how
+    many of the group are resolved, each one's mean difference and in how many paired runs it points that way,
+    and, for any that is not resolved, its |t| below the Holm threshold it had to pass (the full table: ``helpers.stats.holm_table``)."""
+    verdicts = holm(comparisons)
+    lines = []
+    for words, part in groups.items():
+        group = [v for v in verdicts if f": {part}" in v.name]
+        if not group:
+            raise ValueError(f"no comparison's name contains {part!r}")
+        parts = []
+        for v in group:
+            c, label = v.comparison, v.name.replace(drop, "").replace(part, "").strip(" :,")
+            way = c.lower if c.mean < 0 else c.higher
+            missed = "" if v.resolved else f", |t| {abs(c.t):.2f} < {v.threshold:.2f}"
+            parts.append(f"{label} {c.mean:+.{digits}f} ({way}/{c.n}{missed})")
+        lines.append(f"  {words}: {sum(v.resolved for v in group)} of {len(group)} resolved; " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def structure_headline(study: dict, verdicts: dict[str, PairedDifference], lr: float = 0.01,
+                       length: str = "10000", layer: int = 1) -> str:
+    """Section 4's answer in three lines: each autoencoder's held-out FVU over its own data's PCA-8 (mean over
+    models, ``lr`` and ``length`` steps) and the verdict of y against the Gaussian, with its t and the Holm
+    threshold it had to pass in ``verdicts``' family."""
+    names = {"sae_gaussian": "a Gaussian like y", "sae_slots": "the slot mixture", "sae_y": "y"}
+    levels = {arm: sum(r) / len(r) for arm in names for r in [_runs(study, layer, arm)[(lr, length)]]}
+    v = next(v for v in holm(verdicts) if v.name.endswith("SAE on y − SAE on a Gaussian"))
+    c = v.comparison
+    return (f"the same autoencoder ({int(length):,} steps, lr {lr:g}), held-out FVU over its own data's PCA-8, "
+            f"mean over {c.n} models:\n  on " + ", on ".join(f"{n} {levels[a]:.2f}×" for a, n in names.items())
+            + f"\n  y − the Gaussian: {c.mean:+.2f}×, lower in {c.lower} of {c.n} models, t {c.t:+.2f} against its "
+            f"Holm threshold {v.threshold:.2f} → {v.verdict}")
 
 
 def _autoencoder_pair(X: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

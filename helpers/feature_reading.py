@@ -70,7 +70,7 @@ def draw_feature(codes: torch.Tensor, value_logits: torch.Tensor, next_word: Seq
     right.set_yticks(range(12), decode(order), fontsize=9)
     right.invert_yaxis()
     right.axvline(0, color="0.4", lw=0.8)
-    right.set(xlabel="logit the value adds (through the final norm and the unembedding)", title="Its value: most promoted / demoted words")
+    right.set(xlabel="logit it adds (via final norm, unembedding)", title="Its value: most promoted / demoted words")
     fig.suptitle(f"{title}feature {feature}: active on {len(on)} of {len(acts)} prefixes", x=0.01, ha="left")
     fig.tight_layout()
     plt.show()

@@ -45,7 +45,7 @@ from helpers.stats import PairedDifference, paired_difference
 __all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICTIONARY_TIED_PATH",
            "NEURON_DICTIONARY_CENTRED_PATH", "NEURON_DICTIONARY_CENTRED_LONG_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
-           "neuron_family", "main"]
+           "neuron_family", "neuron_dictionary_report", "main"]
 
 NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dictionary.json"
 #: the same runs 10× longer at rate 0.01 (its ``command`` inside): does the used count grow with training?
@@ -202,6 +202,37 @@ def neuron_family(runs: dict, pca: Sequence[float] | None = None) -> dict[str, P
             family[f"{label}: dictionary − {unit}"] = paired_difference(
                 mine, _per_model(runs, lambda e, lb=label, u=unit: e["tracking"][u][lb]))
     return family
+
+
+def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Tensor, live_eight: float):
+    """Section 6.1's printed results, read from the shipped files: in view, the dictionary on the neurons against
+    the neurons and a random dictionary (``neuron_table``), PCA-8 of the neurons (live, ``neuron_pca``), the
+    count table beside planted directions (``helpers.planted_count.count_table``) and one line per verdict
+    (``neuron_family``, one Holm family); folded, model 0's 8-neuron code (``live_eight``: its held-out FVU
+    computed live) against the file, the verdicts' t values, every run on the neurons and the planted runs.
+    Returns a ``helpers.folded.Folded``."""
+    from helpers.dictionary_study import verdict_lines
+    from helpers.folded import Folded
+    from helpers.planted_count import count_table, load as load_planted, summary_lines
+    from helpers.stats import holm_table
+
+    on_neurons = load_neuron_dictionary()
+    filed = on_neurons["models"]["0"][0]["held_out"]["neurons"]
+    pca8 = neuron_pca(data, prefixes, train, test)
+    family = neuron_family(on_neurons, pca8)
+    family_text = holm_table(family, unit=" (share)", digits=2, units={k: " (FVU)" for k in family if "FVU" in k})
+    pca_line = "PCA-8 of the neurons, held-out FVU, models 0-4: " + ", ".join(f"{v:.1%}" for v in pca8)
+    paths = (NEURON_DICTIONARY_PATH, NEURON_DICTIONARY_TIED_PATH, NEURON_DICTIONARY_LONG_PATH,
+             NEURON_DICTIONARY_CENTRED_PATH, NEURON_DICTIONARY_CENTRED_LONG_PATH)
+    runs = "\n".join(run_summary(load_neuron_dictionary(p)) for p in paths)
+    planted = load_planted()
+    counts = count_table(planted, [load_neuron_dictionary(p) for p in paths[3:]])
+    return Folded(neuron_table(on_neurons) + "\n" + pca_line + "\n\n" + counts + "\n\n" + family_text.splitlines()[0]
+                  + "\n" + verdict_lines(family),
+                  f"model 0, 8 neurons per prefix (the rest at their mean): held-out FVU live {live_eight:.2%} (the "
+                  f"file: {filed:.2%})\n\n{family_text}\n\nevery run on the neurons:\n{runs}\n\nthe same recipe on "
+                  "planted directions, 5 data seeds:\n" + "\n".join(summary_lines(planted)
+                                                                   + summary_lines(planted, centred=True)))
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

@@ -264,6 +264,19 @@ def test_topk_natural_wrong_answers_fail():
                                                         .indices[:, :k], True), pre, 0.0), "ReLU")   # no ReLU
 
 
+def test_topk_without_relu_by_torch_topk_names_both_slips():
+    def no_relu(pre, k):                    # the review (r40): 6 cases failed with no likely mistake
+        top = pre.topk(k, dim=-1)
+        return torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+
+    def no_relu_all_ties(pre, k):
+        return torch.where(pre >= pre.topk(k, dim=-1).values[:, -1:], pre, 0.0)
+
+    for fn, tie_words in ((no_relu, "stable sort"), (no_relu_all_ties, "were all kept")):
+        message = _fails(check_topk_activation, fn, "apply the ReLU").message
+        assert tie_words in message and "two slips" in message, message
+
+
 def test_transcoder_natural_wrong_answers_fail():
     def dense_relu(x, y, W_enc, b_enc, W_dec, b_dec, k):        # the review: failed with no likely mistake
         codes = (x @ W_enc.T + b_enc).relu()

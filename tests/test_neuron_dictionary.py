@@ -99,3 +99,19 @@ def test_the_centred_long_run_is_ten_times_the_centred_steps_and_stays_below_the
     # but so do 96 planted directions, half the neurons, without superposition: the count cannot test it
     half = load_planted()["runs_centred_controls"]["uniform 96"]["10000"]
     assert max(e["used"] for v in long["models"].values() for e in v) < min(r["used"] for r in half)
+
+
+def test_the_report_shows_table_counts_and_verdicts_and_folds_the_runs():
+    from helpers.dictionary import fact_prefixes
+    from helpers.dictionary_study import layer_data
+    from helpers.facts import load_facts, make_dataset
+    from helpers.folded import Folded
+    from helpers.neuron_dictionary import neuron_dictionary_report
+    data = make_dataset(load_facts())
+    prefixes = fact_prefixes(data)
+    train, test = layer_data(data, prefixes, MODELS[0], 1)[2:]
+    report = neuron_dictionary_report(data, prefixes, train, test, live_eight=0.5)
+    assert isinstance(report, Folded)
+    assert report.shown.startswith(neuron_table(load_neuron_dictionary()))
+    assert "PCA-8 of the neurons, held-out FVU, models 0-4" in report.shown and "8 resolved" in report.shown
+    assert "held-out FVU live 50.00%" in report.folded and "every run on the neurons:" in report.folded

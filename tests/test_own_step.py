@@ -1,5 +1,6 @@
 """helpers.dictionary_study.train_with_step: notebook 09's end-to-end run of the learner's Exercise 7 step."""
 
+import pytest
 import torch
 
 from helpers.exercises.nb09 import _training_step
@@ -58,3 +59,27 @@ def test_verdict_lines_give_one_short_line_per_verdict_in_order():
     assert len(lines) == 2 and lines[0].lstrip().startswith("a − b") and lines[1].lstrip().startswith("c − d")
     assert lines[0].endswith("→ " + verdicts[0].verdict) and "higher in 5 of 5 models" in lines[0]
     assert lines[1].endswith("→ not resolved")
+
+
+def test_verdict_groups_count_each_groups_resolved_verdicts_in_the_whole_family():
+    from helpers.dictionary_study import verdict_groups
+    from helpers.stats import holm, paired_difference
+    up = paired_difference([1.0, 2.0, 3.0, 2.5, 1.5], [0.0, 0.1, 0.2, 0.1, 0.0])
+    flat = paired_difference([0.0, 0.1, -0.1, 0.2, -0.2], [0.0, 0.0, 0.0, 0.0, 0.0])
+    family = {"layer 1, relation: features − neurons": up, "layer 1, slot: features − neurons": flat,
+              "layer 1, relation: random-start features − neurons": up}
+    lines = verdict_groups(family, {"vs neurons": "features − neurons"}, drop="layer 1, ").splitlines()
+    assert len(lines) == 1 and "1 of 2 resolved" in lines[0]          # the random-start row is not in the group
+    missed = holm(family)[1]
+    assert f"slot +0.00 (" in lines[0] and f"< {missed.threshold:.2f}" in lines[0]
+    with pytest.raises(ValueError):
+        verdict_groups(family, {"none": "no such comparison"})
+
+
+def test_structure_headline_reads_the_shipped_file():
+    from helpers.dictionary_study import at_rate, load_study, sparse_structure_family, structure_headline
+    study = load_study()
+    verdicts = sparse_structure_family(at_rate(study, "0.01"), control_steps="10000", slots=True)
+    text = structure_headline(study, verdicts)
+    assert "on a Gaussian like y 0.65×, on the slot mixture 0.45×, on y 0.29×" in text
+    assert "lower in 5 of 5 models" in text and text.endswith("→ lower")

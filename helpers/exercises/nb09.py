@@ -156,6 +156,15 @@ def _topk_wrong(kind: str):
         if kind == "torch.topk":
             top = pre.topk(k, dim=-1)
             return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+        if kind == "torch.topk, no relu":
+            top = pre.topk(k, dim=-1)
+            return torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+        if kind == "all ties, no relu":
+            kth = pre.topk(k, dim=-1).values[..., -1:]
+            return torch.where(pre >= kth, pre, torch.zeros((), dtype=pre.dtype))
+        if kind == "unstable argsort, no relu":
+            kept = pre.argsort(dim=-1, descending=True)[:, :k]
+            return torch.zeros_like(pre).scatter(-1, kept, pre.gather(-1, kept))
         if kind == "dim 0":
             top = pre.topk(k, dim=0)
             return torch.zeros_like(pre).scatter(0, top.indices, torch.relu(top.values))
@@ -174,6 +183,9 @@ def _topk_wrong(kind: str):
 TIE_HINT = ("among entries equal to the k-th largest value keep the lowest indices: torch.topk promises no order "
             "among ties, but a stable sort does (pre.sort(dim=-1, descending=True, stable=True).indices[:, :k]).")
 
+UNSTABLE_TIE_HINT = TIE_HINT.replace("torch.topk promises", "an unstable sort (argsort without stable=True) promises")
+RELU_HINT = "a kept entry below 0 must become 0: apply the ReLU to the k values you keep."
+
 check_topk_activation = Exercise(
     "Exercise 1 (the TopK activation)",
     _topk_activation,
@@ -182,9 +194,12 @@ check_topk_activation = Exercise(
         ("entries equal to the k-th largest value were all kept; keep exactly k per row, the lowest indices "
          "first among equals.", _topk_wrong("all ties")),
         (TIE_HINT, _topk_wrong("torch.topk")),
-        (TIE_HINT.replace("torch.topk promises", "an unstable sort (argsort without stable=True) promises"),
-         _topk_wrong("unstable argsort")),
-        ("a kept negative entry must become 0: apply ReLU to the k values you keep.", _topk_wrong("no relu")),
+        (UNSTABLE_TIE_HINT, _topk_wrong("unstable argsort")),
+        (RELU_HINT, _topk_wrong("no relu")),
+        (f"two slips: {RELU_HINT[:-1]}; and {TIE_HINT}", _topk_wrong("torch.topk, no relu")),
+        (f"two slips: {RELU_HINT[:-1]}; and {UNSTABLE_TIE_HINT}", _topk_wrong("unstable argsort, no relu")),
+        (f"two slips: {RELU_HINT[:-1]}; and entries equal to the k-th largest value were all kept: keep exactly k "
+         "per row, the lowest indices first among equals.", _topk_wrong("all ties, no relu")),
         ("you ranked by absolute value; TopK keeps the k *largest* pre-activations (a large negative one is "
          "not kept).", _topk_wrong("abs")),
         ("you chose the top k along the batch (dim 0); choose them in each row, among the F features (dim=-1).",
