@@ -1,4 +1,6 @@
 """helpers.edit_budget: the shipped budget runs are the notebook's edits, and the command reproduces them."""
+import pytest
+
 from helpers import edit_budget
 from helpers.fact_model import load_fact_model
 from helpers.facts import load_facts, make_dataset
@@ -175,3 +177,25 @@ def test_paraphrase_readout_shows_four_judged_rows_and_folds_seed_0():
     assert not any(" vs " in line for line in shown)                      # t and seeds are folded
     html = out._repr_html_()
     assert "median P(new capital) 3e-08" in html and html.count(" vs ") == 4
+
+
+def test_spearman_null_is_exact_and_holm_steps_down():
+    import itertools
+    from collections import Counter
+    n = 5
+    seen = Counter(round(abs(1 - 6 * sum((i - p[i]) ** 2 for i in range(n)) / (n * (n * n - 1))), 12)
+                   for p in itertools.permutations(range(n)))
+    null = edit_budget.spearman_null(n)
+    assert set(null) == set(seen)
+    for r, p in null.items():
+        assert p == pytest.approx(sum(c for q, c in seen.items() if q >= r) / 120)
+    ten = edit_budget.spearman_null(10)
+    assert min(r for r, p in ten.items() if p <= 0.05) == pytest.approx(0.6485, abs=1e-4)   # the tabled 5 % value
+    verdicts = edit_budget.spearman_holm({"a": -0.96, "b": -0.43, "c": -0.92}, 10)
+    assert list(verdicts) == ["a", "c", "b"]
+    assert [v[1] for v in verdicts.values()] == [True, True, False]
+    assert verdicts["a"][0] > verdicts["c"][0] > verdicts["b"][0]
+    stopped = edit_budget.spearman_holm({"a": -0.70, "b": 0.69}, 10)        # 0.70 fails alpha/2: b is not judged
+    assert [v[1] for v in stopped.values()] == [False, False]
+    with pytest.raises(ValueError):
+        edit_budget.spearman_null(2)
