@@ -5,6 +5,10 @@ behind one call.
   each arm (tuned; every variant at 0.005 and 0.01; every variant but GLU at 0.02) and the step-size control, each
   with its own 95 % interval and its verdict under Holm over the 27-row family; the rows its gap-against-rate
   figure draws.
+* ``race_checks``: the two lines under those rows that the verdict reads: what lr ×1.05 alone buys each group, and
+  the FFN output size at initialisation with the output-size control (``race_verdicts(..., checks=True)``).
+* ``seed_curves``: every seed's answer-loss curve, ReLU and SwiGLU, at 0.005 and tuned (the figure the notebook
+  used to show).
 * ``full_readout``: for a curious learner, ``print(full_readout())``: every check below (retraining three stored
   runs on the way); ``tests/test_race_readout.py`` asserts its numbers against the shipped files.
 
