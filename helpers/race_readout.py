@@ -5,6 +5,10 @@ behind one call.
   each arm (tuned; every variant at 0.005 and 0.01; every variant but GLU at 0.02) and the step-size control, each
   with its own 95 % interval and its verdict under Holm over the 27-row family; the rows its gap-against-rate
   figure draws.
+* ``race_checks``: the two lines under those rows that the verdict reads: what lr ×1.05 alone buys each group, and
+  the FFN output size at initialisation with the output-size control (``race_verdicts(..., checks=True)``).
+* ``seed_curves``: every seed's answer-loss curve, ReLU and SwiGLU, at 0.005 and tuned (the figure the notebook
+  used to show).
 * ``full_readout``: for a curious learner, ``print(full_readout())``: every check below (retraining three stored
   runs on the way); ``tests/test_race_readout.py`` asserts its numbers against the shipped files.
 
@@ -52,7 +56,7 @@ from helpers.precision import bound
 from helpers.stats import Verdict, holm, holm_table, interval
 
 __all__ = ["Folded", "tuning_summary", "group_verdicts", "Readout", "section_readout", "RaceVerdicts",
-           "race_verdicts", "full_readout", "kernel_lines",
+           "race_verdicts", "race_checks", "seed_curves", "full_readout", "kernel_lines",
            "kernel_move_line",
            "kernel_verdict_line", "kernel_note", "KERNEL_PATHS", "DEFAULT_KERNEL_TUNED_PATH"]
 
@@ -346,20 +350,67 @@ class RaceVerdicts:
     rows: dict[str, GapRow]
     family_size: int
     resolved: int
+    notes: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         width = max(len(r.label) for r in self.rows.values()) + 1
         shown = sum(r.verdict != "not resolved" for r in self.rows.values())
         head = [f"{GROUP}, run-mean answer loss (nats), mean over seeds, its 95 % CI → verdict",
-                f"Holm over a {self.family_size}-row family, {self.resolved} resolved; here the {len(self.rows)} "
-                f"rows the text reads ({shown} resolved); all {self.family_size}: print(full_readout())"]
+                f"Holm over a {self.family_size}-row family ({self.family_size - 21} group and step-size rows, 21 "
+                f"variant − ReLU rows), {self.resolved} resolved; here the {len(self.rows)} rows the text reads "
+                f"({shown} resolved); all {self.family_size}: print(full_readout())"]
         return "\n".join(head + [f"  {r.label + ',':<{width}} {r.n} seeds: {r.mean:+.3f}, CI {r.lo:+.2f} to "
-                                   f"{r.hi:+.2f} → {r.verdict}" for r in self.rows.values()])
+                                   f"{r.hi:+.2f} → {r.verdict}" for r in self.rows.values()] + self.notes)
 
 
-def race_verdicts(arms: Mapping[str, VariantComparison], family_fn) -> RaceVerdicts:
+def race_checks(arms: Mapping[str, VariantComparison]) -> list[str]:
+    """The two checks the notebook's verdict reads, one line each: what lr ×1.05 alone buys each group at 0.005
+    (``step_size_gains``), and the FFN output size at initialisation with the output-size control (W2 scaled to
+    ReLU's output size at 0.005, its own Holm family, as in ``full_readout``)."""
+    from helpers.gating import init_rms_controls
+    gains = step_size_gains(arms["lr 0.005"])
+    family = output_size_family(arms["lr 0.005"], init_rms_controls())
+    c = {v.name: v for v in holm(family)}[f"matched {GROUP}"]
+    rms = {v: float(x.mean()) for v, x in init_output_rms(seeds=range(5)).items()}
+    return ["at lr 0.005, what ×1.05 alone buys each group: "
+            + ", ".join(f"{k.split()[0]} {p.mean:+.3f} nats" for k, p in gains.items()),
+            f"FFN output RMS at initialisation: gated {np.mean([rms[v] for v in GATED_NO_SIGMOID]):.2f}, dense "
+            f"{np.mean([rms[v] for v in DENSE]):.2f}; with W2 scaled to ReLU's output size, at lr 0.005 the gated "
+            f"lead is {c.comparison.mean:+.3f} nats → {c.verdict} (its own Holm family of {len(family)})"]
+
+
+def seed_curves(race=None, rerun: torch.Tensor | None = None):
+    """Every seed's answer-loss curve, ReLU and SwiGLU: every variant at 0.005 (left) and each at its tuned rate
+    (right), medians bold; ``rerun``: a retrained ReLU tuned seed-2 curve, dotted. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from helpers.plotting import COLORS
+    race = load_race() if race is None else race
+    steps, shared = np.array(race.eval_steps), race.at_shared_lr
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, result, label in [(axes[0], shared, f"every variant at lr {shared.lr('relu')}"),
+                              (axes[1], race, "each variant at its own lr")]:
+        for name, alpha in (("swiglu", 0.25), ("relu", 0.5)):
+            for k, curve in enumerate(result.curves[name].numpy()):
+                ax.plot(steps, curve, color=COLORS[name], lw=0.7, alpha=alpha,
+                        label=f"{VARIANT_NAMES[name]} (lr {result.lr(name)}), one line per seed" if k == 0 else None)
+            ax.plot(steps, np.median(result.curves[name].numpy(), axis=0), color=COLORS[name], lw=3,
+                    label=f"{VARIANT_NAMES[name]}, median over seeds")
+        ax.set_xlabel("training step")
+        ax.set_title(label)
+    if rerun is not None:
+        axes[1].plot(steps, rerun.numpy(), ":", color="#999933", lw=2.5, label="ReLU seed 2, retrained")
+    for ax in axes:
+        ax.legend(fontsize=9, loc="upper right", frameon=True, framealpha=0.9)
+    axes[0].set_ylabel("answer loss (nats)")
+    axes[0].set_ylim(-0.3, 8.3)
+    fig.suptitle(f"Answer loss over training, ReLU and SwiGLU, {len(race.seeds)} seeds each")
+    fig.tight_layout()
+    return fig
+
+
+def race_verdicts(arms: Mapping[str, VariantComparison], family_fn, checks: bool = False) -> RaceVerdicts:
     """The verdict rows the notebook reads (``RaceVerdicts``), from the 27-row family ``family_fn(arms)``
-    (``helpers.gating.race_family_with_controls``) judged by Holm."""
+    (``helpers.gating.race_family_with_controls``) judged by Holm; ``checks``: add ``race_checks``' two lines."""
     verdicts = {v.name: v for v in holm(family_fn(arms))}
 
     def row(label: str, name: str, lr: float | None) -> GapRow:
@@ -373,7 +424,8 @@ def race_verdicts(arms: Mapping[str, VariantComparison], family_fn) -> RaceVerdi
             name = next(k for k in verdicts if k.startswith(f"{GROUP}, dense alone"))
             rows["dense ×1.05"] = row("  the same, but dense alone at lr ×1.05", name, 0.005 * 1.05)
     rows["tuned"] = row("tuned, each variant at its best rate", f"{GROUP}, tuned", None)
-    return RaceVerdicts(rows, len(verdicts), sum(v.resolved for v in verdicts.values()))
+    return RaceVerdicts(rows, len(verdicts), sum(v.resolved for v in verdicts.values()),
+                        race_checks(arms) if checks else [])
 
 
 def full_readout(retrain: bool = True) -> Readout:

@@ -85,7 +85,8 @@ def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
     assert [v.rows[k].lr for k in ("0.005", "0.01", "0.02")] == [0.005, 0.01, 0.02] and v.rows["tuned"].lr is None
     shown = repr(v)
     assert "every variant but GLU at lr 0.02" in shown and "every variant at lr 0.01" in shown
-    assert "Holm over a 27-row family, 5 resolved; here the 5 rows the text reads (2 resolved)" in shown
+    assert ("Holm over a 27-row family (6 group and step-size rows, 21 variant − ReLU rows), 5 resolved; here the 5 "
+            "rows the text reads (2 resolved)") in shown
     assert len(shown.splitlines()) == 7
 
 
@@ -114,3 +115,23 @@ def test_full_readout_keeps_every_check_the_notebook_used_to_print():
         "tuned gated (not GLU) − dense +0.065 nats, 38 lower of 90, t +0.78 vs 2.84 → not resolved; 5 of 27 rows"]:
         assert line in plain, line
     assert "9 of 20" not in plain and "at 0.056, runs" not in plain
+
+
+def test_race_checks_print_the_step_size_gains_and_the_output_size_control():
+    """Notebook 04, cell 48: the two lines under the verdict rows that the verdict (cell 49) reads."""
+    from helpers.race_readout import race_checks
+    arms = race_arms(load_race())
+    lines = race_checks(arms)
+    assert lines == ["at lr 0.005, what ×1.05 alone buys each group: gated -0.093 nats, dense -0.089 nats",
+                     "FFN output RMS at initialisation: gated 0.13, dense 0.20; with W2 scaled to ReLU's output size, "
+                     "at lr 0.005 the gated lead is -0.137 nats → lower (its own Holm family of 9)"]
+    v = race_verdicts(arms, race_family_with_controls, checks=True)
+    assert repr(v).splitlines()[-2:] == lines and len(repr(v).splitlines()) == 9
+
+
+def test_seed_curves_draws_both_panels():
+    import matplotlib
+    matplotlib.use("Agg")
+    from helpers.race_readout import seed_curves
+    fig = seed_curves()
+    assert len(fig.axes) == 2 and all(ax.get_legend() is not None for ax in fig.axes)
