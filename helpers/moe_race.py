@@ -556,8 +556,8 @@ def load_alpha_points(path: str | Path | None = None) -> dict[float, AlphaPoint]
 
 
 def alpha_lines(race: Race, points: dict[float, AlphaPoint], steps: int = ALPHA_STEPS) -> list[str]:
-    """The Switch loss at each α beside section 5's α = 0.1 and bias (means), then the bias and α = 0.1 against the
-    heaviest α on MaxVio and loss (paired t, Holm over those four)."""
+    """The Switch loss at each α beside section 5's α = 0.1 and bias (means), then the bias against the heaviest α
+    and α = 0.1 against the lightest, on MaxVio and loss (paired t, Holm over those four)."""
     switch, bias = race.runs[steps]["MoE"], race.runs[steps]["bias, softmax"]
     rows = [(f"Switch loss, α = {a:g}", p.late_load, p.loss) for a, p in points.items()]
     rows.append(("Switch loss, α = 0.1", switch.late_load, switch.final()))
@@ -565,11 +565,12 @@ def alpha_lines(race: Race, points: dict[float, AlphaPoint], steps: int = ALPHA_
     rows.append(("bias, γ = 0.01", bias.late_load, bias.final()))
     lines = [f"{steps} steps, softmax, seeds {switch.seeds[0]}–{switch.seeds[-1]}, means:{'MaxVio':>9}{'loss':>8}"]
     lines += [f"  {name:<38}{float(ld.mean()) - 1:>9.2f}{float(ls.mean()):>8.3f}" for name, ld, ls in rows]
-    heavy = points[max(points)]
-    family = {f"{metric}: {who} − α {heavy.alpha:g}": paired_difference(mine, theirs)
-              for who, run in (("bias", bias), ("α 0.1", switch))
-              for metric, mine, theirs in (("MaxVio", run.late_load, heavy.late_load),
-                                           ("loss", run.final(), heavy.loss))}
+    heavy, light = points[max(points)], points[min(points)]
+    family = {f"{metric}: bias − α {heavy.alpha:g}": paired_difference(mine, theirs)
+              for metric, mine, theirs in (("MaxVio", bias.late_load, heavy.late_load), ("loss", bias.final(), heavy.loss))}
+    family.update({f"{metric}: α 0.1 − α {light.alpha:g}": paired_difference(mine, theirs)
+                   for metric, mine, theirs in (("MaxVio", switch.late_load, light.late_load),
+                                                ("loss", switch.final(), light.loss))})
     return lines + holm_table(family, compact=True).splitlines()
 
 
