@@ -687,6 +687,11 @@ def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
+def top1_label(text: str) -> str:
+    """Name the race's arm "MoE" as the prose does, "top-1 MoE", in a printed comparison (other arms untouched)."""
+    return re.sub(r"(^|: |− )MoE(?= −|, lr|\)|\s|$)", r"\1top-1 MoE", text)
+
+
 def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None):
     """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
     difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the
@@ -703,7 +708,7 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
         color = {"lower": PALETTE[0], "higher": PALETTE[1]}.get(v.verdict, "#777777")
         ax.errorbar(c.mean, i, xerr=half, fmt="o", color=color, mfc=color if v.resolved else "white", capsize=3)
     ax.axvline(0.0, color="black", lw=0.8)
-    ax.set_yticks(range(len(verdicts)), [v.name.strip() for v in verdicts], fontsize=8)
+    ax.set_yticks(range(len(verdicts)), [top1_label(v.name.strip()) for v in verdicts], fontsize=8)
     ax.invert_yaxis()
     ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE",
            title=("" if seeds is None else f"{seeds}\n")
