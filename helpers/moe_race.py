@@ -688,8 +688,9 @@ def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
 
 # ----------------------------------------------------------------------------- figures
 def top1_label(text: str) -> str:
-    """Name the race's arm "MoE" as the prose does, "top-1 MoE", in a printed comparison (other arms untouched)."""
-    return re.sub(r"(^|: |− )MoE(?= −|, lr|\)|\s|$)", r"\1top-1 MoE", text)
+    """Name the race's arms "MoE" and "MoE, top-2" as the prose does, "top-1 MoE" and "top-2 MoE", in a printed
+    comparison (other arms untouched)."""
+    return re.sub(r"(^|: |− )MoE(?= −|, lr|\)|\s|$)", r"\1top-1 MoE", text).replace("MoE, top-2", "top-2 MoE")
 
 
 def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None):

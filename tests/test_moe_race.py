@@ -276,7 +276,7 @@ def test_verdict_figure_draws_one_row_per_verdict_and_its_interval_crosses_zero_
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == [top1_label(v.name.strip()) for v in verdicts]
-    assert "100 steps: top-1 MoE − dense, width 11" in labels and "100 steps: MoE, top-2 − dense, width 19" in labels
+    assert "100 steps: top-1 MoE − dense, width 11" in labels and "100 steps: top-2 MoE − dense, width 19" in labels
     for v in verdicts:
         half = v.threshold * v.comparison.se
         assert (abs(v.comparison.mean) > half) == v.resolved, v.name
