@@ -17,6 +17,7 @@ reading short for the learner:
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import torch
 from helpers.fact_lookup import FactLookup, LookupData, build_lookup, lookup_loss_and_accuracy, train_lookup
 from helpers.moe_long_run import LongRun
 from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FRESH_SEEDS_PATH, RACE_PAIRS, Race,
-                              convergence_lines, load_race, rerun_lines, sweep_summary_lines)
+                              convergence_lines, load_race, rerun_lines, sweep_summary_lines, top1_label)
 from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
@@ -70,7 +71,7 @@ def equal_flops_split(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], "Fold
     folded, every other verdict of ``verdicts`` (one line each, the first line their count and resolved count)."""
     names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
     eight = [v for v in verdicts if v.name in names]
-    rest = [v for v in verdicts if v.name not in names]
+    rest = [dataclasses.replace(v, name=top1_label(v.name)) for v in verdicts if v.name not in names]
     width = max(len(v.name) for v in rest)
     head = (f"the family's other {len(rest)} comparisons (controls, granularity, width 64, 3,000 steps, DeepSeekMoE "
             f"at fixed rates): {sum(v.resolved for v in rest)} resolved")

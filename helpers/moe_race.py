@@ -20,6 +20,11 @@ make one). The notebook trains one seed live and checks it against the file. Exe
 speed γ (section 5's bias arm at seven γ, ten seeds; about a minute) is made by::
 
     python -m helpers.moe_race --gamma-sweep      # GAMMA_PATH, read by load_gamma_sweep
+
+Section 5's other points on the Switch loss's curve (its "MoE" arm at α = 0.01 and 0.3, the race's 100-step rate
+and seeds; about a minute) are made by::
+
+    python -m helpers.moe_race --alpha-points     # ALPHA_PATH, read by load_alpha_points
 """
 
 from __future__ import annotations
@@ -332,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--results", action="store_true",
                       help="run the sweeps and every (arm, seed) of notebook 07 and write the race")
+    what.add_argument("--alpha-points", action="store_true",
+                      help=f"section 5's Switch loss at α {' '.join(map(str, ALPHAS))} instead, to {ALPHA_PATH}")
     what.add_argument("--gamma-sweep", action="store_true",
                       help=f"Exercise 2's γ sweep instead (γ {' '.join(map(str, GAMMAS))}; seeds 0–9) to {GAMMA_PATH}")
     parser.add_argument("--long", action="store_true",
@@ -350,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="train at the rates chosen in this race file, keeping its sweeps (no sweep is run)")
     parser.add_argument("--out", default=str(RACE_PATH), help=f"default: {RACE_PATH}")
     args = parser.parse_args(argv)
+    if args.alpha_points:
+        out = ALPHA_PATH if args.out == str(RACE_PATH) else args.out
+        print(f"wrote α {ALPHAS} to {save_alpha_points(alpha_points(seeds=args.seeds), out)}")
+        return 0
     if args.gamma_sweep:
         out = GAMMA_PATH if args.out == str(RACE_PATH) else args.out
         if args.long and args.out == str(RACE_PATH):
@@ -496,6 +507,73 @@ def gamma_verdicts(sweep: GammaSweep, long: GammaSweep | None = None, base: floa
     return holm_table(family, compact=True)
 
 
+# ----------------------------------------------------------------------------- section 5: other α
+# Section 5's "MoE" arm (softmax, the Switch loss) at the race's 100-step rate and seeds, with the loss's weight α
+# at ALPHAS instead of 0.1: is the bias better than the Switch loss, or one more point on its α curve?
+ALPHAS: tuple[float, ...] = (0.01, 0.3)
+ALPHA_PATH = Path(__file__).parent / "data" / "moe_alpha.json"
+ALPHA_STEPS = 100
+
+
+def alpha_points(alphas: Sequence[float] = ALPHAS, seeds: Sequence[int] = SEEDS, lr: float | None = None
+                 ) -> dict[float, SeedRuns]:
+    """Train section 5's "MoE" arm at each α of ``alphas`` for ``ALPHA_STEPS`` steps (default rate: the race's)."""
+    lr = load_race().runs[ALPHA_STEPS]["MoE"].lr if lr is None else lr
+    data = lookup_data()
+    return {float(a): train_arm(f"Switch loss α {a:g}", {**ARMS["MoE"], "balance_coef": float(a)}, data,
+                                seeds=seeds, d_model=SETTINGS["d_model"], steps=ALPHA_STEPS, lr=lr)
+            for a in alphas}
+
+
+def save_alpha_points(points: dict[float, SeedRuns], path: str | Path = ALPHA_PATH) -> Path:
+    path = Path(path)
+    record = {"made_by": "python -m helpers.moe_race --alpha-points", "steps": ALPHA_STEPS,
+              "points": {str(a): {"lr": r.lr, "seeds": r.seeds, "loss": _rounded(r.final()),
+                                  "late_load": _rounded(r.late_load)} for a, r in points.items()}}
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class AlphaPoint:
+    """One α: ``loss`` and ``late_load`` ``(seeds,)`` float64 after ``steps`` steps at ``lr``."""
+
+    alpha: float
+    lr: float
+    seeds: list[int]
+    loss: torch.Tensor
+    late_load: torch.Tensor
+
+
+def load_alpha_points(path: str | Path | None = None) -> dict[float, AlphaPoint]:
+    """Read the file ``python -m helpers.moe_race --alpha-points`` wrote (default ``ALPHA_PATH``)."""
+    path = ALPHA_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no α points at {path}; make them with python -m helpers.moe_race --alpha-points")
+    r = json.loads(path.read_text(encoding="utf-8"))["points"]
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    return {float(a): AlphaPoint(float(a), p["lr"], p["seeds"], t(p["loss"]), t(p["late_load"])) for a, p in r.items()}
+
+
+def alpha_lines(race: Race, points: dict[float, AlphaPoint], steps: int = ALPHA_STEPS) -> list[str]:
+    """The Switch loss at each α beside section 5's α = 0.1 and bias (means), then the bias against the heaviest α
+    and α = 0.1 against the lightest, on MaxVio and loss (paired t, Holm over those four)."""
+    switch, bias = race.runs[steps]["MoE"], race.runs[steps]["bias, softmax"]
+    rows = [(f"Switch loss, α = {a:g}", p.late_load, p.loss) for a, p in points.items()]
+    rows.append(("Switch loss, α = 0.1", switch.late_load, switch.final()))
+    rows.sort(key=lambda r: float(r[0].split("= ")[1]))
+    rows.append(("bias, γ = 0.01", bias.late_load, bias.final()))
+    lines = [f"{steps} steps, softmax, seeds {switch.seeds[0]}–{switch.seeds[-1]}, means:{'MaxVio':>9}{'loss':>8}"]
+    lines += [f"  {name:<38}{float(ld.mean()) - 1:>9.2f}{float(ls.mean()):>8.3f}" for name, ld, ls in rows]
+    heavy, light = points[max(points)], points[min(points)]
+    family = {f"{metric}: bias − α {heavy.alpha:g}": paired_difference(mine, theirs)
+              for metric, mine, theirs in (("MaxVio", bias.late_load, heavy.late_load), ("loss", bias.final(), heavy.loss))}
+    family.update({f"{metric}: α 0.1 − α {light.alpha:g}": paired_difference(mine, theirs)
+                   for metric, mine, theirs in (("MaxVio", switch.late_load, light.late_load),
+                                                ("loss", switch.final(), light.loss))})
+    return lines + holm_table(family, compact=True).splitlines()
+
+
 # ----------------------------------------------------------------------------- reading the race
 def display(name: str, names: dict[str, str] | None = None) -> str:
     """An arm's printed name: ``names[name]`` when given there (e.g. ``BALANCE_NAMES``), else the key itself."""
@@ -609,6 +687,12 @@ def convergence_lines(race: Race, arms: Sequence[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
+def top1_label(text: str) -> str:
+    """Name the race's arms "MoE" and "MoE, top-2" as the prose does, "top-1 MoE" and "top-2 MoE", in a printed
+    comparison (other arms untouched)."""
+    return re.sub(r"(^|: |− )MoE(?= −|, lr|\)|\s|$)", r"\1top-1 MoE", text).replace("MoE, top-2", "top-2 MoE")
+
+
 def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None):
     """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
     difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the
@@ -625,7 +709,7 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
         color = {"lower": PALETTE[0], "higher": PALETTE[1]}.get(v.verdict, "#777777")
         ax.errorbar(c.mean, i, xerr=half, fmt="o", color=color, mfc=color if v.resolved else "white", capsize=3)
     ax.axvline(0.0, color="black", lw=0.8)
-    ax.set_yticks(range(len(verdicts)), [v.name.strip() for v in verdicts], fontsize=8)
+    ax.set_yticks(range(len(verdicts)), [top1_label(v.name.strip()) for v in verdicts], fontsize=8)
     ax.invert_yaxis()
     ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE",
            title=("" if seeds is None else f"{seeds}\n")

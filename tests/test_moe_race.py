@@ -270,15 +270,29 @@ def test_verdict_figure_draws_one_row_per_verdict_and_its_interval_crosses_zero_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from helpers.moe_race import verdict_figure
+    from helpers.moe_race import top1_label, verdict_figure
     verdicts = holm(loss_family(race, RACE_PAIRS))
     fig = verdict_figure(verdicts)
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == [v.name.strip() for v in verdicts]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == [top1_label(v.name.strip()) for v in verdicts]
+    assert "100 steps: top-1 MoE − dense, width 11" in labels and "100 steps: top-2 MoE − dense, width 19" in labels
     for v in verdicts:
         half = v.threshold * v.comparison.se
         assert (abs(v.comparison.mean) > half) == v.resolved, v.name
     plt.close(fig)
+
+
+def test_the_alpha_points_file_reads_and_judges_the_bias_against_the_heaviest_alpha(race):
+    from helpers.moe_race import ALPHAS, alpha_lines, load_alpha_points
+    points = load_alpha_points()
+    assert sorted(points) == sorted(ALPHAS)
+    for p in points.values():
+        assert p.seeds == race.runs[100]["MoE"].seeds and p.lr == race.runs[100]["MoE"].lr
+        assert p.loss.shape == p.late_load.shape == (len(p.seeds),)
+    lines = alpha_lines(race, points)
+    assert len(lines) == 1 + len(ALPHAS) + 2 + 1 + 4
+    assert "MaxVio: bias − α 0.3" in lines[-4] and "loss: α 0.1 − α 0.01" in lines[-1]
 
 
 def test_the_sweep_summary_counts_rates_at_the_grids_ends_and_reads_the_shared_rate():

@@ -1,4 +1,4 @@
-"""helpers.moe_specialisation: the relation purity and its shipped file (notebook 07, section 4)."""
+"""helpers.moe_specialisation: the relation information and its shipped file (notebook 07, section 4)."""
 from __future__ import annotations
 
 import pytest
@@ -8,12 +8,26 @@ from helpers import moe_specialisation as ms
 from helpers.fact_lookup import lookup_data
 
 
-def test_purity_by_hand():
+def test_information_by_hand():
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
-    assert ms.relation_purity(torch.tensor([2, 2, 2, 0, 1, 1]), groups) == pytest.approx(5 / 6)
-    assert ms.relation_purity(torch.tensor([0, 0, 0, 0, 0, 0]), groups) == 1.0
+    assert ms.relation_information(torch.tensor([2, 2, 2, 0, 1, 1]), groups) == pytest.approx(1.0)
+    assert ms.relation_information(torch.tensor([0, 0, 0, 0, 0, 0]), groups) == pytest.approx(0.0)
+    assert ms.relation_information(torch.tensor([0, 1, 0, 1, 0, 1]), torch.tensor([0, 0, 1, 1, 2, 2])) \
+        == pytest.approx(0.0, abs=1e-12)
+    # one of two experts shared half-and-half: I = H(G) - H(G|E) = log 2 - (1/2) log 2
+    assert ms.relation_information(torch.tensor([0, 0, 1, 1]), torch.tensor([0, 0, 0, 1])) \
+        == pytest.approx(1 - (0.5 * torch.log(torch.tensor(2.0)).item())
+                         / (-(0.75 * torch.log(torch.tensor(0.75)) + 0.25 * torch.log(torch.tensor(0.25)))).item())
     with pytest.raises(ValueError):
-        ms.relation_purity(torch.tensor([0, 1]), groups)
+        ms.relation_information(torch.tensor([0, 1]), groups)
+
+
+def test_an_even_load_does_not_cap_it():
+    # 4 relations, 8 experts, each expert one relation: even load, information 1 (a top-relation share would be 0.5)
+    groups = torch.arange(4).repeat_interleave(8)
+    expert = torch.arange(8).repeat_interleave(4)
+    assert ms.load_ratio(expert) == pytest.approx(1.0)
+    assert ms.relation_information(expert, groups) == pytest.approx(1.0)
 
 
 def test_shipped_file_reads_as_the_notebook_prints():
@@ -24,7 +38,8 @@ def test_shipped_file_reads_as_the_notebook_prints():
     for steps in result.trained:
         assert float(result.shuffled[steps].mean()) < float(result.trained[steps].mean())
     lines = result.lines()
-    assert lines[0].startswith("relation purity") and len(lines) == 4
+    assert "relation information" in lines[0] and len(lines) == 8
+    assert set(result.load) == {0, 100, 300}
     assert {v.verdict for v in result.verdicts()} <= {"lower", "higher", "not resolved"}
 
 
