@@ -317,22 +317,26 @@ def lookup_capacity_family(study: dict) -> dict[str, Comparison]:
 
 
 def lookup_capacity_line(study: dict) -> str:
-    """One printed line: the mean answer loss at each factor with its share of slots dropped, and for each tested
-    factor the paired difference from dropless with its Holm verdict."""
+    """A small table: the mean answer loss at each factor with its share of slots dropped, and for each tested
+    factor the paired difference from dropless with its Holm verdict; then one line on the dropped facts."""
     family = lookup_capacity_family(study)
     verdicts = {v.name: v for v in holm(family)}
-    parts = [f"dropless {capacity_values(study, 'dropless').mean():.2f}"]
+    rows = [f"E = 8 fact lookup, mean of {len(study['runs'])} seeds; each factor − dropless, paired, Holm over "
+            f"{len(family)}:",
+            f"{'factor':<10}{'answer loss':>12}{'slots dropped':>15}{'− dropless':>12}{'higher in':>11}  verdict",
+            f"{'dropless':<10}{capacity_values(study, 'dropless').mean():>12.2f}{'0%':>15}"]
     for f in FACTORS[1:]:
         v = verdicts.get(f"answer loss at {capacity_key(f)} − dropless")
         dropped = capacity_values(study, capacity_key(f), "dropped").mean()
-        text = f"{capacity_key(f)} {capacity_values(study, capacity_key(f)).mean():.2f} ({dropped:.1%} of slots dropped"
+        row = f"{capacity_key(f):<10}{capacity_values(study, capacity_key(f)).mean():>12.2f}{dropped:>15.1%}"
         if v is None:
-            parts.append(f"{capacity_key(f)}: no slot dropped")
+            rows.append(f"{capacity_key(f):<10}{capacity_values(study, capacity_key(f)).mean():>12.2f}{'0%':>15}"
+                        "  (no slot dropped: not tested)")
         else:
-            parts.append(text + f"; {v.comparison.mean:+.2f}, higher in {v.comparison.higher}/{v.comparison.n}, "
-                                f"{'resolved' if v.resolved else 'not resolved'})")
-    line = (f"E = 8 fact lookup, answer loss, mean of {len(study['runs'])} seeds (Holm over {len(family)}): "
-            + "; ".join(parts))
+            c = v.comparison
+            rows.append(row + f"{c.mean:>+12.2f}{f'{c.higher}/{c.n}':>11}  "
+                        f"{'resolved' if v.resolved else 'not resolved'}")
+    line = "\n".join(rows)
     runs = [study["runs"][s]["c = 1"] for s in sorted(study["runs"], key=int)]
     if all("dropped_loss" in r for r in runs):
         lost = torch.tensor([r["dropped_loss"] for r in runs], dtype=torch.float64)

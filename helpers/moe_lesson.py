@@ -112,9 +112,11 @@ def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
     return f"cross-entropy after 15 steps, MoE (α = 0.1) − each, ten seeds (Holm over {len(family)}): {said}"
 
 
-#: Section 6's rows in view (``skew_readout``); the other controls are folded.
+#: Section 6's controls, in the fold's order (``skew_readout``, ``skew_family``).
 SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian",
               "W_g = 0, noise")
+#: The rows of ``SKEW_SHOWN`` in the main line; the other two (matched Gaussian, mean + isotropic) are folded.
+SKEW_IN_VIEW = ("all positions", "mean removed", "isotropic Gaussian", "W_g = 0, noise")
 
 
 def skew_family(skew, random_ids: torch.Tensor | None = None) -> dict[str, Comparison]:
@@ -130,16 +132,16 @@ def skew_family(skew, random_ids: torch.Tensor | None = None) -> dict[str, Compa
 
 
 def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
-    """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_SHOWN`` (mean over seeds and both
+    """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_IN_VIEW`` (mean over seeds and both
     layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line; folded:
-    the same controls per layer (``skew_table``), the inputs' geometry and the Holm family."""
+    every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the Holm family."""
     from helpers.router_skew import skew_table
 
     family = skew_family(skew)
     n, resolved = len(skew.per_seed("all positions")), sum(v.resolved for v in holm(family))
     base = float(skew.per_seed("all positions").mean()) - 1
     lines = [f"{f'router input ({n} untrained models)':<36}{'busiest/mean':>13}{'excess kept':>13}"]
-    for c in SKEW_SHOWN:
+    for c in SKEW_IN_VIEW:
         v = float(skew.per_seed(c).mean())
         lines.append(f"{c:<36}{v:>13.2f}{(v - 1) / base:>13.0%}")
     lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)} comparisons (in the fold): {resolved} resolved")
@@ -148,7 +150,7 @@ def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
         folded.append(f"layer {layer}: |mean| / rms |x| = {shape.mean_ratio:.2f}; variance spread over "
                       f"{shape.participation:.0f} of {shape.d} directions")
     folded.append(verdict_table(family, f"{n} seeds"))
-    return Folded("\n".join(lines), "\n".join(folded), "each control per layer, the inputs' geometry and the "
+    return Folded("\n".join(lines), "\n".join(folded), "all six controls per layer, the inputs' geometry and the "
                   f"{len(family)} verdicts (click)")
 
 
@@ -425,6 +427,21 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+#: The notebook's names that ``rerun_seed_zero`` reads, keyed by its argument names.
+RERUN_NAMES = {"build_lm": "untrained_moe_lm", "arms": "ARMS", **{name: name for name in (
+    "data", "config", "facts", "runs", "study", "skew", "random_ids", "skew_seeds", "by_count", "collapse", "zloss",
+    "no_ffn", "purity_runs", "cost", "trained")}}
+
+
+def rerun_seed_zero_from(namespace: Mapping) -> str:
+    """``rerun_seed_zero`` on the objects the notebook made (pass ``globals()``): its untrained MoE LM, section 8's
+    live runs and every shipped result, read by the names in ``RERUN_NAMES``."""
+    missing = [name for name in RERUN_NAMES.values() if name not in namespace]
+    if missing:
+        return "run the notebook's cells above first: missing " + ", ".join(missing)
+    return rerun_seed_zero(**{arg: namespace[name] for arg, name in RERUN_NAMES.items()})
 
 
 def rerun_seed_zero(*, build_lm, data, config, facts, runs: Mapping, study, skew, random_ids, skew_seeds, by_count,

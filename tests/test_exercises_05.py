@@ -816,3 +816,24 @@ def test_aux_loss_names_first_choices_only():
 
     result = check_aux_loss.evaluate(first_choice_only)
     assert not result.passed and "only each token's first choice" in result.message, result.message
+
+
+def test_aux_loss_names_a_summed_or_logit_z_loss():
+    """Review 05-r48: a z-loss summed over the tokens, or the mean square of the logits, got no hint."""
+    from helpers.exercises.nb05 import check_aux_loss
+
+    def balance(logits, expert_index):
+        n_experts = logits.shape[-1]
+        f = torch.bincount(expert_index.reshape(-1), minlength=n_experts) / expert_index.numel()
+        return n_experts * (f * torch.softmax(logits, -1).mean(0)).sum()
+
+    def summed(logits, expert_index, alpha, z_coef):
+        return alpha * balance(logits, expert_index) + z_coef * torch.logsumexp(logits, -1).square().sum()
+
+    def logits_squared(logits, expert_index, alpha, z_coef):
+        return alpha * balance(logits, expert_index) + z_coef * logits.square().mean()
+
+    result = check_aux_loss.evaluate(summed)
+    assert not result.passed and "1/N of the mean is missing" in result.message, result.message
+    result = check_aux_loss.evaluate(logits_squared)
+    assert not result.passed and "mean square of the logits" in result.message, result.message

@@ -21,8 +21,10 @@ def test_a_factor_that_drops_nothing_scores_as_dropless_and_is_not_tested():
 
 def test_line_prints_each_factor_and_the_verdicts():
     line = lookup_capacity_line(load_lookup_capacity())
-    assert line.startswith("E = 8 fact lookup, answer loss, mean of 10 seeds (Holm over 2): dropless 0.38; ")
-    assert "c = 1 1.06 (7.8% of slots dropped; +0.68, higher in 10/10, resolved)" in line
+    assert line.startswith("E = 8 fact lookup, mean of 10 seeds; each factor − dropless, paired, Holm over 2:")
+    rows = {r.split("  ")[0].strip(): r.split() for r in line.splitlines()[2:6]}
+    assert rows["dropless"][1] == "0.38" and "not tested" in line.splitlines()[3]
+    assert rows["c = 1"][3:] == ["1.06", "7.8%", "+0.68", "10/10", "resolved"], rows["c = 1"]
 
 
 def test_a_dropped_fact_scores_worse_than_a_uniform_guess_in_every_seed():

@@ -100,14 +100,15 @@ def test_word_only_router_keeps_each_word_on_one_expert_and_never_beats_the_rout
 
 def test_skew_readout_shows_one_small_table_and_one_verdict_line_and_folds_the_rest():
     from helpers.folded import Folded
-    from helpers.moe_lesson import SKEW_SHOWN, skew_family, skew_readout
+    from helpers.moe_lesson import SKEW_IN_VIEW, skew_family, skew_readout
     from helpers.router_skew import load_skew
 
     skew, random_ids, seeds = load_skew()
     out = skew_readout(skew, random_ids)
     assert isinstance(out, Folded)
     shown = out.shown.splitlines()
-    assert len(shown) == 2 + len(SKEW_SHOWN) and shown[-1].startswith("verdict, 100 seeds")
+    assert len(shown) == 2 + len(SKEW_IN_VIEW) and shown[-1].startswith("verdict, 100 seeds")
+    assert "mean + isotropic" not in out.shown and "mean + isotropic       " in out.folded   # 76 %: in the fold
     assert shown[1].split()[-1] == "100%"                          # the hidden states keep all of their own excess
     resolved = sum(v.resolved for v in holm(skew_family(skew, random_ids)))
     assert shown[-1].endswith(f"{resolved} resolved") and "mean + isotropic − isotropic Gaussian" in out.folded
@@ -147,3 +148,18 @@ def test_expert_count_readout_names_the_control_and_folds_the_kernels():
     assert out.shown.splitlines()[-1] == ("verdict, answer loss, ten seeds, paired, Holm over 9: 8 of 9 resolved; "
                                           "not resolved: E = 1 − dense, width 9")
     assert "DEFAULT" in out.folded and "E = 16 − E = 8" in out.folded
+
+
+def test_rerun_seed_zero_from_reads_the_notebook_names(monkeypatch):
+    """Review 05-r48: the reproducibility cell's 17-keyword call became rerun_seed_zero_from(globals())."""
+    import inspect
+
+    import helpers.moe_lesson as lesson
+
+    params = set(inspect.signature(lesson.rerun_seed_zero).parameters)
+    assert set(lesson.RERUN_NAMES) == params
+    seen = {}
+    monkeypatch.setattr(lesson, "rerun_seed_zero", lambda **kw: seen.update(kw) or "ok")
+    namespace = {name: name.upper() for name in lesson.RERUN_NAMES.values()}
+    assert lesson.rerun_seed_zero_from(namespace) == "ok" and seen["build_lm"] == "UNTRAINED_MOE_LM"
+    assert "missing ARMS" in lesson.rerun_seed_zero_from({k: v for k, v in namespace.items() if k != "ARMS"})

@@ -1033,12 +1033,12 @@ def _aux_cases() -> list[Case]:
 
 
 def _aux_with(*, lse=lambda l: torch.logsumexp(l, -1), p_from=lambda l: torch.softmax(l, -1), per_token=False,
-              z_of=lambda lse: lse.square().mean(), alpha_on_both=False, without_e=False):
+              z_of=lambda lse: lse.square().mean(), alpha_on_both=False, without_e=False, z_of_logits=None):
     def wrong(logits, expert_index, alpha, z_coef):
         probs = p_from(logits)
         f = _slot_counts(probs, expert_index) / (expert_index.shape[0] if per_token else expert_index.numel())
         balance = (1 if without_e else logits.shape[-1]) * (f * probs.mean(0)).sum()
-        z = z_of(lse(logits))
+        z = z_of(lse(logits)) if z_of_logits is None else z_of_logits(logits)
         return alpha * (balance + z_coef * z) if alpha_on_both else alpha * balance + z_coef * z
     return wrong
 
@@ -1108,6 +1108,11 @@ check_aux_loss = _BalanceExercise(
          "at balance is k instead of 1.", _aux_with(per_token=True)),
         ("the factor E (number of experts) is missing from the balancing loss: without it the loss is 1/E at an "
          "even load instead of 1, and alpha = 0.1 pushes E times too weakly.", _aux_with(without_e=True)),
+        ("the 1/N of the mean is missing: you summed each token's squared log-sum-exp over the N tokens; the "
+         "z-loss averages it, so its size does not grow with the batch.", _aux_with(z_of=lambda lse: lse.square().sum())),
+        ("you took the mean square of the logits themselves; the z-loss squares each token's log-sum-exp "
+         "(torch.logsumexp(logits, -1)), then averages over the tokens.",
+         _aux_with(z_of_logits=lambda l: l.square().mean())),
         ("alpha scales the balancing loss only; the z-loss has its own coefficient z_coef.",
          _aux_with(alpha_on_both=True)),
         ("the z-loss uses the log-sum-exp of each token's logits, not its largest logit.",
