@@ -147,8 +147,8 @@ def _per_model(runs: dict, get) -> list[float]:
 
 
 def neuron_table(runs: dict) -> str:
-    """Printable lines: held-out FVU, share tracking each label and judged units, mean over models; off-axis
-    features among the used ones."""
+    """Printable lines: held-out FVU, share tracking each label and judged units, mean over models; the used
+    features' range."""
     lines = [f"{'layer 1, mean over ' + str(len(runs['models'])) + ' models':34s}{'held-out FVU':>13s}"
              + "".join(f"{label:>10s}" for label in LABELS) + "   judged units"]
     for unit, name in UNITS.items():
@@ -158,10 +158,8 @@ def neuron_table(runs: dict) -> str:
                          (_per_model(runs, lambda e, lb=label: e["tracking"][unit][lb]) for label in LABELS))
         judged = _per_model(runs, lambda e: e["tracking"][unit]["judged"])
         lines.append(f"  {name:32s}{held}{shares}   {min(judged):.0f}–{max(judged):.0f}")
-    off = [e["off_axis"] for v in runs["models"].values() for e in v]
     used = [e["used"] for v in runs["models"].values() for e in v]
-    lines.append(f"features used (input not centred): {min(used)}–{max(used)} of {RECIPE['n_features']}; of those, off every neuron "
-                 f"axis (cosine < 0.95): {min(off)}–{max(off)}")
+    lines.append(f"features used (input not centred): {min(used)}–{max(used)} of {RECIPE['n_features']}")
     return "\n".join(lines)
 
 
@@ -211,6 +209,7 @@ def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Te
     (``neuron_family``, one Holm family); folded, model 0's 8-neuron code (``live_eight``: its held-out FVU
     computed live) against the file, the verdicts' t values, every run on the neurons and the planted runs.
     Returns a ``helpers.folded.Folded``."""
+    from helpers.axis_control import axis_control_line, load_axis_control
     from helpers.dictionary_study import verdict_lines
     from helpers.folded import Folded
     from helpers.planted_count import count_table, load as load_planted, summary_lines
@@ -227,7 +226,7 @@ def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Te
     runs = "\n".join(run_summary(load_neuron_dictionary(p)) for p in paths)
     planted = load_planted()
     counts = count_table(planted, [load_neuron_dictionary(p) for p in paths[3:]])
-    return Folded(neuron_table(on_neurons) + "\n" + pca_line + "\n\n" + counts + "\n\n" + family_text.splitlines()[0]
+    return Folded(neuron_table(on_neurons) + "\n" + axis_control_line(load_axis_control()) + "\n" + pca_line + "\n\n" + counts + "\n\n" + family_text.splitlines()[0]
                   + "\n" + verdict_lines(family),
                   f"model 0, 8 neurons per prefix (the rest at their mean): held-out FVU live {live_eight:.2%} (the "
                   f"file: {filed:.2%})\n\n{family_text}\n\nevery run on the neurons:\n{runs}\n\nthe same recipe on "
