@@ -1,7 +1,7 @@
-"""helpers.axis_control: the best-axis-cosine reading on a hand-made dictionary, and the shipped control's shape."""
+"""helpers.neuron_dictionary's axis control: the best-axis-cosine reading on a hand-made dictionary, and the shipped control's shape."""
 import torch
 
-from helpers.axis_control import axis_control_line, best_axis_cosines, load_axis_control
+from helpers.neuron_dictionary import axis_control_line, best_axis_cosines, load_axis_control
 
 
 class _Dictionary:
