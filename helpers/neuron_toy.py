@@ -20,7 +20,7 @@ What is read off it:
   inputs have one feature on, so this start already recovers almost every represented feature).
 
 ``neuron_toy_runs`` does this for several seeds; ``python -m helpers.neuron_toy`` writes
-``helpers/data/neuron_toy.json`` (five seeds, about 10 s), which notebook 09 reads beside a live seed 0.
+``helpers/data/neuron_toy.json`` (fifteen seeds, about 10 CPU-seconds), which notebook 09 reads beside a live seed 0.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=NEURON_TOY_PATH)
     args = parser.parse_args(argv)
-    out = {"config": NEURON_TOY, **neuron_toy_runs(range(5))}
+    out = {"config": NEURON_TOY, **neuron_toy_runs(range(15))}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     return args.out
 
