@@ -467,6 +467,25 @@ def keep_family(runs: dict, seeds: Sequence[int]) -> dict:
             for w, k in [("efficacy", "efficacy"), ("the country's other facts kept", "own")]}
 
 
+def keep_summary(runs: dict, seeds: Sequence[int]) -> str:
+    """One printed line from ``load_keep()`` runs: how much of the edited country's own currency the plain edit
+    keeps (lowest-highest over ``seeds``, and in how many seeds below 1), then with the keep term − without it,
+    paired by seed, Holm over the five measures (efficacy, other capitals kept, the country's own three
+    relations kept): each measure's mean change and verdict."""
+    from helpers.stats import holm, paired_difference
+    currency = [runs[s]["plain"]["own currency"] for s in seeds]
+    what = {"efficacy": "efficacy", "capitals_kept": "other capitals kept",
+            **{f"own {r}": f"own {r}" for r in RELATIONS if r != "capital"}}
+    verdicts = holm({name: paired_difference([runs[s]["keep"][k] for s in seeds],
+                                             [runs[s]["plain"][k] for s in seeds]) for k, name in what.items()})
+    order = sorted(verdicts, key=lambda v: -abs(v.comparison.mean))
+    return (f"{len(currency)} seeds, 32 edits each: own currency kept {min(currency):.2f}–{max(currency):.2f} "
+            f"(below 1 in {sum(c < 1 for c in currency)}/{len(currency)} seeds)\n"
+            f"with the keep term − without, paired, Holm over {len(verdicts)}:"
+            + "".join(f"\n  {v.name:20s} {v.comparison.mean:+.3f}  "
+                      f"{'not resolved' if v.verdict == 'not resolved' else 'resolved'}" for v in order))
+
+
 def template_family(sites: dict, seeds: Sequence[int]) -> dict:
     """The country edit's paraphrase rise, edited − untouched, on each of the three held-out templates."""
     from helpers.stats import paired_difference

@@ -199,3 +199,11 @@ def test_spearman_null_is_exact_and_holm_steps_down():
     assert [v[1] for v in stopped.values()] == [False, False]
     with pytest.raises(ValueError):
         edit_budget.spearman_null(2)
+
+
+def test_keep_summary_reads_the_shipped_keep_runs_with_holm_over_five():
+    line = edit_budget.keep_summary(edit_budget.load_keep(), range(10))
+    assert line.startswith("10 seeds, 32 edits each: own currency kept 0.16–0.94 (below 1 in 10/10 seeds)")
+    assert "Holm over 5" in line and len(line.splitlines()) == 7
+    assert "own currency         +0.425  resolved" in line and "own language         +0.219  resolved" in line
+    assert "efficacy             -0.084  not resolved" in line
