@@ -35,6 +35,11 @@ edits (a language, mostly: the logit comparison of ``site_runs`` is between two 
 
     python -m helpers.edit_budget --answers   # writes helpers/data/edit_answers.json (about a minute of CPU)
 
+``single_key_runs`` records, per seed, the notebook's 40-step country edits keyed two ways: on the mean of the
+country's four keys (the notebook's ``k*``) and on the edited capital prompt's own key at the country. Made by
+
+    python -m helpers.edit_budget --single-key   # writes helpers/data/edit_single_key.json (about a minute of CPU)
+
 ``spearman_holm`` judges the notebook's rank correlations across seeds (trace against edit success) under Holm's
 step-down, against the exact null of Spearman's ρ (``spearman_null``).
 """
@@ -59,6 +64,7 @@ DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 SITES_PATH = Path(__file__).parent / "data" / "edit_sites.json"
 KEEP_PATH = Path(__file__).parent / "data" / "edit_keep.json"
 ANSWERS_PATH = Path(__file__).parent / "data" / "edit_answers.json"
+SINGLE_KEY_PATH = Path(__file__).parent / "data" / "edit_single_key.json"
 PARAPHRASE = "the official capital of {} is"
 """The held-out paraphrase of the capital prompt: no training prompt reads like this."""
 MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
@@ -506,6 +512,53 @@ def budget_summary(budgets: dict, read_at: dict[int, str], seeds: Sequence[int])
     return out
 
 
+def single_key_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
+                    n_edits: int = 32) -> dict[str, dict[str, float]]:
+    """The notebook's 40-step country edits (``capital_edits``, the penalty, each applied alone) in ``layer``, keyed
+    ``"mean of 4"`` (``k*`` the mean of the country's four keys at the country, as in the notebook) and
+    ``"capital prompt"`` (the edited prompt's own key there): ``{name: {"efficacy", "capitals_kept", "own_kept"}}``,
+    ``own_kept`` the share of the edited country's other three facts whose prediction is unchanged."""
+    _, same_subject, subject_pos, _, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer, n_edits)
+    its_other = same_subject[edit_rows] & (torch.arange(len(data.facts))[None, :] != edit_rows[:, None])
+    checked = torch.nonzero(other_capitals.any(0) | same_subject[edit_rows].any(0))[:, 0]
+    out = {}
+    for name, k_stars in [("mean of 4", mean_keys(keys, same_subject[edit_rows], subject_pos)),
+                          ("capital prompt", keys[edit_rows, subject_pos[edit_rows]])]:
+        W_hats = rome_edits(model, layer, keys, C, k_stars, data.ids, data.answer_pos, edit_rows, new_ids)
+        fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, checked)
+        out[name] = {"efficacy": fx.success.float().mean().item(), "capitals_kept": fx.kept(other_capitals).mean().item(),
+                     "own_kept": fx.kept(its_other).mean().item()}
+    return out
+
+
+def make_single_key(seeds: Sequence[int], path: Path = SINGLE_KEY_PATH) -> dict:
+    """Run ``single_key_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+    from helpers.fact_model import load_fact_model
+    torch.set_num_threads(1)
+    data = make_dataset(load_facts())
+    runs = {str(s): single_key_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
+    result = {"made_by": "python -m helpers.edit_budget --single-key", "runs": runs,
+              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_single_key(path: Path = SINGLE_KEY_PATH) -> dict[int, dict[str, dict[str, float]]]:
+    """The shipped single-key runs: ``{seed: single_key_runs(...)}``."""
+    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
+
+
+def single_key_summary(runs: dict, seeds: Sequence[int]) -> str:
+    """Keyed on the capital prompt − keyed on the mean of four, paired by seed, Holm over three measures."""
+    from helpers.stats import holm, paired_difference
+    what = {"own_kept": "country's other facts kept", "efficacy": "efficacy", "capitals_kept": "other capitals kept"}
+    verdicts = holm({name: paired_difference([runs[s]["capital prompt"][k] for s in seeds],
+                                             [runs[s]["mean of 4"][k] for s in seeds]) for k, name in what.items()})
+    return (f"keyed on the capital prompt − on the mean of four, {len(seeds)} seeds, paired, Holm over {len(verdicts)}:"
+            + "".join(f"\n  {v.name:27s} {v.comparison.mean:+.3f}  {v.comparison.higher:>2}/{v.comparison.n} seeds higher  "
+                      f"{'not resolved' if v.verdict == 'not resolved' else 'resolved'}" for v in verdicts))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
@@ -516,8 +569,12 @@ if __name__ == "__main__":
                                                                "(edit_answers.json)")
     parser.add_argument("--keep", action="store_true", help="the country edits with and without the keep term "
                                                             "(edit_keep.json)")
+    parser.add_argument("--single-key", action="store_true", help="the country edits keyed on the mean of four "
+                                                                  "or on the capital prompt (edit_single_key.json)")
     args = parser.parse_args()
-    if args.answers:
+    if args.single_key:
+        make_single_key(args.seeds, args.out or SINGLE_KEY_PATH)
+    elif args.answers:
         make_answers(args.seeds, args.out or ANSWERS_PATH)
     elif args.keep:
         make_keep(args.seeds, args.out, args.edits)

@@ -207,3 +207,16 @@ def test_keep_summary_reads_the_shipped_keep_runs_with_holm_over_five():
     assert "Holm over 5" in line and len(line.splitlines()) == 7
     assert "own currency         +0.425  resolved" in line and "own language         +0.219  resolved" in line
     assert "efficacy             -0.084  not resolved" in line
+
+
+def test_single_key_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
+    import json
+    shipped = edit_budget.load_single_key()
+    assert sorted(shipped) == list(range(10)) and all(set(r) == {"mean of 4", "capital prompt"} for r in shipped.values())
+    assert json.loads(edit_budget.SINGLE_KEY_PATH.read_text())["made_by"] == "python -m helpers.edit_budget --single-key"
+    line = edit_budget.single_key_summary(shipped, range(10))
+    assert "country's other facts kept  +0.143  10/10 seeds higher  resolved" in line
+    assert "efficacy                    -0.016" in line and line.count("not resolved") == 2
+    made = edit_budget.make_single_key([0], tmp_path / "single.json")["runs"]["0"]
+    for name, run in made.items():                     # one edit may flip with the CPU's rounding
+        assert all(abs(v - shipped[0][name][k]) <= 1 / 32 + 1e-9 for k, v in run.items())
