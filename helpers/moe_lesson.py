@@ -71,9 +71,12 @@ def expert_count_readout(by_count: dict) -> Folded:
 
 def balance_table(study: dict, lr: float, alphas: Sequence[str] = ("0", "0.01", "0.1")) -> str:
     """Section 8's loads from the shipped runs, one row per α: busiest/mean in each layer over the last 5 of 15 steps
-    (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed; a last row
-    for a perfectly even router (``chance_busiest``)."""
+    (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed; a first row
+    for training step 1 (the same weights in every α) and a last row for a perfectly even router (``chance_busiest``)."""
     lines = [f"{'ten seeds':<14}{'busiest/mean, layer 0':>23}{'layer 1':>18}   starved experts (of 16), per seed"]
+    first = [over_seeds([float(torch.tensor(r["max_over_mean"])[0, l]) for r in summaries(study, "MoE, α = 0", lr)])
+             for l in range(2)]
+    lines += [f"{'step 1, each α':<14}{first[0]:>23}{first[1]:>18}   (the same weights in every α)"]
     for a in alphas:
         rs = summaries(study, f"MoE, α = {a}", lr)
         layer = [over_seeds([float(torch.tensor(r["max_over_mean"])[-5:, l].mean()) for r in rs]) for l in range(2)]
@@ -102,14 +105,9 @@ def fit_family(study: dict, no_ffn: dict, lr: float) -> dict[str, Comparison]:
 
 
 def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
-    """The fit controls folded into one line: after 15 steps, is the MoE (α = 0.1) resolved from either dense FFN
-    and from the model with no FFN (verdicts from the whole family of ``fit_family``)?"""
-    family = fit_family(study, no_ffn, lr)
-    verdicts = {v.name: v for v in holm(family)}
-    keys = {"dense 96": "CE: MoE α = 0.1 − dense 96", "dense 768": "CE: MoE α = 0.1 − dense 768",
-            "no FFN": "CE: MoE α = 0.1 − no FFN"}
-    said = ", ".join(f"{short} {verdicts[k].verdict}" for short, k in keys.items())
-    return f"cross-entropy after 15 steps, MoE (α = 0.1) − each, ten seeds (Holm over {len(family)}): {said}"
+    """The fit controls, every verdict of ``fit_family``'s Holm family with its size: the MoE (α = 0.1) against
+    α = 0, both dense FFNs (after 15 steps at ``lr``, at lr 3e-3 and after 1,000 steps) and no FFN."""
+    return verdict_table(fit_family(study, no_ffn, lr), "cross-entropy (nats), ten seeds", digits=3)
 
 
 #: Section 6's controls, in the fold's order (``skew_readout``, ``skew_family``).

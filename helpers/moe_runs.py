@@ -412,15 +412,16 @@ def capacity_figure(runs: dict, lr: float, alphas: Sequence[float] = (0.0, 0.1))
 def lm_families(runs: dict, lr: float) -> tuple[dict, dict]:
     """Notebook 05 section 8's balance and fit comparisons from the shipped runs (``helpers.stats.paired_difference``,
     value − baseline, seed by seed). Balance (busiest/mean, both layers, last 5 steps at ``lr``): α = 0.1 and
-    Switch's α = 0.01 against α = 0, α = 0.1 against α = 0.01, and α = 0's end against its first step. Cross-
+    Switch's α = 0.01 against α = 0, α = 0.1 against α = 0.01, and each α's end against its first step. Cross-
     entropy (all targets): the balancing loss's cost (α = 0.1 − α = 0), the MoE (α = 0.1) against both dense
     models at ``lr`` and at 3e-3, and after the long runs."""
     load = {a: [busiest(s) for s in summaries(runs, f"MoE, α = {a}", lr)] for a in ("0", "0.01", "0.1")}
-    first = [busiest(s, slice(0, 1)) for s in summaries(runs, "MoE, α = 0", lr)]
+    first = {a: [busiest(s, slice(0, 1)) for s in summaries(runs, f"MoE, α = {a}", lr)] for a in load}
     balance = {"busiest/mean: α = 0.1 − α = 0": paired_difference(load["0.1"], load["0"]),
                "busiest/mean: α = 0.01 − α = 0": paired_difference(load["0.01"], load["0"]),
-               "busiest/mean: α = 0.1 − α = 0.01": paired_difference(load["0.1"], load["0.01"]),
-               "busiest/mean, α = 0: end − first step": paired_difference(load["0"], first)}
+               "busiest/mean: α = 0.1 − α = 0.01": paired_difference(load["0.1"], load["0.01"])}
+    for a in load:
+        balance[f"busiest/mean, α = {a}: end − first step"] = paired_difference(load[a], first[a])
     moe = "MoE, α = 0.1"
     ce = {"CE: MoE α = 0.1 − MoE α = 0": paired_difference(values(runs, moe, "ce", lr),
                                                           values(runs, "MoE, α = 0", "ce", lr))}

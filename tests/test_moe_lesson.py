@@ -21,14 +21,16 @@ def test_verdict_table_names_the_family_and_prints_one_short_row_per_comparison(
 
 def test_balance_table_has_one_row_per_alpha_and_ten_seeds_of_starved_experts():
     lines = balance_table(load_runs(), 1e-2).splitlines()
-    assert len(lines) == 5 and lines[1].startswith("α = 0 ") and lines[3].startswith("α = 0.1")
-    assert lines[4].startswith("even router") and "1.26" in lines[4]
-    assert lines[1].split()[-1].count(",") == 9
+    assert len(lines) == 6 and lines[1].startswith("step 1, each α") and "2.22" in lines[1]
+    assert lines[2].startswith("α = 0 ") and lines[4].startswith("α = 0.1")
+    assert lines[5].startswith("even router") and "1.26" in lines[5]
+    assert lines[2].split()[-1].count(",") == 9
 
 
 def test_fit_line_names_the_three_controls():
     line = fit_line(load_runs(), load_no_ffn(), 1e-2)
-    assert "\n" not in line and "Holm over 8" in line and "python -m" not in line
+    assert "over 8 comparisons" in line and len(line.splitlines()) == 10 and "python -m" not in line
+    assert "+0.219" in line and "1,000 steps: MoE α = 0.1 − dense 768" in line
     for control in ("dense 96", "dense 768", "no FFN"):
         assert control in line
 

@@ -116,7 +116,8 @@ def test_lm_families_read_the_shipped_runs_seed_by_seed():
     study = load_runs()
     balance, ce = lm_families(study, 1e-2)
     assert list(balance) == ["busiest/mean: α = 0.1 − α = 0", "busiest/mean: α = 0.01 − α = 0",
-                             "busiest/mean: α = 0.1 − α = 0.01", "busiest/mean, α = 0: end − first step"]
+                             "busiest/mean: α = 0.1 − α = 0.01", "busiest/mean, α = 0: end − first step",
+                             "busiest/mean, α = 0.01: end − first step", "busiest/mean, α = 0.1: end − first step"]
     assert len(ce) == 6 and all(d.n == 10 for d in (*balance.values(), *ce.values()))
     moe, dense = values(study, "MoE, α = 0.1", "ce", 1e-2), values(study, "dense, width 96", "ce", 1e-2)
     assert abs(ce["CE: MoE α = 0.1 − dense 96"].mean - float((moe - dense).mean())) < 1e-12
