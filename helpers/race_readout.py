@@ -51,11 +51,11 @@ import torch
 from helpers.ffn import VARIANT_NAMES
 from helpers.gating import (DENSE, FAST_SHARED_LR, GATED_NO_SIGMOID, GROUP, LrSweep, VariantComparison, block_gaps, 
                             init_output_rms, load_race, long_runs, output_size_family, split_stalled_seeds, stalled,
-                            fast_shared_arm, step_size_gains, sweep_gap_lines, sweep_table)
+                            fast_shared_arm, race_family, step_size_gains, sweep_gap_lines, sweep_table)
 from helpers.precision import bound
 from helpers.stats import Verdict, holm, holm_table, interval
 
-__all__ = ["Folded", "tuning_summary", "group_verdicts", "Readout", "section_readout", "RaceVerdicts",
+__all__ = ["Folded", "tuning_summary", "tuned_power_lines", "group_verdicts", "Readout", "section_readout", "RaceVerdicts",
            "race_verdicts", "race_checks", "seed_curves", "full_readout", "kernel_lines",
            "kernel_move_line",
            "kernel_verdict_line", "kernel_note", "KERNEL_PATHS", "DEFAULT_KERNEL_TUNED_PATH"]
@@ -364,9 +364,9 @@ class RaceVerdicts:
 
 
 def race_checks(arms: Mapping[str, VariantComparison]) -> list[str]:
-    """The two checks the notebook's verdict reads, one line each: what lr ×1.05 alone buys each group at 0.005
+    """The checks the notebook's verdict reads, one line each: what lr ×1.05 alone buys each group at 0.005
     (``step_size_gains``), and the FFN output size at initialisation with the output-size control (W2 scaled to
-    ReLU's output size at 0.005, its own Holm family, as in ``full_readout``)."""
+    ReLU's output size at 0.005, its own Holm family, as in ``full_readout``), and ``tuned_power_lines``."""
     from helpers.gating import init_rms_controls
     gains = step_size_gains(arms["lr 0.005"])
     family = output_size_family(arms["lr 0.005"], init_rms_controls())
@@ -376,7 +376,29 @@ def race_checks(arms: Mapping[str, VariantComparison]) -> list[str]:
             + ", ".join(f"{k.split()[0]} {p.mean:+.3f} nats" for k, p in gains.items()),
             f"FFN output RMS at initialisation: gated {np.mean([rms[v] for v in GATED_NO_SIGMOID]):.2f}, dense "
             f"{np.mean([rms[v] for v in DENSE]):.2f}; with W2 scaled to ReLU's output size, at lr 0.005 the gated "
-            f"lead is {c.comparison.mean:+.3f} nats → {c.verdict} (its own Holm family of {len(family)})"]
+            f"lead is {c.comparison.mean:+.3f} nats → {c.verdict} (its own Holm family of {len(family)})",
+            *tuned_power_lines(arms)]
+
+
+def tuned_power_lines(arms: Mapping[str, VariantComparison], threshold: float = 4.0) -> list[str]:
+    """Why the tuned arm resolves nothing, two lines: its seeds that stall (a run above ``threshold`` nats at the
+    last step) widen its 95 % interval beyond every lead seen at a shared rate (low power, not a vanished lead);
+    and the tuning sweep's own reading, each variant at its best rate against every variant at the sweep's
+    slowest rate, on the tuning seeds (descriptive: those seeds chose the rates, so no test)."""
+    split = split_stalled_seeds(arms["tuned"], threshold=threshold)
+    lo, hi = interval(race_family(arms["tuned"])[GROUP])
+    leads = [race_family(arms[a])[GROUP].mean for a in ("lr 0.005", "lr 0.01")]
+    sweep = load_race().lr_sweep
+    def group(lr_of):                                  # per-seed group gap, each variant at the rate lr_of(v)
+        run = {v: sweep.run_mean[v][sweep.lrs.index(lr_of(v))] for v in DENSE + GATED_NO_SIGMOID}
+        return float((torch.stack([run[v] for v in GATED_NO_SIGMOID]).mean(0)
+                      - torch.stack([run[v] for v in DENSE]).mean(0)).mean())
+    return [f"tuned arm: {split.seeds} of {len(arms['tuned'].seeds)} seeds stall (a run above {threshold:g} nats at "
+            f"step {arms['tuned'].eval_steps[-1]}), so its CI half-width is {(hi - lo) / 2:.2f} nats, wider than "
+            f"the shared-rate leads ({min(leads, key=abs):+.3f}, {max(leads, key=abs):+.3f})",
+            f"tuning seeds {sweep.seeds[0]}-{sweep.seeds[-1]} (they chose the rates: no test): gap with each variant "
+            f"at its best rate {group(sweep.best_lr):+.3f} nats, with every variant at {sweep.lrs[0]:g} "
+            f"{group(lambda v: sweep.lrs[0]):+.3f} nats"]
 
 
 def seed_curves(race=None, rerun: torch.Tensor | None = None):

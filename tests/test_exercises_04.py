@@ -319,6 +319,12 @@ def test_frozen_partial_mistakes_are_named(variants, change):
     assert "for " + ", ".join(NAMES[v] for v in variants) + ":" in result.message
 
 
+def test_frozen_d_ff_for_every_variant_gets_the_product_hint():
+    """Review 04-r48: the most natural first guess, d_ff for every variant, fails only on the gated variants."""
+    result = check_frozen_saved.evaluate(lambda v, d, f: f)
+    assert result.status == FAILED and "Likely mistake" in result.message and "φ(a)·b" in result.message
+
+
 def test_frozen_trainable_count_names_section_3():
     result = check_frozen_saved.evaluate(lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f)
     assert "(section 3)" in result.message

@@ -733,6 +733,9 @@ check_frozen_saved = Exercise(
          lambda v, d, f: d + _TRAINABLE_D_FF_TENSORS[v] * f),
         ("x is kept only to compute the weight gradients of W1 and W3; with frozen weights the gradient to x "
          "needs only the weights, so x (d per token) is not saved.", _frozen_wrong(lambda v, d, f: d)),
+        ("d_ff for every variant is right for the three dense FFNs, but a gated unit is a product φ(a)·b, and "
+         "the product's backward needs each factor to send a gradient through the other: count b, then what φ's "
+         "own backward needs.", lambda v, d, f: f),
     ]
     + _frozen_subset_mistakes(
         "W2's input (φ(a)·b, or φ(a) in a dense FFN) is kept only for W2's own weight gradient. Frozen, it is "
