@@ -571,7 +571,9 @@ def alpha_lines(race: Race, points: dict[float, AlphaPoint], steps: int = ALPHA_
     family.update({f"{metric}: α 0.1 − α {light.alpha:g}": paired_difference(mine, theirs)
                    for metric, mine, theirs in (("MaxVio", switch.late_load, light.late_load),
                                                 ("loss", switch.final(), light.loss))})
-    return lines + holm_table(family, compact=True).splitlines()
+    reach = [v.threshold * v.comparison.se for v in holm(family) if v.name.startswith("loss")]
+    return lines + holm_table(family, compact=True).splitlines() + [
+        f"smallest loss difference these could resolve (Holm threshold × SE): {min(reach):.2f} to {max(reach):.2f} nats"]
 
 
 # ----------------------------------------------------------------------------- reading the race

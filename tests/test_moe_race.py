@@ -291,8 +291,9 @@ def test_the_alpha_points_file_reads_and_judges_the_bias_against_the_heaviest_al
         assert p.seeds == race.runs[100]["MoE"].seeds and p.lr == race.runs[100]["MoE"].lr
         assert p.loss.shape == p.late_load.shape == (len(p.seeds),)
     lines = alpha_lines(race, points)
-    assert len(lines) == 1 + len(ALPHAS) + 2 + 1 + 4
-    assert "MaxVio: bias − α 0.3" in lines[-4] and "loss: α 0.1 − α 0.01" in lines[-1]
+    assert len(lines) == 1 + len(ALPHAS) + 2 + 1 + 4 + 1
+    assert "MaxVio: bias − α 0.3" in lines[-5] and "loss: α 0.1 − α 0.01" in lines[-2]
+    assert "could resolve" in lines[-1] and "nats" in lines[-1]
 
 
 def test_the_sweep_summary_counts_rates_at_the_grids_ends_and_reads_the_shared_rate():
