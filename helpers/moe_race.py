@@ -721,6 +721,18 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
     return fig
 
 
+def balance_table_lines(race: Race, arms: Sequence[str], names: dict[str, str] | None = None) -> list[str]:
+    """Section 5's table: per arm (printed with ``display``), at each budget its rate, mean MaxVio (busiest over mean
+    load over the last ``LATE`` steps, minus 1) and mean final loss over the seeds."""
+    head = f"{'run':<22}" + "".join(f"{s:>5} steps: lr{'MaxVio':>7}{'loss':>7}" for s in race.budgets)
+    rows = [head]
+    for name in arms:
+        runs = [race.runs[s][name] for s in race.budgets]
+        rows.append(f"{display(name, names):<22}" + "".join(
+            f"{r.lr:>15g}{float(r.late_load.mean()) - 1:>7.2f}{float(r.final().mean()):>7.3f}" for r in runs))
+    return rows
+
+
 def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str], names: dict[str, str] | None = None):
     """Routing over training, one column per run: the first seed's share of the tokens per expert and step
     (experts numbered as in the code), above the busiest expert's load over the mean load (mean over seeds,

@@ -334,3 +334,11 @@ def test_section_5_display_names_rename_the_printed_arms_only():
     assert list(named) == [k.replace("no balancing", "no balancing, softmax").replace("− MoE", "− Switch loss, softmax")
                            for k in plain]
     assert display("MoE", BALANCE_NAMES) == "Switch loss, softmax" and display("MoE") == "MoE" and "MoE" in race.runs[100]
+
+
+def test_the_balance_table_prints_each_arms_rate_maxvio_and_loss_per_budget(race):
+    from helpers.moe_race import BALANCE_NAMES, balance_table_lines
+    lines = balance_table_lines(race, ["no balancing", "MoE", "bias, softmax"], names=BALANCE_NAMES)
+    assert lines[0].startswith("run") and "100 steps: lr" in lines[0] and "MaxVio" in lines[0]
+    assert lines[2].startswith("Switch loss, softmax") and lines[3].split()[-6:] == ["0.08", "0.15", "0.424", "0.04",
+                                                                                     "0.09", "0.120"]
