@@ -27,13 +27,14 @@ import torch
 
 from helpers.fact_lookup import FactLookup, LookupData, build_lookup, lookup_loss_and_accuracy, train_lookup
 from helpers.moe_long_run import LongRun
-from helpers.moe_race import (ARMS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, RACE_FRESH_SEEDS_PATH, RACE_PAIRS, Race,
-                              convergence_lines, load_race, rerun_lines, sweep_summary_lines, top1_label)
+from helpers.moe_race import (ARMS, BALANCE_NAMES, BALANCE_PAIRS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH,
+                              RACE_FRESH_SEEDS_PATH, RACE_PAIRS, Race, convergence_lines, load_family, load_race,
+                              loss_family, rerun_lines, sweep_summary_lines, top1_label)
 from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
 __all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
-           "RaceAudit", "race_audit"]
+           "RaceAudit", "balance_verdicts", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -179,6 +180,18 @@ class Folded:
             return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
         return (pre(self.lines[:self.shown]) + f"<details><summary>{html.escape(self.label)}</summary>"
                 + pre(self.lines[self.shown:]) + "</details>")
+
+
+def balance_verdicts(race: Race, rerun: Race, fresh: Race) -> Folded:
+    """Section 5's family (``BALANCE_PAIRS`` on the late load, then on the loss; Holm over all), shown as its
+    headline and one line on how it held on ``rerun`` (another CPU kernel) and ``fresh`` (other seeds); folded: the
+    full table and the verdicts that moved."""
+    family = {**load_family(race, BALANCE_PAIRS, names=BALANCE_NAMES),
+              **loss_family(race, BALANCE_PAIRS, names=BALANCE_NAMES)}
+    moved = rerun_lines(race, rerun, BALANCE_PAIRS, loads=True, fresh=fresh, changed_only=True, names=BALANCE_NAMES)
+    table = holm_table(family).splitlines()
+    return Folded([table[0], "on another CPU kernel: " + moved[-1]] + table[1:] + ["", "the verdicts that moved:"]
+                  + moved[:-1], shown=2)
 
 
 def _live_reruns(data: LookupData, race: Race, long: LongRun, dsm: LongRun) -> tuple[list[str], FactLookup, str]:

@@ -571,7 +571,9 @@ def alpha_lines(race: Race, points: dict[float, AlphaPoint], steps: int = ALPHA_
     family.update({f"{metric}: α 0.1 − α {light.alpha:g}": paired_difference(mine, theirs)
                    for metric, mine, theirs in (("MaxVio", switch.late_load, light.late_load),
                                                 ("loss", switch.final(), light.loss))})
-    return lines + holm_table(family, compact=True).splitlines()
+    reach = [v.threshold * v.comparison.se for v in holm(family) if v.name.startswith("loss")]
+    return lines + holm_table(family, compact=True).splitlines() + [
+        f"smallest loss difference these could resolve (Holm threshold × SE): {min(reach):.2f} to {max(reach):.2f} nats"]
 
 
 # ----------------------------------------------------------------------------- reading the race
@@ -717,6 +719,18 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig
+
+
+def balance_table_lines(race: Race, arms: Sequence[str], names: dict[str, str] | None = None) -> list[str]:
+    """Section 5's table: per arm (printed with ``display``), at each budget its rate, mean MaxVio (busiest over mean
+    load over the last ``LATE`` steps, minus 1) and mean final loss over the seeds."""
+    head = f"{'run':<22}" + "".join(f"{s:>5} steps: lr{'MaxVio':>7}{'loss':>7}" for s in race.budgets)
+    rows = [head]
+    for name in arms:
+        runs = [race.runs[s][name] for s in race.budgets]
+        rows.append(f"{display(name, names):<22}" + "".join(
+            f"{r.lr:>15g}{float(r.late_load.mean()) - 1:>7.2f}{float(r.final().mean()):>7.3f}" for r in runs))
+    return rows
 
 
 def balancing_figure(runs: Sequence[SeedRuns], colors: Sequence[str], names: dict[str, str] | None = None):

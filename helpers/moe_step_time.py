@@ -7,7 +7,8 @@ roofline rule: the step takes the longer of its FLOPs at peak and its weight byt
     t_layer = max(FLOPs / peak, weight bytes / bandwidth),
 
 and, for an MoE whose experts sit on other GPUs, the token vectors sent to the ``k`` routed experts and back,
-``2 · B · k · d_model · 2`` bytes at the NVLink rate per direction, are added (no overlap: an upper bound).
+``2 · B · k · d_model · 2`` bytes at the NVLink rate per direction, are added (no overlap: an upper bound); ``StepTime.overlapped`` hides them behind the rest
+(a lower bound).
 Weights read are those of the experts the batch reaches, ``E (1 − (1 − k/E)^B)`` routed experts on average for
 tokens routed evenly at random, plus the shared experts and the router.
 
@@ -65,6 +66,11 @@ class StepTime:
     @property
     def seconds(self) -> float:
         return max(self.compute, self.weights) + self.traffic
+
+    @property
+    def overlapped(self) -> float:
+        """The step with the all-to-all fully hidden behind compute and weight reads: the lower bound."""
+        return max(self.compute, self.weights, self.traffic)
 
     @property
     def bound(self) -> str:
@@ -158,17 +164,20 @@ def memory_lines(d_model: int, width: int, n_routed: int, n_shared: int, dense_w
 
 def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width: int, n_routed: int, top_k: int,
                           n_shared: int, dense_width: int, layers: int, hardware: Hardware = H100_SXM,
-                          nvlink_column: bool = True) -> list[str]:
+                          nvlink_column: bool = True, overlap_column: bool = False) -> list[str]:
     """Memory, then per ``(G, B)`` in ``setups`` (G GPUs, B tokens per GPU): the group's tokens per expert
     ``G·B·k/E``, this GPU's expert weights held (all layers), its experts reached, and MoE / dense time per GPU step,
-    the all-to-all over NVLink alone (``nvlink_column``) and across nodes. Last: the bytes one batch of 64 tokens
-    makes the MoE read in all."""
+    the all-to-all over NVLink alone (``nvlink_column``) and across nodes, added (an upper bound) and, with
+    ``overlap_column``, fully overlapped (a lower bound). Last: the bytes one batch of 64 tokens makes the MoE read
+    in all."""
     expert = 3 * d_model * width * 2
     rows = memory_lines(d_model, width, n_routed, n_shared, dense_width, layers)
     rows += ["expert parallel over G GPUs, B tokens per GPU, one layer forward; MoE / dense time per GPU step, all-to-all over"
-             + ("" if nvlink_column else " NVLink + InfiniBand"),
+             + ("" if nvlink_column else " NVLink + InfiniBand")
+             + (": added (upper bound) or overlapped (lower bound)" if overlap_column else ""),
              f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}{'experts read':>14}"
-             + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column else f"{'MoE / dense':>14}")]
+             + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column else f"{'added' if overlap_column else 'MoE / dense':>14}")
+             + (f"{'overlapped':>12}" if overlap_column else "")]
     for g, b in setups:
         dense = step_time(b, d_model, dense_width, hardware=hardware).seconds
         near = expert_parallel_time(b, g, d_model, width, n_routed, top_k, n_shared, hardware=hardware)
@@ -177,7 +186,7 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
         held = (n_routed / g + n_shared) * expert * layers
         rows.append(f"{g:>5}{b:>7,}{g * b * top_k / n_routed:>19,.0f}{held / 1e9:>23.0f} GB"
                     f"{near.weight_bytes / expert:>14.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
-                    + f"{far.seconds / dense:>13.2f}×")
+                    + f"{far.seconds / dense:>13.2f}×" + (f"{far.overlapped / dense:>11.2f}×" if overlap_column else ""))
     one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
     base = step_time(64, d_model, dense_width)
     rows.append(f"64 tokens on one device holding the whole layer: the MoE reads {one.weight_bytes / expert:.0f} "

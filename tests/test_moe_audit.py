@@ -58,3 +58,13 @@ def test_the_equal_flops_split_shows_the_eight_and_folds_the_other_eighteen():
     eight, others = equal_flops_split(verdicts)
     assert len(eight) == 8 and all(v.verdict == "lower" for v in eight)
     assert repr(others).startswith("the family's other 18 comparisons") and len(others.lines) == 19
+
+
+def test_balance_verdicts_show_the_headline_and_the_rerun_line_and_fold_the_rest():
+    from helpers.moe_audit import balance_verdicts
+    from helpers.moe_race import FRESH_SEEDS_PATH, KERNEL_RERUN_PATH, load_race
+
+    folded = balance_verdicts(load_race(), load_race(KERNEL_RERUN_PATH), load_race(FRESH_SEEDS_PATH))
+    assert folded.shown == 2 and "20 comparisons" in folded.lines[0] and "14 resolved" in folded.lines[0]
+    assert folded.lines[1].startswith("on another CPU kernel: same verdict in 18 of 20")
+    assert "the verdicts that moved:" in folded.lines and len(folded.lines) > 2 + 20

@@ -291,8 +291,9 @@ def test_the_alpha_points_file_reads_and_judges_the_bias_against_the_heaviest_al
         assert p.seeds == race.runs[100]["MoE"].seeds and p.lr == race.runs[100]["MoE"].lr
         assert p.loss.shape == p.late_load.shape == (len(p.seeds),)
     lines = alpha_lines(race, points)
-    assert len(lines) == 1 + len(ALPHAS) + 2 + 1 + 4
-    assert "MaxVio: bias − α 0.3" in lines[-4] and "loss: α 0.1 − α 0.01" in lines[-1]
+    assert len(lines) == 1 + len(ALPHAS) + 2 + 1 + 4 + 1
+    assert "MaxVio: bias − α 0.3" in lines[-5] and "loss: α 0.1 − α 0.01" in lines[-2]
+    assert "could resolve" in lines[-1] and "nats" in lines[-1]
 
 
 def test_the_sweep_summary_counts_rates_at_the_grids_ends_and_reads_the_shared_rate():
@@ -333,3 +334,11 @@ def test_section_5_display_names_rename_the_printed_arms_only():
     assert list(named) == [k.replace("no balancing", "no balancing, softmax").replace("− MoE", "− Switch loss, softmax")
                            for k in plain]
     assert display("MoE", BALANCE_NAMES) == "Switch loss, softmax" and display("MoE") == "MoE" and "MoE" in race.runs[100]
+
+
+def test_the_balance_table_prints_each_arms_rate_maxvio_and_loss_per_budget(race):
+    from helpers.moe_race import BALANCE_NAMES, balance_table_lines
+    lines = balance_table_lines(race, ["no balancing", "MoE", "bias, softmax"], names=BALANCE_NAMES)
+    assert lines[0].startswith("run") and "100 steps: lr" in lines[0] and "MaxVio" in lines[0]
+    assert lines[2].startswith("Switch loss, softmax") and lines[3].split()[-6:] == ["0.08", "0.15", "0.424", "0.04",
+                                                                                     "0.09", "0.120"]

@@ -76,6 +76,10 @@ def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x
     one = expert_parallel_lines([(32, 1), (32, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58, nvlink_column=False)
     assert "NVLink + InfiniBand" in one[2] and "MoE / dense" in one[3]     # notebook 07 prints the upper bound only
     assert [row.split()[-1] for row in one[4:6]] == ["0.69×", "1.76×"]
+    both = expert_parallel_lines([(32, 64), (32, 8192)], 7168, 2048, 256, 8, 1, 9 * 2048, 58, nvlink_column=False,
+                                 overlap_column=True)
+    assert "overlapped" in both[2] and "overlapped" in both[3]
+    assert [row.split()[-2:] for row in both[4:6]] == [["1.76×", "1.00×"], ["4.50×", "3.50×"]]   # added, hidden
 
 
 def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
