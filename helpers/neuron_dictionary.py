@@ -52,7 +52,7 @@ __all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICT
            "NEURON_DICTIONARY_CENTRED_PATH", "NEURON_DICTIONARY_CENTRED_LONG_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
            "neuron_family", "neuron_dictionary_report", "AXIS_CONTROL_PATH", "best_axis_cosines",
-           "axis_control_runs", "load_axis_control", "axis_control_line", "main"]
+           "axis_control_runs", "load_axis_control", "random_axis_cosine", "axis_control_line", "main"]
 
 NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dictionary.json"
 #: the same runs 10× longer at rate 0.01 (its ``command`` inside): does the used count grow with training?
@@ -274,14 +274,23 @@ def load_axis_control(path: Path = AXIS_CONTROL_PATH) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def random_axis_cosine(d: int = 192, n: int = 10_000, seed: int = 0) -> float:
+    """Chance level: the median, over ``n`` random unit directions in ``d`` dimensions, of the best |cosine| with an
+    axis."""
+    g = torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return float((g.abs().max(1).values / g.norm(dim=1)).median())
+
+
 def axis_control_line(runs: dict) -> str:
-    """One line: the median best axis cosine of the used features, real neurons against the axis-sparse control."""
+    """One line: the median best axis cosine of the used features, real neurons against the axis-sparse control
+    and against chance (random unit directions in the neurons' 192 dimensions)."""
     def span(name):
         v = [r["median best cosine"] for r in runs[name]]
         return f"{min(v):.2f}–{max(v):.2f}"
     return (f"median best cosine of a used feature with a neuron axis (input centred, models "
             f"{runs['models'][0]}-{runs['models'][-1]} × {len(runs['seeds'])} seeds): real neurons "
-            f"{span('real neurons')}, data sparse on the neuron axes {span('sparse on the neuron axes')}")
+            f"{span('real neurons')}, data sparse on the neuron axes {span('sparse on the neuron axes')}, "
+            f"random directions {random_axis_cosine():.2f}")
 
 
 

@@ -15,9 +15,11 @@ What is read off it:
 * the **neuron direction** of feature i, ``ReLU(W[:, i])``: the neurons' activations when feature i alone is on
   at 1. A feature is **represented** when that direction has length above 0.5 (section 1's test, through the ReLU);
 * how many of the represented features a sparse dictionary trained on ``h`` recovers (some direction at cosine
-  above 0.95), from the random start and from the data start, against two controls: the neurons themselves (the
-  basis vectors) and the data start at step 0 (each direction one input ``h``, never trained; at S = 0.9 most
-  inputs have one feature on, so this start already recovers almost every represented feature).
+  above 0.95), from the random start and from the data start, against three controls: the neurons themselves (the
+  basis vectors), as many random directions as the dictionary has, drawn where the activations live (``|Gaussian|``
+  entries, normalised: the positive orthant, since ``h >= 0``), and the data start at step 0 (each direction one
+  input ``h``, never trained; at S = 0.9 most inputs have one feature on, so this start already recovers almost
+  every represented feature).
 
 ``neuron_toy_runs`` does this for several seeds; ``python -m helpers.neuron_toy`` writes
 ``helpers/data/neuron_toy.json`` (fifteen seeds, about 10 CPU-seconds), which notebook 09 reads beside a live seed 0.
@@ -115,12 +117,16 @@ def recovered_features(W: torch.Tensor, found: torch.Tensor, cosine: float = 0.9
 def recovery_arms(W: torch.Tensor, hidden: torch.Tensor, trained: Sequence[torch.Tensor], seed: int,
                   config: dict = NEURON_TOY) -> dict[str, int]:
     """One seed's recovered counts: the data start at step 0 (its directions, from ``hidden``), the dictionaries
-    trained from the data start and from the random start (``trained``: their ``W_dec``, in that order), and the
-    neurons themselves."""
+    trained from the data start and from the random start (``trained``: their ``W_dec``, in that order), the
+    neurons themselves, and ``n_directions`` random positive-orthant directions (``|Gaussian|``, normalised; seeded
+    by ``3000 + seed``)."""
     c = config
     start = STARTS["data"](hidden, hidden, c["n_directions"], seed)[2]
+    gen = torch.Generator().manual_seed(3_000 + seed)
+    orthant = torch.randn(W.shape[0], c["n_directions"], generator=gen, dtype=torch.float64).abs()
     arms = {"data start, step 0": start, "data start, trained": trained[0], "random start, trained": trained[1],
-            "the neurons themselves": torch.eye(W.shape[0], dtype=W.dtype)}
+            "the neurons themselves": torch.eye(W.shape[0], dtype=W.dtype),
+            "random directions": orthant / orthant.norm(dim=0)}
     return {name: recovered_features(W, D.to(W.dtype), c["cosine"]) for name, D in arms.items()}
 
 

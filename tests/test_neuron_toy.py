@@ -12,7 +12,7 @@ def test_seed_0_recomputed_matches_the_shipped_file():
     assert {k: v[0] for k, v in live["represented"].items()} == {k: v[0] for k, v in filed["represented"].items()}
     assert {k: v[0] for k, v in live["recovered"].items()} == {k: v[0] for k, v in filed["recovered"].items()}
     assert list(filed["recovered"]) == ["data start, step 0", "data start, trained", "random start, trained",
-                                        "the neurons themselves"]
+                                        "the neurons themselves", "random directions"]
 
 
 def test_a_seed_trains_the_same_whichever_seeds_train_beside_it():
@@ -36,3 +36,16 @@ def test_the_step_0_arm_scores_the_data_start_itself():
     arms = recovery_arms(W, h, (torch.eye(2, dtype=torch.float64),) * 2, seed=0, config={**NEURON_TOY, "n_directions": 50})
     assert arms["the neurons themselves"] == arms["random start, trained"] == 3
     assert 0 <= arms["data start, step 0"] <= 3
+    assert 0 <= arms["random directions"] <= 3
+
+
+def test_random_directions_lie_in_the_positive_orthant_and_are_seeded():
+    W = torch.tensor([[1.0, 0.0, 0.8], [0.0, 1.0, -0.6]], dtype=torch.float64)
+    h = neuron_hidden(W, 0.5, 50, seed=0)
+    eye = (torch.eye(2, dtype=torch.float64),) * 2
+    assert recovery_arms(W, h, eye, seed=4) == recovery_arms(W, h, eye, seed=4)
+    # a 1-neuron layer: every positive direction is the neuron axis, so the random arm recovers what the neuron does
+    W1 = torch.tensor([[1.0, 0.7]], dtype=torch.float64)
+    arms = recovery_arms(W1, neuron_hidden(W1, 0.5, 20), (torch.eye(1, dtype=torch.float64),) * 2, seed=0,
+                         config={**NEURON_TOY, "n_directions": 5})
+    assert arms["random directions"] == arms["the neurons themselves"] == 2
