@@ -485,10 +485,15 @@ def keep_summary(runs: dict, seeds: Sequence[int]) -> str:
     verdicts = holm({name: paired_difference([runs[s]["keep"][k] for s in seeds],
                                              [runs[s]["plain"][k] for s in seeds]) for k, name in what.items()})
     order = sorted(verdicts, key=lambda v: -abs(v.comparison.mean))
+    key = {name: k for k, name in what.items()}
+    mean = {(v.name, arm): sum(runs[s][arm][key[v.name]] for s in seeds) / len(seeds) for v in order
+            for arm in ("plain", "keep")}
     return (f"{len(currency)} seeds, 32 edits each: own currency kept {min(currency):.2f}–{max(currency):.2f} "
             f"(below 1 in {sum(c < 1 for c in currency)}/{len(currency)} seeds)\n"
-            f"with the keep term − without, paired, Holm over {len(verdicts)}:"
+            f"with the keep term − without (mean without → with), paired, Holm over {len(verdicts)}:"
             + "".join(f"\n  {v.name:20s} {v.comparison.mean:+.3f}  "
+                      f"({mean[v.name, 'plain']:.2f} → {mean[v.name, 'keep']:.2f}; higher in "
+                      f"{v.comparison.higher:>2}, lower in {v.comparison.lower:>2} of {v.comparison.n} seeds)  "
                       f"{'not resolved' if v.verdict == 'not resolved' else 'resolved'}" for v in order))
 
 

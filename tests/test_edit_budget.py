@@ -205,8 +205,9 @@ def test_keep_summary_reads_the_shipped_keep_runs_with_holm_over_five():
     line = edit_budget.keep_summary(edit_budget.load_keep(), range(10))
     assert line.startswith("10 seeds, 32 edits each: own currency kept 0.16–0.94 (below 1 in 10/10 seeds)")
     assert "Holm over 5" in line and len(line.splitlines()) == 7
-    assert "own currency         +0.425  resolved" in line and "own language         +0.219  resolved" in line
-    assert "efficacy             -0.084  not resolved" in line
+    assert "own currency         +0.425  (0.55 → 0.97; higher in 10, lower in  0 of 10 seeds)  resolved" in line
+    assert "own language         +0.219  (0.77 → 0.99;" in line
+    assert "efficacy             -0.084  (0.46 → 0.38; higher in  0, lower in  6 of 10 seeds)  not resolved" in line
 
 
 def test_single_key_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
