@@ -40,8 +40,8 @@ country's four keys (the notebook's ``k*``) and on the edited capital prompt's o
 
     python -m helpers.edit_budget --single-key   # writes helpers/data/edit_single_key.json (about a minute of CPU)
 
-``spearman_holm`` judges the notebook's rank correlations across seeds (trace against edit success) under Holm's
-step-down, against the exact null of Spearman's ρ (``spearman_null``).
+``spearman_holm`` (from ``helpers.stats``) judges the notebook's rank correlations across seeds (trace against edit
+success) under Holm's step-down, against the exact null of Spearman's ρ (``spearman_null``).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.stats import spearman_holm, spearman_null  # re-exported: notebook 03 calls them from here
 from helpers.editing import (edit_effects, edit_scales, key_second_moment, mean_keys, preferences, rome_edits,
                              template_ids)
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
@@ -626,42 +627,3 @@ def paraphrase_readout(live0: dict[str, float], answers: dict, right: dict[str, 
                                                                         for t, k in right.items()),
               f"the held-out rise on three wordings (Holm over 3): {sum(v.resolved for v in rise)} of 3 resolved"]
     return Folded(shown + full + folded, shown=len(shown), label="seeds and t; seed 0's answers; two more wordings (click)")
-
-
-def spearman_null(n: int) -> dict[float, float]:
-    """The exact null distribution of Spearman's |ρ| for ``n`` untied paired runs: ``{|ρ|: P(|ρ_null| >= |ρ|)}``
-    over all ``n!`` equally likely orders, counted by dynamic programming over which ranks are used (no sampling)."""
-    if not 3 <= n <= 14:
-        raise ValueError(f"n must be from 3 to 14 runs (2**n states), got {n}")
-    top = sum((i - (n - 1 - i)) ** 2 for i in range(n))                  # the largest Σd² (reversed order)
-    counts = torch.zeros(2 ** n, top + 1, dtype=torch.int64)            # counts[used ranks, Σd² so far]
-    counts[0, 0] = 1
-    for used in range(2 ** n):
-        i = bin(used).count("1")                                        # the next run's position
-        for v in range(n):
-            if not used >> v & 1:
-                d = (i - v) ** 2
-                counts[used | 1 << v, d:] += counts[used, :top + 1 - d]
-    counts = counts[-1].tolist()
-    total = sum(counts)
-    null: dict[float, int] = {}
-    for s, c in enumerate(counts):
-        if c:
-            r = round(abs(1 - 6 * s / (n * (n * n - 1))), 12)
-            null[r] = null.get(r, 0) + c
-    return {r: sum(c for q, c in null.items() if q >= r) / total for r in sorted(null)}
-
-
-def spearman_holm(rhos: dict[str, float], n: int, alpha: float = 0.05) -> dict[str, tuple[float, bool]]:
-    """Holm's step-down over Spearman correlations of ``n`` paired runs each, two-sided at ``alpha``: the
-    correlations in order of |ρ|, the j-th (from 0) judged at ``alpha / (m - j)`` against ``spearman_null(n)``
-    (ties in the data treated as untied), stopping at the first that fails. Returns ``{name: (the |ρ| it had
-    to reach, resolved)}``."""
-    null = spearman_null(n)
-    out, going = {}, True
-    for j, name in enumerate(sorted(rhos, key=lambda k: -abs(rhos[k]))):
-        level = alpha / (len(rhos) - j)
-        cut = min(r for r, p in null.items() if p <= level)
-        going = going and abs(rhos[name]) >= cut - 1e-9
-        out[name] = (cut, going)
-    return out

@@ -34,7 +34,8 @@ import torch
 from helpers import validate
 
 __all__ = ["t_cdf", "t_critical", "p_value", "PairedDifference", "paired_difference", "null_verdict_rate", "interval",
-           "Welch", "welch", "Verdict", "holm", "holm_table", "ranks", "spearman"]
+           "Welch", "welch", "Verdict", "holm", "holm_table", "ranks", "spearman",
+           "spearman_null", "spearman_holm"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -407,3 +408,42 @@ def spearman(a: torch.Tensor | Sequence[float], b: torch.Tensor | Sequence[float
     if ra.norm() == 0 or rb.norm() == 0:
         raise ValueError("a and b must each hold at least two different values (a rank correlation needs a spread)")
     return float(ra @ rb / (ra.norm() * rb.norm()))
+
+
+def spearman_null(n: int) -> dict[float, float]:
+    """The exact null distribution of Spearman's |ρ| for ``n`` untied paired runs: ``{|ρ|: P(|ρ_null| >= |ρ|)}``
+    over all ``n!`` equally likely orders, counted by dynamic programming over which ranks are used (no sampling)."""
+    if not 3 <= n <= 14:
+        raise ValueError(f"n must be from 3 to 14 runs (2**n states), got {n}")
+    top = sum((i - (n - 1 - i)) ** 2 for i in range(n))                  # the largest Σd² (reversed order)
+    counts = torch.zeros(2 ** n, top + 1, dtype=torch.int64)            # counts[used ranks, Σd² so far]
+    counts[0, 0] = 1
+    for used in range(2 ** n):
+        i = bin(used).count("1")                                        # the next run's position
+        for v in range(n):
+            if not used >> v & 1:
+                d = (i - v) ** 2
+                counts[used | 1 << v, d:] += counts[used, :top + 1 - d]
+    counts = counts[-1].tolist()
+    total = sum(counts)
+    null: dict[float, int] = {}
+    for s, c in enumerate(counts):
+        if c:
+            r = round(abs(1 - 6 * s / (n * (n * n - 1))), 12)
+            null[r] = null.get(r, 0) + c
+    return {r: sum(c for q, c in null.items() if q >= r) / total for r in sorted(null)}
+
+
+def spearman_holm(rhos: dict[str, float], n: int, alpha: float = 0.05) -> dict[str, tuple[float, bool]]:
+    """Holm's step-down over Spearman correlations of ``n`` paired runs each, two-sided at ``alpha``: the
+    correlations in order of |ρ|, the j-th (from 0) judged at ``alpha / (m - j)`` against ``spearman_null(n)``
+    (ties in the data treated as untied), stopping at the first that fails. Returns ``{name: (the |ρ| it had
+    to reach, resolved)}``."""
+    null = spearman_null(n)
+    out, going = {}, True
+    for j, name in enumerate(sorted(rhos, key=lambda k: -abs(rhos[k]))):
+        level = alpha / (len(rhos) - j)
+        cut = min(r for r, p in null.items() if p <= level)
+        going = going and abs(rhos[name]) >= cut - 1e-9
+        out[name] = (cut, going)
+    return out
