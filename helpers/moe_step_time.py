@@ -7,26 +7,30 @@ roofline rule: the step takes the longer of its FLOPs at peak and its weight byt
     t_layer = max(FLOPs / peak, weight bytes / bandwidth),
 
 and, for an MoE whose experts sit on other GPUs, the token vectors sent to the ``k`` routed experts and back,
-``2 · B · k · d_model · 2`` bytes at the NVLink rate per direction, are added (no overlap: an upper bound); ``StepTime.overlapped`` hides them behind the rest
-(a lower bound).
+``2 · B · k · d_model · 2`` bytes at the NVLink rate per direction, are added (no overlap); ``StepTime.overlapped``
+hides them behind the rest (full overlap).
 Weights read are those of the experts the batch reaches, ``E (1 − (1 − k/E)^B)`` routed experts on average for
 tokens routed evenly at random, plus the shared experts and the router.
 
 ``step_time`` prices one device that reads every expert a batch reaches, the cost in bytes summed over devices.
 ``expert_parallel_time`` prices a deployment: the routed experts split over ``G`` GPUs (expert parallelism), each GPU
 holding ``E/G`` of them plus the shared expert and receiving ``B`` tokens; the group's ``G·B`` tokens reach each
-expert ``G·B·k/E`` times on average, and each GPU streams only its own experts. The dense FFN is copied on every GPU
+expert ``G·B·k/E`` times on average, and each GPU streams only its own experts. The all-to-all is a barrier, so the
+step is priced on the busiest GPU: the expected largest number of local experts reached over the ``G`` GPUs
+(``busiest_reached``). Across nodes, a token's own node is reached over NVLink; InfiniBand carries it only to the
+other nodes it visits (``remote_nodes``), as in DeepSeek-V3 (report §3.2.2). The dense FFN is copied on every GPU
 with the same ``B`` tokens and sends nothing. SwiGLU experts: ``3 · d_model · width``
 weights each, ``2 ·`` that many FLOPs per token. Matmul counts: 3 per expert reached, issued one by one.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "expert_parallel_lines", "expert_parallel_time",
-           "memory_lines", "per_second_lines", "step_time", "step_time_lines"]
+__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "busiest_reached", "expert_parallel_lines",
+           "expert_parallel_time", "memory_lines", "per_second_lines", "remote_nodes", "step_time", "step_time_lines"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class StepTime:
 
     @property
     def overlapped(self) -> float:
-        """The step with the all-to-all fully hidden behind compute and weight reads: the lower bound."""
+        """The step with the all-to-all fully hidden behind compute and weight reads."""
         return max(self.compute, self.weights, self.traffic)
 
     @property
@@ -120,26 +124,54 @@ def step_time_lines(batches: Sequence[int], d_model: int, width: int, n_routed: 
     return rows
 
 
+def busiest_reached(gpus: int, batch: int, n_routed: int, top_k: int) -> float:
+    """The expected largest number of its own routed experts any of ``gpus`` GPUs must read when ``gpus · batch``
+    tokens each pick ``top_k`` of ``n_routed`` experts at random (``n_routed / gpus`` experts per GPU). Each expert is
+    reached with probability ``p = 1 − (1 − k/E)^(G·B)``; treating experts as reached independently, a GPU reads
+    Binomial(``E/G``, p) of its experts and ``E[max] = Σ_m (1 − F(m − 1)^G)``. A seeded simulation of the real draws
+    (tests/test_moe_step_time.py) agrees to 0.01 at G = 32, B = 1."""
+    per = n_routed // gpus
+    p = 1 - (1 - top_k / n_routed) ** (gpus * batch)
+    cdf, total = 0.0, 0.0
+    for m in range(per):                                       # E[max] = Σ_{m=1..per} P(max ≥ m) = Σ (1 − F(m−1)^G)
+        cdf += math.comb(per, m) * p ** m * (1 - p) ** (per - m)
+        total += 1 - cdf ** gpus
+    return total
+
+
+def remote_nodes(gpus: int, top_k: int, gpus_per_node: int = 8, node_limit: int = 4) -> float:
+    """The expected number of nodes other than its own one token is sent to: its ``top_k`` experts fall at random on
+    ``min(node_limit, N)`` of the ``N = gpus / gpus_per_node`` nodes (DeepSeek-V3's node limit, 4), any of which may be
+    its own; its own node is reached over NVLink."""
+    nodes = max(1, gpus // gpus_per_node)
+    chosen = min(node_limit, nodes)
+    return chosen * (1 - (1 - 1 / chosen) ** top_k) * (1 - 1 / nodes)
+
+
 def expert_parallel_time(batch: int, gpus: int, d_model: int, width: int, n_routed: int, top_k: int, n_shared: int,
                          across_nodes: bool = False, gpus_per_node: int = 8, node_limit: int = 4,
                          bytes_per_weight: int = 2, hardware: Hardware = H100_SXM,
-                         infiniband: Hardware = H100_INFINIBAND) -> StepTime:
-    """One GPU's step in an expert-parallel MoE layer: ``n_routed`` experts over ``gpus`` GPUs, ``batch`` tokens per
-    GPU (``gpus · batch`` in the group, routed evenly at random). Weights read: this GPU's experts the group's tokens
-    reach, ``(E/G)(1 − (1 − k/E)^(G·B))``, plus the shared experts and the router. FLOPs: its ``batch`` tokens' share
-    (even load). Traffic: ``2 · B · k · d_model`` values out and back over NVLink; ``across_nodes``: each token also
-    crosses InfiniBand once per node it is sent to, at most ``node_limit`` (DeepSeek-V3's limit), counted as remote
-    (an upper bound), and the two links are added (no overlap)."""
+                         infiniband: Hardware = H100_INFINIBAND, busiest: bool = True) -> StepTime:
+    """The step of an expert-parallel MoE layer: ``n_routed`` experts over ``gpus`` GPUs, ``batch`` tokens per GPU
+    (``gpus · batch`` in the group, routed evenly at random). Weights read: ``busiest`` (the step waits for the
+    slowest GPU), the busiest GPU's expected count of its experts the group's tokens reach (``busiest_reached``);
+    else the average GPU's, ``(E/G)(1 − (1 − k/E)^(G·B))``; plus the shared experts and the router. FLOPs: its
+    ``batch`` tokens' share (even load). Traffic: ``2 · B · k · d_model`` values out and back over NVLink;
+    ``across_nodes``: each token also crosses InfiniBand once per other node it is sent to (``remote_nodes``), and the
+    two links are added."""
     expert = 3 * d_model * width
-    reached = n_routed / gpus * (1 - (1 - top_k / n_routed) ** (gpus * batch)) + n_shared
+    if busiest:
+        routed = busiest_reached(gpus, batch, n_routed, top_k)
+    else:
+        routed = n_routed / gpus * (1 - (1 - top_k / n_routed) ** (gpus * batch))
+    reached = routed + n_shared
     router = d_model * n_routed
     flops = 2 * batch * ((top_k + n_shared) * expert + router)
     weight_bytes = bytes_per_weight * (reached * expert + router)
     moved = 2.0 * batch * top_k * d_model * bytes_per_weight
     traffic = moved / hardware.link
     if across_nodes:
-        sends = min(top_k, node_limit, max(1, gpus // gpus_per_node))
-        ib = 2.0 * batch * sends * d_model * bytes_per_weight
+        ib = 2.0 * batch * remote_nodes(gpus, top_k, gpus_per_node, node_limit) * d_model * bytes_per_weight
         traffic += ib / infiniband.link
         moved += ib
     return StepTime(batch, float(flops), float(weight_bytes), moved, 3 * round(reached) + 1, flops / hardware.flops,
@@ -166,16 +198,14 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
                           n_shared: int, dense_width: int, layers: int, hardware: Hardware = H100_SXM,
                           nvlink_column: bool = True, overlap_column: bool = False) -> list[str]:
     """Memory, then per ``(G, B)`` in ``setups`` (G GPUs, B tokens per GPU): the group's tokens per expert
-    ``G·B·k/E``, this GPU's expert weights held (all layers), its experts reached, and MoE / dense time per GPU step,
-    the all-to-all over NVLink alone (``nvlink_column``) and across nodes, added (an upper bound) and, with
-    ``overlap_column``, fully overlapped (a lower bound). Last: the bytes one batch of 64 tokens makes the MoE read
+    ``G·B·k/E``, each GPU's expert weights held (all layers), the experts the busiest GPU reads, and MoE / dense time
+    per step (the busiest GPU's), the all-to-all over NVLink alone (``nvlink_column``) and across nodes, added and,
+    with ``overlap_column``, fully overlapped. Last: the bytes one batch of 64 tokens makes the MoE read
     in all."""
     expert = 3 * d_model * width * 2
     rows = memory_lines(d_model, width, n_routed, n_shared, dense_width, layers)
-    rows += ["expert parallel over G GPUs, B tokens per GPU, one layer forward; MoE / dense time per GPU step, all-to-all over"
-             + ("" if nvlink_column else " NVLink + InfiniBand")
-             + (": added (upper bound) or overlapped (lower bound)" if overlap_column else ""),
-             f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}{'experts read':>14}"
+    rows += [f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}"
+             f"{'busiest GPU reads':>19}"
              + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column else f"{'added' if overlap_column else 'MoE / dense':>14}")
              + (f"{'overlapped':>12}" if overlap_column else "")]
     for g, b in setups:
@@ -185,7 +215,7 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
                                    hardware=hardware)
         held = (n_routed / g + n_shared) * expert * layers
         rows.append(f"{g:>5}{b:>7,}{g * b * top_k / n_routed:>19,.0f}{held / 1e9:>23.0f} GB"
-                    f"{near.weight_bytes / expert:>14.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
+                    f"{near.weight_bytes / expert:>19.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
                     + f"{far.seconds / dense:>13.2f}×" + (f"{far.overlapped / dense:>11.2f}×" if overlap_column else ""))
     one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
     base = step_time(64, d_model, dense_width)

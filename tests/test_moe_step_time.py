@@ -57,13 +57,41 @@ def test_the_deepseekmoe_diagram_draws_its_chosen_experts():
 def test_expert_parallel_reads_only_the_local_experts_and_counts_the_groups_tokens():
     from helpers.moe_step_time import expert_parallel_time
 
-    one = expert_parallel_time(1, 32, 7168, 2048, 256, 8, 1)
+    mean = expert_parallel_time(1, 32, 7168, 2048, 256, 8, 1, busiest=False)
     reached = 8 * (1 - (1 - 8 / 256) ** 32) + 1
-    assert math.isclose(one.weight_bytes, 2 * (reached * 3 * 7168 * 2048 + 7168 * 256))
+    assert math.isclose(mean.weight_bytes, 2 * (reached * 3 * 7168 * 2048 + 7168 * 256))
+    busiest = expert_parallel_time(1, 32, 7168, 2048, 256, 8, 1)              # the step waits for the busiest GPU
+    assert busiest.weight_bytes > mean.weight_bytes
     full = expert_parallel_time(64, 32, 7168, 2048, 256, 8, 1)       # 64 tokens per expert: all 8 local ones read
     assert math.isclose(full.weight_bytes, 2 * (9 * 3 * 7168 * 2048 + 7168 * 256), rel_tol=1e-9)
     far = expert_parallel_time(64, 32, 7168, 2048, 256, 8, 1, across_nodes=True)
-    assert far.traffic > full.traffic and math.isclose(far.moved_bytes - full.moved_bytes, 2 * 64 * 4 * 7168 * 2)
+    remote = 3 * (1 - (3 / 4) ** 8)                                  # 8 experts on 4 nodes, own node over NVLink
+    assert far.traffic > full.traffic and math.isclose(far.moved_bytes - full.moved_bytes, 2 * 64 * remote * 7168 * 2)
+
+
+def test_remote_nodes_leave_out_the_own_node_and_respect_the_node_limit():
+    from helpers.moe_step_time import remote_nodes
+
+    assert remote_nodes(8, 8) == 0.0                                 # one node: NVLink only
+    assert math.isclose(remote_nodes(32, 8), 3 * (1 - 0.75 ** 8))
+    assert math.isclose(remote_nodes(64, 8), 4 * (1 - 0.75 ** 8) * 7 / 8)   # 4 of 8 nodes chosen
+    assert remote_nodes(320, 8) < 4
+
+
+def test_the_busiest_gpu_matches_a_seeded_simulation_of_the_draws():
+    import numpy as np
+
+    from helpers.moe_step_time import busiest_reached
+
+    rng = np.random.default_rng(0)
+    draws, gpus, experts, k = 1000, 32, 256, 8
+    picks = np.argpartition(rng.random((draws, gpus, experts)), k, axis=-1)[..., :k]
+    hit = np.zeros((draws, experts), bool)
+    hit[np.arange(draws)[:, None, None], picks] = True
+    simulated = hit.reshape(draws, gpus, experts // gpus).sum(-1).max(-1).mean()
+    assert abs(busiest_reached(gpus, 1, experts, k) - simulated) < 0.05
+    assert math.isclose(busiest_reached(32, 64, 256, 8), 8.0) and busiest_reached(32, 1, 256, 8) < 8
+    assert math.isclose(busiest_reached(1, 1, 8, 1), 1.0)            # one GPU, one token: exactly one expert
 
 
 def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x_as_bytes():
@@ -71,15 +99,16 @@ def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x
 
     lines = expert_parallel_lines([(32, 1), (32, 64), (64, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58)
     assert "22.6 GB" in lines[0] and "1.31 TB" in lines[0] and "at least 19 GPUs of 80 GB" in lines[0]
-    assert [row.split()[-2] for row in lines[4:7]] == ["0.68×", "1.14×", "0.70×"]
+    assert "busiest GPU reads" in lines[2] and lines[3].split()[-3] == "8.6"
+    assert [row.split()[-2] for row in lines[3:6]] == ["0.96×", "1.14×", "0.70×"]
     assert "25× the HBM bytes" in lines[-1] and "one device" in lines[-1]
     one = expert_parallel_lines([(32, 1), (32, 64)], 7168, 2048, 256, 8, 1, 9 * 2048, 58, nvlink_column=False)
-    assert "NVLink + InfiniBand" in one[2] and "MoE / dense" in one[3]     # notebook 07 prints the upper bound only
-    assert [row.split()[-1] for row in one[4:6]] == ["0.69×", "1.76×"]
+    assert "MoE / dense" in one[2]
+    assert [row.split()[-1] for row in one[3:5]] == ["0.97×", "1.56×"]
     both = expert_parallel_lines([(32, 64), (32, 8192)], 7168, 2048, 256, 8, 1, 9 * 2048, 58, nvlink_column=False,
                                  overlap_column=True)
-    assert "overlapped" in both[2] and "overlapped" in both[3]
-    assert [row.split()[-2:] for row in both[4:6]] == [["1.76×", "1.00×"], ["4.50×", "3.50×"]]   # added, hidden
+    assert "added" in both[2] and "overlapped" in both[2]
+    assert [row.split()[-2:] for row in both[3:5]] == [["1.56×", "1.00×"], ["3.57×", "2.57×"]]   # added, hidden
 
 
 def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
@@ -88,4 +117,4 @@ def test_the_per_second_lines_join_the_toy_to_the_expert_parallel_range():
 
     lines = per_second_lines(load_ten_seeds(), "MoE, lr 0.02", "dense, width 11, lr 0.04", [(32, 1), (32, 8192)],
                              7168, 2048, 256, 8, 1, 9 * 2048)
-    assert "10 of 10 seeds" in lines[1] and "0.68× to 4.50×" in lines[2] and "not a prediction" in lines[2]
+    assert "10 of 10 seeds" in lines[1] and "0.96× to 3.57×" in lines[2] and "not a prediction" in lines[2]
