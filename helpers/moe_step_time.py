@@ -206,7 +206,8 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
     rows = memory_lines(d_model, width, n_routed, n_shared, dense_width, layers)
     rows += [f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}"
              f"{'busiest GPU reads':>19}"
-             + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column else f"{'added' if overlap_column else 'MoE / dense':>14}")
+             + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column
+                else f"{'MoE / dense, added':>20}" if overlap_column else f"{'MoE / dense':>14}")
              + (f"{'overlapped':>12}" if overlap_column else "")]
     for g, b in setups:
         dense = step_time(b, d_model, dense_width, hardware=hardware).seconds
@@ -216,7 +217,8 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
         held = (n_routed / g + n_shared) * expert * layers
         rows.append(f"{g:>5}{b:>7,}{g * b * top_k / n_routed:>19,.0f}{held / 1e9:>23.0f} GB"
                     f"{near.weight_bytes / expert:>19.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
-                    + f"{far.seconds / dense:>13.2f}×" + (f"{far.overlapped / dense:>11.2f}×" if overlap_column else ""))
+                    + f"{far.seconds / dense:>{19 if overlap_column and not nvlink_column else 13}.2f}×"
+                    + (f"{far.overlapped / dense:>11.2f}×" if overlap_column else ""))
     one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
     base = step_time(64, d_model, dense_width)
     rows.append(f"64 tokens on one device holding the whole layer: the MoE reads {one.weight_bytes / expert:.0f} "
