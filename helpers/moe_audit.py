@@ -146,7 +146,7 @@ def long_run_fold(verdicts: Sequence[Verdict], long: LongRun, shown: Sequence[in
 class RaceAudit:
     """Section 4.1's checks, run once. ``summary``: the lines shown (also ``text/plain``); ``tables``: every
     table, folded (HTML ``<details>``); ``deepseekmoe``: the DeepSeekMoE retrained live (lr 0.02, seed 0, 100
-    steps), which section 4.2 opens; ``bar``: the finished progress bar of the live reruns."""
+    steps); ``bar``: the finished progress bar of the live reruns."""
 
     summary: list[str]
     tables: list[str]
@@ -238,11 +238,12 @@ def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
     kernel = rerun_lines(race, rerun, RACE_PAIRS, fresh=fresh, changed_only=True, extra=rest)
     sweeps = sweep_summary_lines(race, arms)
     same_kernel, _, same_fresh = kernel[-1].split("; ")
+    ends = sweeps[0].split(": ")[-1]
     summary = [
-        f"trainable embeddings instead (best rate, 100 steps): every arm {max(trainable.values()):.3f} nats or less",
-        sweeps[0], live[0],
-        f"the race's 18 verdicts on another CPU kernel: {same_kernel}; on seeds 300–319: "
-        f"{same_fresh.removeprefix('on the fresh seeds, ')}"]
+        f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
+        f"{live[0].split(': ')[-1].split(' within')[0]}; the race's 18 verdicts unchanged on another CPU kernel: "
+        f"{same_kernel.removeprefix('same verdict in ')}, on seeds 300–319: "
+        f"{same_fresh.removeprefix('on the fresh seeds, same verdict in ')}"]
     per_seed = [f"{arm}, answer loss per seed after 3,000 steps: " + " ".join(f"{float(v):.3f}"
                                                                               for v in long.loss[arm][-1])
                 for arm in ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.04")]

@@ -666,9 +666,11 @@ def sweep_summary_lines(race: Race, arms: Sequence[str], shared: tuple[str, str]
              f"rates at an end of the grid: {ends} of {len(arms) * len(race.budgets)}"]
     arm, other = shared
     at = s.best_lr(other)
-    loss = s.loss[arm].mean(1)
+    loss, own = s.loss[arm], s.lrs.index(s.best_lr(arm))
+    seeds = lambda i: ", ".join(f"{float(v):.3f}" for v in loss[i])
     lines.append(f"one shared rate (sweep seeds): at {at:g}, {other}'s best ({first} steps), {arm} scores "
-                 f"{float(loss[s.lrs.index(at)]):.3f} nats; at its own {s.best_lr(arm):g}, {float(loss.min()):.3f}")
+                 f"{seeds(s.lrs.index(at))} nats by seed (mean {float(loss[s.lrs.index(at)].mean()):.3f}); at its "
+                 f"own {s.best_lr(arm):g}, {seeds(own)} (mean {float(loss[own].mean()):.3f})")
     return lines
 
 
@@ -695,27 +697,32 @@ def top1_label(text: str) -> str:
     return re.sub(r"(^|: |− )MoE(?= −|, lr|\)|\s|$)", r"\1top-1 MoE", text).replace("MoE, top-2", "top-2 MoE")
 
 
-def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None):
+def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str | None = None,
+                   title: str | None = None):
     """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
     difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the
-    comparison is resolved (filled marker) and contains it when not (open marker). ``seeds``: the seed set, named
-    in the title."""
+    comparison is resolved (filled marker) and contains it when not (open marker). The legend names only the kinds
+    of marker drawn. ``title``, then ``seeds`` (the seed set), make the title."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from helpers.plotting import PALETTE
 
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(verdicts) + 1.2))
+    fig, ax = plt.subplots(figsize=(9, 0.36 * len(verdicts) + 1.5))
+    kinds = {}
     for i, v in enumerate(verdicts):
         c = v.comparison
         half = v.threshold * c.se
         color = {"lower": PALETTE[0], "higher": PALETTE[1]}.get(v.verdict, "#777777")
         ax.errorbar(c.mean, i, xerr=half, fmt="o", color=color, mfc=color if v.resolved else "white", capsize=3)
+        key = f"resolved, {v.verdict}" if v.resolved else "not resolved"
+        kinds[key] = Line2D([], [], marker="o", ls="", color=color, mfc=color if v.resolved else "white")
     ax.axvline(0.0, color="black", lw=0.8)
-    ax.set_yticks(range(len(verdicts)), [top1_label(v.name.strip()) for v in verdicts], fontsize=8)
+    ax.set_yticks(range(len(verdicts)), [top1_label(v.name.strip()) for v in verdicts], fontsize=10)
     ax.invert_yaxis()
     ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE",
-           title=("" if seeds is None else f"{seeds}\n")
-           + "Filled: resolved (blue lower, orange higher); open: not resolved")
+           title=", ".join(t for t in (title, seeds) if t))
+    ax.legend(kinds.values(), kinds.keys(), frameon=False, fontsize=9, loc="best")
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig
