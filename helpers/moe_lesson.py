@@ -45,12 +45,13 @@ def verdict_readout(family: Mapping[str, Comparison], what: str, shown: str = ""
                   f"the {len(verdicts)} verdicts (click)")
 
 
-def expert_count_readout(by_count: dict) -> Folded:
+def expert_count_readout(by_count: dict, long: dict | None = None) -> Folded:
     """Section 7 in view: forward FLOPs per fact, the E = 8 headline (``total_line``) and one verdict line for the
-    payoff family; folded: each dense width's best rate, the Holm table, how one row's t is made, and E = 8 and
-    E = 16 against 8 on each CPU kernel the runs were trained on."""
+    payoff family; folded: each dense width's best rate, the Holm table, how one row's t is made, E = 8 and
+    E = 16 against 8 on each CPU kernel the runs were trained on, and (``long``: the 300-step runs,
+    ``helpers.moe_expert_count.load_long``) the share of the gap after 300 steps."""
     from helpers.moe_expert_count import (EXPERT_COUNTS, dense_losses, dense_width, flops_per_fact, kernel_line,
-                                          payoff_family, total_line)
+                                          long_gap_line, payoff_family, total_line)
 
     family = payoff_family(by_count)
     shown = "\n".join([
@@ -65,6 +66,8 @@ def expert_count_readout(by_count: dict) -> Folded:
               f"t of the row 'E = 8 − dense, width 11' = mean / standard error = {row.mean:+.3f} / {row.se:.3f} "
               f"= {row.t:+.2f}",
               kernel_gap_line(by_count), kernel_line(by_count)]
+    if long is not None:
+        folded.append(f"E = 8 trained 3 times longer (AVX2 runs): {long_gap_line(long)}")
     return Folded(readout.shown, "\n".join(folded), f"dense rates, the {len(family)} verdicts and the CPU "
                   "kernels (click)")
 
