@@ -32,6 +32,11 @@ width ceil(8·8 + 8/3) = 67), seeds 0-9, at the same four rates; the notebook ta
 
     python -m helpers.moe_expert_count --dense-total  # adds "dense_total"
 
+The same three arms (E = 8; the dense FFNs of its active and of its total parameters, every rate) trained 3 times
+longer, 300 steps, seeds 0-9, on the main sweep's kernel (``long_gap_line``: the share of the gap at 300 steps):
+
+    ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --long   # writes helpers/data/moe_expert_count_300.json (2 min)
+
 Section 10 scores the E = 8 runs at capacity factors 2, 1.25 and 1 against dropless (``scored_run``):
 
     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --capacity   # writes helpers/data/moe_lookup_capacity.json
@@ -202,6 +207,47 @@ def total_line(study: dict) -> str:
             f"{(active - moe) / (active - float(total[0].mean())):.0%} of the gap")
 
 
+LONG_STEPS = 300
+LONG_PATH = Path(__file__).parent / "data" / "moe_expert_count_300.json"
+LONG_COMMAND = "ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_expert_count --long"
+
+
+def run_long(seeds: Sequence[int] = SEEDS, steps: int = LONG_STEPS) -> dict:
+    """E = 8 and the dense FFNs of its active and total parameters (every rate of ``DENSE_LRS``), trained ``steps``
+    steps on one CPU thread: {"loss": {"8": {seed: loss}}, "dense": {width: {lr: ...}}, "dense_total": {...}}."""
+    data = lookup_data()
+
+    def train(arm: dict, seed: int, lr: float) -> float:
+        with torch_threads(1):
+            model = build_lookup(data, arm, d_model=D_MODEL, seed=seed)
+            train_lookup(model, data, steps=steps, lr=lr)
+            return round(lookup_loss_and_accuracy(model, data)[0], 5)
+
+    def dense(width: int) -> dict:
+        return {str(width): {f"{lr:g}": {str(s): train({"ffn": "dense", "d_ff": width}, s, lr) for s in seeds}
+                             for lr in DENSE_LRS}}
+
+    return {"loss": {str(TOTAL_E): {str(s): train(spec(TOTAL_E), s, LR) for s in seeds}},
+            "dense": dense(dense_width(TOTAL_E)), "dense_total": dense(total_width(TOTAL_E))}
+
+
+def load_long(path: str | Path = LONG_PATH) -> dict:
+    """The shipped 300-step runs (``run_long``)."""
+    return read_results(path, "300-step expert-count runs", LONG_COMMAND)
+
+
+def long_gap_line(study: dict) -> str:
+    """``total_line`` for the 300-step runs: E = 8 between the dense FFNs of its active and total parameters (each
+    at its best rate) and the share of the gap it closes, with the seeds where E = 8 beats the smaller one."""
+    active, total = dense_losses(study, TOTAL_E), total_losses(study)
+    moe = losses(study, TOTAL_E)
+    a, t, m = float(active[0].mean()), float(total[0].mean()), float(moe.mean())
+    steps = study["settings"]["steps"]
+    return (f"after {steps} steps, mean of {len(moe)} seeds: dense FFN of its active parameters {a:.2f}; the MoE "
+            f"{m:.2f} (below it in {int((moe < active[0]).sum())}/{len(moe)}); dense FFN of its total parameters "
+            f"{t:.2f}: the MoE closes {(a - m) / (a - t):.0%} of the gap")
+
+
 def kernel_losses(study: dict, kernel: str, n_experts: int) -> torch.Tensor:
     """(seeds,) answer losses of one E as trained on ``kernel`` ("AVX2" is the main sweep)."""
     if kernel == "AVX2":
@@ -356,11 +402,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--dense", action="store_true", help="add the dense line (every width, both rates) to the file")
     what.add_argument("--dense-total", action="store_true", help="add the dense FFN of E = 8's total parameters")
     what.add_argument("--kernel-sweep", action="store_true", help="add E = 8 and 16, every seed, on this kernel")
+    what.add_argument("--long", action="store_true", help="E = 8 and both dense lines at 300 steps (LONG_PATH)")
     what.add_argument("--capacity", action="store_true",
                       help="E = 8 trained dropless, scored at each capacity factor (writes CAPACITY_PATH)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--out", default=str(PATH))
     args = parser.parse_args(argv)
+    if args.long:
+        out = LONG_PATH if args.out == str(PATH) else Path(args.out)
+        settings = {"steps": LONG_STEPS, "lr": LR, "d_model": D_MODEL, "spec": spec(TOTAL_E),
+                    "dense_lrs": list(DENSE_LRS)}
+        write_results(out, LONG_COMMAND, settings, run_long(args.seeds))
+        print(f"wrote {out}")
+        return 0
     if args.capacity:
         data = lookup_data()
         settings = {"steps": STEPS, "lr": LR, "d_model": D_MODEL, "n_experts": TOTAL_E, "spec": spec(TOTAL_E),

@@ -45,12 +45,13 @@ def verdict_readout(family: Mapping[str, Comparison], what: str, shown: str = ""
                   f"the {len(verdicts)} verdicts (click)")
 
 
-def expert_count_readout(by_count: dict) -> Folded:
+def expert_count_readout(by_count: dict, long: dict | None = None) -> Folded:
     """Section 7 in view: forward FLOPs per fact, the E = 8 headline (``total_line``) and one verdict line for the
-    payoff family; folded: each dense width's best rate, the Holm table, how one row's t is made, and E = 8 and
-    E = 16 against 8 on each CPU kernel the runs were trained on."""
+    payoff family; folded: each dense width's best rate, the Holm table, how one row's t is made, E = 8 and
+    E = 16 against 8 on each CPU kernel the runs were trained on, and (``long``: the 300-step runs,
+    ``helpers.moe_expert_count.load_long``) the share of the gap after 300 steps."""
     from helpers.moe_expert_count import (EXPERT_COUNTS, dense_losses, dense_width, flops_per_fact, kernel_line,
-                                          payoff_family, total_line)
+                                          long_gap_line, payoff_family, total_line)
 
     family = payoff_family(by_count)
     shown = "\n".join([
@@ -65,6 +66,8 @@ def expert_count_readout(by_count: dict) -> Folded:
               f"t of the row 'E = 8 − dense, width 11' = mean / standard error = {row.mean:+.3f} / {row.se:.3f} "
               f"= {row.t:+.2f}",
               kernel_gap_line(by_count), kernel_line(by_count)]
+    if long is not None:
+        folded.append(f"E = 8 trained 3 times longer (AVX2 runs): {long_gap_line(long)}")
     return Folded(readout.shown, "\n".join(folded), f"dense rates, the {len(family)} verdicts and the CPU "
                   "kernels (click)")
 
@@ -110,29 +113,60 @@ def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
     return verdict_table(fit_family(study, no_ffn, lr), "cross-entropy (nats), ten seeds", digits=3)
 
 
+#: The fit verdicts section 8's note reads, in its order (``fit_readout``).
+FIT_READ = ("CE: dense 96 − no FFN", "CE: MoE α = 0.1 − dense 96", "CE: MoE α = 0.1 − no FFN",
+            "CE, 1,000 steps: MoE α = 0.1 − dense 96", "CE: MoE α = 0.1 − MoE α = 0")
+
+
+def fit_readout(study: dict, no_ffn: dict, lr: float) -> Folded:
+    """The fit controls in view: one line per verdict of ``FIT_READ``; folded: ``fit_line``'s whole Holm family."""
+    family = fit_family(study, no_ffn, lr)
+    resolved = sum(v.resolved for v in holm(family))
+    shown = [f"verdict, cross-entropy (nats), ten seeds, Holm over {len(family)} ({resolved} resolved), the ones "
+             "read below:"] + [f"  {verdict_clauses(family, [name], digits=3)}" for name in FIT_READ]
+    return Folded("\n".join(shown), fit_line(study, no_ffn, lr), f"all {len(family)} fit verdicts (click)")
+
+
 #: Section 6's controls, in the fold's order (``skew_readout``, ``skew_family``).
 SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian",
               "W_g = 0, noise")
-#: The rows of ``SKEW_SHOWN`` in the main line; the other two (matched Gaussian, mean + isotropic) are folded.
-SKEW_IN_VIEW = ("all positions", "mean removed", "isotropic Gaussian", "W_g = 0, noise")
+#: The rows of ``SKEW_SHOWN`` in the main line (the decisive control and its two ends); the others are folded.
+SKEW_IN_VIEW = ("all positions", "matched Gaussian", "isotropic Gaussian")
+#: The verdicts ``skew_readout`` prints in the main line, one clause each.
+SKEW_READ = ("matched Gaussian − isotropic Gaussian", "matched Gaussian − all positions")
+
+
+def verdict_clauses(family: Mapping[str, Comparison], names: Sequence[str], digits: int = 2) -> str:
+    """The named verdicts of one Holm family, one clause each: "name +0.12, higher in 9/10" (or "not resolved")."""
+    verdicts = {v.name: v for v in holm(dict(family))}
+    parts = []
+    for name in names:
+        v = verdicts[name]
+        c = v.comparison
+        if v.resolved:
+            parts.append(f"{name} {c.mean:+.{digits}f}, {v.verdict} in {c.higher if c.mean > 0 else c.lower}/{c.n}")
+        else:
+            parts.append(f"{name} {c.mean:+.{digits}f}, not resolved ({c.lower} lower, {c.higher} higher of {c.n})")
+    return "; ".join(parts)
 
 
 def skew_family(skew, random_ids: torch.Tensor | None = None) -> dict[str, Comparison]:
     """Section 6's Holm family, paired by seed (``skew``: ``helpers.router_skew.SkewControls``): every control of
-    ``SKEW_SHOWN`` − all positions, and each of the two causes alone (mean removed: the low rank; mean + isotropic:
-    the shared direction) − the isotropic Gaussian; one value per seed, the mean of the two layers. ``random_ids``
-    is accepted for the callers that pass it and not used."""
+    ``SKEW_SHOWN`` − all positions, and the matched Gaussian and each of the two causes alone (mean removed: the
+    low rank; mean + isotropic: the shared direction) − the isotropic Gaussian; one value per seed, the mean of the
+    two layers. ``random_ids`` is accepted for the callers that pass it and not used."""
     plain, isotropic = skew.per_seed("all positions"), skew.per_seed("isotropic Gaussian")
     family = {f"{c} − all positions": paired_difference(skew.per_seed(c), plain) for c in SKEW_SHOWN[1:]}
-    for c in ("mean removed", "mean + isotropic"):
+    for c in ("matched Gaussian", "mean removed", "mean + isotropic"):
         family[f"{c} − isotropic Gaussian"] = paired_difference(skew.per_seed(c), isotropic)
     return family
 
 
 def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_IN_VIEW`` (mean over seeds and both
-    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line; folded:
-    every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the Holm family."""
+    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line reading
+    ``SKEW_READ``; folded: every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the
+    Holm family."""
     from helpers.router_skew import skew_table
 
     family = skew_family(skew)
@@ -142,7 +176,8 @@ def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     for c in SKEW_IN_VIEW:
         v = float(skew.per_seed(c).mean())
         lines.append(f"{c:<36}{v:>13.2f}{(v - 1) / base:>13.0%}")
-    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)} comparisons (in the fold): {resolved} resolved")
+    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)}: {verdict_clauses(family, SKEW_READ)} "
+                 f"({resolved} of {len(family)} resolved)")
     folded = [f"busiest/mean per layer, mean over {n} seeds (lowest–highest)", skew_table(skew, SKEW_SHOWN)]
     for layer, shape in enumerate(skew.geometry):
         folded.append(f"layer {layer}: |mean| / rms |x| = {shape.mean_ratio:.2f}; variance spread over "
@@ -385,6 +420,29 @@ def purity_lines(study: dict) -> str:
         family["untrained: router − word only"] = paired_difference(cpos, cblind)
     lines.append(holm_table(family, digits=2))
     return "\n".join(lines)
+
+
+def purity_readout(study: dict) -> Folded:
+    """Section 9 in view: how many seeds move each shared word between experts with its position, the purity by
+    position of the router against its word-only copy (trained and untrained) and one verdict line; folded:
+    ``purity_lines`` (every seed's experts and the Holm table)."""
+    runs = [study["runs"][s] for s in sorted(study["runs"], key=int)]
+    cold = [study["untrained"][s] for s in sorted(study["untrained"], key=int)]
+    moved = ", ".join(f"'{w}' in {sum(len(set(r[w])) > 1 for r in runs)}/{len(runs)}" for w, _ in SHARED_WORDS)
+
+    def mean_of(rs, key):
+        return torch.tensor([r[key] for r in rs], dtype=torch.float64)
+
+    family = {"router − word only": paired_difference(mean_of(runs, "position"), mean_of(runs, "word only")),
+              "untrained: router − word only": paired_difference(mean_of(cold, "position"),
+                                                                 mean_of(cold, "word only"))}
+    shown = [f"layer 0, α = 0.1, {len(runs)} seeds: a word changes expert with its position: {moved} seeds",
+             "share of a position's tokens sent to its most common expert, router against each word on its own "
+             f"expert: trained {float(mean_of(runs, 'position').mean()):.2f} against "
+             f"{float(mean_of(runs, 'word only').mean()):.2f}, untrained {float(mean_of(cold, 'position').mean()):.2f}"
+             f" against {float(mean_of(cold, 'word only').mean()):.2f}",
+             f"verdict, paired, Holm over 2: {verdict_clauses(family, list(family))}"]
+    return Folded("\n".join(shown), purity_lines(study), "every seed's experts and the verdicts (click)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -299,7 +299,8 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
     axes[-1].legend(handles=kinds, fontsize=11, loc="upper left")
     handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(e), markersize=9, label=str(e))
                for e in range(layer.n_experts)]
-    handles.append(plt.Line2D([], [], marker="x", ls="", color="black", markersize=9, label="origin:\nall logits\nequal"))
+    axes[0].legend(handles=[plt.Line2D([], [], marker="x", ls="", color="black", markersize=9,
+                                       label="origin: all logits equal")], fontsize=11, loc="upper left")
     fig.legend(handles=handles, title="expert", loc="center right", frameon=False, fontsize=11, title_fontsize=11)
     fig.tight_layout(rect=(0, 0, 0.88, 1))
     return fig

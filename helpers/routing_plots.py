@@ -7,6 +7,8 @@ the counts (``MoEStats.tokens_per_expert``, ``RoutingLog.counts``).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -128,6 +130,8 @@ def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequenc
     """
     fig, axes = plt.subplots(len(layers), len(logs), figsize=(4.6 * len(logs), 3.4 * len(layers)), squeeze=False)
     top = max(float(load_shares(log.counts[:, layer]).max()) for log in logs.values() for layer in layers)
+    n_experts = next(iter(logs.values())).counts.shape[-1]
+    top = math.ceil(top * n_experts - 1e-9) / n_experts            # the scale ends on a labelled multiple of 1/E
     for row, layer in enumerate(layers):
         for ax, (name, log) in zip(axes[row], logs.items()):
             shares = load_shares(log.counts[:, layer])              # (steps, E)
@@ -142,7 +146,6 @@ def routing_over_training_figure(logs: Mapping[str, RoutingLog], layers: Sequenc
     fig.suptitle("Share of each step's tokens that every expert receives")
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     cax = fig.add_axes((0.92, 0.15, 0.015, 0.7))                  # one colour bar: every panel shares the scale
-    n_experts = next(iter(logs.values())).counts.shape[-1]
     bar = fig.colorbar(axes[0, 0].images[0], cax=cax,
                        label=f"share of the step's tokens, linear scale (even split = 1/{n_experts})")
     low, high = axes[0, 0].images[0].get_clim()

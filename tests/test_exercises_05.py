@@ -837,3 +837,17 @@ def test_aux_loss_names_a_summed_or_logit_z_loss():
     assert not result.passed and "1/N of the mean is missing" in result.message, result.message
     result = check_aux_loss.evaluate(logits_squared)
     assert not result.passed and "mean square of the logits" in result.message, result.message
+
+
+def test_aux_loss_names_an_unsquared_z_loss():
+    """Review 05-r50: a z-loss as the mean log-sum-exp, not its mean square, was caught by value only."""
+    from helpers.exercises.nb05 import check_aux_loss
+
+    def unsquared(logits, expert_index, alpha, z_coef):
+        n_experts = logits.shape[-1]
+        f = torch.bincount(expert_index.reshape(-1), minlength=n_experts) / expert_index.numel()
+        balance = n_experts * (f * torch.softmax(logits, -1).mean(0)).sum()
+        return alpha * balance + z_coef * torch.logsumexp(logits, -1).mean()
+
+    result = check_aux_loss.evaluate(unsquared)
+    assert not result.passed and "the z-loss is not squared" in result.message, result.message

@@ -113,8 +113,27 @@ def test_skew_readout_shows_one_small_table_and_one_verdict_line_and_folds_the_r
     assert "mean + isotropic" not in out.shown and "mean + isotropic       " in out.folded   # 76 %: in the fold
     assert shown[1].split()[-1] == "100%"                          # the hidden states keep all of their own excess
     resolved = sum(v.resolved for v in holm(skew_family(skew, random_ids)))
-    assert shown[-1].endswith(f"{resolved} resolved") and "mean + isotropic − isotropic Gaussian" in out.folded
-    assert "Holm's step-down over 7 comparisons" in out.folded and "distinct inputs" not in out.folded
+    assert shown[-1].endswith(f"({resolved} of 8 resolved)") and "mean + isotropic − isotropic Gaussian" in out.folded
+    assert "matched Gaussian − isotropic Gaussian +0.97, higher in 100/100" in shown[-1]   # the decisive control
+    assert "Holm's step-down over 8 comparisons" in out.folded and "distinct inputs" not in out.folded
+
+
+def test_fit_and_purity_readouts_show_one_line_per_verdict_read_and_fold_the_tables():
+    """Review 05-r50: sections 8 and 9 printed their full verdict tables in view."""
+    from helpers.moe_lesson import FIT_READ, fit_line, fit_readout, load_purity, purity_lines, purity_readout
+    from helpers.moe_no_ffn import load_no_ffn
+    from helpers.moe_runs import load_runs
+
+    study, no_ffn = load_runs(), load_no_ffn()
+    out = fit_readout(study, no_ffn, 1e-2)
+    shown = out.shown.splitlines()
+    assert len(shown) == 1 + len(FIT_READ) and out.folded == fit_line(study, no_ffn, 1e-2)
+    assert shown[1].strip() == "CE: dense 96 − no FFN -0.065, lower in 9/10"
+    assert "not resolved (2 lower, 8 higher of 10)" in shown[2]
+    purity = load_purity()
+    out = purity_readout(purity)
+    assert out.folded == purity_lines(purity) and len(out.shown.splitlines()) == 3
+    assert "'is' in 10/10, 'the' in 9/10" in out.shown and "untrained 0.70 against 0.63" in out.shown
 
 
 def test_capacity_readout_puts_the_no_ffn_row_beside_the_cost_table():

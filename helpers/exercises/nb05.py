@@ -1104,6 +1104,9 @@ check_aux_loss = _BalanceExercise(
          _aux_with(p_from=lambda l: l)),
         ("you squared the mean log-sum-exp; the z-loss is the mean of each token's squared log-sum-exp.",
          _aux_with(z_of=lambda lse: lse.mean().square())),
+        ("the z-loss is not squared: you averaged each token's log-sum-exp; ST-MoE's z-loss averages its square, "
+         "(1/N) Σ_n logsumexp(logits_n)², so large logits cost quadratically.",
+         _aux_with(z_of=lambda lse: lse.mean())),
         ("you divided the counts by N, not by the N · k slots: that is Hugging Face's Mixtral variant, whose value "
          "at balance is k instead of 1.", _aux_with(per_token=True)),
         ("the factor E (number of experts) is missing from the balancing loss: without it the loss is 1/E at an "
