@@ -59,7 +59,7 @@ router_skew why a fresh router is uneven on real text: the inputs' geometry and 
 moe_runs    notebook 05's training runs: an MoE LM beside dense baselines, over seeds and learning rates (shipped)
 moe_capacity_cost what a capacity factor costs a trained MoE LM in fit, against dropless (shipped)
 mixtral_pooled Hugging Face's pooled Mixtral balance loss, written out (tested against transformers)
-moe_expert_count notebook 05's expert-count sweep: E = 1-16 top-1 experts with the same expert work per fact, and the dense line at each E's active parameters (shipped)
+moe_expert_count notebook 05's expert-count sweep: E = 1-16 top-1 experts with the same expert work per fact, the dense line at each E's active parameters, and E = 8 against both dense lines at 300 steps (shipped)
 moe_zloss   notebook 05's z-loss study: the MoE LM trained with and without the router z-loss (shipped)
 moe_no_ffn  notebook 05's control: the same LM with no FFN at all, 15 steps (shipped)
 moe_collapse notebook 05's collapse and recovery: the balancing loss switched on mid-run in a pushed MoE LM (shipped)
