@@ -43,7 +43,7 @@ from helpers.superposition import best_cosines
 
 __all__ = ["NEURON_TOY", "NEURON_TOY_PATH", "train_neuron_toys", "neuron_hidden", "features_per_neuron",
            "neuron_directions", "represented", "recovered_features", "recovery_arms", "neuron_toy_runs", "load_neuron_toy",
-           "SPARSITY_CONTRAST", "NEURON_TOY_SPARSITY_PATH", "load_neuron_toy_sparsity", "sparsity_table"]
+           "SPARSITY_CONTRAST", "K_SWEEP", "NEURON_TOY_SPARSITY_PATH", "k_sweep_line", "load_neuron_toy_sparsity", "sparsity_table"]
 
 NEURON_TOY_PATH = Path(__file__).resolve().parent / "data" / "neuron_toy.json"
 NEURON_TOY_SPARSITY_PATH = Path(__file__).resolve().parent / "data" / "neuron_toy_sparsity.json"
@@ -51,6 +51,7 @@ NEURON_TOY = {"n_features": 10, "n_hidden": 5, "importance_decay": 0.75, "sparsi
               "n_inputs": 2000, "n_directions": 40, "k": 1, "dictionary_steps": 2000, "lr": 1e-2,
               "weight_threshold": 0.5, "cosine": 0.95}
 SPARSITY_CONTRAST = ((0.5, 5), (0.7, 3))     # (S, k): the less sparse settings; S = 0.9 (k = 1) is NEURON_TOY
+K_SWEEP = (1, 2, 3)                           # smaller k at the densest setting (k = 5 equals the 5 neurons)
 
 
 def train_neuron_toys(seeds: Sequence[int], *, sparsity: float = 0.9, n_features: int = 10, n_hidden: int = 5,
@@ -162,7 +163,8 @@ def load_neuron_toy(path: Path = NEURON_TOY_PATH) -> dict:
 
 
 def load_neuron_toy_sparsity(path: Path = NEURON_TOY_SPARSITY_PATH) -> dict:
-    """The shipped contrast (``python -m helpers.neuron_toy --contrast``): ``{"S": {"k": .., runs..}}``."""
+    """The shipped contrast (``python -m helpers.neuron_toy --contrast``): ``{"runs": {"S": {"k": .., runs..}},
+    "k_sweep": {"sparsity": S, "recovered, random start": {"k": per seed}}}``."""
     return json.loads(Path(path).read_text())
 
 
@@ -186,14 +188,30 @@ def sparsity_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def k_sweep_line(contrast: dict, neurons: Sequence[int]) -> str:
+    """One line: at the sweep's sparsity, the random-start dictionary's mean recovered count at each smaller k,
+    beside ``neurons`` (the neurons' own recovered counts there, per seed)."""
+    sweep = contrast["k_sweep"]
+    mean = lambda v: sum(v) / len(v)
+    return (f"S = {sweep['sparsity']:g}, random start with k = " + ", ".join(sweep["recovered, random start"])
+            + ": mean recovered " + ", ".join(f"{mean(v):.1f}" for v in sweep["recovered, random start"].values())
+            + f" (the neurons: {mean(neurons):.1f}; the dictionary lower in "
+            + ", ".join(f"{sum(a < b for a, b in zip(v, neurons))}" for v in sweep["recovered, random start"].values())
+            + f" of {len(neurons)} seeds)")
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--contrast", action="store_true", help="the less sparse settings of SPARSITY_CONTRAST")
     args = parser.parse_args(argv)
     if args.contrast:
-        out = {str(s): {"k": k, **neuron_toy_runs(range(15), {**NEURON_TOY, "sparsity": s, "k": k})}
-               for s, k in SPARSITY_CONTRAST}
+        out = {"runs": {str(s): {"k": k, **neuron_toy_runs(range(15), {**NEURON_TOY, "sparsity": s, "k": k})}
+                        for s, k in SPARSITY_CONTRAST}}
+        s = SPARSITY_CONTRAST[0][0]                 # the densest setting: does a smaller k change who wins?
+        out["k_sweep"] = {"sparsity": s, "recovered, random start": {
+            str(k): neuron_toy_runs(range(15), {**NEURON_TOY, "sparsity": s, "k": k})["recovered"]["random start, trained"]
+            for k in K_SWEEP}}
         path = args.out or NEURON_TOY_SPARSITY_PATH
         path.write_text(json.dumps(out, indent=1) + "\n")
         return path

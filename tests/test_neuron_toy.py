@@ -53,7 +53,8 @@ def test_random_directions_lie_in_the_positive_orthant_and_are_seeded():
 
 def test_the_sparsity_contrast_file_recomputes_seed_0():
     from helpers.neuron_toy import SPARSITY_CONTRAST, load_neuron_toy_sparsity, sparsity_table
-    filed = load_neuron_toy_sparsity()
+    contrast = load_neuron_toy_sparsity()
+    filed = contrast["runs"]
     assert [(float(s), filed[s]["k"]) for s in filed] == list(SPARSITY_CONTRAST)
     s, k = SPARSITY_CONTRAST[0]
     live = neuron_toy_runs([0], {**NEURON_TOY, "sparsity": s, "k": k})
@@ -61,3 +62,6 @@ def test_the_sparsity_contrast_file_recomputes_seed_0():
     assert {n: v[0] for n, v in live["recovered"].items()} == {n: v[0] for n, v in filed[str(s)]["recovered"].items()}
     table = sparsity_table({**filed, "0.9": {"k": 1, **load_neuron_toy()}})
     assert "S = 0.5 (k = 5)" in table and "S = 0.9 (k = 1)" in table
+    from helpers.neuron_toy import K_SWEEP, k_sweep_line
+    assert list(contrast["k_sweep"]["recovered, random start"]) == [str(k) for k in K_SWEEP]
+    assert "k = 1, 2, 3" in k_sweep_line(contrast, filed[str(s)]["recovered"]["the neurons themselves"])
