@@ -23,6 +23,9 @@ What is read off it:
 
 ``neuron_toy_runs`` does this for several seeds; ``python -m helpers.neuron_toy`` writes
 ``helpers/data/neuron_toy.json`` (fifteen seeds, about 10 CPU-seconds), which notebook 09 reads beside a live seed 0.
+``python -m helpers.neuron_toy --contrast`` writes ``helpers/data/neuron_toy_sparsity.json`` (about 20 CPU-seconds):
+the same fifteen seeds at the less sparse settings of ``SPARSITY_CONTRAST``, each dictionary's ``k`` the expected
+number of features on per input, ``n (1 - S)``. ``sparsity_table`` reads the two files side by side.
 """
 
 from __future__ import annotations
@@ -39,12 +42,16 @@ from helpers.dictionary import STARTS, train_dictionaries
 from helpers.superposition import best_cosines
 
 __all__ = ["NEURON_TOY", "NEURON_TOY_PATH", "train_neuron_toys", "neuron_hidden", "features_per_neuron",
-           "neuron_directions", "represented", "recovered_features", "recovery_arms", "neuron_toy_runs", "load_neuron_toy"]
+           "neuron_directions", "represented", "recovered_features", "recovery_arms", "neuron_toy_runs", "load_neuron_toy",
+           "SPARSITY_CONTRAST", "K_SWEEP", "NEURON_TOY_SPARSITY_PATH", "k_sweep_line", "load_neuron_toy_sparsity", "sparsity_table"]
 
 NEURON_TOY_PATH = Path(__file__).resolve().parent / "data" / "neuron_toy.json"
+NEURON_TOY_SPARSITY_PATH = Path(__file__).resolve().parent / "data" / "neuron_toy_sparsity.json"
 NEURON_TOY = {"n_features": 10, "n_hidden": 5, "importance_decay": 0.75, "sparsity": 0.9, "steps": 1000,
               "n_inputs": 2000, "n_directions": 40, "k": 1, "dictionary_steps": 2000, "lr": 1e-2,
               "weight_threshold": 0.5, "cosine": 0.95}
+SPARSITY_CONTRAST = ((0.5, 5), (0.7, 3))     # (S, k): the less sparse settings; S = 0.9 (k = 1) is NEURON_TOY
+K_SWEEP = (1, 2, 3)                           # smaller k at the densest setting (k = 5 equals the 5 neurons)
 
 
 def train_neuron_toys(seeds: Sequence[int], *, sparsity: float = 0.9, n_features: int = 10, n_hidden: int = 5,
@@ -155,10 +162,60 @@ def load_neuron_toy(path: Path = NEURON_TOY_PATH) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def load_neuron_toy_sparsity(path: Path = NEURON_TOY_SPARSITY_PATH) -> dict:
+    """The shipped contrast (``python -m helpers.neuron_toy --contrast``): ``{"runs": {"S": {"k": .., runs..}},
+    "k_sweep": {"sparsity": S, "recovered, random start": {"k": per seed}}}``."""
+    return json.loads(Path(path).read_text())
+
+
+def _span(values: Sequence[int]) -> str:
+    return f"{sum(values) / len(values):.1f} ({min(values)}-{max(values)})"
+
+
+def sparsity_table(runs: dict) -> str:
+    """One column per sparsity (``runs``: ``{S: neuron_toy_runs output with its "k"}``), ranges over the seeds:
+    single-feature neurons, represented features, and the recovered counts of three arms."""
+    cols = sorted(runs, key=float)
+    head = "".join(f"S = {float(s):g} (k = {runs[s]['k']})".rjust(18) for s in cols)
+    rows = [("neurons with a single feature", lambda r: [sum(n == 1 for n in f) for f in r["features_per_neuron"]]),
+            ("represented features, of 10", lambda r: r["represented"]["trained"]),
+            ("recovered: random start", lambda r: r["recovered"]["random start, trained"]),
+            ("recovered: the neurons", lambda r: r["recovered"]["the neurons themselves"]),
+            ("recovered: random directions", lambda r: r["recovered"]["random directions"])]
+    seeds = runs[cols[0]]["seeds"]
+    lines = [f"seeds {seeds[0]}-{seeds[-1]}: mean (range)".ljust(32) + head]
+    lines += [f"  {name:30s}" + "".join(_span(get(runs[s])).rjust(18) for s in cols) for name, get in rows]
+    return "\n".join(lines)
+
+
+def k_sweep_line(contrast: dict, neurons: Sequence[int]) -> str:
+    """One line: at the sweep's sparsity, the random-start dictionary's mean recovered count at each smaller k,
+    beside ``neurons`` (the neurons' own recovered counts there, per seed)."""
+    sweep = contrast["k_sweep"]
+    mean = lambda v: sum(v) / len(v)
+    return (f"S = {sweep['sparsity']:g}, random start with k = " + ", ".join(sweep["recovered, random start"])
+            + ": mean recovered " + ", ".join(f"{mean(v):.1f}" for v in sweep["recovered, random start"].values())
+            + f" (the neurons: {mean(neurons):.1f}; the dictionary lower in "
+            + ", ".join(f"{sum(a < b for a, b in zip(v, neurons))}" for v in sweep["recovered, random start"].values())
+            + f" of {len(neurons)} seeds)")
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=NEURON_TOY_PATH)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--contrast", action="store_true", help="the less sparse settings of SPARSITY_CONTRAST")
     args = parser.parse_args(argv)
+    if args.contrast:
+        out = {"runs": {str(s): {"k": k, **neuron_toy_runs(range(15), {**NEURON_TOY, "sparsity": s, "k": k})}
+                        for s, k in SPARSITY_CONTRAST}}
+        s = SPARSITY_CONTRAST[0][0]                 # the densest setting: does a smaller k change who wins?
+        out["k_sweep"] = {"sparsity": s, "recovered, random start": {
+            str(k): neuron_toy_runs(range(15), {**NEURON_TOY, "sparsity": s, "k": k})["recovered"]["random start, trained"]
+            for k in K_SWEEP}}
+        path = args.out or NEURON_TOY_SPARSITY_PATH
+        path.write_text(json.dumps(out, indent=1) + "\n")
+        return path
+    args.out = args.out or NEURON_TOY_PATH
     out = {"config": NEURON_TOY, **neuron_toy_runs(range(15))}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     return args.out

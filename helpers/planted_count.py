@@ -37,7 +37,7 @@ from helpers.dictionary import fvu, train_dictionaries
 from helpers.dictionary_study import RECIPE
 from helpers.superposition import best_cosines
 
-__all__ = ["PLANTED_COUNT_PATH", "SETS", "CONTROLS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "count_table", "main"]
+__all__ = ["PLANTED_COUNT_PATH", "SETS", "CONTROLS", "BUDGETS", "planted_rows", "run", "load", "summary_lines", "count_table", "count_line", "main"]
 
 PLANTED_COUNT_PATH = Path(__file__).resolve().parent / "data" / "planted_count.json"
 #: name -> (directions, of them strong, strong scale)
@@ -143,6 +143,22 @@ def count_table(record: dict, neurons: Sequence[dict]) -> str:
         lines.append(f"  {label:44s}" + "".join(
             f"{span([r['used'] for r in record[key][name][str(steps)]]):>22s}" for steps, _ in BUDGETS))
     return "\n".join(lines)
+
+
+def count_line(record: dict, neurons: dict) -> str:
+    """``count_table``'s longest budget in one line: features used by the dictionary on the real neurons
+    (``neurons``: that budget's ``helpers.neuron_dictionary`` file) beside each planted set (min–max)."""
+    steps, lr = BUDGETS[-1]
+    def span(values: list[int]) -> str:
+        return f"{min(values)}–{max(values)}"
+    real = span([e["used"] for v in neurons["models"].values() for e in v])
+    sets = [("runs_centred_controls", n, spec) for n, spec in CONTROLS.items() if "runs_centred_controls" in record]
+    sets += [("runs_centred", n, spec) for n, spec in SETS.items()]
+    planted = ", ".join(f"{n_true}{'' if name.startswith('uniform') else ' ' + name}: "
+                        f"{span([r['used'] for r in record[key][name][str(steps)]])}"
+                        for key, name, (n_true, _, _) in sets)
+    return (f"features used of {RECIPE['n_features']} ({steps:,} steps at {lr:g}, centred): the {D} real neurons "
+            f"{real}; planted directions {planted}")
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

@@ -37,6 +37,7 @@ from helpers import validate
 from helpers.progress import progress as progress_bar
 
 __all__ = ["ToyModels", "train_toy_models", "train_toy_with", "feature_norms", "interference", "dimensions_per_feature",
+           "feature_dimensionality",
            "toy_hidden", "best_cosines", "random_cosine_median", "planted_features", "planted_pairs", "PHASES",
            "phase_diagram", "load_phase", "make_phase"]
 
@@ -184,6 +185,17 @@ def dimensions_per_feature(W: torch.Tensor) -> torch.Tensor:
     """``m / ‖W‖_F²``: ``(..., m, n) -> (...)``. 1 = a dimension per represented feature; ½ = antipodal pairs."""
     validate.float_tensor("W", W, min_dims=2)
     return W.shape[-2] / (W ** 2).sum(dim=(-2, -1))
+
+
+def feature_dimensionality(W: torch.Tensor) -> torch.Tensor:
+    """Elhage et al.'s (2022) dimensionality of each feature, ``D_i = ‖W_i‖² / Σ_j (Ŵ_i · W_j)²``
+    (``Ŵ_i = W_i / ‖W_i‖``, the sum over all j including i): ``(..., m, n) -> (..., n)``. 1 for a feature with a
+    dimension to itself, ½ for one of an antipodal pair, 2/5 for one of a pentagon; 0 for a column of zeros."""
+    validate.float_tensor("W", W, min_dims=2)
+    norms = W.norm(dim=-2)                                                        # (..., n)
+    unit = W / norms.clamp_min(1e-12).unsqueeze(-2)
+    overlap = (unit.transpose(-2, -1) @ W) ** 2                                   # (..., n, n): (Ŵ_i · W_j)²
+    return torch.where(norms > 0, norms ** 2 / overlap.sum(-1).clamp_min(1e-300), torch.zeros_like(norms))
 
 
 def toy_hidden(W: torch.Tensor, sparsity: float, n: int, seed: int = 0) -> torch.Tensor:

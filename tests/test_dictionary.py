@@ -322,3 +322,16 @@ def test_frame_bound_is_met_by_a_tight_frame_and_beaten_by_no_random_set():
     for _ in range(20):
         u = torch.randn(5, 17, generator=gen, dtype=torch.float64)
         assert mean_squared_cosine(u / u.norm(dim=0)) >= frame_bound(17, 5) - 1e-12
+
+
+def test_feature_dimensionality_gives_the_sticky_fractions():
+    import math
+    from helpers.superposition import feature_dimensionality
+    eye = torch.eye(3, dtype=torch.float64)
+    assert torch.allclose(feature_dimensionality(eye), torch.ones(3, dtype=torch.float64))
+    pair = torch.tensor([[1.0, -1.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)       # an antipodal pair, a zero
+    assert torch.allclose(feature_dimensionality(pair), torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
+    angles = torch.arange(5, dtype=torch.float64) * 2 * math.pi / 5
+    pentagon = torch.stack([angles.cos(), angles.sin()])                               # (2, 5)
+    assert torch.allclose(feature_dimensionality(pentagon), torch.full((5,), 0.4, dtype=torch.float64))
+    assert torch.allclose(feature_dimensionality(3 * pentagon), torch.full((5,), 0.4, dtype=torch.float64))

@@ -411,6 +411,17 @@ def test_toy_forward_matches_the_trainer_and_a_float_loss_is_told():
         return x_hat, torch.einsum("bi,i->b", (x - x_hat) ** 2, importance).mean()
     assert check_toy_forward.evaluate(by_einsum).status == PASSED
 
+    def detached(W, b, x, importance):                  # right values, but loss.backward() cannot run on it
+        x_hat, loss = by_einsum(W, b, x, importance)
+        return x_hat, loss.detach()
+
+    def under_no_grad(W, b, x, importance):
+        with torch.no_grad():
+            return by_einsum(W, b, x, importance)
+    for fn in (detached, under_no_grad):
+        result = check_toy_forward.evaluate(fn)
+        assert result.status == FAILED and "backward" in result.line(), result.line()
+
 
 # ---- exercise 7: one training step of a TopK dictionary
 def _step_by_hand(W_enc, b_enc, W_dec, b_dec, x, k, lr):

@@ -49,3 +49,19 @@ def test_random_directions_lie_in_the_positive_orthant_and_are_seeded():
     arms = recovery_arms(W1, neuron_hidden(W1, 0.5, 20), (torch.eye(1, dtype=torch.float64),) * 2, seed=0,
                          config={**NEURON_TOY, "n_directions": 5})
     assert arms["random directions"] == arms["the neurons themselves"] == 2
+
+
+def test_the_sparsity_contrast_file_recomputes_seed_0():
+    from helpers.neuron_toy import SPARSITY_CONTRAST, load_neuron_toy_sparsity, sparsity_table
+    contrast = load_neuron_toy_sparsity()
+    filed = contrast["runs"]
+    assert [(float(s), filed[s]["k"]) for s in filed] == list(SPARSITY_CONTRAST)
+    s, k = SPARSITY_CONTRAST[0]
+    live = neuron_toy_runs([0], {**NEURON_TOY, "sparsity": s, "k": k})
+    assert live["features_per_neuron"][0] == filed[str(s)]["features_per_neuron"][0]
+    assert {n: v[0] for n, v in live["recovered"].items()} == {n: v[0] for n, v in filed[str(s)]["recovered"].items()}
+    table = sparsity_table({**filed, "0.9": {"k": 1, **load_neuron_toy()}})
+    assert "S = 0.5 (k = 5)" in table and "S = 0.9 (k = 1)" in table
+    from helpers.neuron_toy import K_SWEEP, k_sweep_line
+    assert list(contrast["k_sweep"]["recovered, random start"]) == [str(k) for k in K_SWEEP]
+    assert "k = 1, 2, 3" in k_sweep_line(contrast, filed[str(s)]["recovered"]["the neurons themselves"])

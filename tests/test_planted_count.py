@@ -60,3 +60,11 @@ def test_the_count_table_sets_the_neurons_beside_the_planted_sets_at_both_budget
     assert table[2].lstrip().startswith("96 planted, uniform") and "127–136" in table[2]   # no superposition
     assert table[3].lstrip().startswith("192 planted, uniform") and "177–186" in table[3]
     assert "185–199" in table[4]                      # the shipped uniform set, centred, 10× longer
+
+
+def test_the_count_line_reads_the_longer_budget_in_one_line():
+    from helpers.planted_count import count_line
+    neurons = {"models": {"0": [{"used": 74}], "1": [{"used": 109}]}}
+    line = count_line(load(), neurons)
+    assert "\n" not in line and "10,000 steps at 0.01" in line
+    assert "real neurons 74–109" in line and "96: 127–136" in line and "256: 185–199" in line

@@ -27,9 +27,12 @@ checker                         kind       your function                        
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from helpers.exercises.engine import Case, Corner, Domain, Exercise, _fresh
+from helpers.exercises.returns import Returns, type_name
 from helpers.exercises.verdict import FAILED, NOT_ATTEMPTED
 
 
@@ -770,7 +773,9 @@ def _toy_cases() -> list[Case]:
         b = bias + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
         return W, b, x, 0.9 ** torch.arange(n, dtype=torch.float64)
 
-    cases = [Case(toy(16, 5, 20, 0.9), note="W (5, 20), x (16, 20) at S = 0.9, I = 0.9^i"),
+    W, b, x, importance = toy(16, 5, 20, 0.9)
+    cases = [Case((W.requires_grad_(), b.requires_grad_(), x, importance),
+                  note="W (5, 20), x (16, 20) at S = 0.9, I = 0.9^i; W and b require grad, as in training"),
              Case(toy(8, 3, 6, 0.0), note="dense x (8, 6), W (3, 6)"),
              Case(toy(1, 2, 4, 0.5), note="a batch of one: x (1, 4), W (2, 4)"),
              Case(toy(6, 1, 5, 0.3), note="one hidden dimension: W (1, 5)"),
@@ -803,6 +808,28 @@ _TOY_DOMAIN = Domain(
 )
 
 
+@dataclass(frozen=True)
+class _DifferentiableLoss(Returns):
+    """The loss, item 1: a one-element tensor, still attached to the graph on a case whose W requires grad."""
+
+    def problem(self, result, where: str = "", args: tuple = ()) -> str | None:
+        try:
+            loss = self.part(result)
+        except Exception:
+            return None
+        attached = torch.is_tensor(loss) and loss.numel() == 1 and (loss.requires_grad or not args[0].requires_grad)
+        if attached:
+            return None
+        on = f" on {where}" if where else ""
+        return (f"the loss is {type_name(loss)}{on}, which loss.backward() cannot differentiate; the statement asks "
+                f"for {self.wanted}. {self.advice}")
+
+
+_TOY_RETURNS = _DifferentiableLoss(
+    "a 0-dim tensor that autograd can differentiate", lambda loss: True, item=1, name="the loss",
+    advice="Keep it a tensor: no float(), .item(), .detach() or torch.no_grad() on the way.")
+
+
 def _toy_wrong(kind: str):
     def wrong(W, b, x, importance):
         pre = x @ W.T @ W + b
@@ -833,7 +860,7 @@ check_toy_forward = Exercise(
         ("the loss sums over the rows; average the per-row weighted error over the batch instead.",
          _toy_wrong("sum rows")),
     ],
-    atol=1e-9, rtol=1e-9, kind="build", domain=_TOY_DOMAIN,
+    atol=1e-9, rtol=1e-9, kind="build", domain=_TOY_DOMAIN, returns=_TOY_RETURNS,
 )
 
 
