@@ -71,12 +71,11 @@ tensor_parallel the FFN split Megatron's way (columns of W1, rows of W2) over pr
 fully_sharded the FFN's weights sharded over processes (ZeRO-3/FSDP): all-gather, reduce-scatter
 inference   arithmetic intensity on published hardware, decode vs prefill, an MoE's bytes per step, Mixtral's count
 real_code   transformers' own FFN and MoE modules (GPT-2 … gpt-oss) from tiny configurations, with the course's weights
-superposition the toy model of superposition (n sparse features through m < n dimensions)
+superposition the toy model of superposition (n sparse features through m < n dimensions), with per-feature dimensionality
 toy_runs    notebook 09's toy models of superposition and their dictionaries, seeds 0-4 (shipped)
-neuron_toy  notebook 09's "ReLU hidden layer" toy: polysemantic neurons and a dictionary on them (shipped)
+neuron_toy  notebook 09's "ReLU hidden layer" toy: polysemantic neurons and a dictionary on them, at three sparsities (shipped)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
-dictionary_sizes notebook 09's F-sweep: held-out FVU and dead features per dictionary size (shipped)
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
 neuron_dictionary notebook 09's section 6.1: a random-start dictionary on the fact model's neurons against the neurons (shipped)
