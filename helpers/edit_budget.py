@@ -1,5 +1,8 @@
 """How a ROME edit's budget trades efficacy against specificity (notebook 03, section 8).
 
+Notebook 03 reads ``paraphrase_answers``, ``keep_values`` and ``keep_summary``; the other shipped runs (budgets,
+sites, single key) are no longer read there; they stay shipped and tested.
+
 The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the country, with 40 Adam steps
 and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere,
 and at what cost? ``budget_runs`` repeats those edits at other budgets (40, 200 or 1000 steps, with and
@@ -40,7 +43,7 @@ country's four keys (the notebook's ``k*``) and on the edited capital prompt's o
 
     python -m helpers.edit_budget --single-key   # writes helpers/data/edit_single_key.json (about a minute of CPU)
 
-``spearman_holm`` (from ``helpers.stats``) judges the notebook's rank correlations across seeds (trace against edit
+``spearman_holm`` (from ``helpers.stats``) judges rank correlations across seeds (trace against edit
 success) under Holm's step-down, against the exact null of Spearman's ρ (``spearman_null``).
 """
 
@@ -55,7 +58,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.stats import spearman_holm, spearman_null  # re-exported: notebook 03 calls them from here
+from helpers.stats import spearman_holm, spearman_null  # re-exported: the tests call them from here
 from helpers.editing import (edit_effects, edit_scales, key_second_moment, mean_keys, preferences, rome_edits,
                              template_ids)
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
