@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import Normalize
@@ -60,6 +61,18 @@ def hidden_map(variant: str, grid: torch.Tensor, gate_angle: float = GATE_ANGLE,
     return one_unit(variant, gate_angle, content_angle).hidden(grid)[..., 0]
 
 
+def _inner_points(lines, margin: float = 0.75) -> list[tuple[float, float]]:
+    """One point per contour piece, the middle of its part inside ``margin × LIMIT``: where ``clabel`` puts that
+    piece's label, so no label is clipped at a panel's edge (pieces wholly near the edge get none)."""
+    points = []
+    for pieces in lines.allsegs:
+        for piece in pieces:
+            inside = piece[(np.abs(piece) < margin * LIMIT).all(axis=1)]
+            if len(inside):
+                points.append(tuple(inside[len(inside) // 2]))
+    return points
+
+
 def draw_unit_maps(axes: Sequence[Axes], variants: Sequence[str], gate_angle: float = GATE_ANGLE,
                    content_angle: float = CONTENT_ANGLE, points: int = 241):
     """One panel per variant: ``m(x)`` on one diverging colour scale (clipped at ±``LIMIT``), contours labelled
@@ -73,7 +86,7 @@ def draw_unit_maps(axes: Sequence[Axes], variants: Sequence[str], gate_angle: fl
         image = ax.imshow(m, origin="lower", extent=(-LIMIT, LIMIT, -LIMIT, LIMIT), cmap="RdBu_r", norm=norm)
         lines = ax.contour(x1.numpy(), x2.numpy(), m, levels=[-2, -1, -0.25, 0.25, 1, 2], colors="k",
                            linewidths=0.6)                    # dashed where m < 0 (matplotlib's default)
-        ax.clabel(lines, fontsize=7, fmt="%g")                # each line's value of m
+        ax.clabel(lines, fontsize=7, fmt="%g", manual=_inner_points(lines))   # each line's value of m, inside
         arrows = [(gate_angle, GATE_ARROW)] + ([(content_angle, CONTENT_ARROW)] if VARIANTS[name][1] else [])
         for angle, color in arrows:
             u = unit_vector(angle)[0]

@@ -8,16 +8,19 @@ three noise-free targets ``R^8 -> R^8`` of Gaussian inputs, each built from 32 (
 * ``gate``: ``y = Σ_j ReLU(x·u_j)(x·v_j) c_j`` (same draws): a ReGLU FFN of width 32, the gate's own shape;
 * ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 64 directions, no product: a dense GELU FFN of width 64.
 
-The arms: dense GELU, Swish and ReLU; dense FFNs with a squared activation, ``a²`` and squared ReLU (Primer), which form
-products without a gate since ``(u·x)(v·x) = ¼[((u+v)·x)² − ((u−v)·x)²]``; gated GEGLU and SwiGLU. Each target is
-scaled to unit variance per output over the test inputs. Every arm is trained full batch with Adam and a cosine
+The arms: dense GELU and Swish (smooth like GELU but no target's kind); dense FFNs with a squared activation, ``a²``
+and squared ReLU (Primer), which form products without a gate since ``(u·x)(v·x) = ¼[((u+v)·x)² − ((u−v)·x)²]``;
+gated Bilinear (the product target's own kind), ReGLU (the gate target's own kind), GEGLU and SwiGLU; and a dense
+GELU FFN of the gated arms' width, 21 units (365 parameters), which separates "a product unit" from "more units": a
+gated arm has as many units as it and as many parameters as the width-32 GELU. (A second model size is not run: it
+would double the data file's CPU time.) Each target is scaled to unit variance per output over the test inputs. Every arm is trained full batch with Adam and a cosine
 schedule on 512 inputs for ``STEPS`` steps; the score is the held-out error as a fraction of the target's
 variance, ``FVU = MSE / Var(y)`` on 2,048 fresh inputs. Within a seed, every arm sees the same target and data.
 Each arm's learning rate is its best of ``LRS`` (lowest mean log FVU) on the sweep seeds, per target; the test
 seeds are others. Comparisons are paired over seeds on ``ln FVU`` (a ratio of errors), judged with
 ``helpers.stats.holm`` over ``family``'s rows.
 
-Too slow to run live (a few minutes of CPU); made by
+Too slow to run live (about 7 CPU-minutes); made by
 
     python -m helpers.gate_product      # writes helpers/data/gate_product.json
 
@@ -42,15 +45,17 @@ from helpers.stats import PairedDifference, holm, paired_difference
 DATA_PATH = Path(__file__).parent / "data" / "gate_product.json"
 D, N_TRAIN, N_TEST, PAIRS = 8, 512, 2048, 32
 STEPS = 1000
-LRS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 SWEEP_SEEDS = (100, 101, 102)
 TEST_SEEDS = tuple(range(24))
-DENSE, SQUARED, GATED = ("gelu", "relu", "swish"), ("square", "relu2"), ("geglu", "swiglu")
-VARIANTS = DENSE + SQUARED + GATED
+DENSE, SQUARED, GATED = ("gelu", "swish"), ("square", "relu2"), ("bilinear", "reglu", "geglu", "swiglu")
+NARROW = "gelu21"                                      # dense GELU with the gated arms' 21 units
+VARIANTS = DENSE + (NARROW,) + SQUARED + GATED
 TARGETS = ("product", "gate", "control")
-ROWS = ([("swish", "gelu")] + [(v, "gelu") for v in SQUARED + GATED] + [(v, "swish") for v in SQUARED + GATED]
-        + [(v, "relu") for v in SQUARED + GATED] + [(g, "relu2") for g in GATED])  # (arm, reference), per target
-ARM_NAMES = {"square": "a²", "relu2": "ReLU²"}          # the two arms ``helpers.ffn.VARIANTS`` does not name
+SAME_PARAMS = [("swish", "gelu")] + [(v, "gelu") for v in SQUARED + GATED] + [(NARROW, "gelu")]
+SAME_UNITS = [(g, NARROW) for g in GATED]
+ROWS = SAME_PARAMS + SAME_UNITS                        # (arm, reference), per target: 12
+ARM_NAMES = {"square": "a²", "relu2": "ReLU²", NARROW: "GELU 21"}   # the arms ``helpers.ffn.VARIANTS`` does not name
 FLOOR = 1e-6                                           # float32 training's noise floor for an FVU
 
 
@@ -84,6 +89,8 @@ def _stacked_init(variant: str, seeds: Sequence[int]) -> list[torch.Tensor]:
         torch.manual_seed(seed)
         if variant in SQUARED:                                         # dense width 4d, as ReLU's init
             ffn = FFN(D, 4 * D, "relu", gated=False)
+        elif variant == NARROW:                                        # dense, the gated arms' width
+            ffn = FFN(D, FFN.from_variant("swiglu", D).d_ff, "gelu", gated=False)
         else:
             ffn = FFN.from_variant(variant, D)                         # biases on; gated width int(8d/3)
         layers = [ffn.w1] + ([ffn.w3] if ffn.gated else []) + [ffn.w2]
@@ -93,7 +100,7 @@ def _stacked_init(variant: str, seeds: Sequence[int]) -> list[torch.Tensor]:
 
 def _forward(variant: str, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """``FFN.forward`` for S seeds at once: ``x (S, N, D) -> (S, N, D)``."""
-    act = {"square": torch.square, "relu2": get_activation("relu2")}.get(variant)
+    act = {"square": torch.square, "relu2": get_activation("relu2"), NARROW: get_activation("gelu")}.get(variant)
     act = act or get_activation(FFN_VARIANTS[variant][0])
     lin = lambda w, b, z: torch.baddbmm(b.unsqueeze(1), z, w.transpose(1, 2))  # noqa: E731
     h = act(lin(params[0], params[1], x))
@@ -157,11 +164,10 @@ def arm_name(variant: str, names: dict[str, str]) -> str:
 
 
 def family(result: dict, names: dict[str, str]) -> dict[str, PairedDifference]:
-    """The section's family, paired over test seeds on ln FVU (negative: the first named is lower): per target,
-    Swish against GELU, each of a², ReLU², GEGLU and SwiGLU against GELU (the stronger plain dense FFN, and the
-    control target's own kind), against Swish (smooth and dense like GELU, but no target's kind: SwiGLU's dense twin)
-    and against ReLU (a dense FFN that forms no products and matches no target: Shazeer's baseline), and each gated
-    FFN against ReLU² (the stronger squared one): 15 rows per target, 45 in all."""
+    """The section's family, paired over test seeds on ln FVU (negative: the first named is lower), per target:
+    at the same parameters, Swish against GELU (smooth and dense like GELU but no target's kind), each of a², ReLU²,
+    Bilinear, ReGLU, GEGLU and SwiGLU against GELU, and GELU with 21 units against GELU with 32 (what the units
+    alone are worth); at the same units, each gated FFN against GELU 21: 12 rows per target, 36 in all."""
     rows: dict[str, PairedDifference] = {}
     for t in result["targets"]:
         for a, b in ROWS:
@@ -180,32 +186,36 @@ def _ratio(c: PairedDifference, floor: bool) -> str:
 
 def print_verdicts(result: dict, names: dict[str, str]) -> None:
     """Print each arm's held-out FVU per target (geometric mean over test seeds, with its rate) and the family's
-    Holm verdicts as a table: error ÷ GELU's (per-seed ratio, geometric mean), seeds lower/higher, verdict."""
+    Holm verdicts as a table in two blocks, same parameters (÷ GELU, 32 units) and same units (÷ GELU 21): the
+    per-seed error ratio (geometric mean), seeds lower/higher, verdict; then the doubled-length check."""
     seeds, sweep, targets = result["test_seeds"], result["sweep_seeds"], result["targets"]
-    print(f"FVU (held-out error ÷ target variance) after {result['steps']:,} steps, geometric mean over seeds "
-          f"{seeds[0]}-{seeds[-1]}; <{FLOOR:.0e}: float32's floor")
+    print(f"FVU = held-out error ÷ target variance after {result['steps']:,} steps, geometric mean over seeds "
+          f"{seeds[0]}-{seeds[-1]} (<{FLOOR:.0e}: float32's floor)")
     print(f"lr: each arm's best of {', '.join(f'{lr:g}' for lr in result['lrs'])} on seeds {sweep[0]}-{sweep[-1]}")
-    print(f"{'arm (parameters)':<18}" + "".join(f"{t + ': FVU, lr':>22}" for t in targets))
+    print(f"{'arm (parameters)':<20}" + "".join(f"{t + ': FVU, lr':>22}" for t in targets))
     for v in VARIANTS:
         cells = "".join(f"{_fvu(math.exp(float(log_fvu(result, t, v).mean()))):>14}  {result['best_lr'][t][v]:<6g}"
                         for t in targets)
-        print(f"{arm_name(v, names) + ' (' + str(result['params'][v]) + ')':<18}{cells}".rstrip())
+        print(f"{arm_name(v, names) + ' (' + str(result['params'][v]) + ')':<20}{cells}".rstrip())
     verdicts = {v.name: v for v in holm(family(result, names))}
-    print(f"error ÷ the other arm's, per seed, geometric mean; seeds lower/higher of {len(seeds)}; Holm over "
-          f"{len(verdicts)} rows ({len(ROWS)} per target, the Swish rows included)")
-    print((f"{'':<18}" + "".join(f"{t:^29}" for t in targets)).rstrip())
-    for a, b in ROWS:
-        cells = ""
-        for t in targets:
-            v = verdicts[f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"]
-            c, floor = v.comparison, float(log_fvu(result, t, a).exp().max()) < FLOOR
-            cells += f"{'×' + _ratio(c, floor):>8} {c.lower:>2}/{c.higher:<2} {v.verdict:<13}"
-        print(f"{arm_name(a, names) + ' ÷ ' + arm_name(b, names):<18}{cells}".rstrip())
-    flips = [f"{arm_name(v, names)} on {t}" for t in targets for v in SQUARED + GATED
+    print(f"\nerror ratio per seed (geometric mean), seeds lower/higher of {len(seeds)}, verdict "
+          f"(paired t on ln FVU, Holm over {len(verdicts)} rows)")
+    print((f"{'':<20}" + "".join(f"{t:^29}" for t in targets)).rstrip())
+    for title, rows in [("same parameters:", SAME_PARAMS), ("same units (21):", SAME_UNITS)]:
+        print(title)
+        for a, b in rows:
+            cells = ""
+            for t in targets:
+                v = verdicts[f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"]
+                c, floor = v.comparison, float(log_fvu(result, t, a).exp().max()) < FLOOR
+                cells += f"{'×' + _ratio(c, floor):>8} {c.lower:>2}/{c.higher:<2} {v.verdict:<13}"
+            print(f"  {arm_name(a, names) + ' ÷ ' + arm_name(b, names):<18}{cells}".rstrip())
+    arms = [v for v in VARIANTS if v in {a for a, _ in ROWS}]
+    flips = [f"{arm_name(v, names)} on {t}" for t in targets for v in arms
              if (result["double_steps_seed0"][t][v]["test"] < result["double_steps_seed0"][t]["gelu"]["test"])
              != (result["runs"][t][v][0]["test"] < result["runs"][t]["gelu"][0]["test"])]
-    print(f"seed 0 trained twice as long: {len(targets) * len(SQUARED + GATED) - len(flips)} of "
-          f"{len(targets) * len(SQUARED + GATED)} arm-target cells keep their side of GELU"
+    print(f"seed 0 trained twice as long: {len(targets) * len(arms) - len(flips)} of "
+          f"{len(targets) * len(arms)} arm-target cells keep their side of GELU"
           + (f" (not: {', '.join(flips)})" if flips else ""))
 
 

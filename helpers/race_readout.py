@@ -5,8 +5,8 @@ behind one call.
   each arm (tuned; every variant at 0.005 and 0.01; every variant but GLU at 0.02) and the step-size control, each
   with its own 95 % interval and its verdict under Holm over the 27-row family; the rows its gap-against-rate
   figure draws.
-* ``race_checks``: the two lines under those rows that the verdict reads: what lr ×1.05 alone buys each group, and
-  the FFN output size at initialisation with the output-size control (``race_verdicts(..., checks=True)``).
+* ``race_checks``: the two lines under those rows that the verdict reads: the tuned gap without its stalled seeds
+  (post hoc) and what lr ×1.05 alone buys each group (``race_verdicts(..., checks=True)``).
 * ``seed_curves``: every seed's answer-loss curve, ReLU and SwiGLU, at 0.005 and tuned (the figure the notebook
   used to show).
 * ``full_readout``: for a curious learner, ``print(full_readout())``: every check below (retraining three stored
@@ -206,7 +206,8 @@ def section_readout(race: VariantComparison, arms: Mapping[str, VariantCompariso
                              f"on the other {r.n}; without them {r.lower} lower, {r.higher} higher of {r.n}",
                              f"tuned runs above {stall_threshold:g} nats at step 100, of {len(arms['tuned'].seeds)}: "
                              + ", ".join(f"{VARIANT_NAMES[v]} {n}" for v, n in split.stuck.items())
-                             + f" ({split.seeds_any} seeds with GLU's)", *ends, fast_stall_line()])))
+                             + f" ({split.seeds_any} seeds with GLU's)", *ends, fast_stall_line(),
+                             *tuned_power_lines(arms)])))
     family = output_size_family(arms["lr 0.005"], matched)
     judged = {v.name: v for v in holm(family)}
     c = judged[f"matched {GROUP}"]
@@ -329,13 +330,13 @@ def kernel_note(reruns: Sequence[tuple[str, float]], arms: Mapping[str, VariantC
 @dataclass
 class GapRow:
     """One row of ``RaceVerdicts``: ``label``; ``lr`` (the shared rate, ``None`` for the tuned arm); ``GROUP``'s
-    mean per-seed gap (nats) with its own 95 % interval ``lo``-``hi``; ``n`` seeds; the Holm ``verdict``."""
+    mean per-seed gap (nats) with its own 95 % interval ``lo``-``hi`` (``None`` for a post-hoc row); ``n`` seeds; the Holm ``verdict``."""
 
     label: str
     lr: float | None
     mean: float
-    lo: float
-    hi: float
+    lo: float | None                                   # None: a post-hoc row, no interval
+    hi: float | None
     n: int
     verdict: str
 
@@ -353,31 +354,20 @@ class RaceVerdicts:
     notes: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
-        width = max(len(r.label) for r in self.rows.values()) + 1
-        shown = sum(r.verdict != "not resolved" for r in self.rows.values())
-        head = [f"{GROUP}, run-mean answer loss (nats), mean over seeds, its 95 % CI → verdict",
-                f"Holm over a {self.family_size}-row family ({self.family_size - 21} group and step-size rows, 21 "
-                f"variant − ReLU rows), {self.resolved} resolved; here the {len(self.rows)} rows the text reads "
-                f"({shown} resolved); all {self.family_size}: print(full_readout())"]
-        return "\n".join(head + [f"  {r.label + ',':<{width}} {r.n} seeds: {r.mean:+.3f}, CI {r.lo:+.2f} to "
-                                   f"{r.hi:+.2f} → {r.verdict}" for r in self.rows.values()] + self.notes)
+        width = max(len(r.label) for r in self.rows.values())
+        head = [f"{GROUP} (nats)" + " " * max(0, width - len(GROUP) - 7)
+                + f"  seeds    mean   95 % CI         verdict (Holm over {self.family_size} rows)"]
+        ci = lambda r: " " * 14 if r.lo is None else f"{r.lo:+.2f} to {r.hi:+.2f}"  # noqa: E731
+        return "\n".join(head + [f"{r.label:<{width}}  {r.n:>5}  {r.mean:+.3f}   {ci(r)}   {r.verdict}"
+                                  for r in self.rows.values()] + self.notes)
 
 
 def race_checks(arms: Mapping[str, VariantComparison]) -> list[str]:
-    """The checks the notebook's verdict reads, one line each: what lr ×1.05 alone buys each group at 0.005
-    (``step_size_gains``), and the FFN output size at initialisation with the output-size control (W2 scaled to
-    ReLU's output size at 0.005, its own Holm family, as in ``full_readout``), and ``tuned_power_lines``."""
-    from helpers.gating import init_rms_controls
+    """The number line under the verdict rows that the notebook reads: what lr ×1.05 alone buys each group at 0.005
+    (``step_size_gains``). The output-size control and the tuning seeds' own reading are in ``full_readout``."""
     gains = step_size_gains(arms["lr 0.005"])
-    family = output_size_family(arms["lr 0.005"], init_rms_controls())
-    c = {v.name: v for v in holm(family)}[f"matched {GROUP}"]
-    rms = {v: float(x.mean()) for v, x in init_output_rms(seeds=range(5)).items()}
-    return ["at lr 0.005, what ×1.05 alone buys each group: "
-            + ", ".join(f"{k.split()[0]} {p.mean:+.3f} nats" for k, p in gains.items()),
-            f"FFN output RMS at initialisation: gated {np.mean([rms[v] for v in GATED_NO_SIGMOID]):.2f}, dense "
-            f"{np.mean([rms[v] for v in DENSE]):.2f}; with W2 scaled to ReLU's output size, at lr 0.005 the gated "
-            f"lead is {c.comparison.mean:+.3f} nats → {c.verdict} (its own Holm family of {len(family)})",
-            *tuned_power_lines(arms)]
+    return ["lr ×1.05 alone, at 0.005: "
+            + ", ".join(f"{k.split()[0]} {p.mean:+.3f} nats" for k, p in gains.items())]
 
 
 def tuned_power_lines(arms: Mapping[str, VariantComparison], threshold: float = 4.0) -> list[str]:
@@ -432,7 +422,8 @@ def seed_curves(race=None, rerun: torch.Tensor | None = None):
 
 def race_verdicts(arms: Mapping[str, VariantComparison], family_fn, checks: bool = False) -> RaceVerdicts:
     """The verdict rows the notebook reads (``RaceVerdicts``), from the 27-row family ``family_fn(arms)``
-    (``helpers.gating.race_family_with_controls``) judged by Holm; ``checks``: add ``race_checks``' two lines."""
+    (``helpers.gating.race_family_with_controls``) judged by Holm; ``checks``: add the tuned gap without its seeds
+    that stall (a run above 4 nats at step 100; post hoc, no interval or verdict) and ``race_checks``' line."""
     verdicts = {v.name: v for v in holm(family_fn(arms))}
 
     def row(label: str, name: str, lr: float | None) -> GapRow:
@@ -441,11 +432,16 @@ def race_verdicts(arms: Mapping[str, VariantComparison], family_fn, checks: bool
         return GapRow(label, lr, v.comparison.mean, lo, hi, v.comparison.n, v.verdict)
     rows = {}                                          # the clean control first: 0.005, then dense alone ×1.05
     for arm in ("0.005", "0.01", f"{FAST_SHARED_LR:g}"):
-        rows[arm] = row(_arm_label(arm), f"{GROUP}, lr {arm}", float(arm))
+        label = f"every variant{' but GLU' if float(arm) == FAST_SHARED_LR else ''} at lr {arm}"
+        rows[arm] = row(label, f"{GROUP}, lr {arm}", float(arm))
         if arm == "0.005":
             name = next(k for k in verdicts if k.startswith(f"{GROUP}, dense alone"))
-            rows["dense ×1.05"] = row("  the same, but dense alone at lr ×1.05", name, 0.005 * 1.05)
+            rows["dense ×1.05"] = row("  the same, dense alone at 0.00525 (×1.05)", name, 0.005 * 1.05)
     rows["tuned"] = row("tuned, each variant at its best rate", f"{GROUP}, tuned", None)
+    if checks:                                         # post hoc: no interval, no verdict
+        split = split_stalled_seeds(arms["tuned"], threshold=4.0)
+        rows["tuned, no stalls"] = GapRow(f"  the same, {split.seeds} seeds with a stalled run left out", None,
+                                          split.rest_gap.mean, None, None, split.rest_gap.n, "post hoc: no test")
     return RaceVerdicts(rows, len(verdicts), sum(v.resolved for v in verdicts.values()),
                         race_checks(arms) if checks else [])
 
