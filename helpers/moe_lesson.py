@@ -187,6 +187,47 @@ def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
                   f"{len(family)} verdicts (click)")
 
 
+def skew_summary(skew) -> str:
+    """Section 6 in view, no fold: ``skew_readout``'s three-row table and verdict line, with one line of the router
+    inputs' geometry (both layers). ``skew_details`` prints every control and the whole Holm family."""
+    shown = skew_readout(skew).shown.splitlines()
+    ratio = "–".join(sorted({f"{g.mean_ratio:.2f}" for g in skew.geometry}))
+    spread = "–".join(sorted({f"{g.participation:.0f}" for g in skew.geometry}))
+    geometry = (f"hidden states, both layers: |mean| / rms |x| = {ratio} (a shared direction); variance spread over "
+                f"{spread} of {skew.geometry[0].d} directions")
+    return "\n".join([*shown[:-1], geometry, shown[-1]])
+
+
+def skew_details(skew) -> str:
+    """Section 6 in full: every control of ``SKEW_SHOWN`` per layer, the inputs' geometry and the 8 verdicts."""
+    return skew_readout(skew).folded
+
+
+def three_prices(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: float) -> str:
+    """The lesson's three prices of imbalance, measured in sections 8 and 10 on the shipped runs, for α = 0 and
+    α = 0.1 (ten seeds each, layer means): waiting (busiest/mean over the last 5 steps, both layers), drops (share
+    of top-1 slots dropped at c = 1.25, layer 1) and the balancing loss's own price (its fit cost: cross-entropy,
+    dropless, after 15 steps). Each row's verdict is read from the Holm family it was printed in."""
+    from helpers.moe_runs import CAPACITY_FACTORS, capacity_values, values
+
+    waiting = {a: torch.tensor([busiest(s) for s in summaries(study, f"MoE, α = {a}", lr)]) for a in ("0", "0.1")}
+    drops = {a: capacity_values(study, f"MoE, α = {a}", lr, "top1", CAPACITY_FACTORS.index(1.25)) for a in waiting}
+    fit = {a: values(study, f"MoE, α = {a}", "ce", lr) for a in waiting}
+    capacity = capacity_family(study, cost, trained, lr)
+    rows = [("waiting: busiest expert's load / mean", waiting, "{:.2f}", 2, lm_families(study, lr)[0],
+             "busiest/mean: α = 0.1 − α = 0"),
+            ("drops: top-1 slots dropped, c = 1.25 (layer 1)", drops, "{:.0%}", 2, capacity,
+             "dropped at c = 1.25, top-1: α = 0.1 − α = 0"),
+            ("balancing loss: cross-entropy (nats)", fit, "{:.3f}", 3, fit_family(study, no_ffn, lr),
+             "CE: MoE α = 0.1 − MoE α = 0")]
+    lines = [f"{'trained dropless, mean of ten seeds':<48}{'α = 0':>8}{'α = 0.1':>9}   α = 0.1 − α = 0, paired, Holm"]
+    for label, by_alpha, fmt, digits, family, name in rows:
+        verdict = verdict_clauses(family, [name], digits=digits).split(name)[1].strip()
+        lines.append(f"{label:<48}{fmt.format(float(by_alpha['0'].mean())):>8}"
+                     f"{fmt.format(float(by_alpha['0.1'].mean())):>9}   {verdict}")
+    return "\n".join(lines)
+
+
 def drops_family(study: dict, lr: float) -> tuple[dict[str, Comparison], list[str]]:
     """Section 10's drop comparisons from the shipped runs (layer 1, ten seeds) and their printable lines: the
     share of top-1 slots dropped at c = 1.25 and 2 per α, and the busiest/mean of the top-1 routing."""
@@ -217,16 +258,23 @@ CAPACITY_READ = ("dropped at c = 1.25, top-1: α = 0.1 − α = 0", "α = 0: CE 
                  "α = 0, CE at c = 1: trained at c = 1 − dropless", "trained at c = 1, CE at c = 1: α = 0.1 − α = 0")
 
 
+def capacity_family(study: dict, cost: dict, trained: dict, lr: float) -> dict[str, Comparison]:
+    """Section 10's Holm family, the comparisons of ``CAPACITY_READ`` (drops: ten seeds; costs: 20 seeds)."""
+    from helpers.moe_capacity_cost import cost_family, trained_family
+
+    every = {**drops_family(study, lr)[0], **cost_family(cost), **trained_family(trained, cost, compare_arms=True)}
+    return {name: every[name] for name in CAPACITY_READ}
+
+
 def capacity_readout(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: float) -> Folded:
     """Section 10 in view: the capacity-cost table (``helpers.moe_capacity_cost.cost_table``) with the no-FFN
     model's cross-entropy as a last row, and one verdict line; folded: the drop shares and the Holm family of the
     comparisons the prose reads (``CAPACITY_READ``: drops, ten seeds; costs, 20 seeds)."""
-    from helpers.moe_capacity_cost import cost_family, cost_table, trained_family
+    from helpers.moe_capacity_cost import cost_table
     from helpers.moe_no_ffn import no_ffn_values
 
-    drops, drop_lines = drops_family(study, lr)
-    every = {**drops, **cost_family(cost), **trained_family(trained, cost, compare_arms=True)}
-    family = {name: every[name] for name in CAPACITY_READ}
+    drop_lines = drops_family(study, lr)[1]
+    family = capacity_family(study, cost, trained, lr)
     verdicts = {v.name: v for v in holm(family)}
     n_seeds = len(next(iter(cost["ce"].values())))
     ffn_free = no_ffn_values(no_ffn)

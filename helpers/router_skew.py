@@ -272,6 +272,7 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
     was_training = layer.training
     layer.eval()
     markers = "osD^v"
+    limits = []                                   # every panel's extent, so one shared range shows all points
     with torch.no_grad():
         for i, (ax, (name, inputs)) in enumerate(zip(axes, panels.items())):
             routing = layer.route(inputs)
@@ -281,14 +282,17 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             ax.scatter([0], [0], marker="x", s=80, color="black", zorder=5)
             ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
                    xlabel="x: the hidden states' mean direction", aspect="equal")
-            if i > 0:
-                ax.sharex(axes[0]), ax.sharey(axes[0])
+            limits.append(((pts @ u).min(), (pts @ u).max(), (pts @ v).min(), (pts @ v).max()))
             share = routing.tokens_per_expert().double() / len(inputs)
             mean_logit = (inputs.double() @ layer.router.weight.double().T).mean(0)
             axes[-1].scatter(mean_logit.numpy(), share.numpy(), c=[cmap(e) for e in range(layer.n_experts)],
                              marker=markers[i % len(markers)], s=60, edgecolor="black", lw=0.6, label=name)
     layer.train(was_training)
+    lo_x, hi_x = min(float(l[0]) for l in limits), max(float(l[1]) for l in limits)
+    lo_y, hi_y = min(float(l[2]) for l in limits), max(float(l[3]) for l in limits)
+    pad = 0.04 * max(hi_x - lo_x, hi_y - lo_y)
     for ax in axes[:-1]:
+        ax.set(xlim=(lo_x - pad, hi_x + pad), ylim=(lo_y - pad, hi_y + pad))
         ax.set_ylabel("y: the main spread orthogonal to it")
     axes[-1].axhline(1 / layer.n_experts, color="black", ls=":", lw=1.5, label="even share")
     axes[-1].set(xlabel="expert's mean logit over the inputs", ylabel="share of tokens it takes",

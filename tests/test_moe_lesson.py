@@ -184,3 +184,29 @@ def test_rerun_seed_zero_from_reads_the_notebook_names(monkeypatch):
     namespace = {name: name.upper() for name in lesson.RERUN_NAMES.values()}
     assert lesson.rerun_seed_zero_from(namespace) == "ok" and seen["build_lm"] == "UNTRAINED_MOE_LM"
     assert "missing ARMS" in lesson.rerun_seed_zero_from({k: v for k, v in namespace.items() if k != "ARMS"})
+
+
+def test_skew_summary_shows_the_three_rows_the_geometry_and_the_verdict_and_details_keep_the_rest():
+    """Review 05-r51: section 6 in view is its table, the inputs' shape and one verdict line, with no fold."""
+    from helpers.moe_lesson import SKEW_IN_VIEW, skew_details, skew_summary
+    from helpers.router_skew import load_skew
+
+    skew = load_skew()[0]
+    lines = skew_summary(skew).splitlines()
+    assert len(lines) == 3 + len(SKEW_IN_VIEW)
+    assert "spread over 11 of 64 directions" in lines[-2] and lines[-1].startswith("verdict, 100 seeds")
+    assert "Holm's step-down over 8 comparisons" in skew_details(skew) and "W_g = 0, noise" in skew_details(skew)
+
+
+def test_three_prices_reads_each_row_from_its_own_holm_family():
+    """Review 05-r51: the lesson's three prices side by side, each with the verdict its section printed."""
+    from helpers.moe_capacity_cost import load_cost
+    from helpers.moe_lesson import three_prices
+    from helpers.moe_no_ffn import load_no_ffn
+    from helpers.moe_runs import load_runs
+
+    lines = three_prices(load_runs(), load_cost(), load_cost(trained=True), load_no_ffn(), 1e-2).splitlines()
+    assert len(lines) == 4
+    assert "3.21     1.92   -1.29, lower in 10/10" in lines[1]
+    assert "36%      14%   -0.22, lower in 10/10" in lines[2]
+    assert lines[3].endswith("+0.005, not resolved (7 lower, 3 higher of 10)")
