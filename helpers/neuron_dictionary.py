@@ -210,12 +210,14 @@ def neuron_family(runs: dict, pca: Sequence[float] | None = None) -> dict[str, P
     return family
 
 
-def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Tensor, live_eight: float):
+def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Tensor, live_eight: float,
+                             full: bool = False):
     """Section 6.1's printed results, read from the shipped files: in view, the dictionary on the neurons against
     the neurons and a random dictionary (``neuron_table``), PCA-8 of the neurons (live, ``neuron_pca``), the
     count beside planted directions at the longer budget (``helpers.planted_count.count_line``) and one line per
     verdict (``neuron_family``, one Holm family); folded, model 0's 8-neuron code (``live_eight``: its held-out FVU
-    computed live) against the file, the count at both budgets (``count_table``), the verdicts' t values, every run on the neurons and the planted runs.
+    computed live) against the file and the verdicts' t values; with ``full``, also the count at both budgets
+    (``count_table``), every run on the neurons and the planted runs.
     Returns a ``helpers.folded.Folded``."""
     from helpers.dictionary_study import verdict_lines
     from helpers.folded import Folded
@@ -234,12 +236,13 @@ def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Te
     planted = load_planted()
     counts = count_table(planted, [load_neuron_dictionary(p) for p in paths[3:]])
     line = count_line(planted, load_neuron_dictionary(paths[-1]))
+    folded = (f"model 0, 8 neurons per prefix (the rest at their mean): held-out FVU live {live_eight:.2%} (the "
+              f"file: {filed:.2%})\n\n{family_text}")
+    if full:
+        folded += (f"\n\n{counts}\n\nevery run on the neurons:\n{runs}\n\nthe same recipe on planted directions, "
+                   "5 data seeds:\n" + "\n".join(summary_lines(planted) + summary_lines(planted, centred=True)))
     return Folded(neuron_table(on_neurons) + "\n" + axis_control_line(load_axis_control()) + "\n" + pca_line + "\n"
-                  + line + "\n\n" + family_text.splitlines()[0] + "\n" + verdict_lines(family),
-                  f"model 0, 8 neurons per prefix (the rest at their mean): held-out FVU live {live_eight:.2%} (the "
-                  f"file: {filed:.2%})\n\n{counts}\n\n{family_text}\n\nevery run on the neurons:\n{runs}\n\nthe same recipe on "
-                  "planted directions, 5 data seeds:\n" + "\n".join(summary_lines(planted)
-                                                                   + summary_lines(planted, centred=True)))
+                  + line + "\n\n" + family_text.splitlines()[0] + "\n" + verdict_lines(family), folded)
 
 def best_axis_cosines(dictionary, a: torch.Tensor) -> torch.Tensor:
     """Per feature active on some row of ``a (M, d_ff)``: its unit value's best |cosine| with a neuron axis."""

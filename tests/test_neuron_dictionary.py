@@ -114,4 +114,6 @@ def test_the_report_shows_table_counts_and_verdicts_and_folds_the_runs():
     assert isinstance(report, Folded)
     assert report.shown.startswith(neuron_table(load_neuron_dictionary()))
     assert "PCA-8 of the neurons, held-out FVU, models 0-4" in report.shown and "8 resolved" in report.shown
-    assert "held-out FVU live 50.00%" in report.folded and "every run on the neurons:" in report.folded
+    assert "held-out FVU live 50.00%" in report.folded and "every run on the neurons:" not in report.folded
+    full = neuron_dictionary_report(data, prefixes, train, test, live_eight=0.5, full=True)
+    assert full.shown == report.shown and "every run on the neurons:" in full.folded
