@@ -34,7 +34,7 @@ from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
 __all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
-           "RaceAudit", "balance_verdicts", "race_audit"]
+           "RaceAudit", "balance_verdicts", "fresh_deepseekmoe_lines", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -190,7 +190,11 @@ def balance_verdicts(race: Race, rerun: Race, fresh: Race) -> Folded:
               **loss_family(race, BALANCE_PAIRS, names=BALANCE_NAMES)}
     moved = rerun_lines(race, rerun, BALANCE_PAIRS, loads=True, fresh=fresh, changed_only=True, names=BALANCE_NAMES)
     table = holm_table(family).splitlines()
-    return Folded([table[0], "on another CPU kernel: " + moved[-1]] + table[1:] + ["", "the verdicts that moved:"]
+    kernel, runs, fresh_seeds = moved[-1].split("; ")
+    seeds = fresh.runs[fresh.budgets[0]][BALANCE_PAIRS[0][0]].seeds
+    held = (f"verdicts unchanged on another CPU kernel: {kernel.removeprefix('same verdict in ')}; on seeds "
+            f"{seeds[0]}–{seeds[-1]}: {fresh_seeds.removeprefix('on the fresh seeds, same verdict in ')} (which: folded)")
+    return Folded([table[0], held] + table[1:] + ["", f"the verdicts that moved ({runs} on the other kernel):"]
                   + moved[:-1], shown=2)
 
 
@@ -225,6 +229,33 @@ def _live_reruns(data: LookupData, race: Race, long: LongRun, dsm: LongRun) -> t
     return [summary] + lines, model, str(bar)
 
 
+def fresh_deepseekmoe_lines(fresh: Race, fixed: LongRun | None = None, unstable: float = 0.7) -> list[str]:
+    """DeepSeekMoE against width 19 after 300 steps on the fresh seeds of ``fresh`` (``RACE_FRESH_SEEDS_PATH``): at
+    its tuned rate (from ``fresh``) and at the rate fixed in advance of ``fixed`` (default: the shipped
+    ``DEEPSEEK_300_FRESH_PATH``, the same seeds), Holm over these two; and how many tuned-rate runs end above
+    ``unstable`` nats (diverged: the seeds' other runs end near 0.1)."""
+    from helpers.moe_long_run import DEEPSEEK_300_FRESH_PATH, load_long_run
+
+    fixed = fixed if fixed is not None else load_long_run(DEEPSEEK_300_FRESH_PATH)
+    tuned, dense = fresh.runs[300]["DeepSeekMoE"], fresh.runs[300]["dense, width 19"]
+    if list(fixed.seeds) != list(dense.seeds):
+        raise ValueError("the fixed-rate run must have the fresh race's seeds")
+    (key, loss), = fixed.loss.items()
+    family = {f"at its tuned lr {tuned.lr:g}": paired_difference(tuned.final(), dense.final()),
+              f"at lr {key.split('lr ')[-1]}, fixed in advance": paired_difference(loss[-1], dense.final())}
+    width = max(map(len, family)) + 2
+    rows = [f"DeepSeekMoE − width 19 (lr {dense.lr:g}) on seeds {dense.seeds[0]}–{dense.seeds[-1]}, 300 steps, "
+            f"Holm over these {len(family)}:"]
+    for v in holm(family):
+        c = v.comparison
+        rows.append(f"  {v.name:<{width}}{c.mean:+.3f} nats, lower in {c.lower:>2} of {c.n}, t {c.t:+6.2f} vs "
+                    f"{v.threshold:.2f} → {v.verdict}")
+    above = int((tuned.final() > unstable).sum())
+    rows.append(f"  DeepSeekMoE's runs at lr {tuned.lr:g} ending above {unstable} nats: {above} of {tuned.final().numel()}"
+                f" (at lr {key.split('lr ')[-1]}: {int((loss[-1] > unstable).sum())})")
+    return rows
+
+
 def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
                section4: dict[str, PairedDifference]) -> RaceAudit:
     """Run section 4.1's checks: ``race`` (``load_race()``), ``long`` (``load_ten_seeds()``), ``dsm`` (DeepSeekMoE
@@ -239,15 +270,18 @@ def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
     sweeps = sweep_summary_lines(race, arms)
     same_kernel, _, same_fresh = kernel[-1].split("; ")
     ends = sweeps[0].split(": ")[-1]
+    ours, theirs = loss_family(race, RACE_PAIRS), loss_family(fresh, RACE_PAIRS)
+    flipped = [name for name in ours if (ours[name].mean > 0) != (theirs[name].mean > 0)]
     summary = [
-        f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
-        f"{live[0].split(': ')[-1].split(' within')[0]}; the race's 18 verdicts unchanged on another CPU kernel: "
-        f"{same_kernel.removeprefix('same verdict in ')}, on seeds 300–319: "
-        f"{same_fresh.removeprefix('on the fresh seeds, same verdict in ')}"]
+        f"the race's {len(ours)} verdicts unchanged on another CPU kernel: {same_kernel.removeprefix('same verdict in ')}"
+        f"; on seeds 300–319: {same_fresh.removeprefix('on the fresh seeds, same verdict in ')}, with the mean's sign "
+        f"kept in {len(ours) - len(flipped)} (not in: {'; '.join(flipped) or 'none'})"] + fresh_deepseekmoe_lines(fresh)
+    checks = [f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
+              f"{live[0].split(': ')[-1].split(' within')[0]}", ""]
     per_seed = [f"{arm}, answer loss per seed after 3,000 steps: " + " ".join(f"{float(v):.3f}"
                                                                               for v in long.loss[arm][-1])
                 for arm in ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.04")]
-    tables = (["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
+    tables = (checks + ["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
                                                                           for a, v in trainable.items()) + " nats"]
               + sweeps + [""] + live + [""] + convergence_lines(race, arms)
               + ['("last fifth": the loss\'s relative change over the run\'s last fifth; "right": facts answered right)',
