@@ -270,12 +270,15 @@ def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
     sweeps = sweep_summary_lines(race, arms)
     same_kernel, _, same_fresh = kernel[-1].split("; ")
     ends = sweeps[0].split(": ")[-1]
-    ours, theirs = loss_family(race, RACE_PAIRS), loss_family(fresh, RACE_PAIRS)
-    flipped = [name for name in ours if (ours[name].mean > 0) != (theirs[name].mean > 0)]
+    theirs = loss_family(fresh, RACE_PAIRS)
+    resolved = [v for v in holm(section4) if v.name in theirs and v.resolved]
+    flipped = [v.name for v in resolved if (v.comparison.mean > 0) != (theirs[v.name].mean > 0)]
     summary = [
-        f"the race's {len(ours)} verdicts unchanged on another CPU kernel: {same_kernel.removeprefix('same verdict in ')}"
-        f"; on seeds 300–319: {same_fresh.removeprefix('on the fresh seeds, same verdict in ')}, with the mean's sign "
-        f"kept in {len(ours) - len(flipped)} (not in: {'; '.join(flipped) or 'none'})"] + fresh_deepseekmoe_lines(fresh)
+        f"the race's {len(theirs)} verdicts unchanged on another CPU kernel: "
+        f"{same_kernel.removeprefix('same verdict in ')}; on seeds 300–319: "
+        f"{same_fresh.removeprefix('on the fresh seeds, same verdict in ')} (which: folded)",
+        f"of the {len(resolved)} resolved, the mean changes sign on seeds 300–319 in {len(flipped)}: "
+        f"{'; '.join(flipped) or 'none'}"] + fresh_deepseekmoe_lines(fresh)
     checks = [f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
               f"{live[0].split(': ')[-1].split(' within')[0]}", ""]
     per_seed = [f"{arm}, answer loss per seed after 3,000 steps: " + " ".join(f"{float(v):.3f}"
