@@ -47,12 +47,8 @@ EQUAL_FLOPS: tuple[tuple[str, str], ...] = (
 SECTION_4_ARMS: tuple[str, ...] = tuple(ARMS)[:8]
 
 
-def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
-    """Two lines: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
-    section 4's family), how many are resolved lower, and the family's size and resolved count; then its make-up."""
-    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
-    rows = [v for v in verdicts if v.name in names]
-    lower = sum(v.verdict == "lower" for v in rows)
+def _family_makeup(verdicts: Sequence[Verdict]) -> str:
+    """What section 4's family is made of: the race's rows, the 3,000-step rows, DeepSeekMoE at fixed rates."""
     parts = {"long": [v for v in verdicts if v.name.startswith("3,000 steps")],
              "fixed": [v for v in verdicts if "DeepSeekMoE, lr" in v.name]}
     parts["race"] = [v for v in verdicts if v not in parts["long"] and v not in parts["fixed"]]
@@ -60,24 +56,35 @@ def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
     def seeds(vs):
         return "/".join(sorted({str(len(v.comparison.diffs)) for v in vs}))
 
-    return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
-            f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
-            f"resolved)\nthe {len(verdicts)}: the race's {len(parts['race'])} (100 and 300 steps, {seeds(parts['race'])} "
+    return (f"the {len(verdicts)}: the race's {len(parts['race'])} (100 and 300 steps, {seeds(parts['race'])} "
             f"seeds), {len(parts['long'])} at 3,000 steps ({seeds(parts['long'])} seeds), {len(parts['fixed'])} of "
             f"DeepSeekMoE at rates fixed in advance (300 steps, {seeds(parts['fixed'])} seeds; 4.1)")
 
 
+def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
+    """One line: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
+    section 4's family), how many are resolved lower, and the family's size and resolved count (its make-up is
+    folded by ``equal_flops_split``)."""
+    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
+    rows = [v for v in verdicts if v.name in names]
+    lower = sum(v.verdict == "lower" for v in rows)
+    return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
+            f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
+            f"resolved)")
+
+
 def equal_flops_split(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], "Folded"]:
     """Section 4's lesson first: the race's MoE − dense-of-equal-FLOPs verdicts (both budgets, in family order) and,
-    folded, every other verdict of ``verdicts`` (one line each, the first line their count and resolved count)."""
+    folded, the family's make-up and every other verdict of ``verdicts`` (one line each; the first line, shown,
+    their count and resolved count)."""
     names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
     eight = [v for v in verdicts if v.name in names]
     rest = [dataclasses.replace(v, name=top1_label(v.name)) for v in verdicts if v.name not in names]
     width = max(len(v.name) for v in rest)
     head = (f"the family's other {len(rest)} comparisons (controls, granularity, width 64, 3,000 steps, DeepSeekMoE "
             f"at fixed rates): {sum(v.resolved for v in rest)} resolved")
-    return eight, Folded([head] + [v.line(width=width, unit=" nats", compact=True) for v in rest], shown=1,
-                         label="each of them (click)")
+    return eight, Folded([head, _family_makeup(verdicts)] + [v.line(width=width, unit=" nats", compact=True)
+                                                             for v in rest], shown=1, label="each of them (click)")
 
 
 def lead_shrink_family(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAIRS, start: int = 300,

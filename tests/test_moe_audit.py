@@ -57,7 +57,8 @@ def test_the_equal_flops_split_shows_the_eight_and_folds_the_other_eighteen():
     verdicts = holm(section_family(race, RACE_PAIRS, long, load_long_run(DEEPSEEK_300_PATH)))
     eight, others = equal_flops_split(verdicts)
     assert len(eight) == 8 and all(v.verdict == "lower" for v in eight)
-    assert repr(others).startswith("the family's other 18 comparisons") and len(others.lines) == 19
+    assert repr(others).startswith("the family's other 18 comparisons") and len(others.lines) == 20
+    assert others.lines[1].startswith("the 26: the race's 18 (100 and 300 steps, 20 seeds), 4 at 3,000 steps")
 
 
 def test_balance_verdicts_show_the_headline_and_the_rerun_line_and_fold_the_rest():
