@@ -34,7 +34,7 @@ from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
 __all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
-           "RaceAudit", "balance_verdicts", "race_audit"]
+           "RaceAudit", "balance_verdicts", "fresh_deepseekmoe_lines", "race_audit"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -47,12 +47,8 @@ EQUAL_FLOPS: tuple[tuple[str, str], ...] = (
 SECTION_4_ARMS: tuple[str, ...] = tuple(ARMS)[:8]
 
 
-def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
-    """Two lines: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
-    section 4's family), how many are resolved lower, and the family's size and resolved count; then its make-up."""
-    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
-    rows = [v for v in verdicts if v.name in names]
-    lower = sum(v.verdict == "lower" for v in rows)
+def _family_makeup(verdicts: Sequence[Verdict]) -> str:
+    """What section 4's family is made of: the race's rows, the 3,000-step rows, DeepSeekMoE at fixed rates."""
     parts = {"long": [v for v in verdicts if v.name.startswith("3,000 steps")],
              "fixed": [v for v in verdicts if "DeepSeekMoE, lr" in v.name]}
     parts["race"] = [v for v in verdicts if v not in parts["long"] and v not in parts["fixed"]]
@@ -60,24 +56,35 @@ def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
     def seeds(vs):
         return "/".join(sorted({str(len(v.comparison.diffs)) for v in vs}))
 
-    return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
-            f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
-            f"resolved)\nthe {len(verdicts)}: the race's {len(parts['race'])} (100 and 300 steps, {seeds(parts['race'])} "
+    return (f"the {len(verdicts)}: the race's {len(parts['race'])} (100 and 300 steps, {seeds(parts['race'])} "
             f"seeds), {len(parts['long'])} at 3,000 steps ({seeds(parts['long'])} seeds), {len(parts['fixed'])} of "
             f"DeepSeekMoE at rates fixed in advance (300 steps, {seeds(parts['fixed'])} seeds; 4.1)")
 
 
+def equal_flops_line(verdicts: Sequence[Verdict]) -> str:
+    """One line: of the race's MoE − dense-of-equal-FLOPs rows (both budgets) in ``verdicts`` (``holm`` over
+    section 4's family), how many are resolved lower, and the family's size and resolved count (its make-up is
+    folded by ``equal_flops_split``)."""
+    names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
+    rows = [v for v in verdicts if v.name in names]
+    lower = sum(v.verdict == "lower" for v in rows)
+    return (f"each MoE against the dense FFN of its FLOPs per fact, 100 and 300 steps: lower in {lower} of "
+            f"{len(rows)} (Holm over section 4's {len(verdicts)} comparisons, {sum(v.resolved for v in verdicts)} "
+            f"resolved)")
+
+
 def equal_flops_split(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], "Folded"]:
     """Section 4's lesson first: the race's MoE − dense-of-equal-FLOPs verdicts (both budgets, in family order) and,
-    folded, every other verdict of ``verdicts`` (one line each, the first line their count and resolved count)."""
+    folded, the family's make-up and every other verdict of ``verdicts`` (one line each; the first line, shown,
+    their count and resolved count)."""
     names = {f"{s:>3} steps: {a} − {b}" for s in (100, 300) for a, b in EQUAL_FLOPS}
     eight = [v for v in verdicts if v.name in names]
     rest = [dataclasses.replace(v, name=top1_label(v.name)) for v in verdicts if v.name not in names]
     width = max(len(v.name) for v in rest)
     head = (f"the family's other {len(rest)} comparisons (controls, granularity, width 64, 3,000 steps, DeepSeekMoE "
             f"at fixed rates): {sum(v.resolved for v in rest)} resolved")
-    return eight, Folded([head] + [v.line(width=width, unit=" nats", compact=True) for v in rest], shown=1,
-                         label="each of them (click)")
+    return eight, Folded([head, _family_makeup(verdicts)] + [v.line(width=width, unit=" nats", compact=True)
+                                                             for v in rest], shown=1, label="each of them (click)")
 
 
 def lead_shrink_family(long: LongRun, pairs: Sequence[tuple[str, str]] = TWIN_PAIRS, start: int = 300,
@@ -190,7 +197,11 @@ def balance_verdicts(race: Race, rerun: Race, fresh: Race) -> Folded:
               **loss_family(race, BALANCE_PAIRS, names=BALANCE_NAMES)}
     moved = rerun_lines(race, rerun, BALANCE_PAIRS, loads=True, fresh=fresh, changed_only=True, names=BALANCE_NAMES)
     table = holm_table(family).splitlines()
-    return Folded([table[0], "on another CPU kernel: " + moved[-1]] + table[1:] + ["", "the verdicts that moved:"]
+    kernel, runs, fresh_seeds = moved[-1].split("; ")
+    seeds = fresh.runs[fresh.budgets[0]][BALANCE_PAIRS[0][0]].seeds
+    held = (f"verdicts unchanged on another CPU kernel: {kernel.removeprefix('same verdict in ')}; on seeds "
+            f"{seeds[0]}–{seeds[-1]}: {fresh_seeds.removeprefix('on the fresh seeds, same verdict in ')} (which: folded)")
+    return Folded([table[0], held] + table[1:] + ["", f"the verdicts that moved ({runs} on the other kernel):"]
                   + moved[:-1], shown=2)
 
 
@@ -225,6 +236,33 @@ def _live_reruns(data: LookupData, race: Race, long: LongRun, dsm: LongRun) -> t
     return [summary] + lines, model, str(bar)
 
 
+def fresh_deepseekmoe_lines(fresh: Race, fixed: LongRun | None = None, unstable: float = 0.7) -> list[str]:
+    """DeepSeekMoE against width 19 after 300 steps on the fresh seeds of ``fresh`` (``RACE_FRESH_SEEDS_PATH``): at
+    its tuned rate (from ``fresh``) and at the rate fixed in advance of ``fixed`` (default: the shipped
+    ``DEEPSEEK_300_FRESH_PATH``, the same seeds), Holm over these two; and how many tuned-rate runs end above
+    ``unstable`` nats (diverged: the seeds' other runs end near 0.1)."""
+    from helpers.moe_long_run import DEEPSEEK_300_FRESH_PATH, load_long_run
+
+    fixed = fixed if fixed is not None else load_long_run(DEEPSEEK_300_FRESH_PATH)
+    tuned, dense = fresh.runs[300]["DeepSeekMoE"], fresh.runs[300]["dense, width 19"]
+    if list(fixed.seeds) != list(dense.seeds):
+        raise ValueError("the fixed-rate run must have the fresh race's seeds")
+    (key, loss), = fixed.loss.items()
+    family = {f"at its tuned lr {tuned.lr:g}": paired_difference(tuned.final(), dense.final()),
+              f"at lr {key.split('lr ')[-1]}, fixed in advance": paired_difference(loss[-1], dense.final())}
+    width = max(map(len, family)) + 2
+    rows = [f"DeepSeekMoE − width 19 (lr {dense.lr:g}) on seeds {dense.seeds[0]}–{dense.seeds[-1]}, 300 steps, "
+            f"Holm over these {len(family)}:"]
+    for v in holm(family):
+        c = v.comparison
+        rows.append(f"  {v.name:<{width}}{c.mean:+.3f} nats, lower in {c.lower:>2} of {c.n}, t {c.t:+6.2f} vs "
+                    f"{v.threshold:.2f} → {v.verdict}")
+    above = int((tuned.final() > unstable).sum())
+    rows.append(f"  DeepSeekMoE's runs at lr {tuned.lr:g} ending above {unstable} nats: {above} of {tuned.final().numel()}"
+                f" (at lr {key.split('lr ')[-1]}: {int((loss[-1] > unstable).sum())})")
+    return rows
+
+
 def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
                section4: dict[str, PairedDifference]) -> RaceAudit:
     """Run section 4.1's checks: ``race`` (``load_race()``), ``long`` (``load_ten_seeds()``), ``dsm`` (DeepSeekMoE
@@ -239,15 +277,21 @@ def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
     sweeps = sweep_summary_lines(race, arms)
     same_kernel, _, same_fresh = kernel[-1].split("; ")
     ends = sweeps[0].split(": ")[-1]
+    theirs = loss_family(fresh, RACE_PAIRS)
+    resolved = [v for v in holm(section4) if v.name in theirs and v.resolved]
+    flipped = [v.name for v in resolved if (v.comparison.mean > 0) != (theirs[v.name].mean > 0)]
     summary = [
-        f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
-        f"{live[0].split(': ')[-1].split(' within')[0]}; the race's 18 verdicts unchanged on another CPU kernel: "
-        f"{same_kernel.removeprefix('same verdict in ')}, on seeds 300–319: "
-        f"{same_fresh.removeprefix('on the fresh seeds, same verdict in ')}"]
+        f"the race's {len(theirs)} verdicts unchanged on another CPU kernel: "
+        f"{same_kernel.removeprefix('same verdict in ')}; on seeds 300–319: "
+        f"{same_fresh.removeprefix('on the fresh seeds, same verdict in ')} (which: folded)",
+        f"of the {len(resolved)} resolved, the mean changes sign on seeds 300–319 in {len(flipped)}: "
+        f"{'; '.join(flipped) or 'none'}"] + fresh_deepseekmoe_lines(fresh)
+    checks = [f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
+              f"{live[0].split(': ')[-1].split(' within')[0]}", ""]
     per_seed = [f"{arm}, answer loss per seed after 3,000 steps: " + " ".join(f"{float(v):.3f}"
                                                                               for v in long.loss[arm][-1])
                 for arm in ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.04")]
-    tables = (["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
+    tables = (checks + ["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
                                                                           for a, v in trainable.items()) + " nats"]
               + sweeps + [""] + live + [""] + convergence_lines(race, arms)
               + ['("last fifth": the loss\'s relative change over the run\'s last fifth; "right": facts answered right)',

@@ -43,13 +43,14 @@ class Published:
     d_model: int = 0           # the model width
     expert_width: int = 0      # one routed expert's hidden width
     moe_layers: str = ""       # which of the decoder layers are MoE layers
+    groups: tuple[int, ...] = ()   # group-limited routing: (expert groups, groups a token may use)
 
 
 PUBLISHED: tuple[Published, ...] = (
     Published("Mixtral 8x7B", 46.7, 12.9, 8, 0, 2, "softmax over the top 2", "not described in the paper",
               4096, 14336, "all 32"),
     Published("DeepSeek-V3", 671, 37, 256, 1, 8, "sigmoid, normalised over the 8",
-              "selection bias ±γ + sequence-wise loss", 7168, 2048, "58 of 61 (first 3 dense)"),
+              "selection bias ±γ + sequence-wise loss", 7168, 2048, "58 of 61 (first 3 dense)", (8, 4)),
     Published("Qwen3-235B-A22B", 235, 22, 128, 0, 8, "softmax, top 8 renormalised",
               "balance loss over the global batch", 4096, 1536, "all 94"),
     Published("Llama 4 Scout", 109, 17, 16, 1, 1, "sigmoid of the top-1 logit", "not described",
@@ -107,16 +108,20 @@ def published_figure(models: Sequence[Published] = PUBLISHED):
         experts.barh(yi, m.k, color="#D55E00", height=0.7)
         sets = math.comb(m.routed, m.k)
         shared = f" + {m.shared} shared" if m.shared else ""
-        experts.annotate(f"top-{m.k} of {m.routed}{shared}; C(E, k) {sets:,}" if sets < 10**5 else
-                         f"top-{m.k} of {m.routed}{shared}; C(E, k) {sets:.1e}",
-                         (m.routed, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8.5)
+        label = f"top-{m.k} of {m.routed}{shared}; C(E, k) {sets:,}" if sets < 10**5 else \
+            f"top-{m.k} of {m.routed}{shared}; C(E, k) {sets:.1e}"
+        if m.groups:   # what group-limited routing leaves reachable
+            label += f",\n{group_limited_sets(m.routed, m.k, *m.groups):.1e} within {m.groups[1]} of {m.groups[0]} groups"
+        experts.annotate(label, (m.routed, yi), xytext=(4, 0), textcoords="offset points", va="center",
+                         fontsize=8.5, linespacing=0.95)
         ratio = m.expert_width / m.d_model
         width.barh(yi, ratio, color="#009E73", height=0.7)
         width.annotate(f"{ratio:.2f}", (ratio, yi), xytext=(4, 0), textcoords="offset points", va="center",
                        fontsize=8.5)
-    size.set(xscale="log", xlim=(1, 2e4), xlabel="parameters, billions (log scale)\ngrey: total; blue: active per token",
+    # the axes run past the data to leave room for the labels; their ticks stop at the data
+    size.set(xscale="log", xlim=(1, 2e4), xticks=[1, 10, 100, 1000], xlabel="parameters, billions (log scale)\ngrey: total; blue: active per token",
              yticks=y, yticklabels=[m.name for m in models])
-    experts.set(xscale="log", xlim=(0.5, 1.5e5),
+    experts.set(xscale="log", xlim=(0.5, 1.5e5), xticks=[1, 10, 100],
                 xlabel="routed experts per MoE layer (log scale)\ngrey: E; orange: the k a token uses")
     width.set(xlim=(0, 4.4), xlabel="routed expert's width / d_model\n(dotted: as wide as the model)")
     width.axvline(1.0, color="#666666", lw=0.8, ls=":")
@@ -125,6 +130,10 @@ def published_figure(models: Sequence[Published] = PUBLISHED):
     width.set_title("how wide each expert", fontsize=10)
     for ax in (size, experts, width):
         ax.grid(axis="y", visible=False)
+    for ax in (size, experts):
+        ax.minorticks_off()
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.spines["bottom"].set_bounds(ax.get_xlim()[0], 1000 if ax is size else 256)
     fig.tight_layout()
     return fig
 

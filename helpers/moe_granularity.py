@@ -39,7 +39,8 @@ from helpers.fact_lookup import LookupData, build_lookup, lookup_data, train_loo
 from helpers.stats import holm, paired_difference
 
 __all__ = ["ARMS", "COMPARISONS", "LRS", "LRS_300", "GRANULARITY_PATH", "GRANULARITY_300_PATH", "Granularity", "multiply_adds", "router_share", "run",
-           "save", "load", "merge", "verdicts", "verdict_line", "main"]
+           "save", "load", "merge", "verdicts", "verdict_line", "equal_flops_lines", "expert_weights",
+           "main"]
 
 _BASE = {"ffn": "moe", "n_experts": 8, "top_k": 1, "d_ff": 64, "balance_coef": 0.1, "z_coef": 0.0}
 _NARROW = {**_BASE, "d_ff": 8}                     # section 4's top-1 MoE (helpers.moe_race's "MoE")
@@ -147,6 +148,29 @@ def verdicts(*results: Granularity) -> list:
     prefix = (lambda r: f"{r.steps} steps, ") if len(results) > 1 else (lambda r: "")
     return holm({prefix(r) + name: paired_difference(r.loss[a], r.loss[b])
                  for r in results for name, a, b in COMPARISONS})
+
+
+def expert_weights(arm: str, d_model: int = D_MODEL) -> int:
+    """All of ``ARMS[arm]``'s expert weights (SwiGLU: three matrices of ``d_model × d_ff`` per expert)."""
+    spec = ARMS[arm]
+    return 3 * d_model * spec["d_ff"] * spec["n_experts"]
+
+
+def equal_flops_lines(*results: Granularity) -> list[str]:
+    """The equal-FLOPs comparisons of ``COMPARISONS`` at the first budget, one line each with its verdict (Holm over
+    every comparison at every budget of ``results``, as ``verdict_line``) and the two arms' expert weights."""
+    found = {v.name: v for v in verdicts(*results)}
+    prefix = f"{results[0].steps} steps, " if len(results) > 1 else ""
+    rows = []
+    for name, fine, coarse in COMPARISONS:
+        if "equal FLOPs" not in name:
+            continue
+        v = found[prefix + name]
+        c = v.comparison
+        rows.append(f"{prefix}{name}: {c.mean:+.3f} nats, lower in {c.lower} of {c.n} seeds, t {c.t:+.2f} vs "
+                    f"{v.threshold:.2f} (Holm over these {len(found)}) → {v.verdict}; expert weights "
+                    f"{expert_weights(fine):,} vs {expert_weights(coarse):,}")
+    return rows
 
 
 def verdict_line(*results: Granularity) -> str:

@@ -46,6 +46,11 @@ LONG_RUN_PATH = Path(__file__).parent / "data" / "moe_long_run.json"
 #:         --seeds 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 \
 #:         --seed-lrs 0.08 0.02 --steps 300 --out helpers/data/moe_deepseek_300.json
 DEEPSEEK_300_PATH = Path(__file__).parent / "data" / "moe_deepseek_300.json"
+#: DeepSeekMoE at 0.08, fixed in advance, 300 steps, on the race's fresh seeds 300-319 (paired with width 19 in
+#: ``helpers.moe_race.RACE_FRESH_SEEDS_PATH``, where DeepSeekMoE's tuned 0.16 diverges on some seeds); no sweep::
+#:     python -m helpers.moe_long_run --results --arms DeepSeekMoE --sweep-seeds --seeds $(seq 300 319) \
+#:         --seed-lrs 0.08 --steps 300 --out helpers/data/moe_deepseek_300_fresh.json     # about 2 minutes of CPU
+DEEPSEEK_300_FRESH_PATH = Path(__file__).parent / "data" / "moe_deepseek_300_fresh.json"
 #: The two MoEs the dense twins raced, trained as long on the same seeds (0-4), each at its race rate for 300 steps,
 #: fixed in advance (no sweep at 3,000 steps)::
 #:     python -m helpers.moe_long_run --results --arms MoE "MoE, top-2" --sweep-seeds --arm-lrs 0.02 0.04 \

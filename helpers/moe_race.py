@@ -786,7 +786,7 @@ def bias_figure(run: SeedRuns):
     bias = bias_trajectory(run.first_loads, run.spec["bias_update"])
     steps = torch.arange(1, loads.shape[0] + 1).numpy()
     colors = plt.get_cmap("tab10").colors
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.8, 3.6), layout="constrained")
     for e in range(loads.shape[1]):
         left.plot(steps, (loads[:, e] / loads.mean(1)).numpy(), color=colors[e % 10], lw=1.0)
         right.plot(torch.arange(bias.shape[0]).numpy(), bias[:, e].numpy(), color=colors[e % 10], lw=1.4,
@@ -797,7 +797,7 @@ def bias_figure(run: SeedRuns):
              title=f"{run.name}, seed {run.seeds[0]}: load per expert")
     right.set(xlabel="training step", ylabel="selection bias",
               title=f"its bias (γ = {run.spec['bias_update']:g} per step)")
-    right.legend(frameon=False, fontsize=8, ncol=2)
+    right.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))   # outside the lines
     return fig
 
 

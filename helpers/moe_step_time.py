@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "busiest_reached", "expert_parallel_lines",
+__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "average_reached", "busiest_reached", "expert_parallel_lines",
            "expert_parallel_time", "memory_lines", "per_second_lines", "remote_nodes", "step_time", "step_time_lines"]
 
 
@@ -124,6 +124,13 @@ def step_time_lines(batches: Sequence[int], d_model: int, width: int, n_routed: 
     return rows
 
 
+def average_reached(gpus: int, batch: int, n_routed: int, top_k: int) -> float:
+    """The expected number of its own routed experts one of ``gpus`` GPUs must read when ``gpus · batch`` tokens each
+    pick ``top_k`` of ``n_routed`` experts at random: ``(E/G) · p``, each expert reached with probability
+    ``p = 1 − (1 − k/E)^(G·B)`` (``busiest_reached``: the largest over the GPUs)."""
+    return n_routed / gpus * (1 - (1 - top_k / n_routed) ** (gpus * batch))
+
+
 def busiest_reached(gpus: int, batch: int, n_routed: int, top_k: int) -> float:
     """The expected largest number of its own routed experts any of ``gpus`` GPUs must read when ``gpus · batch``
     tokens each pick ``top_k`` of ``n_routed`` experts at random (``n_routed / gpus`` experts per GPU). Each expert is
@@ -163,7 +170,7 @@ def expert_parallel_time(batch: int, gpus: int, d_model: int, width: int, n_rout
     if busiest:
         routed = busiest_reached(gpus, batch, n_routed, top_k)
     else:
-        routed = n_routed / gpus * (1 - (1 - top_k / n_routed) ** (gpus * batch))
+        routed = average_reached(gpus, batch, n_routed, top_k)
     reached = routed + n_shared
     router = d_model * n_routed
     flops = 2 * batch * ((top_k + n_shared) * expert + router)

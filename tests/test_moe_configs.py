@@ -171,7 +171,9 @@ def test_published_figure_draws_every_model_and_router_table_prints_the_rest():
     size, experts, width = fig.axes
     assert [t.get_text() for t in size.get_yticklabels()] == [m.name for m in PUBLISHED]
     notes = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert "37B of 671B (6%)" in notes and "top-8 of 256 + 1 shared; C(E, k) 4.1e+14" in notes
+    assert "37B of 671B (6%)" in notes
+    assert "top-8 of 256 + 1 shared; C(E, k) 4.1e+14,\n7.2e+13 within 4 of 8 groups" in notes   # V3's group limit
+    assert [t.get_text() for t in experts.get_xticklabels()][-1].endswith("{2}}$")   # the ticks stop at the data
     assert "top-4 of 32; C(E, k) 35,960" in notes and {"0.29", "0.38", "1.60", "3.50"} <= set(notes)
     plt.close(fig)
     lines = router_table()

@@ -43,6 +43,11 @@ def test_a_small_run_round_trips_through_its_file(tmp_path):
     assert "(2 steps)" in verdict_line(back) and len(verdicts(back)) == 3
     longer = dataclasses.replace(back, steps=3)                          # a second budget: six comparisons
     assert len(verdicts(back, longer)) == 6 and "Holm over these 6" in verdict_line(back, longer)
+    from helpers.moe_granularity import equal_flops_lines, expert_weights
+    shown = equal_flops_lines(back, longer)
+    assert len(shown) == 2 and all(line.startswith("2 steps, ") and "(Holm over these 6)" in line for line in shown)
+    assert shown[0].endswith(f"expert weights {expert_weights('fine'):,} vs {expert_weights('coarse, 1,792'):,}")
+    assert (expert_weights("fine"), expert_weights("coarse, 1,792")) == (12_288, 13_824)
 
 
 def _seed0_on_avx2(steps: int, lrs: dict) -> dict:

@@ -80,6 +80,16 @@ def test_the_shipped_deepseekmoe_run_is_the_notebooks():
     assert all(t.shape == (2, 20) for t in run.loss.values())
 
 
+def test_the_fresh_seed_deepseekmoe_run_pairs_with_the_fresh_race():
+    from helpers.moe_long_run import DEEPSEEK_300_FRESH_PATH
+    from helpers.moe_race import RACE_FRESH_SEEDS_PATH, load_race
+
+    run = load_long_run(DEEPSEEK_300_FRESH_PATH)
+    assert list(run.loss) == ["DeepSeekMoE, lr 0.08"] and run.sweep == {"DeepSeekMoE": []}
+    assert run.steps == 300 and run.seeds == list(range(300, 320))
+    assert run.seeds == load_race(RACE_FRESH_SEEDS_PATH).runs[300]["dense, width 19"].seeds
+
+
 def test_the_speed_or_room_figure_draws_every_arm_and_each_moe():
     import matplotlib.pyplot as plt
 

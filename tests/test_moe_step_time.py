@@ -92,6 +92,9 @@ def test_the_busiest_gpu_matches_a_seeded_simulation_of_the_draws():
     assert abs(busiest_reached(gpus, 1, experts, k) - simulated) < 0.05
     assert math.isclose(busiest_reached(32, 64, 256, 8), 8.0) and busiest_reached(32, 1, 256, 8) < 8
     assert math.isclose(busiest_reached(1, 1, 8, 1), 1.0)            # one GPU, one token: exactly one expert
+    from helpers.moe_step_time import average_reached
+    average = hit.reshape(draws, gpus, experts // gpus).sum(-1).mean()
+    assert abs(average_reached(gpus, 1, experts, k) - average) < 0.05 and average_reached(32, 1, 256, 8) < 5.2
 
 
 def test_the_expert_parallel_table_prints_memory_the_reviewed_ratios_and_the_25x_as_bytes():
