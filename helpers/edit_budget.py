@@ -1,7 +1,8 @@
 """How a ROME edit's budget trades efficacy against specificity (notebook 03, section 8).
 
-Notebook 03 reads ``paraphrase_answers``, ``keep_values`` and ``keep_summary``; the other shipped runs (budgets,
-sites, single key) are no longer read there; they stay shipped and tested.
+Notebook 03 reads ``paraphrase_answers``, ``trace_and_edits`` (the keep and sites runs beside the causal trace)
+and ``keep_summary`` (the 152-edit keep runs); the budgets and single-key runs are no longer read there; they stay
+shipped and tested.
 
 The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the country, with 40 Adam steps
 and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere,
@@ -58,7 +59,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.stats import spearman_holm, spearman_null  # re-exported: the tests call them from here
+from helpers.stats import spearman, spearman_holm, spearman_null  # spearman_holm, _null re-exported: the tests call them from here
 from helpers.editing import (edit_effects, edit_scales, key_second_moment, mean_keys, preferences, rome_edits,
                              template_ids)
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
@@ -477,9 +478,10 @@ def keep_family(runs: dict, seeds: Sequence[int]) -> dict:
             for w, k in [("efficacy", "efficacy"), ("the country's other facts kept", "own")]}
 
 
-def keep_summary(runs: dict, seeds: Sequence[int]) -> str:
+def keep_summary(runs: dict, seeds: Sequence[int], n_edits: int = 32) -> str:
     """One printed line from ``load_keep()`` runs: how much of the edited country's own currency the plain edit
-    keeps (lowest-highest over ``seeds``, and in how many seeds below 1), then with the keep term − without it,
+    keeps (lowest-highest over ``seeds``, and in how many seeds below 1; ``n_edits``: edits per seed in ``runs``,
+    32 or 152 for ``keep_path(152)``), then with the keep term − without it,
     paired by seed, Holm over the five measures (efficacy, other capitals kept, the country's own three
     relations kept): each measure's mean change and verdict."""
     from helpers.stats import holm, paired_difference
@@ -492,13 +494,37 @@ def keep_summary(runs: dict, seeds: Sequence[int]) -> str:
     key = {name: k for k, name in what.items()}
     mean = {(v.name, arm): sum(runs[s][arm][key[v.name]] for s in seeds) / len(seeds) for v in order
             for arm in ("plain", "keep")}
-    return (f"{len(currency)} seeds, 32 edits each: own currency kept {min(currency):.2f}–{max(currency):.2f} "
+    return (f"{len(currency)} seeds, {n_edits} edits each: own currency kept {min(currency):.2f}–{max(currency):.2f} "
             f"(below 1 in {sum(c < 1 for c in currency)}/{len(currency)} seeds)\n"
             f"with the keep term − without (mean without → with), paired, Holm over {len(verdicts)}:"
             + "".join(f"\n  {v.name:20s} {v.comparison.mean:+.3f}  "
                       f"({mean[v.name, 'plain']:.2f} → {mean[v.name, 'keep']:.2f}; higher in "
                       f"{v.comparison.higher:>2}, lower in {v.comparison.lower:>2} of {v.comparison.n} seeds)  "
                       f"{'not resolved' if v.verdict == 'not resolved' else 'resolved'}" for v in order))
+
+
+def trace_and_edits(trace: dict[str, Sequence[float]], runs: dict, sites: dict, seeds: Sequence[int]) -> str:
+    """Notebook 03's locate-then-edit table: per seed, the causal trace at each site (``trace``: ``{"country",
+    "is"}``, P(right capital) with layer 0's FFN patched there) beside the 40-step edits made there
+    (``runs``: ``load_keep()``, ``sites``: ``load_sites()``): edits that take and what they keep; then Spearman's
+    ρ over the seeds of each site's trace against its edit's outcome, Holm over the two (``spearman_holm``)."""
+    rows = {"trace: L0 FFN at <country> patched": trace["country"],
+            "edit at <country>: edits that take": keep_values(runs, "plain", "efficacy", seeds),
+            "  country's other facts kept": keep_values(runs, "plain", "own", seeds),
+            "trace: L0 FFN at 'is' patched": trace["is"],
+            "edit at 'is': edits that take": [sites[s]["is"] for s in seeds],
+            "  other countries' capitals kept": [sites[s]["kept is"] for s in seeds]}
+    tests = {"<country>: trace vs edits that take": (rows["trace: L0 FFN at <country> patched"],
+                                                      rows["edit at <country>: edits that take"]),
+             "'is': trace vs other capitals kept": (rows["trace: L0 FFN at 'is' patched"],
+                                                    rows["  other countries' capitals kept"])}
+    rho = {name: spearman(*pair) for name, pair in tests.items()}
+    verdicts = spearman_holm(rho, len(seeds))
+    return (f"{'seed':36s}" + " ".join(f"{s:4d}" for s in seeds)
+            + "".join(f"\n{label:36s}" + " ".join(f"{v:4.2f}" for v in values) for label, values in rows.items())
+            + f"\nSpearman ρ over {len(seeds)} seeds, Holm over {len(rho)} (exact null):"
+            + "".join(f"\n  {name:36s} ρ {rho[name]:+.2f} (|ρ| had to reach {verdicts[name][0]:.2f})  "
+                      f"{'resolved' if verdicts[name][1] else 'not resolved'}" for name in rho))
 
 
 def template_family(sites: dict, seeds: Sequence[int]) -> dict:

@@ -9,7 +9,8 @@ Reading a key or a value (``helpers.memory``) says what a neuron *could* do. The
   ``answer_and_rival_shifts``: that shift for each prompt's answer and for its rivals (promotion, elimination)
   against a reference word (``shifts_by_reference``: several references from one pass; ``seed_means`` and
   ``promotion_by_group``: their means over seeds, and the verdict's family split by relation, printed by
-  ``promotion_grid``);
+  ``promotion_grid``); ``margin_split``: how much of each answer's lead over its rivals a layer's attention and
+  its FFN write directly;
 * ``knock_out``: chosen memory coefficients set to 0 (or scaled down by a share), at every position or at one
   position per row; ``knockout_sets``: the neuron sets a knock-out is compared across (a fact's own most active
   neurons, another fact's, the fact's own matched *exactly* to the activity the other set silences or to the
@@ -114,6 +115,46 @@ def direct_logit_shifts(model: nn.Module, vectors: torch.Tensor, residual: torch
     sigma = torch.sqrt(residual.var(dim=-1, unbiased=False, keepdim=True) + norm.eps)
     centred = vectors - vectors.mean(dim=-1, keepdim=True)
     return (centred * norm.weight / sigma) @ unembed.weight.T
+
+
+@torch.no_grad()
+def margin_split(model: nn.Module, layer: int, ids: torch.Tensor, answer_pos: torch.Tensor, answer_id: torch.Tensor,
+                 candidates: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Who writes each row's lead at ``answer_pos``: the answer's logit minus the mean of its rivals' (the other
+    ``candidates``, e.g. the other capitals), ``(N,)`` per entry. ``"model"``: the model's own logits;
+    ``"attention"``: the direct path of ``layer``'s attention output; ``"ffn"``: the direct path of ``layer``'s
+    ``Σ_i m_i v_i`` (``b2`` left out), both through ``direct_logit_shifts`` with the final norm's scale held at
+    its actual value (exact for the last block). Needs a model with ``blocks[layer].attn`` (``TinyGPT``)."""
+    memories = find_ffns(model)
+    ids = _ids(ids)
+    net = memories.model
+    if not hasattr(net, "blocks") or not hasattr(net.blocks[layer], "attn"):
+        raise TypeError(f"margin_split needs a model with blocks[{layer}].attn (a TinyGPT), got {type(net).__name__}")
+    captured = {}
+    handle = net.blocks[layer].attn.register_forward_hook(lambda module, inputs, output: captured.update(a=output))
+    try:
+        was_training = net.training
+        net.eval()
+        logits = logits_of(net, ids)
+        net.train(was_training)
+    finally:
+        handle.remove()
+    rows = torch.arange(ids.shape[0])
+    at = lambda x: x[rows, answer_pos]                                            # (N, ...) at each row's answer
+    ffn = memories.layer(layer)
+    written = collect(net, ids).outputs[layer]
+    if ffn.value_bias is not None:
+        written = written - ffn.value_bias.detach()
+    residual = at(final_residual(net, ids))
+    rival = candidates[None, :] != answer_id[:, None]                             # (N, R)
+
+    def lead(scores):                                                             # (N, vocab) -> (N,)
+        chosen = scores[:, candidates]
+        return scores[rows, answer_id] - (chosen * rival).sum(1) / rival.sum(1)
+
+    return {"model": lead(at(logits.detach())),
+            "attention": lead(direct_logit_shifts(net, at(captured["a"].detach()), residual)),
+            "ffn": lead(direct_logit_shifts(net, at(written), residual))}
 
 
 @torch.no_grad()

@@ -221,3 +221,22 @@ def test_single_key_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_p
     made = edit_budget.make_single_key([0], tmp_path / "single.json")["runs"]["0"]
     for name, run in made.items():                     # one edit may flip with the CPU's rounding
         assert all(abs(v - shipped[0][name][k]) <= 1 / 32 + 1e-9 for k, v in run.items())
+
+
+def test_trace_and_edits_reads_the_trace_beside_the_edits_with_holm_over_two():
+    keep, sites = edit_budget.load_keep(), edit_budget.load_sites()
+    efficacy = edit_budget.keep_values(keep, "plain", "efficacy", range(10))
+    trace = {"country": [1 - e for e in efficacy], "is": [1 - sites[s]["kept is"] for s in range(10)]}   # ρ = +1
+    text = edit_budget.trace_and_edits(trace, keep, sites, range(10))
+    lines = text.splitlines()
+    assert len(lines) == 10 and lines[0].split()[1:] == [str(s) for s in range(10)]
+    assert "Holm over 2" in lines[7] and text.count("resolved") == 2 and "not resolved" not in text
+    assert "ρ -1.00" in lines[8] and "ρ -1.00" in lines[9]
+    flat = {"country": [0.5] * 9 + [0.6], "is": [0.5] * 9 + [0.6]}
+    assert "not resolved" in edit_budget.trace_and_edits(flat, keep, sites, range(10))
+
+
+def test_keep_summary_names_its_edit_count():
+    runs = edit_budget.load_keep(edit_budget.keep_path(152))
+    assert edit_budget.keep_summary(runs, range(10), n_edits=152).startswith("10 seeds, 152 edits each")
+    assert "32 edits each" in edit_budget.keep_summary(edit_budget.load_keep(), range(10))

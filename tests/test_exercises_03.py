@@ -443,7 +443,7 @@ NATURAL_WRONG = [
     ("spill", lambda C, k, K: K @ torch.linalg.solve(C, k), "α(k*) must be 1"),
     ("spill", lambda C, k, K: K @ torch.linalg.solve(C, k) / (k @ k), "not k*ᵀk*"),
     ("spill", _spill_u_dot_u, "not (C⁻¹k*)ᵀ(C⁻¹k*)"),  # 03-r21
-    ("spill", _spill_unit_k_star, None),
+    ("spill", _spill_unit_k_star, "normalised k_star"),  # 03-r55
     ("profile", _profile_over_all_rows, "N / n_relations"),
     ("profile", ex._profile_from_peaks(ex._mean_over_positions), "averaged over the positions"),
     ("match", ex._match_from(lambda a, b: ex._corr_mixed_divisors(a, b, 1, 0)), "mixed two divisors"),

@@ -485,3 +485,33 @@ def test_random_direction_drops_subtract_a_vector_of_the_given_length_at_each_si
     with pytest.raises(ValueError, match="one length per fact"):
         random_direction_drops(model, outputs, ids, answer_pos, answer_id, sites, {s: torch.ones(3) for s in sites},
                                n_facts=4, seed=3)
+
+
+def test_margin_split_reads_the_model_the_attention_output_and_the_ffn_sum_at_each_answer():
+    from helpers.interventions import margin_split
+    model = tiny()
+    ids = torch.randint(0, VOCAB, (5, 6), generator=torch.Generator().manual_seed(3))
+    answer_pos, answer_id = torch.tensor([5, 4, 3, 5, 2]), torch.tensor([1, 2, 3, 1, 4])
+    candidates = torch.tensor([1, 2, 3, 4, 7])
+    lead = margin_split(model, 1, ids, answer_pos, answer_id, candidates)
+    seen = {}
+    handle = model.blocks[1].attn.register_forward_hook(lambda m, i, o: seen.update(a=o))
+    with torch.no_grad():
+        logits = model(ids)
+    handle.remove()
+    h = final_residual(model, ids)
+    for n in range(5):
+        t, a = int(answer_pos[n]), int(answer_id[n])
+        rivals = candidates[candidates != a]
+
+        def by_hand(scores):
+            return scores[a] - scores[rivals].mean()
+
+        su = sub_updates(model, ids, 1, t, example=n)
+        assert torch.allclose(lead["model"][n], by_hand(logits[n, t]), atol=1e-5)
+        assert torch.allclose(lead["ffn"][n], by_hand(direct_logit_shifts(model, su.vectors.sum(0), h[n, t])),
+                              atol=1e-5)
+        assert torch.allclose(lead["attention"][n], by_hand(direct_logit_shifts(model, seen["a"][n, t], h[n, t])),
+                              atol=1e-5)
+    with pytest.raises(TypeError, match="blocks"):
+        margin_split(torch.nn.Sequential(model), 1, ids, answer_pos, answer_id, candidates)

@@ -672,6 +672,9 @@ check_edit_spill = Exercise(
          lambda C, k, K: K @ torch.linalg.solve(C, k) / (torch.linalg.solve(C, k) @ torch.linalg.solve(C, k))),
         ("keep the sign: a negative α means the edit pushes that key's output away from v*; return α, not |α|.",
          lambda C, k, K: _edit_spill(C, k, K).abs()),
+        ("your α is the right one times ‖k*‖: you normalised k_star. Use k* as given: the edit writes at the key "
+         "itself, and α of a fixed key scales as 1/‖k*‖.",
+         lambda C, k, K: _edit_spill(C, k / k.norm(), K)),
     ],
     kind="investigate",
     domain=Domain(
