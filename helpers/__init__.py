@@ -29,7 +29,7 @@ transformer a tiny decoder-only transformer and its training loop
 facts       the course's fact table and its tokenised data set
 fact_model  notebook 03's trained fact models (ten seeds and a retrain, shipped) and the command that makes them
 memory      an FFN read as a key-value memory: triggers, values, agreement against mismatched pairs
-interventions sub-updates, knock-outs with their controls, activation patching
+interventions sub-updates, knock-outs with their controls, activation patching, each sublayer's direct share of an answer's lead
 neuron_patterns how many neurons share a relation's pattern, against random sets and the untrained twin
 explorer    notebook 03's neuron explorer
 editing     ROME-style rank-one edits of an FFN's value matrix
