@@ -143,14 +143,14 @@ def saved_activation_names(ffn: FFN, x: torch.Tensor) -> list[str]:
         if p == ptr["x"]:
             names.append("x")
         elif p == ptr["a"]:
-            names.append("a = φ(a)" if ffn.activation_name == "identity" else "a")
+            names.append("a (= φ(a))" if ffn.activation_name == "identity" else "a")
         elif p == ptr.get("b"):
             names.append("b")
         elif p == ptr["h"]:
             names.append("h = φ(a)·b" if ffn.gated else "φ(a)")
         else:
             names.append("φ(a)")
-    order = ["x", "a", "a = φ(a)", "φ(a)", "b", "h = φ(a)·b"]
+    order = ["x", "a", "a (= φ(a))", "φ(a)", "b", "h = φ(a)·b"]
     return sorted(names, key=order.index)
 
 

@@ -4,7 +4,8 @@ import math
 import pytest
 
 from helpers.ffn import VARIANT_NAMES
-from helpers.gate_product import DATA_PATH, FLOOR, TARGETS, VARIANTS, family, load, make_task, train
+from helpers.gate_product import (DATA_PATH, FLOOR, LONGER_PATH, READ_ROWS, TARGETS, VARIANTS, family,
+                                   gate_content_cosine, load, make_task, train)
 from helpers.stats import holm
 
 
@@ -50,3 +51,40 @@ def test_shipped_verdicts_are_the_ones_the_notebook_reads():
     for t in TARGETS:                                  # every chosen rate is inside the sweep
         for v in VARIANTS:
             assert min(result["lrs"]) < result["best_lr"][t][v] < max(result["lrs"])
+
+
+def test_training_error_check_is_the_same_family():
+    result = load(DATA_PATH)
+    test, train_ = (holm(family(result, VARIANT_NAMES, score)) for score in ("test", "train"))
+    assert [v.name for v in test] == [v.name for v in train_] and len(train_) == 36
+    for t in TARGETS:                                  # training error is below held-out error for every arm
+        for v in VARIANTS:
+            assert all(r["train"] < r["test"] for r in result["runs"][t][v] if r["test"] > FLOOR), (t, v)
+
+
+def test_gate_content_cosine_keep_returns_the_trained_weights():
+    result = load(DATA_PATH)
+    kept = []
+    train("swiglu", "product", [0], result["best_lr"]["product"]["swiglu"], steps=5, keep=kept)
+    assert [tuple(p.shape) for p in kept] == [(1, 21, 8), (1, 21), (1, 21, 8), (1, 21), (1, 8, 21), (1, 8)]
+    init, trained = gate_content_cosine("product", [0], 0.01, steps=5)
+    assert 0 < init < 1 and 0 < trained < 1
+
+
+def test_longer_run_keeps_the_verdicts_the_notebook_states_at_both_lengths():
+    result, longer = load(DATA_PATH), load(LONGER_PATH)
+    assert longer["steps"] == 3000 and longer["test_seeds"] == result["test_seeds"]
+    assert all(set(longer["runs"][t]) == set(VARIANTS) for t in TARGETS)
+    for r in (result, longer):
+        verdicts = {v.name: v.verdict for v in holm(family(r, VARIANT_NAMES))}
+        for arm in ("Bilinear", "ReGLU", "GEGLU", "SwiGLU"):
+            assert verdicts[f"product: {arm} ÷ GELU"] == "lower"
+            assert verdicts[f"control: {arm} ÷ GELU"] == "higher"
+            assert verdicts[f"product: {arm} ÷ GELU 21"] == "lower"
+        for arm in ("ReGLU", "GEGLU", "SwiGLU"):
+            assert verdicts[f"gate: {arm} ÷ GELU 21"] == "lower"
+        assert verdicts["gate: Bilinear ÷ GELU 21"] == "higher"
+        assert verdicts["control: GELU 21 ÷ GELU"] == "higher"
+    at_3000 = {v.name: v.verdict for v in holm(family(longer, VARIANT_NAMES))}
+    assert all(at_3000[f"gate: {arm} ÷ GELU"] != "lower" for arm in ("Bilinear", "ReGLU", "GEGLU", "SwiGLU"))
+    assert len(READ_ROWS) == 9

@@ -264,7 +264,7 @@ def test_saved_activation_names_examples_and_bad_input():
     x = torch.randn(3, 4, requires_grad=True)
     assert saved_activation_names(FFN.from_variant("relu", 4), x) == ["x", "φ(a)"]
     assert saved_activation_names(FFN.from_variant("swiglu", 4), x) == ["x", "a", "φ(a)", "b", "h = φ(a)·b"]
-    assert saved_activation_names(FFN.from_variant("bilinear", 4), x) == ["x", "a = φ(a)", "b", "h = φ(a)·b"]
+    assert saved_activation_names(FFN.from_variant("bilinear", 4), x) == ["x", "a (= φ(a))", "b", "h = φ(a)·b"]
     with pytest.raises(TypeError, match="ffn must be a helpers.ffn.FFN"):
         saved_activation_names(torch.nn.Linear(4, 4), x)
 
