@@ -42,7 +42,7 @@ neuron_census notebook 03's single-neuron knock-outs on every fact, ten seeds (s
 promotion_runs notebook 03's promotion grid: layer 1's push on the answer and its rivals, 25 seeds (shipped)
 gate_plane  one gated unit over the plane of its two inputs (notebook 04's picture)
 gating      gated variants compared: gate gradients, saved activations, matched-parameter training
-gate_product notebook 04, section 6.3: gated FFNs against dense ones at the same parameters (32 units) and the same units (21), on product, gate and control targets (shipped)
+gate_product notebook 04, section 6.3: gated FFNs against dense ones at the same parameters (32 units) and the same units (21), on product, gate and control targets (shipped, with a 3,000-step check of the verdicts read)
 race_readout notebook 04's race verdict lines and gap-figure rows; full_readout() prints every check (family, sweep, stalls, kernels)
 moe         mixture of experts: routers, capacity, balance and z losses, dispatch; shared and fine-grained
             experts, bias balancing, sigmoid scores, noisy top-k (by configuration)
