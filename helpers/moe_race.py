@@ -701,8 +701,8 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
                    title: str | None = None):
     """One row per paired comparison of a Holm family (``helpers.stats.holm``'s ``Verdict``s, in order): the mean
     difference with the interval mean ± (its Holm threshold × standard error), which excludes 0 exactly when the
-    comparison is resolved (filled marker) and contains it when not (open marker). The legend names only the kinds
-    of marker drawn. ``title``, then ``seeds`` (the seed set), make the title."""
+    comparison is resolved (filled marker) and contains it when not (open marker). The legend, right of the axes, names only
+    the kinds of marker drawn. ``title``, then ``seeds`` (the seed set), make the title."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -720,9 +720,9 @@ def verdict_figure(verdicts: Sequence[Verdict], unit: str = "nats", seeds: str |
     ax.axvline(0.0, color="black", lw=0.8)
     ax.set_yticks(range(len(verdicts)), [top1_label(v.name.strip()) for v in verdicts], fontsize=10)
     ax.invert_yaxis()
-    ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE",
+    ax.set(xlabel=f"mean difference, first arm − second ({unit}); bar: ± Holm threshold × SE (the test's cut-off, not a 95 % interval)",
            title=", ".join(t for t in (title, seeds) if t))
-    ax.legend(kinds.values(), kinds.keys(), frameon=False, fontsize=9, loc="best")
+    ax.legend(kinds.values(), kinds.keys(), frameon=False, fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", visible=False)
     fig.tight_layout()
     return fig

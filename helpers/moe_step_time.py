@@ -205,14 +205,14 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
                           n_shared: int, dense_width: int, layers: int, hardware: Hardware = H100_SXM,
                           nvlink_column: bool = True, overlap_column: bool = False) -> list[str]:
     """Memory, then per ``(G, B)`` in ``setups`` (G GPUs, B tokens per GPU): the group's tokens per expert
-    ``G·B·k/E``, each GPU's expert weights held (all layers), the experts the busiest GPU reads, and MoE / dense time
+    ``G·B·k/E``, each GPU's expert weights held (all layers), the experts the busiest GPU reads (a count of experts, the shared one included), and MoE / dense time
     per step (the busiest GPU's), the all-to-all over NVLink alone (``nvlink_column``) and across nodes, added and,
     with ``overlap_column``, fully overlapped. Last: the bytes one batch of 64 tokens makes the MoE read
     in all."""
     expert = 3 * d_model * width * 2
     rows = memory_lines(d_model, width, n_routed, n_shared, dense_width, layers)
     rows += [f"{'GPUs':>5}{'B':>7}{'tokens per expert':>19}{f'held per GPU ({layers} layers)':>26}"
-             f"{'busiest GPU reads':>19}"
+             f"{'busiest GPU reads (experts)':>29}"
              + (f"{'NVLink':>9}{'+ InfiniBand':>14}" if nvlink_column
                 else f"{'MoE / dense, added':>20}" if overlap_column else f"{'MoE / dense':>14}")
              + (f"{'overlapped':>12}" if overlap_column else "")]
@@ -223,7 +223,7 @@ def expert_parallel_lines(setups: Sequence[tuple[int, int]], d_model: int, width
                                    hardware=hardware)
         held = (n_routed / g + n_shared) * expert * layers
         rows.append(f"{g:>5}{b:>7,}{g * b * top_k / n_routed:>19,.0f}{held / 1e9:>23.0f} GB"
-                    f"{near.weight_bytes / expert:>19.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
+                    f"{near.weight_bytes / expert:>29.1f}" + (f"{near.seconds / dense:>8.2f}×" if nvlink_column else "")
                     + f"{far.seconds / dense:>{19 if overlap_column and not nvlink_column else 13}.2f}×"
                     + (f"{far.overlapped / dense:>11.2f}×" if overlap_column else ""))
     one = step_time(64, d_model, width, n_routed, top_k, n_shared, spread=False)
