@@ -23,7 +23,7 @@ def test_balance_table_has_one_row_per_alpha_and_ten_seeds_of_starved_experts():
     lines = balance_table(load_runs(), 1e-2).splitlines()
     assert len(lines) == 6 and lines[1].startswith("step 1, each α") and "2.22" in lines[1]
     assert lines[2].startswith("α = 0 ") and lines[4].startswith("α = 0.1")
-    assert lines[5].startswith("even router") and "1.26" in lines[5]
+    assert lines[5].startswith("random router") and "1.26" in lines[5]
     assert lines[2].split()[-1].count(",") == 9
 
 
@@ -110,7 +110,9 @@ def test_skew_readout_shows_one_small_table_and_one_verdict_line_and_folds_the_r
     assert isinstance(out, Folded)
     shown = out.shown.splitlines()
     assert len(shown) == 2 + len(SKEW_IN_VIEW) and shown[-1].startswith("verdict, 100 seeds")
-    assert "mean + isotropic" not in out.shown and "mean + isotropic       " in out.folded   # 76 %: in the fold
+    # review 05-r52: both causes in view, the mean alone (76 %) and the spread alone (67 %)
+    assert "mean + isotropic" in out.shown and "mean removed" in out.shown and "mean + isotropic       " in out.folded
+    assert "mean removed − isotropic Gaussian +0.68, higher in 100/100" in shown[-1]
     assert shown[1].split()[-1] == "100%"                          # the hidden states keep all of their own excess
     resolved = sum(v.resolved for v in holm(skew_family(skew, random_ids)))
     assert shown[-1].endswith(f"({resolved} of 8 resolved)") and "mean + isotropic − isotropic Gaussian" in out.folded
