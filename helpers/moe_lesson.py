@@ -165,8 +165,8 @@ def skew_family(skew, random_ids: torch.Tensor | None = None) -> dict[str, Compa
 
 def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_IN_VIEW`` (mean over seeds and both
-    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line reading
-    ``SKEW_READ``; folded: every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the
+    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one short line per verdict
+    of ``SKEW_READ``; folded: every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the
     Holm family."""
     from helpers.router_skew import skew_table
 
@@ -177,8 +177,8 @@ def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     for c in SKEW_IN_VIEW:
         v = float(skew.per_seed(c).mean())
         lines.append(f"{c:<36}{v:>13.2f}{(v - 1) / base:>13.0%}")
-    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)}: {verdict_clauses(family, SKEW_READ)} "
-                 f"({resolved} of {len(family)} resolved)")
+    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)} ({resolved} of {len(family)} resolved):")
+    lines += [f"  {verdict_clauses(family, [name])}" for name in SKEW_READ]     # one short line per verdict
     folded = [f"busiest/mean per layer, mean over {n} seeds (lowest–highest)", skew_table(skew, SKEW_SHOWN)]
     for layer, shape in enumerate(skew.geometry):
         folded.append(f"layer {layer}: |mean| / rms |x| = {shape.mean_ratio:.2f}; variance spread over "
@@ -196,7 +196,8 @@ def skew_summary(skew) -> str:
     spread = "–".join(sorted({f"{g.participation:.0f}" for g in skew.geometry}))
     geometry = (f"hidden states, both layers: |mean| / rms |x| = {ratio} (a shared direction); variance spread over "
                 f"{spread} of {skew.geometry[0].d} directions")
-    return "\n".join([*shown[:-1], geometry, shown[-1]])
+    table = 1 + len(SKEW_IN_VIEW)                                 # header and rows; the verdict lines follow
+    return "\n".join([*shown[:table], geometry, *shown[table:]])
 
 
 def skew_details(skew) -> str:
