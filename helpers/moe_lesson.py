@@ -75,7 +75,7 @@ def expert_count_readout(by_count: dict, long: dict | None = None) -> Folded:
 def balance_table(study: dict, lr: float, alphas: Sequence[str] = ("0", "0.01", "0.1")) -> str:
     """Section 8's loads from the shipped runs, one row per α: busiest/mean in each layer over the last 5 of 15 steps
     (mean of the seeds, lowest–highest) and the experts under 2 % of the slots then (of 16), per seed; a first row
-    for training step 1 (the same weights in every α) and a last row for a perfectly even router (``chance_busiest``)."""
+    for training step 1 (the same weights in every α) and a last row for a random router (``chance_busiest``)."""
     lines = [f"{'ten seeds':<14}{'busiest/mean, layer 0':>23}{'layer 1':>18}   starved experts (of 16), per seed"]
     first = [over_seeds([float(torch.tensor(r["max_over_mean"])[0, l]) for r in summaries(study, "MoE, α = 0", lr)])
              for l in range(2)]
@@ -85,7 +85,7 @@ def balance_table(study: dict, lr: float, alphas: Sequence[str] = ("0", "0.01", 
         layer = [over_seeds([float(torch.tensor(r["max_over_mean"])[-5:, l].mean()) for r in rs]) for l in range(2)]
         lines.append(f"{'α = ' + a:<14}{layer[0]:>23}{layer[1]:>18}   {','.join(str(starved(r)) for r in rs)}")
     chance = f"{chance_busiest():.2f}"
-    lines.append(f"{'even router':<14}{chance:>23}{chance:>18}   (each token to a random expert: chance alone)")
+    lines.append(f"{'random router':<14}{chance:>23}{chance:>18}   (each token to a random expert: chance alone)")
     return "\n".join(lines)
 
 
@@ -131,9 +131,10 @@ def fit_readout(study: dict, no_ffn: dict, lr: float) -> Folded:
 SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian",
               "W_g = 0, noise")
 #: The rows of ``SKEW_SHOWN`` in the main line (the decisive control and its two ends); the others are folded.
-SKEW_IN_VIEW = ("all positions", "matched Gaussian", "isotropic Gaussian")
+SKEW_IN_VIEW = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian")
 #: The verdicts ``skew_readout`` prints in the main line, one clause each.
-SKEW_READ = ("matched Gaussian − isotropic Gaussian", "matched Gaussian − all positions")
+SKEW_READ = ("matched Gaussian − isotropic Gaussian", "matched Gaussian − all positions",
+             "mean removed − isotropic Gaussian")
 
 
 def verdict_clauses(family: Mapping[str, Comparison], names: Sequence[str], digits: int = 2) -> str:
@@ -164,8 +165,8 @@ def skew_family(skew, random_ids: torch.Tensor | None = None) -> dict[str, Compa
 
 def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     """Section 6 in view: busiest/mean of the untrained routers for ``SKEW_IN_VIEW`` (mean over seeds and both
-    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one verdict line reading
-    ``SKEW_READ``; folded: every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the
+    layers) with the share of the hidden states' excess (busiest/mean − 1) each keeps, and one short line per verdict
+    of ``SKEW_READ``; folded: every control of ``SKEW_SHOWN`` per layer (``skew_table``), the inputs' geometry and the
     Holm family."""
     from helpers.router_skew import skew_table
 
@@ -176,8 +177,8 @@ def skew_readout(skew, random_ids: torch.Tensor | None = None) -> Folded:
     for c in SKEW_IN_VIEW:
         v = float(skew.per_seed(c).mean())
         lines.append(f"{c:<36}{v:>13.2f}{(v - 1) / base:>13.0%}")
-    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)}: {verdict_clauses(family, SKEW_READ)} "
-                 f"({resolved} of {len(family)} resolved)")
+    lines.append(f"verdict, {n} seeds, paired, Holm over {len(family)} ({resolved} of {len(family)} resolved):")
+    lines += [f"  {verdict_clauses(family, [name])}" for name in SKEW_READ]     # one short line per verdict
     folded = [f"busiest/mean per layer, mean over {n} seeds (lowest–highest)", skew_table(skew, SKEW_SHOWN)]
     for layer, shape in enumerate(skew.geometry):
         folded.append(f"layer {layer}: |mean| / rms |x| = {shape.mean_ratio:.2f}; variance spread over "
@@ -195,7 +196,8 @@ def skew_summary(skew) -> str:
     spread = "–".join(sorted({f"{g.participation:.0f}" for g in skew.geometry}))
     geometry = (f"hidden states, both layers: |mean| / rms |x| = {ratio} (a shared direction); variance spread over "
                 f"{spread} of {skew.geometry[0].d} directions")
-    return "\n".join([*shown[:-1], geometry, shown[-1]])
+    table = 1 + len(SKEW_IN_VIEW)                                 # header and rows; the verdict lines follow
+    return "\n".join([*shown[:table], geometry, *shown[table:]])
 
 
 def skew_details(skew) -> str:
@@ -247,6 +249,8 @@ def drops_family(study: dict, lr: float) -> tuple[dict[str, Comparison], list[st
     }
     lines = [f"top-1 slots dropped at c = {c}, ten seeds: α = 0 {over_seeds(dropped('0', 1, c))}, "
              f"α = 0.1 {over_seeds(dropped('0.1', 1, c))}" for c in (1.25, 2.0)]
+    lines.append("top-2 slots dropped at c = 1.0 (ST-MoE's evaluation setting), ten seeds: "
+                 f"α = 0 {over_seeds(dropped('0', 2, 1.0))}, α = 0.1 {over_seeds(dropped('0.1', 2, 1.0))}")
     lines.append("busiest/mean of the top-1 routing: " + ", ".join(
         f"α = {a} {over_seeds(choice(a, 0))}" for a in ("0", "0.1")))
     return family, lines
@@ -285,7 +289,7 @@ def capacity_readout(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: f
         c = verdicts[f"α = {a}: CE at c = 1 − dropless"]
         parts.append(f"α = {a} {c.comparison.mean:+.3f} nats, {c.verdict} in {c.comparison.higher}/{c.comparison.n}")
     shown.append(f"verdict, trained dropless, c = 1 − dropless (Holm over {len(family)}): " + "; ".join(parts))
-    read = [line for line in drop_lines if line.startswith("top-1 slots dropped")]   # the shares the prose reads
+    read = [line for line in drop_lines if "slots dropped" in line]   # the shares the prose reads
     folded = [*read, verdict_table(family, f"drops (ten seeds), capacity costs ({n_seeds} seeds)", digits=3)]
     return Folded("\n".join(shown), "\n".join(folded), f"drop shares and the {len(family)} verdicts (click)")
 

@@ -249,7 +249,8 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
     """The skew's mechanism as a picture. One scatter panel per entry of ``panels`` (inputs (N, d)) on the same two
     axes, the direction of the first panel's mean ``μ`` and the main direction of its spread orthogonal to it, each
     point coloured by the expert ``layer``'s untrained router picks for it (noise-free top-1, eval mode); a cross
-    marks the origin, where ``W_r x = 0``. Titles give each routing's noise-free busiest/mean. A last panel plots,
+    marks the origin, where ``W_r x = 0``. Titles give each routing's noise-free busiest/mean and each input set's
+    std along both axes (all rows). A last panel plots,
     per expert and input set, the share of tokens it takes against its mean logit ``w_e · mean(x)``: with a shared
     direction the largest mean logit takes the most tokens; without one the logits' spread decides alone.
     ``max_points`` rows are drawn in the scatters (all are routed)."""
@@ -280,7 +281,9 @@ def geometry_figure(layer: MoE, panels: dict[str, torch.Tensor], *, max_points: 
             colors = [cmap(int(e)) for e in routing.expert_index[:max_points, 0]]
             ax.scatter((pts @ u).numpy(), (pts @ v).numpy(), s=5, c=colors, alpha=0.6, lw=0)
             ax.scatter([0], [0], marker="x", s=80, color="black", zorder=5)
-            ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}",
+            every = inputs.double()                                # the stds use every row, drawn or not
+            spread = f"std along x {float((every @ u).std()):.2f}, y {float((every @ v).std()):.2f}"
+            ax.set(title=f"{name}: busiest/mean {load_max_over_mean(routing.tokens_per_expert()):.2f}\n{spread}",
                    xlabel="x: the hidden states' mean direction", aspect="equal")
             limits.append(((pts @ u).min(), (pts @ u).max(), (pts @ v).min(), (pts @ v).max()))
             share = routing.tokens_per_expert().double() / len(inputs)

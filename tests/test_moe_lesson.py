@@ -23,7 +23,7 @@ def test_balance_table_has_one_row_per_alpha_and_ten_seeds_of_starved_experts():
     lines = balance_table(load_runs(), 1e-2).splitlines()
     assert len(lines) == 6 and lines[1].startswith("step 1, each α") and "2.22" in lines[1]
     assert lines[2].startswith("α = 0 ") and lines[4].startswith("α = 0.1")
-    assert lines[5].startswith("even router") and "1.26" in lines[5]
+    assert lines[5].startswith("random router") and "1.26" in lines[5]
     assert lines[2].split()[-1].count(",") == 9
 
 
@@ -102,19 +102,21 @@ def test_word_only_router_keeps_each_word_on_one_expert_and_never_beats_the_rout
 
 def test_skew_readout_shows_one_small_table_and_one_verdict_line_and_folds_the_rest():
     from helpers.folded import Folded
-    from helpers.moe_lesson import SKEW_IN_VIEW, skew_family, skew_readout
+    from helpers.moe_lesson import SKEW_IN_VIEW, SKEW_READ, skew_family, skew_readout
     from helpers.router_skew import load_skew
 
     skew, random_ids, seeds = load_skew()
     out = skew_readout(skew, random_ids)
     assert isinstance(out, Folded)
     shown = out.shown.splitlines()
-    assert len(shown) == 2 + len(SKEW_IN_VIEW) and shown[-1].startswith("verdict, 100 seeds")
-    assert "mean + isotropic" not in out.shown and "mean + isotropic       " in out.folded   # 76 %: in the fold
+    assert len(shown) == 2 + len(SKEW_IN_VIEW) + len(SKEW_READ) and shown[-4].startswith("verdict, 100 seeds")
+    # review 05-r52: both causes in view, the mean alone (76 %) and the spread alone (67 %)
+    assert "mean + isotropic" in out.shown and "mean removed" in out.shown and "mean + isotropic       " in out.folded
+    assert shown[-1] == "  mean removed − isotropic Gaussian +0.68, higher in 100/100"   # one short line per verdict
     assert shown[1].split()[-1] == "100%"                          # the hidden states keep all of their own excess
     resolved = sum(v.resolved for v in holm(skew_family(skew, random_ids)))
-    assert shown[-1].endswith(f"({resolved} of 8 resolved)") and "mean + isotropic − isotropic Gaussian" in out.folded
-    assert "matched Gaussian − isotropic Gaussian +0.97, higher in 100/100" in shown[-1]   # the decisive control
+    assert shown[-4].endswith(f"({resolved} of 8 resolved):") and "mean + isotropic − isotropic Gaussian" in out.folded
+    assert "matched Gaussian − isotropic Gaussian +0.97, higher in 100/100" in shown[-3]   # the decisive control
     assert "Holm's step-down over 8 comparisons" in out.folded and "distinct inputs" not in out.folded
 
 
@@ -188,13 +190,14 @@ def test_rerun_seed_zero_from_reads_the_notebook_names(monkeypatch):
 
 def test_skew_summary_shows_the_three_rows_the_geometry_and_the_verdict_and_details_keep_the_rest():
     """Review 05-r51: section 6 in view is its table, the inputs' shape and one verdict line, with no fold."""
-    from helpers.moe_lesson import SKEW_IN_VIEW, skew_details, skew_summary
+    from helpers.moe_lesson import SKEW_IN_VIEW, SKEW_READ, skew_details, skew_summary
     from helpers.router_skew import load_skew
 
     skew = load_skew()[0]
     lines = skew_summary(skew).splitlines()
-    assert len(lines) == 3 + len(SKEW_IN_VIEW)
-    assert "spread over 11 of 64 directions" in lines[-2] and lines[-1].startswith("verdict, 100 seeds")
+    assert len(lines) == 3 + len(SKEW_IN_VIEW) + len(SKEW_READ)
+    geometry = 1 + len(SKEW_IN_VIEW)
+    assert "spread over 11 of 64 directions" in lines[geometry] and lines[geometry + 1].startswith("verdict, 100 seeds")
     assert "Holm's step-down over 8 comparisons" in skew_details(skew) and "W_g = 0, noise" in skew_details(skew)
 
 

@@ -106,7 +106,8 @@ def test_geometry_figure_routes_each_panel_and_titles_its_load():
     fig = geometry_figure(layer, {"inputs": x, "mean removed": x - x.mean(0)})
     titles = [ax.get_title() for ax in fig.axes[:2]]
     expected = load_max_over_mean(layer.eval().route(x).tokens_per_expert())
-    assert titles[0] == f"inputs: busiest/mean {expected:.2f}" and len(fig.axes) == 3 and titles[1].startswith("mean removed")
+    assert titles[0].split("\n")[0] == f"inputs: busiest/mean {expected:.2f}" and len(fig.axes) == 3
+    assert titles[0].split("\n")[1].startswith("std along x ")                # review 05-r52: spread shown and titles[1].startswith("mean removed")
     assert layer.training is False                                            # restored as it was
     plt.close(fig)
 
