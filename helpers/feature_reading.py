@@ -57,11 +57,16 @@ def draw_feature(codes: torch.Tensor, value_logits: torch.Tensor, next_word: Seq
     groups = [w for w, _ in Counter(next_word[j] for j in on).most_common(6)]
     strongest = set(acts.topk(8).indices.tolist())
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
+    jitter = torch.Generator().manual_seed(0)                         # a fixed vertical spread, so dots do not overlap
+    counts = []
     for g, word in enumerate(groups + ["other"]):
         members = [j for j in on if next_word[j] == word or (word == "other" and next_word[j] not in groups)]
-        left.scatter([float(acts[j]) for j in members], [g] * len(members), s=12, alpha=0.6,
+        counts.append(len(members))
+        spread = (torch.rand(len(members), generator=jitter) - 0.5) * 0.5
+        left.scatter([float(acts[j]) for j in members], (g + spread).tolist(), s=12, alpha=0.6,
                      color=[PALETTE[1] if j in strongest else PALETTE[0] for j in members])
-    left.set_yticks(range(len(groups) + 1), [f"→ {w}" for w in groups] + ["other"], fontsize=9)
+    left.set_yticks(range(len(groups) + 1), [f"→ {w} ({n})" for w, n in zip(groups, counts)] + [f"other ({counts[-1]})"],
+                    fontsize=9)
     left.invert_yaxis()
     left.set(xlabel=f"activation f_{feature} (orange: its 8 strongest)", title="Every prefix it fires on, by next word")
     order = torch.cat([logits.topk(6).indices, logits.topk(6, largest=False).indices.flip(0)])

@@ -24,6 +24,10 @@ control** reads instead, per used feature, its best |cosine| with a neuron axis 
 real neurons and on that axis-sparse data, input centred, models 0-4 × seeds 0-1 (``axis_control_runs``; file
 ``neuron_axis_control.json``, ``python -m helpers.neuron_dictionary --axis-control``, about 2 CPU-minutes).
 
+Are the features found again in other seeds? ``seed_match_runs``: per model, seed 0's used features against
+seeds 1 and 2 (best cosine of each, against as many random directions); file ``neuron_seed_match.json``,
+``python -m helpers.neuron_dictionary --seed-match``, about 2 CPU-minutes.
+
 Make the file (about a minute of one CPU core), or a small run to see the format::
 
     python -m helpers.neuron_dictionary
@@ -52,7 +56,8 @@ __all__ = ["NEURON_DICTIONARY_PATH", "NEURON_DICTIONARY_LONG_PATH", "NEURON_DICT
            "NEURON_DICTIONARY_CENTRED_PATH", "NEURON_DICTIONARY_CENTRED_LONG_PATH", "LABELS", "run_summary", "neuron_activations", "top_neurons", "off_axis",
            "train_neuron_dictionaries", "judge", "neuron_runs", "load_neuron_dictionary", "neuron_table",
            "neuron_family", "neuron_dictionary_report", "AXIS_CONTROL_PATH", "best_axis_cosines",
-           "axis_control_runs", "load_axis_control", "random_axis_cosine", "axis_control_line", "main"]
+           "axis_control_runs", "load_axis_control", "random_axis_cosine", "axis_control_line",
+           "SEED_MATCH_PATH", "used_values", "seed_match_runs", "seed_match_line", "load_seed_match", "main"]
 
 NEURON_DICTIONARY_PATH = Path(__file__).resolve().parent / "data" / "neuron_dictionary.json"
 #: the same runs 10× longer at rate 0.01 (its ``command`` inside): does the used count grow with training?
@@ -65,6 +70,8 @@ NEURON_DICTIONARY_CENTRED_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictio
 #: passes 185): ``python -m helpers.neuron_dictionary --seeds 1 --steps 10000 --lr 0.01 --center``
 NEURON_DICTIONARY_CENTRED_LONG_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_dictionary_centred_long.json")
 AXIS_CONTROL_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_axis_control.json")
+#: section 6.1's features across seeds: ``python -m helpers.neuron_dictionary --seed-match`` (about 2 CPU-minutes)
+SEED_MATCH_PATH = NEURON_DICTIONARY_PATH.with_name("neuron_seed_match.json")
 LABELS = ("relation", "answer", "slot")
 UNITS = {"dictionary": "dictionary on the neurons", "neurons": "the neurons themselves",
          "random": "random dictionary on the neurons"}
@@ -214,7 +221,8 @@ def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Te
                              full: bool = False):
     """Section 6.1's printed results, read from the shipped files: in view, the dictionary on the neurons against
     the neurons and a random dictionary (``neuron_table``), PCA-8 of the neurons (live, ``neuron_pca``), the
-    count beside planted directions at the longer budget (``helpers.planted_count.count_line``) and one line per
+    count beside planted directions at the longer budget (``helpers.planted_count.count_line``), the
+    cross-seed match (``seed_match_line``) and one line per
     verdict (``neuron_family``, one Holm family); folded, model 0's 8-neuron code (``live_eight``: its held-out FVU
     computed live) against the file and the verdicts' t values; with ``full``, also the count at both budgets
     (``count_table``), every run on the neurons and the planted runs.
@@ -241,7 +249,8 @@ def neuron_dictionary_report(data, prefixes, train: torch.Tensor, test: torch.Te
     if full:
         folded += (f"\n\n{counts}\n\nevery run on the neurons:\n{runs}\n\nthe same recipe on planted directions, "
                    "5 data seeds:\n" + "\n".join(summary_lines(planted) + summary_lines(planted, centred=True)))
-    return Folded(neuron_table(on_neurons) + "\n" + axis_control_line(load_axis_control()) + "\n" + pca_line + "\n"
+    return Folded(neuron_table(on_neurons) + "\n" + axis_control_line(load_axis_control()) + "\n"
+                  + seed_match_line(load_seed_match()) + "\n" + pca_line + "\n"
                   + line + "\n\n" + family_text.splitlines()[0] + "\n" + verdict_lines(family), folded)
 
 def best_axis_cosines(dictionary, a: torch.Tensor) -> torch.Tensor:
@@ -271,6 +280,53 @@ def axis_control_runs(models: Sequence[int] = (0, 1, 2, 3, 4), seeds: Sequence[i
                 out[name].append({"used": len(best), "off-axis (< 0.95)": int((best < 0.95).sum()),
                                   "median best cosine": round(float(best.median()), 3)})
     return out
+
+
+def used_values(dictionary, a: torch.Tensor) -> torch.Tensor:
+    """The unit values (columns of ``W_dec``, ``(d_ff, used)``) of the features active on some row of ``a``."""
+    with torch.no_grad():
+        used = (dictionary.encode(a) > 0).any(0)                                   # (F,)
+        return (dictionary.W_dec / dictionary.W_dec.norm(dim=0, keepdim=True))[:, used]
+
+
+def seed_match_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = (0, 1, 2)) -> dict:
+    """Are section 6.1's features found again in other seeds? Per model, the table's recipe (input not centred,
+    1,000 steps) at ``seeds``; for each used feature of the first seed, its best cosine with a used feature of each
+    other seed, against the same number of random directions (chance)."""
+    from helpers.dictionary import held_out_split
+
+    data = make_dataset(load_facts())
+    prefixes = fact_prefixes(data)
+    out = {"models": list(models), "seeds": list(seeds), "runs": []}
+    for m in models:
+        a = neuron_activations(load_fact_model(data, seed=m)[0].double(), data, prefixes, 1)
+        train, _ = held_out_split(len(a), held_out=0.2)
+        values = [used_values(d, a[prefixes.named])
+                  for d in train_neuron_dictionaries([a], train, list(seeds), progress=False)]
+        for s, other in zip(seeds[1:], values[1:]):
+            best = (values[0].T @ other).max(1).values
+            g = torch.randn(a.shape[1], other.shape[1], generator=torch.Generator().manual_seed(m), dtype=torch.float64)
+            chance = (values[0].T @ (g / g.norm(dim=0))).max(1).values
+            out["runs"].append({"model": m, "seed": s, "used": values[0].shape[1], "above 0.9": int((best > 0.9).sum()),
+                                "median best cosine": round(float(best.median()), 3),
+                                "chance median": round(float(chance.median()), 3)})
+    return out
+
+
+def seed_match_line(runs: dict) -> str:
+    """One line: how many of the first seed's used features reappear at cosine > 0.9 in each other seed."""
+    r = runs["runs"]
+    def span(key, f="{:.2f}"):
+        return f"{f.format(min(x[key] for x in r))}–{f.format(max(x[key] for x in r))}"
+    return (f"seed {runs['seeds'][0]}'s used features found again in seed {' or '.join(map(str, runs['seeds'][1:]))} "
+            f"(models {runs['models'][0]}-{runs['models'][-1]}): {span('above 0.9', '{}')} of {span('used', '{}')} "
+            f"at cosine > 0.9; median best cosine {span('median best cosine')} (random directions "
+            f"{span('chance median')})")
+
+
+def load_seed_match(path: Path | None = None) -> dict:
+    """The shipped runs (``python -m helpers.neuron_dictionary --seed-match``)."""
+    return json.loads(Path(path or SEED_MATCH_PATH).read_text())
 
 
 def load_axis_control(path: Path = AXIS_CONTROL_PATH) -> dict:
@@ -308,12 +364,17 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--center", action="store_true", help="subtract the training mean first (pre-encoder bias)")
     parser.add_argument("--axis-control", action="store_true",
                         help=f"write the axis control instead ({AXIS_CONTROL_PATH.name}; other options ignored)")
+    parser.add_argument("--seed-match", action="store_true",
+                        help=f"write the cross-seed match instead ({SEED_MATCH_PATH.name}; other options ignored)")
     parser.add_argument("--out", type=Path, default=NEURON_DICTIONARY_PATH)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.axis_control:
         AXIS_CONTROL_PATH.write_text(json.dumps(axis_control_runs(), indent=1) + "\n", encoding="utf-8")
         return AXIS_CONTROL_PATH
+    if args.seed_match:
+        SEED_MATCH_PATH.write_text(json.dumps(seed_match_runs(), indent=1) + "\n", encoding="utf-8")
+        return SEED_MATCH_PATH
     runs = neuron_runs(args.models, range(args.seeds), args.steps, lr=args.lr, start=args.start, center=args.center)
     given = sys.argv[1:] if argv is None else list(argv)
     command = " ".join(["python -m helpers.neuron_dictionary", *given])

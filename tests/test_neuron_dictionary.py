@@ -117,3 +117,24 @@ def test_the_report_shows_table_counts_and_verdicts_and_folds_the_runs():
     assert "held-out FVU live 50.00%" in report.folded and "every run on the neurons:" not in report.folded
     full = neuron_dictionary_report(data, prefixes, train, test, live_eight=0.5, full=True)
     assert full.shown == report.shown and "every run on the neurons:" in full.folded
+
+
+def test_seed_match_file_and_line():
+    from helpers.neuron_dictionary import load_seed_match, seed_match_line
+    runs = load_seed_match()
+    assert runs["seeds"] == [0, 1, 2] and len(runs["runs"]) == 2 * len(runs["models"])
+    for r in runs["runs"]:
+        assert 0 <= r["above 0.9"] <= r["used"] and r["chance median"] < r["median best cosine"] <= 1
+    fake = {"models": [0, 1], "seeds": [0, 1], "runs": [
+        {"above 0.9": 2, "used": 30, "median best cosine": 0.7, "chance median": 0.14},
+        {"above 0.9": 5, "used": 33, "median best cosine": 0.75, "chance median": 0.15}]}
+    line = seed_match_line(fake)
+    assert "found again in seed 1 (models 0-1): 2–5 of 30–33 at cosine > 0.9" in line and "0.70–0.75" in line
+
+
+def test_seed_match_runs_small(monkeypatch):
+    import helpers.neuron_dictionary as nd
+    real = nd.train_neuron_dictionaries
+    monkeypatch.setattr(nd, "train_neuron_dictionaries", lambda *a, **k: real(*a, **{**k, "steps": 5}))
+    runs = nd.seed_match_runs(models=MODELS[:1], seeds=(0, 1))
+    assert len(runs["runs"]) == 1 and runs["runs"][0]["used"] > 0
