@@ -78,7 +78,7 @@ dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstr
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
-neuron_dictionary notebook 09's section 6.1: a random-start dictionary on the fact model's neurons against the neurons (shipped)
+neuron_dictionary notebook 09's section 6.1: a random-start dictionary on the fact model's neurons against the neurons, and whether its features recur across seeds (shipped)
 planted_count notebook 09's section 6.1: its count on planted directions with and without superposition (shipped)
 feature_match notebook 09's quick check 2: another seed's transcoder features, matched by value (shipped)
 folded      notebook 09's printed tables: one in view, the rest in an HTML <details> block (text/plain keeps all)
