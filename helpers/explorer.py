@@ -190,7 +190,7 @@ class NeuronExplorer:
         ko_ax.set(xlim=(-limit, limit), xlabel="change in the answer's lead over the runner-up (logits)",
                   title=f"Only it off: its top {len(rows)} facts")
         from matplotlib.patches import Patch
-        ko_ax.legend(handles=[Patch(color="#CC79A7", label="lead shrinks: it was helping the answer"),
-                              Patch(color="#009E73", label="lead grows: it was hurting the answer")],
+        ko_ax.legend(handles=[Patch(color="#CC79A7", label="lead shrinks: on, it favoured the answer over the runner-up"),
+                              Patch(color="#009E73", label="lead grows: on, it favoured the runner-up over the answer")],
                      fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
         return fig

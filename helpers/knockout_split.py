@@ -168,9 +168,11 @@ def readout(runs: dict, split: dict, site_names: Sequence[str], seeds: Sequence[
     same = _ko.same_verdicts(site_names, seeds)
     mean_runs = _ko.load(_ko.data_path(ablation="mean"))
     mean_fam = {k: v for k, v in _ko.family(mean_runs, site_names, seeds).items() if "random direction" not in k}
-    shown = [f"drop in P(right answer), set − other, paired over {len(seeds)} seeds; each cell's t and seeds folded:",
+    shown = [f"drop in P(right answer), set − other, paired over {len(seeds)} seeds (Holm over {len(fam)} tests: "
+             f"these {3 * len(site_names)}, and {len(fam) - 3 * len(site_names)} more in the table behind the fold "
+             f"with every test's t and seeds):",
              *_ko.verdict_grid(fam, [(n, f"{n} − other") for n in ("own", "size-matched", "random direction")],
-                               site_names, f"zeroed (Holm over {len(fam)}, 6 folded)", width=33)]
+                               site_names, "zeroed", width=33)]
     lines = [*shown, *_ko.verdict_grid(fam, [("activity-matched", "activity-matched − other")], site_names,
                                        "zeroed, activity-matched", width=33),
              *_ko.verdict_grid(mean_fam, [("own", "own − other"),

@@ -521,6 +521,19 @@ def random_orthonormal(d: int, generator: torch.Generator | None = None) -> torc
     return torch.linalg.qr(torch.randn(d, d, generator=generator))[0]
 
 
+def oriented(coefficients: torch.Tensor, basis: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """``basis`` with each column's sign chosen so that its largest excursion over ``valid`` positions is
+    positive, as a neuron's is (GELU passes large positive values only): a random direction ``q`` is as much
+    ``-q``, and without this its "top trigger" is, for about half the directions, the small tail of the side
+    that does not fire. ``coefficients``: ``(N, T, d)``; ``basis``: ``(d, d)``; ``valid``: ``(N, T)`` or None (all)."""
+    projected = coefficients @ basis
+    if valid is None:
+        valid = torch.ones(projected.shape[:2], dtype=torch.bool)
+    highest = projected.masked_fill(~valid[..., None], float("-inf")).amax(dim=(0, 1))
+    lowest = projected.masked_fill(~valid[..., None], float("inf")).amin(dim=(0, 1))
+    return basis * torch.where(highest >= -lowest, 1.0, -1.0)
+
+
 @torch.no_grad()
 def rotated_agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: torch.Tensor,
                       coefficients: torch.Tensor, basis: torch.Tensor, *, biases: bool = True) -> float:
@@ -528,6 +541,8 @@ def rotated_agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: to
     has coefficients ``(coefficients @ basis)[..., j]`` and value ``(basisᵀ V)[j]``. The layer's output is
     the same in every such basis (``m V = (m Q)(Qᵀ V)``), so a neuron rate above the random-basis rate is a
     property of the neurons, not of what the layer computes.
+
+    Each direction is first given a neuron's sign convention (``oriented``).
 
     ``coefficients``: ``(N, T, d_ff)`` for ``layer``; ``basis``: ``(d_ff, d_ff)``, e.g. ``random_orthonormal``.
     """
@@ -537,6 +552,7 @@ def rotated_agreement(model: nn.Module, ids: torch.Tensor, layer: int, valid: to
     if basis.shape != (ffn.d_ff, ffn.d_ff) or coefficients.shape[-1] != ffn.d_ff:
         raise ValueError(f"basis must be ({ffn.d_ff}, {ffn.d_ff}) and coefficients (N, T, {ffn.d_ff}), "
                          f"got {tuple(basis.shape)} and {tuple(coefficients.shape)}")
+    basis = oriented(coefficients, basis, valid)     # a direction's top trigger is where it fires, as a neuron's
     trig = top_triggers(coefficients @ basis, 1, valid)
     examples, positions = trig.examples[:, 0], trig.positions[:, 0]
     if int(positions.max()) + 1 >= ids.shape[1]:

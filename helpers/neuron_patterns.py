@@ -142,11 +142,12 @@ def random_basis_family(traces: Mapping[int, object], valid: torch.Tensor,
                         generator: torch.Generator | None = None) -> tuple[dict, dict]:
     """The random-basis control of trigger sharing: per seed and layer, the share of neurons whose top ``k``
     triggers have ``needed`` sharing a label, minus the same share for ``d_ff`` random orthonormal directions
-    of the same coefficients (``c @ Q``, ``memory.random_orthonormal``; mean over ``rotations`` bases).
+    of the same coefficients (``c @ Q``, ``memory.random_orthonormal``, each column given a neuron's sign by
+    ``memory.oriented``; mean over ``rotations`` bases).
     A random direction mixes all neurons, so what it shares is a property of the layer in any basis.
     Returns ``(family, means)``: ``{"layer L, same <label>: neurons − random directions": PairedDifference}``
     and ``{L: (neurons, random directions)}``, each an ``(n_labellings,)`` tensor of means over seeds."""
-    from helpers.memory import random_orthonormal
+    from helpers.memory import oriented, random_orthonormal
     from helpers.stats import paired_difference
     validate.int_in_range("rotations", rotations, 1, 100)
     validate.int_in_range("needed", needed, 1, k)
@@ -165,7 +166,8 @@ def random_basis_family(traces: Mapping[int, object], valid: torch.Tensor,
         for s in traces:
             c = traces[s].coefficients[layer]
             own.append(passing(c))
-            rotated.append(torch.stack([passing(c @ random_orthonormal(c.shape[-1], generator))
+            # each random direction gets a neuron's sign: its largest excursion positive (memory.oriented)
+            rotated.append(torch.stack([passing(c @ oriented(c, random_orthonormal(c.shape[-1], generator), valid))
                                         for _ in range(rotations)]).mean(0))
         own, rotated = torch.stack(own), torch.stack(rotated)
         family |= {f"layer {layer}, same {label}: neurons − random directions":

@@ -255,7 +255,7 @@ def test_trigger_and_agreement_cases_include_values_below_minus_one():
 
 def test_a_finite_stand_in_for_minus_infinity_fails_without_a_zero_hint():
     """-1 for the forbidden positions is right on GELU-like inputs, wrong where every allowed value is below -1;
-    the 0-mask hint must not be named (it fails on cases this answer passes)."""
+    the 0-mask hint must not be named (it fails on cases this answer passes); Exercise 2 names the -1 (r56)."""
     def triggers(c, valid, neuron, k):
         best, position = c[:, :, neuron].masked_fill(~valid, -1.0).max(dim=1)
         examples = best.topk(k).indices
@@ -266,6 +266,7 @@ def test_a_finite_stand_in_for_minus_infinity_fails_without_a_zero_hint():
         result = check.evaluate(wrong)
         assert result.status == FAILED
         assert "with 0" not in result.message
+    assert "with -1" in ex.check_top_triggers.evaluate(triggers).message
 
 
 def test_weakest_first_and_mixed_std_divisors_are_named():
@@ -435,6 +436,10 @@ NATURAL_WRONG = [
     ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=True, both=False)),
      "with biases=False your LayerNorm by hand uses the unbiased variance"),
     ("values", _values_eps_outside, "adds ε to the standard deviation"),  # 03-r21
+    ("values", lambda f, i, ln, head, biases=True: ex._value_to_vocab(f, i, ln, head, True) if biases else
+     ((lambda v: (v - v.mean()) / v.std() * ln.weight)(f.w2.weight[:, i].detach()) @ head.weight.T).detach(),
+     "with biases=False your LayerNorm by hand uses the unbiased standard deviation"),  # 03-r56
+    ("values", ex._values_with_read(ex._norm_by_hand(correction=1, eps=False)), "unbiased standard deviation"),  # r56
     ("values", _values_eps_outside_without_biases, "with biases=False your LayerNorm by hand adds ε"),  # 03-r21
     ("agreement", _agreement_at_the_peak, "off by one"),
     ("agreement", _agreement_floor, "integer division"),

@@ -328,6 +328,19 @@ def test_pattern_neuron_share_counts_neurons_whose_top_triggers_share_a_label():
     assert pattern_neuron_share(coefficients[..., :1], None, labels, k=4, threshold=1.0) == 1.0
 
 
+def test_oriented_gives_each_direction_its_largest_excursion_positive():
+    c = torch.tensor([[[3.0, -1.0], [-5.0, 0.5]], [[0.0, 2.0], [9.0, -4.0]]])      # (N=2, T=2, d=2)
+    valid = torch.tensor([[True, True], [True, False]])                          # hides 9 and -4
+    q = memory.oriented(c, torch.eye(2), valid)
+    assert q.tolist() == [[-1.0, 0.0], [0.0, 1.0]]          # column 0's peak is -5 (flipped); column 1's is 2
+    assert memory.oriented(c, torch.eye(2), None).tolist() == [[1.0, 0.0], [0.0, -1.0]]    # 9 and -4 count
+    m = memory.random_orthonormal(2, torch.Generator().manual_seed(0))
+    r = memory.oriented(c, m, valid)
+    assert torch.equal(r.abs(), m.abs())
+    projected = (c @ r)[valid]
+    assert (projected.amax(0) >= -projected.amin(0)).all()
+
+
 def test_rotated_agreement_in_the_identity_basis_is_the_agreement_rate():
     model, ids = tiny(), toy_ids()
     valid = prefix_mask(ids)

@@ -79,7 +79,7 @@ def test_resolved_higher_counts_holms_higher_verdicts_at_each_threshold():
 
 def test_random_basis_family_is_neurons_minus_the_mean_over_random_bases():
     from types import SimpleNamespace
-    from helpers.memory import random_orthonormal
+    from helpers.memory import oriented, random_orthonormal
     from helpers.neuron_patterns import random_basis_family
     valid = torch.ones(12, 3, dtype=torch.bool)
     labellings = {"all": (None, ["a", "b", "c"] * 4)}
@@ -92,7 +92,7 @@ def test_random_basis_family_is_neurons_minus_the_mean_over_random_bases():
     rotated = []
     for s in range(3):
         c = traces[s].coefficients[0]
-        rotated.append(torch.stack([pattern_share_table([c @ random_orthonormal(c.shape[-1], g)], valid, labellings,
+        rotated.append(torch.stack([pattern_share_table([c @ oriented(c, random_orthonormal(c.shape[-1], g), valid)], valid, labellings,
                                                         4, 0.5)[0] for _ in range(2)]).mean(0))
     rotated = torch.stack(rotated)
     assert means[0][0].tolist() == pytest.approx(own.mean(0).tolist())

@@ -186,6 +186,12 @@ def _triggers_zero_mask(c, valid, neuron, k):
     return examples, position[examples]
 
 
+def _triggers_minus_one_mask(c, valid, neuron, k):
+    best, position = c[:, :, neuron].masked_fill(~valid, -1.0).max(dim=1)
+    examples = best.topk(k).indices
+    return examples, position[examples]
+
+
 def _triggers_nan_mask(c, valid, neuron, k):
     v = valid.to(c.dtype)
     best, position = (c[:, :, neuron] * v + (1 - v) * float("-inf")).max(dim=1)
@@ -275,6 +281,9 @@ check_top_triggers = Exercise(
         ("you masked the positions that are not allowed with 0 (e.g. by multiplying with `valid`); where every "
          "allowed value of a row is negative (GELU dips to -0.17), 0 wins and an invalid position is picked. "
          "Mask with -inf: masked_fill(~valid, float('-inf')).", _triggers_zero_mask),
+        ("you masked the positions that are not allowed with -1: GELU never goes below -0.17, but these "
+         "coefficients can (here every allowed value of a row is below -1), and then -1 wins and an invalid "
+         "position is picked. No finite number is safe: masked_fill(~valid, float('-inf')).", _triggers_minus_one_mask),
         ("you masked by arithmetic: at a valid position (1 - valid)·(-inf) is 0·(-inf) = NaN, so the peaks are "
          "NaN. Mask with masked_fill(~valid, float('-inf')).", _triggers_nan_mask),
         ("you masked the allowed positions instead of the others: `valid` is True where a position counts, so "
@@ -437,6 +446,13 @@ check_value_logits = Exercise(
         ("with biases=False your LayerNorm by hand adds ε to the standard deviation (the biases=True read-out is "
          "right); ε belongs inside the square root: (v - mean) / sqrt(var + ln_f.eps), or call F.layer_norm.",
          _values_with_read(_norm_by_hand(correction=0, eps=True, both=False, eps_outside=True))),
+        ("your LayerNorm by hand uses the unbiased standard deviation (torch.std's default divisor d - 1) and no "
+         "ε: LayerNorm divides by sqrt(var + ε) with var over d, (v - mean) / sqrt(v.var(correction=0) + ln_f.eps), "
+         "or call F.layer_norm.", _values_with_read(_norm_by_hand(correction=1, eps=False))),
+        ("with biases=False your LayerNorm by hand uses the unbiased standard deviation (torch.std's default "
+         "divisor d - 1) and no ε (the biases=True read-out is right): divide by sqrt(v.var(correction=0) + "
+         "ln_f.eps), or call F.layer_norm(v, shape, ln_f.weight, None, ln_f.eps).",
+         _values_with_read(_norm_by_hand(correction=1, eps=False, both=False))),
         ("with biases=False your LayerNorm by hand uses the unbiased variance (torch.var's default divisor d - 1; "
          "the biases=True read-out is right): LayerNorm divides by d, var(correction=0), or call F.layer_norm.",
          _values_with_read(_norm_by_hand(correction=1, eps=True, both=False))),
