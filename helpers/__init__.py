@@ -49,7 +49,6 @@ moe         mixture of experts: routers, capacity, balance and z losses, dispatc
 moe_configs today's MoE configurations as published; DeepSeekMoE's fine-grained and shared experts counted
 fact_lookup a fact lookup whose only varied part is its FFN (embeddings frozen: the FFN must hold the facts)
 moe_race    notebook 07's race: dense vs MoE per step, each arm at its tuned learning rate (race shipped)
-moe_specialisation notebook 07, section 4.3: does the top-1 MoE route by relation? relation information trained vs untrained, with the load (shipped)
 moe_long_run notebook 07's long run: the MoEs and their dense twins trained 3,000 steps (shipped)
 moe_audit   notebook 07's race read in short: one verdict line, the lead-shrinks test, the folded audit
 moe_step_time notebook 07's time per step from counts and a datasheet (roofline, all-to-all)
