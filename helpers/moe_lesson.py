@@ -130,8 +130,9 @@ def fit_readout(study: dict, no_ffn: dict, lr: float) -> Folded:
 #: Section 6's controls, in the fold's order (``skew_readout``, ``skew_family``).
 SKEW_SHOWN = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian",
               "W_g = 0, noise")
-#: The rows of ``SKEW_SHOWN`` in the main line (the decisive control and its two ends); the others are folded.
-SKEW_IN_VIEW = ("all positions", "matched Gaussian", "mean removed", "mean + isotropic", "isotropic Gaussian")
+#: The rows in the main line (the repeats control, the decisive control and its two ends); the others are folded.
+SKEW_IN_VIEW = ("all positions", "distinct inputs", "matched Gaussian", "mean removed", "mean + isotropic",
+                "isotropic Gaussian")
 #: The verdicts ``skew_readout`` prints in the main line, one clause each.
 SKEW_READ = ("matched Gaussian − isotropic Gaussian", "matched Gaussian − all positions",
              "mean removed − isotropic Gaussian")
