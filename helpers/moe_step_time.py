@@ -17,8 +17,10 @@ tokens routed evenly at random, plus the shared experts and the router.
 holding ``E/G`` of them plus the shared expert and receiving ``B`` tokens; the group's ``G·B`` tokens reach each
 expert ``G·B·k/E`` times on average, and each GPU streams only its own experts. The all-to-all is a barrier, so the
 step is priced on the busiest GPU: the expected largest number of local experts reached over the ``G`` GPUs
-(``busiest_reached``). Each of its two all-to-alls (dispatch, combine) also pays a fixed ``ALL_TO_ALL_FLOOR``: bandwidth
-alone prices one token's all-to-all at about 2 µs, far below what real kernels take (see the constant). Across nodes, a token's own node is reached over NVLink; InfiniBand carries it only to the
+(``busiest_reached``). The all-to-all is priced on bandwidth alone: no fixed latency per all-to-all is modelled, so at a
+few tokens per GPU the price is a lower bound. DeepEP's low-latency kernels (github.com/deepseek-ai/DeepEP,
+docs/legacy.md, "Low-latency kernels with pure RDMA": H800, CX7 400 Gb/s InfiniBand, 128 tokens per GPU, EP32) print
+48 and 53 GB/s beside their 155 and 273 µs, the ~50 GB/s link rate, so at that size a bandwidth price fits. Across nodes, a token's own node is reached over NVLink; InfiniBand carries it only to the
 other nodes it visits (``remote_nodes``), as in DeepSeek-V3 (report §3.2.2). The dense FFN is copied on every GPU
 with the same ``B`` tokens and sends nothing. SwiGLU experts: ``3 · d_model · width``
 weights each, ``2 ·`` that many FLOPs per token. Matmul counts: 3 per expert reached, issued one by one.
@@ -30,7 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["ALL_TO_ALL_FLOOR", "Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "average_reached", "busiest_reached", "expert_parallel_lines",
+__all__ = ["Hardware", "H100_INFINIBAND", "H100_SXM", "StepTime", "average_reached", "busiest_reached", "expert_parallel_lines",
            "expert_parallel_time", "memory_lines", "per_second_lines", "remote_nodes", "step_time", "step_time_lines"]
 
 
@@ -51,16 +53,6 @@ H100_SXM = Hardware("H100 SXM, bf16", 989e12, 3.35e12, 450e9)
 #: The same GPU talking to other nodes: one 400 Gb/s InfiniBand NDR adapter per GPU, 50 GB/s each way (DeepSeek-V3's
 #: cluster: "IB (50 GB/s)", its report's §3.2.2).
 H100_INFINIBAND = Hardware("H100 SXM, bf16, InfiniBand NDR", 989e12, 3.35e12, 50e9)
-
-
-#: A fixed cost per all-to-all (dispatch or combine), 82 µs, set from DeepEP's published low-latency kernels
-#: (github.com/deepseek-ai/DeepEP, README, "Low-latency kernels with pure RDMA": H800 with CX7 400 Gb/s InfiniBand,
-#: 128 tokens per GPU, hidden 7168, top-8, EP32): dispatch 155 µs, combine 273 µs, 428 µs in all. This module's
-#: bandwidth price of the same all-to-all (G = 32, B = 128, bf16 both ways, across nodes) is 263 µs; the 165 µs it
-#: does not explain, split over the two all-to-alls, is the floor. All of DeepEP's excess is charged as a constant, so
-#: at one token per GPU this is an estimate, likely on the high side; without it the model flatters the MoE at small
-#: batches. tests/test_moe_step_time.py re-derives it.
-ALL_TO_ALL_FLOOR = 82e-6
 
 
 @dataclass(frozen=True)
@@ -169,15 +161,14 @@ def remote_nodes(gpus: int, top_k: int, gpus_per_node: int = 8, node_limit: int 
 def expert_parallel_time(batch: int, gpus: int, d_model: int, width: int, n_routed: int, top_k: int, n_shared: int,
                          across_nodes: bool = False, gpus_per_node: int = 8, node_limit: int = 4,
                          bytes_per_weight: int = 2, hardware: Hardware = H100_SXM,
-                         infiniband: Hardware = H100_INFINIBAND, busiest: bool = True,
-                         floor: float = ALL_TO_ALL_FLOOR) -> StepTime:
+                         infiniband: Hardware = H100_INFINIBAND, busiest: bool = True) -> StepTime:
     """The step of an expert-parallel MoE layer: ``n_routed`` experts over ``gpus`` GPUs, ``batch`` tokens per GPU
     (``gpus · batch`` in the group, routed evenly at random). Weights read: ``busiest`` (the step waits for the
     slowest GPU), the busiest GPU's expected count of its experts the group's tokens reach (``busiest_reached``);
     else the average GPU's, ``(E/G)(1 − (1 − k/E)^(G·B))``; plus the shared experts and the router. FLOPs: its
     ``batch`` tokens' share (even load). Traffic: ``2 · B · k · d_model`` values out and back over NVLink;
     ``across_nodes``: each token also crosses InfiniBand once per other node it is sent to (``remote_nodes``), and the
-    two links are added. Plus ``2 · floor``: a fixed cost for each of the two all-to-alls (``ALL_TO_ALL_FLOOR``)."""
+    two links are added. Bandwidth alone: no fixed latency per all-to-all (a lower bound at a few tokens per GPU)."""
     expert = 3 * d_model * width
     if busiest:
         routed = busiest_reached(gpus, batch, n_routed, top_k)
@@ -193,7 +184,6 @@ def expert_parallel_time(batch: int, gpus: int, d_model: int, width: int, n_rout
         ib = 2.0 * batch * remote_nodes(gpus, top_k, gpus_per_node, node_limit) * d_model * bytes_per_weight
         traffic += ib / infiniband.link
         moved += ib
-    traffic += 2 * floor
     return StepTime(batch, float(flops), float(weight_bytes), moved, 3 * round(reached) + 1, flops / hardware.flops,
                     weight_bytes / hardware.hbm, traffic)
 
