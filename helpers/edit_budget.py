@@ -39,11 +39,6 @@ edits (a language, mostly: the logit comparison of ``site_runs`` is between two 
 
     python -m helpers.edit_budget --answers   # writes helpers/data/edit_answers.json (about a minute of CPU)
 
-``single_key_runs`` records, per seed, the notebook's 40-step country edits keyed two ways: on the mean of the
-country's four keys (the notebook's ``k*``) and on the edited capital prompt's own key at the country. Made by
-
-    python -m helpers.edit_budget --single-key   # writes helpers/data/edit_single_key.json (about a minute of CPU)
-
 ``spearman_holm`` (from ``helpers.stats``) judges rank correlations across seeds (trace against edit
 success) under Holm's step-down, against the exact null of Spearman's ρ (``spearman_null``).
 """
@@ -69,7 +64,6 @@ DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 SITES_PATH = Path(__file__).parent / "data" / "edit_sites.json"
 KEEP_PATH = Path(__file__).parent / "data" / "edit_keep.json"
 ANSWERS_PATH = Path(__file__).parent / "data" / "edit_answers.json"
-SINGLE_KEY_PATH = Path(__file__).parent / "data" / "edit_single_key.json"
 PARAPHRASE = "the official capital of {} is"
 """The held-out paraphrase of the capital prompt: no training prompt reads like this."""
 MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
@@ -292,21 +286,6 @@ def paraphrase_answers(model: torch.nn.Module, data: FactDataset, W_hats: torch.
             "P(new) after": after[rows, new_ids].median().item()}
 
 
-def right_capital_first(models: dict[int, torch.nn.Module], data: FactDataset, seeds: Sequence[int],
-                        templates: Sequence[str] = (PARAPHRASE, *MORE_PARAPHRASES)) -> dict[str, str]:
-    """For each held-out template: in how many of the (countries × seeds) prompts the unedited model's top word is
-    the country's true capital, as text ("6 of 1,520")."""
-    capital_rows = [n for n, f in enumerate(data.facts) if f.relation == "capital"]
-    countries, capital_ids = [data.facts[n].subject for n in capital_rows], data.answer_id[capital_rows]
-    out = {}
-    with torch.no_grad():
-        for t in templates:
-            ids = template_ids(data.vocab, countries, t)                                         # (countries, T)
-            hits = sum(int((models[s](ids)[:, -1].argmax(1) == capital_ids).sum()) for s in seeds)
-            out[t] = f"{hits} of {len(countries) * len(seeds):,}"
-    return out
-
-
 def answer_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0) -> dict[str, float]:
     """``paraphrase_answers`` for the notebook's 40-step country edits (``capital_edits``) in one model."""
     _, same_subject, subject_pos, _, edit_rows, new_ids, _, keys, C = _edits(model, data, layer)
@@ -416,68 +395,6 @@ def keep_values(runs: dict, name: str, what: str, seeds: Sequence[int]) -> list[
     return out
 
 
-def split_by_trace(values: Sequence[float], read_at: dict[int, str], seeds: Sequence[int]) -> list[list[float]]:
-    """Per-seed ``values`` split in two: [seeds whose trace reads the capital at the country, seeds read at "is"]."""
-    return [[v for v, s in zip(values, seeds) if read_at[s] == where] for where in ("country", "is")]
-
-
-def paraphrase_shares(sites: dict, seeds: Sequence[int], site: str, who: str, when: str,
-                      template: str = PARAPHRASE) -> list[float]:
-    """Per seed, from ``load_sites()``: the share of the ``who`` ("edited"/"untouched") countries whose new
-    capital beats the true one on the held-out ``template``, ``when`` ("before"/"after") the edit at ``site``;
-    ``template`` may also be one of ``OTHER_PROMPTS`` (the control; recorded for the edit at the country only)."""
-    control = {t: name for name, t in OTHER_PROMPTS.items()}
-    if template in control and site != "country":
-        raise ValueError(f"the other relations' prompts are recorded for the edit at the country only, not {site!r}")
-    runs = [sites[s][f"paraphrase {site}"] if template == PARAPHRASE else sites[s]["other prompts"][control[template]]
-            if template in control else sites[s]["more paraphrases"][template][site] for s in seeds]
-    return [run[f"{who}_{when}"] for run in runs]
-
-
-def paraphrase_rises(sites: dict, seeds: Sequence[int], site: str,
-                     template: str = PARAPHRASE) -> tuple[list[float], list[float]]:
-    """Per seed: the rise (after − before) of ``paraphrase_shares`` for the edited and the untouched countries."""
-    return tuple([a - b for a, b in zip(paraphrase_shares(sites, seeds, site, who, "after", template),
-                                        paraphrase_shares(sites, seeds, site, who, "before", template))]
-                 for who in ("edited", "untouched"))
-
-
-def trace_family(sites: dict, budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict:
-    """Does the country edit take better in the seeds whose trace reads the capital at the country? Four Welch
-    tests, seeds traced at the country against seeds traced at "is": efficacy at 40 steps with and without the
-    penalty and at 1000 steps without it; capitals kept at 1000 steps."""
-    from helpers.stats import welch
-    big = "1000 steps, no penalty"
-
-    def split(key, budget=None):
-        values = [sites[s][key] if budget is None else budgets[s][budget][key] for s in seeds]
-        return split_by_trace(values, read_at, seeds)
-
-    return {"efficacy, 40 steps": welch(*split("country")),
-            "efficacy, 40 steps, no penalty": welch(*split("efficacy", "40 steps, no penalty")),
-            "efficacy, 1000 steps, no penalty": welch(*split("efficacy", big)),
-            "other capitals kept, 1000 steps, no penalty": welch(*split("capitals_kept", big))}
-
-
-def paraphrase_family(sites: dict, seeds: Sequence[int]) -> dict:
-    """Does the country edit reach the capital fact, or everything written after the country? Four paired tests
-    of the rise of "the new capital beats the true one" (``paraphrase_rises``, edited − untouched countries): on
-    the held-out paraphrase, then on the country's prompts of the other relations (``OTHER_PROMPTS``, where
-    neither capital is the answer: the control)."""
-    from helpers.stats import paired_difference
-    return {"held out: 'the official capital of X is'": paired_difference(*paraphrase_rises(sites, seeds, "country")),
-            **{f"control: {name} prompt": paired_difference(*paraphrase_rises(sites, seeds, "country", t))
-               for name, t in OTHER_PROMPTS.items()}}
-
-
-def keep_family(runs: dict, seeds: Sequence[int]) -> dict:
-    """With the keep term − without it, paired by seed (``load_keep()`` runs): efficacy and the edited country's
-    other facts kept (mean of its three other relations)."""
-    from helpers.stats import paired_difference
-    return {w: paired_difference(*(keep_values(runs, name, k, seeds) for name in ("keep", "plain")))
-            for w, k in [("efficacy", "efficacy"), ("the country's other facts kept", "own")]}
-
-
 def keep_summary(runs: dict, seeds: Sequence[int], n_edits: int = 32) -> str:
     """One printed line from ``load_keep()`` runs: how much of the edited country's own currency the plain edit
     keeps (lowest-highest over ``seeds``, and in how many seeds below 1; ``n_edits``: edits per seed in ``runs``,
@@ -527,73 +444,6 @@ def trace_and_edits(trace: dict[str, Sequence[float]], runs: dict, sites: dict, 
                       f"{'resolved' if verdicts[name][1] else 'not resolved'}" for name in rho))
 
 
-def template_family(sites: dict, seeds: Sequence[int]) -> dict:
-    """The country edit's paraphrase rise, edited − untouched, on each of the three held-out templates."""
-    from helpers.stats import paired_difference
-    return {f"'{t.format('X')}'": paired_difference(*paraphrase_rises(sites, seeds, "country", t))
-            for t in (PARAPHRASE, *MORE_PARAPHRASES)}
-
-
-def budget_summary(budgets: dict, read_at: dict[int, str], seeds: Sequence[int]) -> dict[str, tuple]:
-    """Per budget: (efficacy range in the seeds read at the country, the same at "is", median ‖δ‖/‖Wk*‖ at the
-    country, the same at "is"), ranges as (min, max) and medians over seeds of the per-seed median edit."""
-    import statistics
-    out = {}
-    for name in budgets[seeds[0]]:
-        eff = split_by_trace([budgets[s][name]["efficacy"] for s in seeds], read_at, seeds)
-        size = split_by_trace([budgets[s][name]["delta_ratio"] for s in seeds], read_at, seeds)
-        out[name] = ((min(eff[0]), max(eff[0])), (min(eff[1]), max(eff[1])),
-                     statistics.median(size[0]), statistics.median(size[1]))
-    return out
-
-
-def single_key_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
-                    n_edits: int = 32) -> dict[str, dict[str, float]]:
-    """The notebook's 40-step country edits (``capital_edits``, the penalty, each applied alone) in ``layer``, keyed
-    ``"mean of 4"`` (``k*`` the mean of the country's four keys at the country, as in the notebook) and
-    ``"capital prompt"`` (the edited prompt's own key there): ``{name: {"efficacy", "capitals_kept", "own_kept"}}``,
-    ``own_kept`` the share of the edited country's other three facts whose prediction is unchanged."""
-    _, same_subject, subject_pos, _, edit_rows, new_ids, other_capitals, keys, C = _edits(model, data, layer, n_edits)
-    its_other = same_subject[edit_rows] & (torch.arange(len(data.facts))[None, :] != edit_rows[:, None])
-    checked = torch.nonzero(other_capitals.any(0) | same_subject[edit_rows].any(0))[:, 0]
-    out = {}
-    for name, k_stars in [("mean of 4", mean_keys(keys, same_subject[edit_rows], subject_pos)),
-                          ("capital prompt", keys[edit_rows, subject_pos[edit_rows]])]:
-        W_hats = rome_edits(model, layer, keys, C, k_stars, data.ids, data.answer_pos, edit_rows, new_ids)
-        fx = edit_effects(model, layer, W_hats, data.ids, data.answer_pos, edit_rows, new_ids, checked)
-        out[name] = {"efficacy": fx.success.float().mean().item(), "capitals_kept": fx.kept(other_capitals).mean().item(),
-                     "own_kept": fx.kept(its_other).mean().item()}
-    return out
-
-
-def make_single_key(seeds: Sequence[int], path: Path = SINGLE_KEY_PATH) -> dict:
-    """Run ``single_key_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
-    from helpers.fact_model import load_fact_model
-    torch.set_num_threads(1)
-    data = make_dataset(load_facts())
-    runs = {str(s): single_key_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
-    result = {"made_by": "python -m helpers.edit_budget --single-key", "runs": runs,
-              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
-    Path(path).write_text(json.dumps(result, indent=1) + "\n")
-    return result
-
-
-def load_single_key(path: Path = SINGLE_KEY_PATH) -> dict[int, dict[str, dict[str, float]]]:
-    """The shipped single-key runs: ``{seed: single_key_runs(...)}``."""
-    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
-
-
-def single_key_summary(runs: dict, seeds: Sequence[int]) -> str:
-    """Keyed on the capital prompt − keyed on the mean of four, paired by seed, Holm over three measures."""
-    from helpers.stats import holm, paired_difference
-    what = {"own_kept": "country's other facts kept", "efficacy": "efficacy", "capitals_kept": "other capitals kept"}
-    verdicts = holm({name: paired_difference([runs[s]["capital prompt"][k] for s in seeds],
-                                             [runs[s]["mean of 4"][k] for s in seeds]) for k, name in what.items()})
-    return (f"keyed on the capital prompt − on the mean of four, {len(seeds)} seeds, paired, Holm over {len(verdicts)}:"
-            + "".join(f"\n  {v.name:27s} {v.comparison.mean:+.3f}  {v.comparison.higher:>2}/{v.comparison.n} seeds higher  "
-                      f"{'not resolved' if v.verdict == 'not resolved' else 'resolved'}" for v in verdicts))
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
@@ -604,12 +454,8 @@ if __name__ == "__main__":
                                                                "(edit_answers.json)")
     parser.add_argument("--keep", action="store_true", help="the country edits with and without the keep term "
                                                             "(edit_keep.json)")
-    parser.add_argument("--single-key", action="store_true", help="the country edits keyed on the mean of four "
-                                                                  "or on the capital prompt (edit_single_key.json)")
     args = parser.parse_args()
-    if args.single_key:
-        make_single_key(args.seeds, args.out or SINGLE_KEY_PATH)
-    elif args.answers:
+    if args.answers:
         make_answers(args.seeds, args.out or ANSWERS_PATH)
     elif args.keep:
         make_keep(args.seeds, args.out, args.edits)
@@ -619,40 +465,3 @@ if __name__ == "__main__":
         make(args.seeds, args.out or DATA_PATH)
 
 
-def paraphrase_readout(live0: dict[str, float], answers: dict, right: dict[str, str], sites: dict,
-                       seeds: Sequence[int]):
-    """Section 8's paraphrase test as a small table (``knockout_runs.Folded``): shown, what the unedited model
-    answers on ``PARAPHRASE`` and, per prompt (held out, then ``OTHER_PROMPTS``), the share of the 32 countries
-    whose new capital's logit beats the true one's, before → after, edited and untouched, with the paired rise
-    edited − untouched judged by Holm over the four; folded, each row's seeds and t, seed 0's answers (``live0``: ``paraphrase_answers``)
-    against the shipped ``answers`` (``load_answers()``), the other held-out wordings (``right``:
-    ``right_capital_first``) and the rise on each held-out wording (``template_family``)."""
-    from helpers.knockout_runs import Folded
-    from helpers.stats import holm
-    n = {k: sum(answers[s][k] for s in seeds) for k in ("language first", "new first", "new first of capitals")}
-    verdicts = holm(paraphrase_family(sites, seeds))
-    shown = [f"unedited, on '{PARAPHRASE.format('X')}': the top word is a language for {n['language first']} of "
-             f"{32 * len(seeds)} edited countries; the right capital in {right[PARAPHRASE]} prompts",
-             f"share of countries whose new capital's logit beats the true one's, before → after the edits, {len(seeds)} "
-             "seeds; rise: edited − untouched, paired, Holm over 4:",
-             f"  {'prompt':44s}{'edited':14s}{'untouched':14s}{'rise':8s}verdict"]
-    full = ["the same rows with their seeds and t:"]
-    for template, v in zip([PARAPHRASE, *OTHER_PROMPTS.values()], verdicts):
-        role = "held out: " if template == PARAPHRASE else "control: "
-        shares = [[sum(paraphrase_shares(sites, seeds, "country", who, when, template)) / len(seeds)
-                   for when in ("before", "after")] for who in ("edited", "untouched")]
-        c = v.comparison
-        shown.append(f"  {role + repr(template.format('X')):44s}"
-                     + "".join(f"{a:.2f} → {b:.2f}   " for a, b in shares) + f"{c.mean:+.3f}  {v.verdict}")
-        full.append(f"  {role + repr(template.format('X')):44s}{c.mean:+.3f}  {c.lower} lower, {c.higher} higher of "
-                    f"{c.n}  t {c.t:+.2f} vs {v.threshold:.2f}  {v.verdict}")
-    rise = holm(template_family(sites, seeds))
-    folded = [f"seed 0, 32 edits: the top word unedited is a language in {live0['language first']}; median P(true "
-              f"capital) {live0['P(true) before']:.0e}",
-              f"  edited: the new capital is the top word in {live0['new first']} ({n['new first']} of "
-              f"{32 * len(seeds)} over the seeds), the top capital in {live0['new first of capitals']} "
-              f"({n['new first of capitals']}); median P(new capital) {live0['P(new) after']:.0e}",
-              "unedited, the right capital is the top word: " + ", ".join(f"'{t.format('X')}' {k}"
-                                                                        for t, k in right.items()),
-              f"the held-out rise on three wordings (Holm over 3): {sum(v.resolved for v in rise)} of 3 resolved"]
-    return Folded(shown + full + folded, shown=len(shown), label="seeds and t; seed 0's answers; two more wordings (click)")

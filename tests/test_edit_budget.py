@@ -109,43 +109,12 @@ def test_the_shipped_keep_file_holds_ten_seeds_and_the_command_reproduces_seed_0
     assert shipped[0]["keep"]["own currency"] > shipped[0]["plain"]["own currency"]   # seed 0: 100 % against 56 %
 
 
-def test_the_section_8_families_read_the_shipped_runs():
-    sites, budgets, keep = edit_budget.load_sites(), edit_budget.load(), edit_budget.load_keep()
-    read_at = {s: "country" if s in (0, 2, 4, 6, 7, 8) else "is" for s in range(10)}
-    at_country, at_is = edit_budget.split_by_trace([sites[s]["country"] for s in range(10)], read_at, range(10))
-    assert (len(at_country), len(at_is)) == (6, 4)
-    trace = edit_budget.trace_family(sites, budgets, read_at, range(10))
-    paraphrase = edit_budget.paraphrase_family(sites, range(10))
-    assert len(trace) == 4 and len(paraphrase) == 4 and trace["efficacy, 40 steps"].diff > 0
-    assert paraphrase["control: currency prompt"].mean > 0     # the edit reaches the country
-    assert set(sites[0]["other prompts"]) == set(edit_budget.OTHER_PROMPTS)
-    assert len(edit_budget.template_family(sites, range(10))) == 3
-    own = edit_budget.keep_values(keep, "keep", "own", range(10))
-    assert len(own) == 10 and all(0.0 <= v <= 1.0 for v in own)
-    summary = edit_budget.budget_summary(budgets, read_at, range(10))
-    assert set(summary) == set(edit_budget.BUDGETS)
-
-
 def test_the_live_site_check_leaves_out_only_the_control_prompts():
     data = make_dataset(load_facts())
     model = load_fact_model(data, seed=0)[0]
     shipped = edit_budget.load_sites()[0]
     assert edit_budget.live_sites_gap(model, data, shipped) < 1e-5
     assert set(edit_budget.site_runs(model, data, controls=False)) == set(shipped) - {"other prompts"}
-
-
-def test_the_shipped_152_edit_keep_file_holds_ten_seeds_and_its_command():
-    import json
-    path = edit_budget.keep_path(152)
-    assert path.name == "edit_keep_152.json" and edit_budget.keep_path(32) == edit_budget.KEEP_PATH
-    made_by = json.loads(path.read_text())["made_by"]
-    assert made_by == "python -m helpers.edit_budget --keep --edits 152"
-    runs = edit_budget.load_keep(path)
-    assert sorted(runs) == list(range(10)) and set(runs[0]) == {"plain", "keep"}
-    family = edit_budget.keep_family(runs, range(10))
-    assert family["the country's other facts kept"].mean > 0 and family["efficacy"].mean < 0
-    rows, _ = edit_budget.capital_edits(make_dataset(load_facts()), n_edits=152)
-    assert len(set(rows.tolist())) == 152                                      # every capital, once
 
 
 def test_the_paraphrase_answers_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
@@ -156,27 +125,6 @@ def test_the_paraphrase_answers_file_holds_ten_seeds_and_the_command_reproduces_
     assert sum(r["new first"] for r in shipped.values()) <= sum(r["new first of capitals"] for r in shipped.values())
     made = edit_budget.make_answers([0], tmp_path / "answers.json")["runs"]["0"]
     assert edit_budget.answers_gap(made) < 1e-3                         # counts equal, P up to kernel rounding
-
-
-def test_right_capital_first_counts_countries_times_seeds():
-    data = make_dataset(load_facts())
-    models = {0: load_fact_model(data, seed=0)[0]}
-    right = edit_budget.right_capital_first(models, data, [0], templates=("the capital of {} is",))
-    assert right == {"the capital of {} is": "152 of 152"}                # the training wording: always right
-
-
-def test_paraphrase_readout_shows_four_judged_rows_and_folds_seed_0():
-    sites, answers = edit_budget.load_sites(), edit_budget.load_answers()
-    right = {t: "0 of 1,520" for t in (edit_budget.PARAPHRASE, *edit_budget.MORE_PARAPHRASES)}
-    live0 = {"language first": 32, "P(true) before": 4e-9, "new first": 0, "new first of capitals": 3,
-             "P(new) after": 3e-8}
-    out = edit_budget.paraphrase_readout(live0, answers, right, sites, range(10))
-    shown = repr(out).splitlines()
-    assert len(shown) == 3 + 4 and shown[3].lstrip().startswith("held out:")
-    assert all(line.rstrip().endswith(("higher", "lower", "not resolved")) for line in shown[3:])
-    assert not any(" vs " in line for line in shown)                      # t and seeds are folded
-    html = out._repr_html_()
-    assert "median P(new capital) 3e-08" in html and html.count(" vs ") == 4
 
 
 def test_spearman_null_is_exact_and_holm_steps_down():
@@ -210,19 +158,6 @@ def test_keep_summary_reads_the_shipped_keep_runs_with_holm_over_five():
     assert "efficacy             -0.084  (0.46 → 0.38; higher in  0, lower in  6 of 10 seeds)  not resolved" in line
 
 
-def test_single_key_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
-    import json
-    shipped = edit_budget.load_single_key()
-    assert sorted(shipped) == list(range(10)) and all(set(r) == {"mean of 4", "capital prompt"} for r in shipped.values())
-    assert json.loads(edit_budget.SINGLE_KEY_PATH.read_text())["made_by"] == "python -m helpers.edit_budget --single-key"
-    line = edit_budget.single_key_summary(shipped, range(10))
-    assert "country's other facts kept  +0.143  10/10 seeds higher  resolved" in line
-    assert "efficacy                    -0.016" in line and line.count("not resolved") == 2
-    made = edit_budget.make_single_key([0], tmp_path / "single.json")["runs"]["0"]
-    for name, run in made.items():                     # one edit may flip with the CPU's rounding
-        assert all(abs(v - shipped[0][name][k]) <= 1 / 32 + 1e-9 for k, v in run.items())
-
-
 def test_trace_and_edits_reads_the_trace_beside_the_edits_with_holm_over_two():
     keep, sites = edit_budget.load_keep(), edit_budget.load_sites()
     efficacy = edit_budget.keep_values(keep, "plain", "efficacy", range(10))
@@ -240,3 +175,17 @@ def test_keep_summary_names_its_edit_count():
     runs = edit_budget.load_keep(edit_budget.keep_path(152))
     assert edit_budget.keep_summary(runs, range(10), n_edits=152).startswith("10 seeds, 152 edits each")
     assert "32 edits each" in edit_budget.keep_summary(edit_budget.load_keep(), range(10))
+
+
+def test_the_shipped_152_edit_keep_file_holds_ten_seeds_and_its_command():
+    import json
+    path = edit_budget.keep_path(152)
+    assert path.name == "edit_keep_152.json" and edit_budget.keep_path(32) == edit_budget.KEEP_PATH
+    made_by = json.loads(path.read_text())["made_by"]
+    assert made_by == "python -m helpers.edit_budget --keep --edits 152"
+    runs = edit_budget.load_keep(path)
+    assert sorted(runs) == list(range(10)) and set(runs[0]) == {"plain", "keep"}
+    own = edit_budget.keep_values(runs, "keep", "own", range(10))
+    assert len(own) == 10 and all(0.0 <= v <= 1.0 for v in own)
+    rows, _ = edit_budget.capital_edits(make_dataset(load_facts()), n_edits=152)
+    assert len(set(rows.tolist())) == 152
