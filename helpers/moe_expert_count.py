@@ -291,11 +291,10 @@ def figure(study: dict):
     if "dense" in study:
         dense = torch.stack([dense_losses(study, e)[0] for e in counts])
         ax.plot(counts, dense.mean(1).numpy(), "s--", color="tab:red", lw=2,
-                label="dense FFN with the MoE's active parameters\n(width " + ", ".join(str(dense_width(e)) for e in counts)
-                + f"; mean of {dense.shape[1]} seeds, each width at its best of four rates)")
+                label="dense FFN, the MoE's active parameters")
     if "dense_total" in study:
         ax.plot([TOTAL_E], [float(total_losses(study)[0].mean())], "D", color="tab:green", ms=8,
-                label=f"dense FFN with E = {TOTAL_E}'s total parameters (width {total_width(TOTAL_E)}; mean of 10 seeds, best rate)")
+                label=f"dense FFN, E = {TOTAL_E}'s total parameters (width {total_width(TOTAL_E)})")
     ax.plot([], [], color="0.8", lw=0.8, label="one MoE seed")
     ax.set_xscale("log", base=2)
     ax.set_xticks(counts, [str(e) for e in counts])

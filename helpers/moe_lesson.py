@@ -113,18 +113,19 @@ def fit_line(study: dict, no_ffn: dict, lr: float) -> str:
     return verdict_table(fit_family(study, no_ffn, lr), "cross-entropy (nats), ten seeds", digits=3)
 
 
-#: The fit verdicts section 8's note reads, in its order (``fit_readout``).
-FIT_READ = ("CE: dense 96 − no FFN", "CE: MoE α = 0.1 − dense 96", "CE: MoE α = 0.1 − no FFN",
-            "CE, 1,000 steps: MoE α = 0.1 − dense 96", "CE: MoE α = 0.1 − MoE α = 0")
+#: The fit verdict section 8's note reads (``fit_readout``); the balancing loss's own fit verdict is read from the
+#: three-prices table (``three_prices``), the others stay in the fold.
+FIT_READ = ("CE: dense 96 − no FFN",)
 
 
 def fit_readout(study: dict, no_ffn: dict, lr: float) -> Folded:
-    """The fit controls in view: one line per verdict of ``FIT_READ``; folded: ``fit_line``'s whole Holm family."""
+    """The fit control in view, one line: the verdicts of ``FIT_READ`` with their Holm family's size; folded:
+    ``fit_line``'s whole Holm family."""
     family = fit_family(study, no_ffn, lr)
     resolved = sum(v.resolved for v in holm(family))
-    shown = [f"verdict, cross-entropy (nats), ten seeds, Holm over {len(family)} ({resolved} resolved), the ones "
-             "read below:"] + [f"  {verdict_clauses(family, [name], digits=3)}" for name in FIT_READ]
-    return Folded("\n".join(shown), fit_line(study, no_ffn, lr), f"all {len(family)} fit verdicts (click)")
+    shown = (f"fit verdict, ten seeds, Holm over {len(family)} ({resolved} resolved): "
+             + verdict_clauses(family, FIT_READ, digits=3))
+    return Folded(shown, fit_line(study, no_ffn, lr), f"all {len(family)} fit verdicts (click)")
 
 
 #: Section 6's controls, in the fold's order (``skew_readout``, ``skew_family``).
@@ -196,7 +197,7 @@ def skew_summary(skew) -> str:
     ratio = "–".join(sorted({f"{g.mean_ratio:.2f}" for g in skew.geometry}))
     spread = "–".join(sorted({f"{g.participation:.0f}" for g in skew.geometry}))
     geometry = (f"hidden states, both layers: |mean| / rms |x| = {ratio} (a shared direction); variance spread over "
-                f"{spread} of {skew.geometry[0].d} directions")
+                f"an effective {spread} of {skew.geometry[0].d} directions (participation ratio)")
     table = 1 + len(SKEW_IN_VIEW)                                 # header and rows; the verdict lines follow
     return "\n".join([*shown[:table], geometry, *shown[table:]])
 

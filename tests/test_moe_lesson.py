@@ -128,10 +128,10 @@ def test_fit_and_purity_readouts_show_one_line_per_verdict_read_and_fold_the_tab
 
     study, no_ffn = load_runs(), load_no_ffn()
     out = fit_readout(study, no_ffn, 1e-2)
-    shown = out.shown.splitlines()
-    assert len(shown) == 1 + len(FIT_READ) and out.folded == fit_line(study, no_ffn, 1e-2)
-    assert shown[1].strip() == "CE: dense 96 − no FFN -0.065, lower in 9/10"
-    assert "not resolved (2 lower, 8 higher of 10)" in shown[2]
+    shown = out.shown.splitlines()                                 # review 05-r58: one line, the one verdict read
+    assert len(shown) == 1 and FIT_READ == ("CE: dense 96 − no FFN",) and out.folded == fit_line(study, no_ffn, 1e-2)
+    assert shown[0] == "fit verdict, ten seeds, Holm over 8 (4 resolved): CE: dense 96 − no FFN -0.065, lower in 9/10"
+    assert "CE: MoE α = 0.1 − dense 96                +0.049   2 lower,  8 higher of 10" in out.folded
     purity = load_purity()
     out = purity_readout(purity)
     assert out.folded == purity_lines(purity) and len(out.shown.splitlines()) == 3
@@ -197,7 +197,7 @@ def test_skew_summary_shows_the_three_rows_the_geometry_and_the_verdict_and_deta
     lines = skew_summary(skew).splitlines()
     assert len(lines) == 3 + len(SKEW_IN_VIEW) + len(SKEW_READ)
     geometry = 1 + len(SKEW_IN_VIEW)
-    assert "spread over 11 of 64 directions" in lines[geometry] and lines[geometry + 1].startswith("verdict, 100 seeds")
+    assert "spread over an effective 11 of 64 directions (participation ratio)" in lines[geometry] and lines[geometry + 1].startswith("verdict, 100 seeds")
     assert "Holm's step-down over 8 comparisons" in skew_details(skew) and "W_g = 0, noise" in skew_details(skew)
 
 
