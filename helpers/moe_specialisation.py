@@ -66,6 +66,16 @@ def relations(data: LookupData) -> torch.Tensor:
     return data.ids[:, 0] % len(data.relations)
 
 
+def shared_answers(data: LookupData | None = None) -> int:
+    """How many answers belong to two relations or more (0: each relation has answers of its own)."""
+    data = lookup_data() if data is None else data
+    groups = relations(data)
+    per_answer = {}
+    for a, g in zip(data.answer_id.tolist(), groups.tolist()):
+        per_answer.setdefault(a, set()).add(g)
+    return sum(len(gs) > 1 for gs in per_answer.values())
+
+
 @dataclass
 class Specialisation:
     """Relation information per arm, ``(seeds,)`` each: ``untrained``, ``trained`` and ``shuffled`` (chance)."""
@@ -85,9 +95,8 @@ class Specialisation:
     def lines(self) -> list[str]:
         """The readout: each arm's mean relation information untrained, trained and shuffled, then the verdicts."""
         verdicts = {v.name.split(",")[0]: v for v in self.verdicts()}
-        head = (f"how much of a fact's relation its first expert reveals (0: nothing, 1: all), mean of seeds "
-                f"{self.seeds[0]}–{self.seeds[-1]}, {self.steps} steps; trained − untrained, Holm over these "
-                f"{len(verdicts)}:")
+        head = (f"share of a fact's relation its first routed expert reveals, mean of seeds {self.seeds[0]}–"
+                f"{self.seeds[-1]}, {self.steps} steps (trained − untrained: Holm over these {len(verdicts)})")
         rows = []
         for a in self.trained:
             v = verdicts[NAMES[a]]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers.moe_specialisation import ARMS_PROBED, load, measure, relation_information
+from helpers.moe_specialisation import ARMS_PROBED, load, measure, relation_information, shared_answers
 
 
 def test_relation_information_is_one_when_the_expert_names_the_group_and_zero_when_independent():
@@ -32,3 +32,7 @@ def test_a_small_run_measures_both_arms():
     for arm in ARMS_PROBED:
         assert 0.0 <= float(result.untrained[arm][0]) <= 1.0 and 0.0 <= float(result.trained[arm][0]) <= 1.0
         assert float(result.shuffled[arm][0]) < float(result.untrained[arm][0])
+
+
+def test_the_four_relations_share_no_answer():
+    assert shared_answers() == 0
