@@ -11,7 +11,7 @@ at their race rates on seeds 0-19 (the race's own runs), and on the same models 
 chance: the relation labels shuffled among the trained routings. Verdicts: trained − untrained in each arm, paired
 t with Holm's step-down over the two (``helpers.stats``).
 
-Made by ``python -m helpers.moe_specialisation`` (about 2 minutes on one CPU thread), which writes
+Made by ``python -m helpers.moe_specialisation`` (about a minute on one CPU thread), which writes
 ``helpers/data/moe_specialisation.json``.
 """
 
