@@ -263,6 +263,16 @@ def fresh_deepseekmoe_lines(fresh: Race, fixed: LongRun | None = None, unstable:
     return rows
 
 
+def _fixed_rate_line(rows: list[str]) -> str:
+    """``fresh_deepseekmoe_lines``'s fixed-rate verdict in words (its t and threshold stay in the fold)."""
+    row = rows[2]
+    rate = row.split("at lr ")[1].split(",")[0]
+    seeds = row.split("lower in ")[1].split(",")[0].strip()
+    word = "resolved" if row.endswith("→ lower") else "not resolved"
+    return (f"  at lr {rate}, fixed in advance, DeepSeekMoE is lower than width 19 in {seeds} of those seeds "
+            f"({word}; its t folded)")
+
+
 def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
                section4: dict[str, PairedDifference]) -> RaceAudit:
     """Run section 4.1's checks: ``race`` (``load_race()``), ``long`` (``load_ten_seeds()``), ``dsm`` (DeepSeekMoE
@@ -280,18 +290,20 @@ def race_audit(data: LookupData, race: Race, long: LongRun, dsm: LongRun,
     theirs = loss_family(fresh, RACE_PAIRS)
     resolved = [v for v in holm(section4) if v.name in theirs and v.resolved]
     flipped = [v.name for v in resolved if (v.comparison.mean > 0) != (theirs[v.name].mean > 0)]
+    dsm_fresh = fresh_deepseekmoe_lines(fresh)
     summary = [
         f"the race's {len(theirs)} verdicts unchanged on another CPU kernel: "
         f"{same_kernel.removeprefix('same verdict in ')}; on seeds 300–319: "
         f"{same_fresh.removeprefix('on the fresh seeds, same verdict in ')} (which: folded)",
         f"of the {len(resolved)} resolved, the mean changes sign on seeds 300–319 in {len(flipped)}: "
-        f"{'; '.join(flipped) or 'none'}"] + fresh_deepseekmoe_lines(fresh)
+        f"{'; '.join(flipped) or 'none'}", _fixed_rate_line(dsm_fresh)]
+    tables_head = ["DeepSeekMoE on the fresh seeds, at its tuned rate and at a rate fixed in advance:"] + dsm_fresh + [""]
     checks = [f"tuned rates at an end of the grid: {ends}; live reruns within 0.01 nats of their files: "
               f"{live[0].split(': ')[-1].split(' within')[0]}", ""]
     per_seed = [f"{arm}, answer loss per seed after 3,000 steps: " + " ".join(f"{float(v):.3f}"
                                                                               for v in long.loss[arm][-1])
                 for arm in ("MoE, top-2, lr 0.04", "dense, width 19, lr 0.04")]
-    tables = (checks + ["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
+    tables = (tables_head + checks + ["trainable embeddings, best rate, 100 steps: " + ", ".join(f"{a} {v:.3f}"
                                                                           for a, v in trainable.items()) + " nats"]
               + sweeps + [""] + live + [""] + convergence_lines(race, arms)
               + ['("last fifth": the loss\'s relative change over the run\'s last fifth; "right": facts answered right)',

@@ -84,3 +84,6 @@ def test_deepseekmoe_on_fresh_seeds_is_a_rate_instability():
     assert lines[1].split()[:4] == ["at", "its", "tuned", "lr"] and lines[1].endswith("→ not resolved")
     assert "lower in 20 of 20" in lines[2] and lines[2].endswith("→ lower")
     assert lines[3].endswith("ending above 0.7 nats: 4 of 20 (at lr 0.08: 0)")
+    from helpers.moe_audit import _fixed_rate_line
+    assert _fixed_rate_line(lines) == ("  at lr 0.08, fixed in advance, DeepSeekMoE is lower than width 19 in 20 of 20 "
+                                       "of those seeds (resolved; its t folded)")
