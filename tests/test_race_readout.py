@@ -130,7 +130,7 @@ def test_race_checks_print_the_step_size_gains_and_the_stall_free_tuned_gap():
     row = v.rows["tuned, no stalls"]
     assert (round(row.mean, 3), row.n, row.lo, row.verdict) == (0.108, 78, None, "post hoc: no test")
     assert "12 seeds with a stalled run left out" in repr(v)
-    assert repr(v).splitlines()[-1:] == lines and len(repr(v).splitlines()) == 8
+    assert repr(v).splitlines()[-1:] == lines and len(repr(v).splitlines()) == 9
 
 
 def test_seed_curves_draws_both_panels():
