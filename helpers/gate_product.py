@@ -28,6 +28,9 @@ Too slow to run live (about 7 CPU-minutes); made by
 and checked in the notebook by retraining test seed 0. The second file trains every arm again on the same test
 seeds at the same rates for 3,000 steps: 1,000 steps are not converged, and ``print_checks`` shows which verdicts
 hold at both lengths, and how much of the held-out error is generalisation error (training error beside it).
+
+The notebook shows ``ratio_figure`` (each arm's error ÷ GELU's, per target, both lengths) and ``verdict_lines``
+(the rows it reads, grouped by verdict); ``full_readout`` returns every table (``print_verdicts``, ``print_checks``).
 """
 
 from __future__ import annotations
