@@ -28,6 +28,9 @@ Too slow to run live (about 7 CPU-minutes); made by
 and checked in the notebook by retraining test seed 0. The second file trains every arm again on the same test
 seeds at the same rates for 3,000 steps: 1,000 steps are not converged, and ``print_checks`` shows which verdicts
 hold at both lengths, and how much of the held-out error is generalisation error (training error beside it).
+
+The notebook shows ``ratio_figure`` (each arm's error ÷ GELU's, per target, both lengths) and ``verdict_lines``
+(the rows it reads, grouped by verdict); ``full_readout`` returns every table (``print_verdicts``, ``print_checks``).
 """
 
 from __future__ import annotations
@@ -280,6 +283,105 @@ def print_checks(result: dict, longer: dict, names: dict[str, str]) -> None:
         cells = "".join(f"{_cell(before[f'{t}: {row}'], result, t, a):>13} → "
                         f"{_cell(after[f'{t}: {row}'], longer, t, a):<13}" for t in targets)
         print(f"{row:<19}{cells}".rstrip())
+
+
+def ratio(result: dict, target: str, arm: str, reference: str = "gelu") -> float:
+    """The per-seed error ratio ``arm ÷ reference`` on ``target``, geometric mean over the test seeds."""
+    return math.exp(float((log_fvu(result, target, arm) - log_fvu(result, target, reference)).mean()))
+
+
+def verdict_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
+    """Section 6.3's verdicts in eight lines: per target, the rows the notebook reads (``READ_ROWS``: the gated
+    arms and GELU 21 against GELU, the gated arms against GELU 21; on the product target also a² and ReLU² against
+    GELU), grouped by their Holm verdict (``family``, 36 rows) after ``longer``'s steps, each with its error ratio
+    then (``(floor)``: float32's floor) and, in brackets, its verdict after ``result``'s steps where that differs.
+    Every row: ``full_readout``."""
+    short, long_ = ({v.name: v for v in holm(family(r, names))} for r in (result, longer))
+    lines = [f"after {longer['steps']:,} steps: error ratio, verdict (Holm over {len(long_)} rows; [...]: the verdict "
+             f"after {result['steps']:,} steps where it differs)"]
+    blocks = [(t, ref, [row for row in READ_ROWS if row[1] == ref]) for t in result["targets"]
+              for ref in ("gelu", NARROW)]
+    blocks.insert(1, ("product", "gelu", [(v, "gelu") for v in SQUARED]))   # dense FFNs that square, once
+    for t, ref, rows in blocks:
+        groups: dict[str, list[str]] = {"lower": [], "not resolved": [], "higher": []}
+        for a, b in rows:
+            key = f"{t}: {arm_name(a, names)} ÷ {arm_name(b, names)}"
+            floor = float(log_fvu(longer, t, a).exp().max()) < FLOOR
+            was = f" [{short[key].verdict}]" if short[key].verdict != long_[key].verdict else ""
+            size = "(floor)" if floor else f"×{_ratio(long_[key].comparison, False)}"
+            groups[long_[key].verdict].append(f"{arm_name(a, names)} {size}{was}")
+        text = "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items() if v)
+        lines.append(f"{t:<7} ÷ {arm_name(ref, names):<8} {text}")
+    return "\n".join(lines)
+
+
+def check_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
+    """Two checks of ``verdict_lines``: how many of the 36 verdicts (after ``result``'s steps) stay when judged on
+    the training inputs, and GELU's held-out error after ``result``'s and ``longer``'s steps, per target."""
+    test = {v.name: v.verdict for v in holm(family(result, names))}
+    train_ = {v.name: v.verdict for v in holm(family(result, names, "train"))}
+    stay = sum(test[k] == train_[k] for k in test)
+    gm = lambda r, t: math.exp(float(log_fvu(r, t, "gelu").mean()))  # noqa: E731
+    return (f"judged on training error, {stay} of {len(test)} verdicts stay (after {result['steps']:,} steps)\n"
+            f"GELU's error (FVU), {result['steps']:,} → {longer['steps']:,} steps: "
+            + ", ".join(f"{t} {gm(result, t):.4f} → {gm(longer, t):.4f}" for t in result["targets"]))
+
+
+def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
+    """One panel per target: each arm's error ratio to the 32-unit GELU FFN (geometric mean over seeds, log scale,
+    one axis for all panels), after ``longer``'s steps (filled) and ``result``'s (faint), with the two references
+    marked: GELU with 32 units (same parameters, 1) and GELU with 21 (same units, dashed). Arms at float32's floor
+    are drawn at the left edge. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    arms = ["swish", "square", "relu2", "bilinear", "reglu", "geglu", "swiglu"]
+    groups = [("dense, no product", "#888888", ["swish"]), ("dense, squaring", "#DDAA33", ["square", "relu2"]),
+              ("gated, 21 units", "#4477AA", list(GATED))]
+    colour = {a: c for _, c, members in groups for a in members}
+    left, right, ticks = 0.012, 6.0, [0.03, 0.1, 0.3, 1, 3]
+    fig, axes = plt.subplots(1, len(result["targets"]), figsize=(11, 4.4), sharey=True, sharex=True)
+    for ax, t in zip(axes, result["targets"]):
+        for i, a in enumerate(arms):
+            for r, style in [(result, dict(alpha=0.3, ms=6)), (longer, dict(ms=8))]:
+                floor = float(log_fvu(r, t, a).exp().max()) < FLOOR
+                ax.plot(left * 1.2 if floor else ratio(r, t, a), i, "<" if floor else "o", color=colour[a], **style)
+            if float(log_fvu(longer, t, a).exp().max()) < FLOOR:
+                ax.annotate("float32's floor", (left * 1.5, i), va="center", fontsize=8)
+        ax.axvline(1, color="black", lw=1.2)
+        ax.axvline(ratio(longer, t, NARROW), color="#CC3311", ls="--", lw=1.5)
+        ax.set_xscale("log")
+        ax.set_xlim(left, right)
+        ax.set_xticks(ticks, [f"×{x:g}" for x in ticks])
+        ax.minorticks_off()
+        ax.set_title(f"{t} target")
+        ax.set_xlabel("error ÷ GELU's error")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(arms)), [arm_name(a, names) for a in arms])
+    axes[0].invert_yaxis()
+    handles = [Line2D([], [], color=c, marker="o", ls="", ms=8, label=name) for name, c, _ in groups]
+    handles += [Line2D([], [], color="#4477AA", marker="o", ls="", ms=6, alpha=0.3,
+                       label=f"faint: after {result['steps']:,} steps (filled: {longer['steps']:,})"),
+                Line2D([], [], color="black", lw=1.2, label="same parameters: GELU, 32 units (×1)"),
+                Line2D([], [], color="#CC3311", ls="--", lw=1.5, label="same units: GELU, 21 units")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle("Each arm's held-out error against a GELU FFN of the same parameters (left of ×1: lower)")
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    return fig
+
+
+def full_readout(result: dict, longer: dict, names: dict[str, str]) -> str:
+    """Every printed detail of section 6.3: ``print_verdicts``'s tables (FVU and rate per arm, the 36 verdict
+    rows with ratios and seed counts) and ``print_checks``'s (training error, 1,000 → 3,000 steps per row)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_verdicts(result, names)
+        print()
+        print_checks(result, longer, names)
+    return out.getvalue().rstrip()
 
 
 def main() -> None:

@@ -88,3 +88,35 @@ def test_longer_run_keeps_the_verdicts_the_notebook_states_at_both_lengths():
     at_3000 = {v.name: v.verdict for v in holm(family(longer, VARIANT_NAMES))}
     assert all(at_3000[f"gate: {arm} ÷ GELU"] != "lower" for arm in ("Bilinear", "ReGLU", "GEGLU", "SwiGLU"))
     assert len(READ_ROWS) == 9
+
+
+def test_verdict_lines_are_the_lines_the_notebook_reads():
+    """Notebook 04, cells 50-52: eight lines of verdicts after 3,000 steps, [the 1,000-step verdict] where it
+    differs; the two checks beside them."""
+    from helpers.gate_product import check_lines, verdict_lines
+    result, longer = load(DATA_PATH), load(LONGER_PATH)
+    lines = verdict_lines(result, longer, VARIANT_NAMES).splitlines()
+    assert len(lines) == 8 and "Holm over 36 rows" in lines[0]
+    assert lines[1].endswith("lower: Bilinear (floor), ReGLU ×0.18, GEGLU ×0.037, SwiGLU ×0.093; higher: GELU 21 ×4.4")
+    assert lines[2].endswith("lower: a² (floor), ReLU² ×0.31")
+    assert "not resolved: ReGLU ×1.1, GEGLU ×0.95 [lower], SwiGLU ×1.0" in lines[4]
+    assert lines[5].endswith("lower: ReGLU ×0.55, GEGLU ×0.48, SwiGLU ×0.53; higher: Bilinear ×1.4")
+    assert lines[6].endswith("higher: Bilinear ×2.2, ReGLU ×2.3, GEGLU ×1.9, SwiGLU ×2.2, GELU 21 ×2.0")
+    assert "GEGLU ×0.98 [lower]" in lines[7]
+    checks = check_lines(result, longer, VARIANT_NAMES)
+    assert "33 of 36 verdicts stay" in checks and "product 0.0123 → 0.0072" in checks
+
+
+def test_full_readout_and_figure():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.gate_product import full_readout, ratio_figure
+    result, longer = load(DATA_PATH), load(LONGER_PATH)
+    text = full_readout(result, longer, VARIANT_NAMES)
+    assert "Holm over 36 rows" in text and "GEGLU ÷ GELU        ×0.057 24/0  lower" in text
+    assert "judged on training error, 33 of 36 verdicts stay" in text and "×0.94 lower → ×0.95 n.r." in text
+    fig = ratio_figure(result, longer, VARIANT_NAMES)
+    assert [ax.get_title() for ax in fig.axes] == [f"{t} target" for t in TARGETS]
+    plt.close(fig)

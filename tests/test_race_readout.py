@@ -71,15 +71,16 @@ def test_section_readout_shows_one_verdict_and_one_table_and_folds_every_check()
 
 
 def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
-    """Notebook 04, cells 47-48: five rows, the control second (the print and the gap-against-rate figure);
+    """Notebook 04, cells 47-48: six rows, the controls second and third (the print and the gap-against-rate figure);
     verdicts Holm's over 27 rows."""
     v = race_verdicts(race_arms(load_race()), race_family_with_controls)
     assert (v.family_size, v.resolved) == (27, 5)
-    assert list(v.rows) == ["0.005", "dense ×1.05", "0.01", "0.02", "tuned"]        # checks=False: no post-hoc row
+    assert list(v.rows) == ["0.005", "dense ×1.05", "both ×1.05", "0.01", "0.02", "tuned"]        # checks=False: no post-hoc row
     got = {k: (round(r.mean, 3), round(r.lo, 2), round(r.hi, 2), r.n, r.verdict) for k, r in v.rows.items()}
     assert got == {"tuned": (0.062, -0.10, 0.23, 90, "not resolved"),
                    "0.005": (-0.074, -0.11, -0.03, 60, "lower"),
                    "dense ×1.05": (0.015, -0.03, 0.06, 60, "not resolved"),
+                   "both ×1.05": (-0.078, -0.12, -0.04, 60, "lower"),
                    "0.01": (-0.098, -0.16, -0.04, 60, "lower"),
                    "0.02": (-0.077, -0.20, 0.05, 40, "not resolved")}
     assert [v.rows[k].lr for k in ("0.005", "0.01", "0.02")] == [0.005, 0.01, 0.02] and v.rows["tuned"].lr is None
@@ -87,7 +88,8 @@ def test_race_verdicts_are_the_lines_and_points_the_notebook_reads():
     assert "every variant but GLU at lr 0.02" in shown and "every variant at lr 0.01" in shown
     assert "verdict (Holm over 27 rows)" in shown.splitlines()[0]
     assert "dense alone at 0.00525 (×1.05)" in shown
-    assert len(shown.splitlines()) == 6
+    assert "both at 0.00525 (×1.05)" in shown
+    assert len(shown.splitlines()) == 7
 
 
 def test_full_readout_keeps_every_check_the_notebook_used_to_print():
@@ -128,7 +130,7 @@ def test_race_checks_print_the_step_size_gains_and_the_stall_free_tuned_gap():
     row = v.rows["tuned, no stalls"]
     assert (round(row.mean, 3), row.n, row.lo, row.verdict) == (0.108, 78, None, "post hoc: no test")
     assert "12 seeds with a stalled run left out" in repr(v)
-    assert repr(v).splitlines()[-1:] == lines and len(repr(v).splitlines()) == 8
+    assert repr(v).splitlines()[-1:] == lines and len(repr(v).splitlines()) == 9
 
 
 def test_seed_curves_draws_both_panels():
