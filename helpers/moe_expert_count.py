@@ -286,8 +286,7 @@ def figure(study: dict):
         last = ranked[-1:] + beyond
         ax.plot([counts[i] for i in last], mean[last], ":", color="black", lw=1.5)
         ax.plot([counts[i] for i in beyond], mean[beyond], "o", mfc="white", mec="black", ms=7,
-                label=f"E = {', '.join(str(counts[i]) for i in beyond)}: not ranked against E = {TOTAL_E} "
-                      "(resolved on one CPU kernel only)")
+                label=f"E = {', '.join(str(counts[i]) for i in beyond)} (not ranked against E = {TOTAL_E})")
     if "dense" in study:
         dense = torch.stack([dense_losses(study, e)[0] for e in counts])
         ax.plot(counts, dense.mean(1).numpy(), "s--", color="tab:red", lw=2,

@@ -55,7 +55,7 @@ def test_payoff_family_pairs_each_moe_with_its_dense_twin_then_the_doublings():
     # a grey line per seed, the MoE mean to E = 8, its dotted step to 16 and the hollow E = 16 (not ranked), the dense
     # line, the total-parameter mark, the legend's grey (no kernel line)
     assert len(fig.axes[0].lines) == 10 + 6
-    assert any("not ranked against E = 8" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert any("(not ranked against E = 8)" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
     plt.close(fig)
 
 
