@@ -178,7 +178,7 @@ class NeuronExplorer:
         change = (after - before).tolist()
         ys = list(range(len(rows)))
         limit = max(0.5, 2.2 * max(abs(c) for c in change))             # room for a label beyond the longest bar
-        ko_ax.barh(ys, change, color=["#CC79A7" if c < 0 else "#009E73" for c in change])
+        ko_ax.barh(ys, change, color=["#009E73" if c < 0 else "#D55E00" for c in change])
         for y, (c, b) in enumerate(zip(change, before.tolist())):          # each label at its bar's end
             ko_ax.text(c + (0.02 if c >= 0 else -0.02) * limit, y, f"{b:.1f} → {b + c:.1f}", va="center",
                        ha="left" if c >= 0 else "right", fontsize=9)
@@ -190,7 +190,7 @@ class NeuronExplorer:
         ko_ax.set(xlim=(-limit, limit), xlabel="change in the answer's lead over the runner-up (logits)",
                   title=f"Only it off: its top {len(rows)} facts")
         from matplotlib.patches import Patch
-        ko_ax.legend(handles=[Patch(color="#CC79A7", label="lead shrinks: on, it favoured the answer over the runner-up"),
-                              Patch(color="#009E73", label="lead grows: on, it favoured the runner-up over the answer")],
+        ko_ax.legend(handles=[Patch(color="#009E73", label="lead shrinks: on, it helped the answer"),
+                              Patch(color="#D55E00", label="lead grows: on, it helped the runner-up")],
                      fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
         return fig

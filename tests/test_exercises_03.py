@@ -525,6 +525,34 @@ def test_agreement_rate_ignoring_valid_is_named():
     assert result.status == FAILED and "`valid` was ignored" in result.message, result.message
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_agreement_rate_unmasked_peak_raising_index_error_is_named(flat):
+    """Reviews 03-r57/r58: the peak taken without `valid` reaches the last position and raises IndexError at
+    t + 1; the checker names the mistake. An IndexError of another kind gets no such hint."""
+    def rate(c, ids, valid, value_logits):
+        n, length, d_ff = c.shape
+        if flat:
+            best = c.reshape(n * length, d_ff).argmax(0)
+            example, t = best // length, best % length
+        else:
+            peak, position = c.max(dim=1)
+            example = peak.argmax(0)
+            t = position[example, torch.arange(d_ff)]
+        return (value_logits.argmax(1) == ids[example, t + 1]).float().mean()
+
+    result = ex.check_agreement_rate.evaluate(rate)
+    assert result.status == FAILED and "`valid` was ignored" in result.message, result.message
+
+    def flat_index(c, ids, valid, value_logits):       # masked, but the flat index used as the example
+        n, length, d_ff = c.shape
+        best = _fill(c, valid, float("-inf")).reshape(n * length, d_ff).argmax(0)
+        return (value_logits.argmax(1) == ids[best, best % length + 1]).float().mean()
+
+    result = ex.check_agreement_rate.evaluate(flat_index)
+    assert result.status == FAILED and "IndexError" in result.message and "valid" not in result.message, \
+        result.message
+
+
 def _fill(c, valid, value):
     return c.masked_fill(~valid[:, :, None], value)
 

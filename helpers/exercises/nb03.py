@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.exercises.cases import below_minus_one, negative_rows, randint, spd, valid_mask
-from helpers.exercises.engine import Case, Corner, Domain, Exercise
+from helpers.exercises.engine import FAILED, HINT_PREFIX, Case, Corner, Domain, Exercise
 from helpers.exercises.returns import integer_tensor, tensor_dtype
 from helpers.ffn import FFN
 
@@ -587,7 +587,51 @@ def _agreement_of(case: Case) -> float:
     return _agreement_rate(*case.args)
 
 
-check_agreement_rate = Exercise(
+def _agreement_unmasked(c, ids, valid, logits):
+    """``valid`` ignored altogether: the peak over every position, the last included, whose next token
+    ``ids[n, T]`` does not exist (an IndexError wherever a neuron peaks at the last position)."""
+    best, position = c.max(dim=1)
+    example = best.argmax(dim=0)
+    t = position[example, torch.arange(c.shape[2])]
+    return (logits.argmax(dim=1) == ids[example, t + 1]).float().mean().item()
+
+
+UNMASKED_HINT = ("a top trigger ended at the last position, which has no next token (ids[n, t + 1] is out of "
+                 "range): `valid` was ignored. Set the positions it marks False to -inf before taking each "
+                 "neuron's maximum; `valid` is never True at the last position.")
+
+
+def _outcome(fn, case: Case):
+    """``("raised", exception text)`` or ``("value", float)`` for ``fn`` on fresh copies of the case's inputs."""
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
+    try:
+        value = fn(*args)
+    except (Exception, SystemExit) as err:  # the learner's exception is what is compared
+        return "raised", f"{type(err).__name__}: {err}"
+    try:
+        return "value", float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return "value", None
+
+
+class _AgreementExercise(Exercise):
+    """The engine names a mistake only from a wrong value. A function that raises gets the unmasked-peak hint
+    when, on every hidden case, it raises the very exception ``_agreement_unmasked`` raises there (type and
+    message) and returns the same value where that one returns: then ignoring ``valid`` explains every case."""
+
+    def evaluate(self, fn):  # type: ignore[override]
+        result = super().evaluate(fn)
+        if result.passed or result.hint or result.reason != "error":
+            return result
+        for case in self.cases():
+            got, model = _outcome(fn, case), _outcome(_agreement_unmasked, case)
+            if got[0] != model[0] or (got[0] == "raised" and got[1] != model[1]) or \
+                    (got[0] == "value" and (got[1] is None or abs(got[1] - model[1]) > 1e-6)):
+                return result
+        return self._result(FAILED, f"{result.message} {HINT_PREFIX}{UNMASKED_HINT}", "error", UNMASKED_HINT)
+
+
+check_agreement_rate = _AgreementExercise(
     "Exercise 4 (agreement rate)",
     _agreement_rate,
     _agreement_cases,
