@@ -72,7 +72,7 @@ __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
            "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "verdict_groups", "structure_headline", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
-           "tracking_family", "longest", "convergence_table",
+           "tracking_family", "longest", "convergence_table", "structure_ratios",
            "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
 
 STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
@@ -662,6 +662,20 @@ def sparse_structure_family(study: dict, layers: Sequence[int] | None = None, st
             family[f"layer {L}: SAE on y − SAE on a slot mixture"] = paired_difference(on_y, mixture)
             family[f"layer {L}: SAE on a slot mixture − on a Gaussian"] = paired_difference(mixture, gauss)
     return family
+
+
+def structure_ratios(study: dict, layer: int = 1, control_steps: str | None = None) -> dict[str, list[float]]:
+    """Section 4's arms per model, each as a multiple of its own data's PCA-8 held-out FVU (PCA-8 itself: 1.0):
+    the affine map from x and the transcoder (against PCA-8 of y), and the same autoencoder on a Gaussian like y,
+    on the slot mixture and on y (each against its own data's PCA-8; ``control_steps`` as in
+    ``sparse_structure_family``). The values the verdicts of ``sparse_structure_family(..., slots=True)`` pair."""
+    affine = [a / b for a, b in zip(model_means(study, layer, lambda e: e["dense"]["affine"]),
+                                    model_means(study, layer, lambda e: e["dense"]["pca"]))]
+    return {"affine map from x": affine,
+            "transcoder x -> y": _relative(study, layer, "transcoder", "pca"),
+            "SAE on a Gaussian like y": _control(study, layer, "sae_gaussian", "pca_gaussian", control_steps),
+            "SAE on the slot mixture": _control(study, layer, "sae_slots", "pca_slots", control_steps),
+            "SAE on y": _control(study, layer, "sae_y", "pca", control_steps)}
 
 
 def _runs(study: dict, layer: int, arm: str) -> dict[tuple[float, str], list[float]]:
