@@ -1,11 +1,11 @@
-"""helpers.sparsity_frontier: notebook 09's FVU-against-k frontier and dead features (shipped)."""
+"""helpers.dictionary_study's k frontier: notebook 09's FVU against k and dead features (shipped)."""
 
-from helpers.sparsity_frontier import KS, frontier_means, load, run
+from helpers.dictionary_study import FRONTIER_KS as KS, frontier_means, frontier_runs as run, load_frontier as load
 
 
 def test_the_shipped_file_holds_every_model_k_and_seed():
     record = load()
-    assert record["command"] == "python -m helpers.sparsity_frontier"
+    assert record["command"] == "python -m helpers.dictionary_study --frontier"
     assert record["ks"] == list(KS) and record["models"] == [0, 1, 2, 3, 4] and record["seeds"] == [0, 1]
     for runs in record["runs"].values():
         for k in KS:
