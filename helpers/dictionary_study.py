@@ -40,6 +40,15 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study --rate 0.01 --arms sae_y --lengths 10000 30000           # (~15 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_slots --lengths 30000             # (~10 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_gaussian --lengths 30000          # (~5 min)
+    python -m helpers.dictionary_study --frontier      # the k frontier, into sparsity_frontier.json (~3 min)
+
+``--frontier`` (``frontier_runs``) writes ``helpers/data/sparsity_frontier.json``, the sparsity-reconstruction
+frontier: on each of the five models, layer 1's transcoders with the recipe (float64, dictionary seeds 0 and 1) at
+k = 2, 4, 8, 16, 32; per model and k each seed's held-out FVU, its dead features (firing on none of the 1,681
+prefixes) and the held-out FVU of PCA-k of y. One model's runs train side by side; the data start can begin two
+features on the same example, and a wider top-k breaks their exact tie differently, so a run there is another
+draw of the recipe than a lone run of the same seed (model 0, seed 0, k = 8: held-out FVU 0.65 % and 131 dead
+features there, 0.66 % and 134 in notebook 09's section 3).
 
 ``--rate`` trains the control's autoencoders at one learning rate for every arm (``rate_runs``; the five models
 side by side), into ``control_lr[rate]`` of each model's entry: the rate at the length a verdict is read, and
@@ -72,10 +81,13 @@ __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
            "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "verdict_groups", "structure_headline", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
-           "tracking_family", "longest", "convergence_table",
-           "floor_table", "sweep_table", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
+           "tracking_family", "longest", "convergence_table", "structure_ratios",
+           "floor_table", "sweep_table", "FRONTIER_PATH", "FRONTIER_KS", "frontier_runs", "load_frontier", "frontier_means", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
 
 STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
+FRONTIER_PATH = Path(__file__).resolve().parent / "data" / "sparsity_frontier.json"
+#: the frontier's k (active features per prefix)
+FRONTIER_KS = (2, 4, 8, 16, 32)
 
 #: the dictionaries of the study (and of notebook 09)
 RECIPE = {"n_features": 256, "k": 8, "steps": 1000, "batch_size": 64, "seeds": 2, "held_out": 0.2, "split_seed": 0,
@@ -664,6 +676,20 @@ def sparse_structure_family(study: dict, layers: Sequence[int] | None = None, st
     return family
 
 
+def structure_ratios(study: dict, layer: int = 1, control_steps: str | None = None) -> dict[str, list[float]]:
+    """Section 4's arms per model, each as a multiple of its own data's PCA-8 held-out FVU (PCA-8 itself: 1.0):
+    the affine map from x and the transcoder (against PCA-8 of y), and the same autoencoder on a Gaussian like y,
+    on the slot mixture and on y (each against its own data's PCA-8; ``control_steps`` as in
+    ``sparse_structure_family``). The values the verdicts of ``sparse_structure_family(..., slots=True)`` pair."""
+    affine = [a / b for a, b in zip(model_means(study, layer, lambda e: e["dense"]["affine"]),
+                                    model_means(study, layer, lambda e: e["dense"]["pca"]))]
+    return {"affine map from x": affine,
+            "transcoder x -> y": _relative(study, layer, "transcoder", "pca"),
+            "SAE on a Gaussian like y": _control(study, layer, "sae_gaussian", "pca_gaussian", control_steps),
+            "SAE on the slot mixture": _control(study, layer, "sae_slots", "pca_slots", control_steps),
+            "SAE on y": _control(study, layer, "sae_y", "pca", control_steps)}
+
+
 def _runs(study: dict, layer: int, arm: str) -> dict[tuple[float, str], list[float]]:
     """Every run of a control arm in the file, ``(learning rate, steps) ->`` held-out FVU over its own PCA-8 per
     model (mean over seeds)."""
@@ -855,6 +881,51 @@ def tracking_table(study: dict, layers: Sequence[int] | None = None,
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- the sparsity-reconstruction frontier
+def frontier_runs(models: Sequence[int] = MODELS, ks: Sequence[int] = FRONTIER_KS, seeds: Sequence[int] = (0, 1),
+                  steps: int = RECIPE["steps"], progress: bool = True) -> dict:
+    """``{"ks", "models", "seeds", "steps", "runs": {model: {k: {"held_out", "dead", "pca"}}}}``: layer 1's
+    transcoders at each k (see the module docstring, ``--frontier``)."""
+    data = make_dataset(load_facts())
+    prefixes = fact_prefixes(data)
+    out: dict = {"ks": list(ks), "models": list(models), "seeds": list(seeds), "steps": steps, "runs": {}}
+    for m in models:
+        x, y, train, test = layer_data(data, prefixes, m, 1)
+        grid = [(k, s) for k in ks for s in seeds]
+        dictionaries = train_dictionaries(x[train], y[train], RECIPE["n_features"], [k for k, _ in grid],
+                                          [s for _, s in grid], steps=steps, lr=ARM_LR["transcoder"],
+                                          batch_size=RECIPE["batch_size"], dtype=torch.float64,
+                                          progress=progress, desc=f"model {m}: k = {', '.join(map(str, ks))}")
+        runs = {str(k): {"held_out": [], "dead": [], "pca": round(pca_fvu(y[train], y[test], k), 6)} for k in ks}
+        with torch.no_grad():
+            for (k, _), d in zip(grid, dictionaries):
+                runs[str(k)]["held_out"].append(round(fvu(y[test], d(x[test])), 6))
+                runs[str(k)]["dead"].append(int((firing_counts(d.encode(x)) == 0).sum()))
+        out["runs"][str(m)] = runs
+    return out
+
+
+def load_frontier(path: str | Path = FRONTIER_PATH) -> dict:
+    """The shipped frontier (``helpers/data/sparsity_frontier.json``), or the file at ``path``."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def frontier_means(record: dict) -> dict[str, list]:
+    """Per k (in ``record["ks"]`` order), means over models of each model's seed mean: ``{"held_out": FVU,
+    "pca": PCA-k's FVU, "dead": dead features}``, plus ``"held_out_range"``: (min, max) of the model means."""
+    def per_model(k, key):
+        return [sum(v) / len(v) if isinstance(v, list) else v
+                for v in (record["runs"][m][str(k)][key] for m in record["runs"])]
+    out: dict = {"held_out": [], "pca": [], "dead": [], "held_out_range": []}
+    for k in record["ks"]:
+        for key in ("held_out", "pca", "dead"):
+            values = per_model(k, key)
+            out[key].append(sum(values) / len(values))
+        fits = per_model(k, "held_out")
+        out["held_out_range"].append((min(fits), max(fits)))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
@@ -877,9 +948,18 @@ def main(argv: Sequence[str] | None = None) -> Path:
                         help="with --only-control: the training lengths")
     parser.add_argument("--rate", type=float, help="train --arms for --lengths at this one learning rate "
                         "(rate_runs), into each model's control_lr, in the existing file at --out")
-    parser.add_argument("--out", type=Path, default=STUDY_PATH)
+    parser.add_argument("--frontier", action="store_true",
+                        help="make the k frontier (frontier_runs) into --out, by default sparsity_frontier.json")
+    parser.add_argument("--out", type=Path, default=None, help="the file to write (default: the shipped one)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.frontier:
+        out = args.out or FRONTIER_PATH
+        record = {"command": "python -m helpers.dictionary_study --frontier",
+                  **frontier_runs(args.models, FRONTIER_KS, range(args.seeds), args.steps)}
+        out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        return out
+    args.out = args.out or STUDY_PATH
     if args.rate:
         study = load_study(args.out)
         for L in args.layers:

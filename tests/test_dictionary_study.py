@@ -233,3 +233,20 @@ def test_planted_recovery_counts_and_the_shipped_planted_check():
     filed = load_study()["planted_transcoder"]
     assert filed["untrained"][0] == as_transcoder["untrained"][0] != out["untrained"][0]   # x -> y data, its own start
     assert len(filed["dictionary"]) == 5 and min(filed["dictionary"]) > max(filed["untrained"])
+
+
+def test_structure_ratios_are_the_values_section_4_pairs():
+    from helpers.dictionary_study import structure_ratios
+    equal = at_rate(load_study(), "0.01")
+    ratios = structure_ratios(equal, control_steps="10000")
+    family = sparse_structure_family(equal, control_steps="10000", slots=True)
+    assert list(ratios) == ["affine map from x", "transcoder x -> y", "SAE on a Gaussian like y",
+                            "SAE on the slot mixture", "SAE on y"]
+    assert all(len(v) == 5 for v in ratios.values())
+
+    def mean(v):
+        return sum(v) / len(v)
+    assert abs(mean(ratios["transcoder x -> y"]) - 1 - family["layer 1: transcoder − PCA-8 of y"].mean) < 1e-12
+    assert abs(mean(ratios["SAE on y"]) - mean(ratios["SAE on a Gaussian like y"])
+               - family["layer 1: SAE on y − SAE on a Gaussian"].mean) < 1e-12
+    assert round(mean(ratios["SAE on y"]), 2) == 0.29 and round(mean(ratios["SAE on a Gaussian like y"]), 2) == 0.65
