@@ -291,9 +291,9 @@ def ratio(result: dict, target: str, arm: str, reference: str = "gelu") -> float
 
 
 def verdict_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
-    """Section 6.3's verdicts in eight lines: per target, the rows the notebook reads (``READ_ROWS``: the gated
+    """Section 6.3's verdicts in nine lines: per target, the rows the notebook reads (``READ_ROWS``: the gated
     arms and GELU 21 against GELU, the gated arms against GELU 21; on the product target also a² and ReLU² against
-    GELU), grouped by their Holm verdict (``family``, 36 rows) after ``longer``'s steps, each with its error ratio
+    GELU, on the gate target ReLU² and Swish), grouped by their Holm verdict (``family``, 36 rows) after ``longer``'s steps, each with its error ratio
     then (``(floor)``: float32's floor) and, in brackets, its verdict after ``result``'s steps where that differs.
     Every row: ``full_readout``."""
     short, long_ = ({v.name: v for v in holm(family(r, names))} for r in (result, longer))
@@ -302,6 +302,7 @@ def verdict_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
     blocks = [(t, ref, [row for row in READ_ROWS if row[1] == ref]) for t in result["targets"]
               for ref in ("gelu", NARROW)]
     blocks.insert(1, ("product", "gelu", [(v, "gelu") for v in SQUARED]))   # dense FFNs that square, once
+    blocks.insert(4, ("gate", "gelu", [("relu2", "gelu"), ("swish", "gelu")]))  # the dense arms below GELU there
     for t, ref, rows in blocks:
         groups: dict[str, list[str]] = {"lower": [], "not resolved": [], "higher": []}
         for a, b in rows:
@@ -330,7 +331,8 @@ def check_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
 def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
     """One panel per target: each arm's error ratio to the 32-unit GELU FFN (geometric mean over seeds, log scale,
     one axis for all panels), after ``longer``'s steps (filled) and ``result``'s (faint), with the two references
-    marked: GELU with 32 units (same parameters, 1) and GELU with 21 (same units, dashed). Arms at float32's floor
+    marked: GELU with 32 units (same parameters, 1) and GELU with 21 (same units, dashed). A hollow marker: not
+    resolved against GELU with 32 units at that length (``family``, Holm over 36 rows). Arms at float32's floor
     are drawn at the left edge. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -340,12 +342,15 @@ def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
               ("gated, 21 units", "#4477AA", list(GATED))]
     colour = {a: c for _, c, members in groups for a in members}
     left, right, ticks = 0.012, 6.0, [0.03, 0.1, 0.3, 1, 3]
-    fig, axes = plt.subplots(1, len(result["targets"]), figsize=(11, 4.4), sharey=True, sharex=True)
+    resolved = {id(r): {v.name: v.verdict != "not resolved" for v in holm(family(r, names))} for r in (result, longer)}
+    fig, axes = plt.subplots(1, len(result["targets"]), figsize=(11, 4.6), sharey=True, sharex=True)
     for ax, t in zip(axes, result["targets"]):
         for i, a in enumerate(arms):
             for r, style in [(result, dict(alpha=0.3, ms=6)), (longer, dict(ms=8))]:
                 floor = float(log_fvu(r, t, a).exp().max()) < FLOOR
-                ax.plot(left * 1.2 if floor else ratio(r, t, a), i, "<" if floor else "o", color=colour[a], **style)
+                hollow = {} if resolved[id(r)][f"{t}: {arm_name(a, names)} ÷ GELU"] else dict(mfc="none", mew=1.8)
+                ax.plot(left * 1.2 if floor else ratio(r, t, a), i, "<" if floor else "o", color=colour[a],
+                        **style, **hollow)
             if float(log_fvu(longer, t, a).exp().max()) < FLOOR:
                 ax.annotate("float32's floor", (left * 1.5, i), va="center", fontsize=8)
         ax.axvline(1, color="black", lw=1.2)
@@ -360,13 +365,15 @@ def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
     axes[0].set_yticks(range(len(arms)), [arm_name(a, names) for a in arms])
     axes[0].invert_yaxis()
     handles = [Line2D([], [], color=c, marker="o", ls="", ms=8, label=name) for name, c, _ in groups]
-    handles += [Line2D([], [], color="#4477AA", marker="o", ls="", ms=6, alpha=0.3,
-                       label=f"faint: after {result['steps']:,} steps (filled: {longer['steps']:,})"),
+    handles += [Line2D([], [], color="#666666", marker="o", ls="", ms=6, alpha=0.3,
+                       label=f"faint: after {result['steps']:,} steps (dark: {longer['steps']:,})"),
+                Line2D([], [], color="#666666", marker="o", ls="", ms=8, mfc="none", mew=1.8,
+                       label="hollow: not resolved against GELU, 32 units"),
                 Line2D([], [], color="black", lw=1.2, label="same parameters: GELU, 32 units (×1)"),
                 Line2D([], [], color="#CC3311", ls="--", lw=1.5, label="same units: GELU, 21 units")]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
     fig.suptitle("Each arm's held-out error against a GELU FFN of the same parameters (left of ×1: lower)")
-    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    fig.tight_layout(rect=(0, 0.15, 1, 1))
     return fig
 
 
