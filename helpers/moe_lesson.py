@@ -251,7 +251,7 @@ def drops_family(study: dict, lr: float) -> tuple[dict[str, Comparison], list[st
     }
     lines = [f"top-1 slots dropped at c = {c}, ten seeds: α = 0 {over_seeds(dropped('0', 1, c))}, "
              f"α = 0.1 {over_seeds(dropped('0.1', 1, c))}" for c in (1.25, 2.0)]
-    lines.append("top-2 slots dropped at c = 1.0 (ST-MoE's evaluation setting), ten seeds: "
+    lines.append("top-2 slots dropped at c = 1.0 (ST-MoE's evaluation factor 2.0 counts tokens: 1.0 per slot at top-2), ten seeds: "
                  f"α = 0 {over_seeds(dropped('0', 2, 1.0))}, α = 0.1 {over_seeds(dropped('0.1', 2, 1.0))}")
     lines.append("busiest/mean of the top-1 routing: " + ", ".join(
         f"α = {a} {over_seeds(choice(a, 0))}" for a in ("0", "0.1")))
