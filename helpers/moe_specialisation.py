@@ -8,8 +8,9 @@ relation's facts on its most-used expert would be capped by an even load; this i
 
 Measured on two of the race's arms (``helpers.moe_race.ARMS``), the top-1 MoE and DeepSeekMoE, trained 100 steps
 at their race rates on seeds 0-19 (the race's own runs), and on the same models before training (the control);
-chance: the relation labels shuffled among the trained routings. Verdicts: trained − untrained in each arm, paired
-t with Holm's step-down over the two (``helpers.stats``).
+chance: the relation labels shuffled among the trained routings. The measure grows with the number of experts
+(``untrained_share``), so the two arms' values are not compared with each other. Verdicts: trained − untrained in
+each arm, paired t with Holm's step-down over the two (``helpers.stats``).
 
 Made by ``python -m helpers.moe_specialisation`` (about a minute on one CPU thread), which writes
 ``helpers/data/moe_specialisation.json``.
@@ -66,14 +67,17 @@ def relations(data: LookupData) -> torch.Tensor:
     return data.ids[:, 0] % len(data.relations)
 
 
-def shared_answers(data: LookupData | None = None) -> int:
-    """How many answers belong to two relations or more (0: each relation has answers of its own)."""
+def untrained_share(data: LookupData | None = None, n_experts: int = 31, seeds: Sequence[int] = SEEDS) -> float:
+    """The control for the expert count: mean relation information of an untrained top-1 MoE (the race's, with
+    ``n_experts`` experts) over ``seeds``. The measure grows with the number of experts a routing splits the facts
+    into: 8 experts give about 0.30, 31 (DeepSeekMoE's routed count) about 0.45, so each arm is compared only with
+    its own untrained start. No training; well under a second."""
+    from helpers.moe_race import ARMS
+
     data = lookup_data() if data is None else data
-    groups = relations(data)
-    per_answer = {}
-    for a, g in zip(data.answer_id.tolist(), groups.tolist()):
-        per_answer.setdefault(a, set()).add(g)
-    return sum(len(gs) > 1 for gs in per_answer.values())
+    groups, spec = relations(data), {**ARMS["MoE"], "n_experts": n_experts}
+    return sum(relation_information(first_experts(build_lookup(data, spec, 8, s), data), groups)
+               for s in seeds) / len(seeds)
 
 
 @dataclass

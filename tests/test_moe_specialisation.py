@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers.moe_specialisation import ARMS_PROBED, load, measure, relation_information, shared_answers
+from helpers.moe_specialisation import ARMS_PROBED, load, measure, relation_information, untrained_share
 
 
 def test_relation_information_is_one_when_the_expert_names_the_group_and_zero_when_independent():
@@ -34,5 +34,6 @@ def test_a_small_run_measures_both_arms():
         assert float(result.shuffled[arm][0]) < float(result.untrained[arm][0])
 
 
-def test_the_four_relations_share_no_answer():
-    assert shared_answers() == 0
+def test_the_measure_grows_with_the_number_of_experts_before_training():
+    eight, thirty_one = untrained_share(n_experts=8), untrained_share(n_experts=31)
+    assert f"{eight:.2f}" == "0.30" and f"{thirty_one:.2f}" == "0.45"
