@@ -12,9 +12,9 @@ chance: the relation labels shuffled among the trained routings. The measure gro
 (``untrained_share``), so the two arms' values are not compared with each other.
 
 Dai et al.'s own test of specialisation (DeepSeekMoE, §4.5: switch off each token's top routed experts and watch the
-loss rise; theirs rose more than GShard's), in the toy: ``knockout`` switches off each fact's first routed expert
-(the router picks its top k from the rest) in DeepSeekMoE and in the fine-grained arm (the same experts without the
-shared one), trained as above, and reads the answer loss before and after.
+loss rise; theirs rose more than GShard×1.5's), in the toy: ``knockout`` switches off each fact's first routed
+expert (the router picks its top k from the rest) in DeepSeekMoE and in the fine-grained arm (32 experts of the
+same width, all routed, top-4), trained as above, and reads the answer loss before and after.
 
 Verdicts, paired t with Holm's step-down over these three (``helpers.stats``): trained − untrained in each probed
 arm, and DeepSeekMoE's loss rise − the fine-grained arm's.
