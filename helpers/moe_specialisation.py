@@ -8,10 +8,18 @@ relation's facts on its most-used expert would be capped by an even load; this i
 
 Measured on two of the race's arms (``helpers.moe_race.ARMS``), the top-1 MoE and DeepSeekMoE, trained 100 steps
 at their race rates on seeds 0-19 (the race's own runs), and on the same models before training (the control);
-chance: the relation labels shuffled among the trained routings. Verdicts: trained − untrained in each arm, paired
-t with Holm's step-down over the two (``helpers.stats``).
+chance: the relation labels shuffled among the trained routings. The measure grows with the number of experts
+(``untrained_share``), so the two arms' values are not compared with each other.
 
-Made by ``python -m helpers.moe_specialisation`` (about a minute on one CPU thread), which writes
+Dai et al.'s own test of specialisation (DeepSeekMoE, §4.5: switch off each token's top routed experts and watch the
+loss rise; theirs rose more than GShard×1.5's), in the toy: ``knockout`` switches off each fact's first routed
+expert (the router picks its top k from the rest) in DeepSeekMoE and in the fine-grained arm (32 experts of the
+same width, all routed, top-4), trained as above, and reads the answer loss before and after.
+
+Verdicts, paired t with Holm's step-down over these three (``helpers.stats``): trained − untrained in each probed
+arm, and DeepSeekMoE's loss rise − the fine-grained arm's.
+
+Made by ``python -m helpers.moe_specialisation`` (about two minutes on one CPU thread), which writes
 ``helpers/data/moe_specialisation.json``.
 """
 
@@ -24,16 +32,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from helpers.fact_lookup import FactLookup, LookupData, build_lookup, lookup_data, train_lookup
 from helpers.stats import Verdict, holm, paired_difference
 
 PATH = Path(__file__).parent / "data" / "moe_specialisation.json"
 ARMS_PROBED: tuple[str, ...] = ("MoE", "DeepSeekMoE")
-NAMES = {"MoE": "top-1 MoE", "DeepSeekMoE": "DeepSeekMoE"}
+KNOCKOUT_ARMS: tuple[str, ...] = ("DeepSeekMoE", "fine-grained")
+NAMES = {"MoE": "top-1 MoE", "DeepSeekMoE": "DeepSeekMoE", "fine-grained": "fine-grained"}
 SEEDS: tuple[int, ...] = tuple(range(20))
 STEPS = 100
 SHUFFLES = 20
+KEYS = ("untrained", "trained", "shuffled", "intact", "knocked")
 
 
 def relation_information(expert: torch.Tensor, groups: torch.Tensor) -> float:
@@ -61,24 +72,46 @@ def first_experts(model: FactLookup, data: LookupData) -> torch.Tensor:
     return model.ffn.route(model.ln(model.inputs(data.ids))).expert_index[:, 0]
 
 
+@torch.no_grad()
+def knockout(model: FactLookup, data: LookupData) -> tuple[float, float]:
+    """``(answer loss, answer loss with each fact's first routed expert switched off)``, means over the facts. The
+    expert is removed from the choice (its selection bias set to −inf), so the router picks its top k from the
+    rest, as in Dai et al. (§4.5)."""
+    model.eval()
+    moe, first = model.ffn, first_experts(model, data)
+    intact = F.cross_entropy(model(data.ids)[:, 0], data.answer_id, reduction="none")
+    knocked = torch.empty_like(intact)
+    saved = moe.selection_bias.clone()
+    for e in first.unique().tolist():
+        moe.selection_bias[e] = float("-inf")
+        loss = F.cross_entropy(model(data.ids)[:, 0], data.answer_id, reduction="none")
+        moe.selection_bias.copy_(saved)
+        knocked[first == e] = loss[first == e]
+    return float(intact.mean()), float(knocked.mean())
+
+
 def relations(data: LookupData) -> torch.Tensor:
     """``(N,)`` long: each fact's relation."""
     return data.ids[:, 0] % len(data.relations)
 
 
-def shared_answers(data: LookupData | None = None) -> int:
-    """How many answers belong to two relations or more (0: each relation has answers of its own)."""
+def untrained_share(data: LookupData | None = None, n_experts: int = 31, seeds: Sequence[int] = SEEDS) -> float:
+    """The control for the expert count: mean relation information of an untrained top-1 MoE (the race's, with
+    ``n_experts`` experts) over ``seeds``. The measure grows with the number of experts a routing splits the facts
+    into: 8 experts give about 0.30, 31 (DeepSeekMoE's routed count) about 0.45, so each arm is compared only with
+    its own untrained start. No training; well under a second."""
+    from helpers.moe_race import ARMS
+
     data = lookup_data() if data is None else data
-    groups = relations(data)
-    per_answer = {}
-    for a, g in zip(data.answer_id.tolist(), groups.tolist()):
-        per_answer.setdefault(a, set()).add(g)
-    return sum(len(gs) > 1 for gs in per_answer.values())
+    groups, spec = relations(data), {**ARMS["MoE"], "n_experts": n_experts}
+    return sum(relation_information(first_experts(build_lookup(data, spec, 8, s), data), groups)
+               for s in seeds) / len(seeds)
 
 
 @dataclass
 class Specialisation:
-    """Relation information per arm, ``(seeds,)`` each: ``untrained``, ``trained`` and ``shuffled`` (chance)."""
+    """Relation information per arm, ``(seeds,)`` each: ``untrained``, ``trained`` and ``shuffled`` (chance);
+    ``intact`` and ``knocked``: the answer loss before and after the knockout, per knockout arm."""
 
     seeds: list[int]
     steps: int
@@ -86,17 +119,27 @@ class Specialisation:
     untrained: dict[str, torch.Tensor]
     trained: dict[str, torch.Tensor]
     shuffled: dict[str, torch.Tensor]
+    intact: dict[str, torch.Tensor]
+    knocked: dict[str, torch.Tensor]
+
+    def rise(self, arm: str) -> torch.Tensor:
+        """``(seeds,)``: how far switching off each fact's first routed expert raises ``arm``'s loss (nats)."""
+        return self.knocked[arm] - self.intact[arm]
 
     def verdicts(self) -> list[Verdict]:
-        """Trained − untrained in each arm, one Holm family."""
-        return holm({f"{NAMES[a]}, trained − untrained": paired_difference(self.trained[a], self.untrained[a])
-                     for a in self.trained})
+        """Trained − untrained in each probed arm, and the knockout's rise, DeepSeekMoE − fine-grained: one
+        Holm family."""
+        family = {f"{NAMES[a]}, trained − untrained": paired_difference(self.trained[a], self.untrained[a])
+                  for a in self.trained}
+        a, b = KNOCKOUT_ARMS
+        family[f"knockout rise, {NAMES[a]} − {NAMES[b]}"] = paired_difference(self.rise(a), self.rise(b))
+        return holm(family)
 
     def lines(self) -> list[str]:
         """The readout: each arm's mean relation information untrained, trained and shuffled, then the verdicts."""
         verdicts = {v.name.split(",")[0]: v for v in self.verdicts()}
         head = (f"share of a fact's relation its first routed expert reveals, mean of seeds {self.seeds[0]}–"
-                f"{self.seeds[-1]}, {self.steps} steps (trained − untrained: Holm over these {len(verdicts)})")
+                f"{self.seeds[-1]}, {self.steps} steps (Holm over the {len(verdicts)} verdicts printed)")
         rows = []
         for a in self.trained:
             v = verdicts[NAMES[a]]
@@ -104,6 +147,12 @@ class Specialisation:
                         f"{float(self.trained[a].mean()):.2f} (relations shuffled: {float(self.shuffled[a].mean()):.2f})"
                         f" | higher in {int((self.trained[a] > self.untrained[a]).sum())} of {len(self.seeds)}, "
                         f"t {v.comparison.t:+.1f} vs {v.threshold:.2f} → {v.verdict}")
+        a, b = KNOCKOUT_ARMS
+        v, d = verdicts["knockout rise"], self.rise(a) - self.rise(b)
+        rows.append(f"each fact's first routed expert switched off: the loss rises {float(self.rise(a).mean()):.2f} "
+                    f"nats in {NAMES[a]}, {float(self.rise(b).mean()):.2f} in {b} (no shared expert)")
+        rows.append(f"  {NAMES[a]} − {b}: {float(d.mean()):+.2f} nats, higher in {int((d > 0).sum())} of "
+                    f"{len(self.seeds)}, t {v.comparison.t:+.1f} vs {v.threshold:.2f} → {v.verdict}")
         return [head] + rows
 
 
@@ -116,16 +165,23 @@ def measure(data: LookupData | None = None, seeds: Sequence[int] = SEEDS, steps:
     data = lookup_data() if data is None else data
     if lrs is None:
         race = load_race()
-        lrs = {arm: race.runs[steps][arm].lr for arm in ARMS_PROBED}
+        lrs = {arm: race.runs[steps][arm].lr for arm in dict.fromkeys(ARMS_PROBED + KNOCKOUT_ARMS)}
     groups = relations(data)
-    out = {key: {arm: [] for arm in lrs} for key in ("untrained", "trained", "shuffled")}
+    out = {key: {arm: [] for arm in ARMS_PROBED} for key in ("untrained", "trained", "shuffled")}
+    out |= {key: {arm: [] for arm in KNOCKOUT_ARMS} for key in ("intact", "knocked")}
     for arm, lr in lrs.items():
         for seed in seeds:
             model = build_lookup(data, ARMS[arm], 8, seed)
-            out["untrained"][arm].append(relation_information(first_experts(model, data), groups))
+            untrained = relation_information(first_experts(model, data), groups)
             model.train()
             train_lookup(model, data, steps=steps, lr=lr)
+            if arm in KNOCKOUT_ARMS:
+                for key, value in zip(("intact", "knocked"), knockout(model, data)):
+                    out[key][arm].append(value)
+            if arm not in ARMS_PROBED:
+                continue
             expert = first_experts(model, data)
+            out["untrained"][arm].append(untrained)
             out["trained"][arm].append(relation_information(expert, groups))
             g = torch.Generator().manual_seed(seed)
             out["shuffled"][arm].append(sum(
@@ -133,14 +189,13 @@ def measure(data: LookupData | None = None, seeds: Sequence[int] = SEEDS, steps:
                 for _ in range(SHUFFLES)) / SHUFFLES)
     t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
     return Specialisation([int(s) for s in seeds], int(steps), {a: float(lr) for a, lr in lrs.items()},
-                          *({a: t(v) for a, v in out[key].items()} for key in ("untrained", "trained", "shuffled")))
+                          *({a: t(v) for a, v in out[key].items()} for key in KEYS))
 
 
 def save(result: Specialisation, path: str | Path = PATH) -> Path:
     r = lambda v: [round(float(x), 5) for x in v]  # noqa: E731
     record = {"seeds": result.seeds, "steps": result.steps, "lrs": result.lrs,
-              **{key: {a: r(v) for a, v in getattr(result, key).items()}
-                 for key in ("untrained", "trained", "shuffled")}}
+              **{key: {a: r(v) for a, v in getattr(result, key).items()} for key in KEYS}}
     path = Path(path)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
@@ -151,7 +206,7 @@ def load(path: str | Path = PATH) -> Specialisation:
     r = json.loads(Path(path).read_text())
     t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
     return Specialisation(r["seeds"], r["steps"], r["lrs"],
-                          *({a: t(v) for a, v in r[key].items()} for key in ("untrained", "trained", "shuffled")))
+                          *({a: t(v) for a, v in r[key].items()} for key in KEYS))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
