@@ -40,15 +40,16 @@ Make the file (about 10 minutes of one CPU core), or a small run to see the form
     python -m helpers.dictionary_study --rate 0.01 --arms sae_y --lengths 10000 30000           # (~15 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_slots --lengths 30000             # (~10 min)
     python -m helpers.dictionary_study --rate 0.01 --arms sae_gaussian --lengths 30000          # (~5 min)
-    python -m helpers.dictionary_study --frontier      # the k frontier, into sparsity_frontier.json (~3 min)
+    python -m helpers.dictionary_study --frontier --steps 3000   # the k frontier, sparsity_frontier.json (~5 min)
 
 ``--frontier`` (``frontier_runs``) writes ``helpers/data/sparsity_frontier.json``, the sparsity-reconstruction
 frontier: on each of the five models, layer 1's transcoders with the recipe (float64, dictionary seeds 0 and 1) at
-k = 2, 4, 8, 16, 32; per model and k each seed's held-out FVU, its dead features (firing on none of the 1,681
-prefixes) and the held-out FVU of PCA-k of y. One model's runs train side by side; the data start can begin two
-features on the same example, and a wider top-k breaks their exact tie differently, so a run there is another
-draw of the recipe than a lone run of the same seed (model 0, seed 0, k = 8: held-out FVU 0.65 % and 131 dead
-features there, 0.66 % and 134 in notebook 09's section 3).
+k = 2, 4, 8, 16, 32, trained 3,000 steps (3× the recipe: the length at which notebook 09 rereads its verdicts; at
+1,000 steps the large-k runs are far from done); per model and k each seed's held-out FVU, its dead features
+(firing on none of the 1,681 prefixes) and the held-out FVU of PCA-k of y. ``frontier_family``: per k, the
+transcoder against PCA-k, paired over the models. One model's runs train side by side; the data start can begin
+two features on the same example, and a wider top-k breaks their exact tie differently, so a run there is another
+draw of the recipe than a lone run of the same seed.
 
 ``--rate`` trains the control's autoencoders at one learning rate for every arm (``rate_runs``; the five models
 side by side), into ``control_lr[rate]`` of each model's entry: the rate at the length a verdict is read, and
@@ -82,7 +83,7 @@ __all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca
            "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "verdict_groups", "structure_headline", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
            "tracking_family", "longest", "convergence_table", "structure_ratios",
-           "floor_table", "sweep_table", "FRONTIER_PATH", "FRONTIER_KS", "frontier_runs", "load_frontier", "frontier_means", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
+           "floor_table", "sweep_table", "FRONTIER_PATH", "FRONTIER_KS", "frontier_runs", "load_frontier", "frontier_means", "frontier_family", "sparse_structure_table", "superposition_table", "tracking_table", "main"]
 
 STUDY_PATH = Path(__file__).resolve().parent / "data" / "dictionary_study.json"
 FRONTIER_PATH = Path(__file__).resolve().parent / "data" / "sparsity_frontier.json"
@@ -926,6 +927,17 @@ def frontier_means(record: dict) -> dict[str, list]:
     return out
 
 
+def frontier_family(record: dict) -> dict[str, PairedDifference]:
+    """For ``helpers.stats.holm``, per k: the transcoder's held-out FVU as a multiple of PCA-k's, minus 1 (so
+    below 0: the transcoder is better), paired over the models (each model: the mean over its seeds)."""
+    family = {}
+    for k in record["ks"]:
+        ratios = [sum(r[str(k)]["held_out"]) / len(r[str(k)]["held_out"]) / r[str(k)]["pca"]
+                  for r in record["runs"].values()]
+        family[f"k = {k}: transcoder − PCA-k"] = paired_difference(ratios, [1.0] * len(ratios))
+    return family
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
@@ -955,7 +967,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     torch.set_num_threads(1)
     if args.frontier:
         out = args.out or FRONTIER_PATH
-        record = {"command": "python -m helpers.dictionary_study --frontier",
+        record = {"command": "python -m helpers.dictionary_study --frontier"
+                             + (f" --steps {args.steps}" if args.steps != RECIPE["steps"] else ""),
                   **frontier_runs(args.models, FRONTIER_KS, range(args.seeds), args.steps)}
         out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         return out
