@@ -1,8 +1,8 @@
 """How a ROME edit's budget trades efficacy against specificity (notebook 03, section 8).
 
-Notebook 03 reads ``paraphrase_answers``, ``trace_and_edits`` (the keep and sites runs beside the causal trace)
-``keep_summary`` (the 152-edit keep runs) and ``freeze_summary`` (section 10's path test); the budgets and single-key runs are no longer read there; they stay
-shipped and tested.
+Notebook 03 reads ``paraphrase_answers``, ``trace_and_edits`` (the keep and sites runs beside the causal trace),
+``keep_summary`` (the 152-edit keep runs) and ``freeze_summary`` (section 10's path test); the budgets and
+single-key runs are no longer read there; they stay shipped and tested.
 
 The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the country, with 40 Adam steps
 and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere,
