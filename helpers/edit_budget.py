@@ -1,8 +1,8 @@
 """How a ROME edit's budget trades efficacy against specificity (notebook 03, section 8).
 
-Notebook 03 reads ``paraphrase_answers``, ``trace_and_edits`` (the keep and sites runs beside the causal trace)
-and ``keep_summary`` (the 152-edit keep runs); the budgets and single-key runs are no longer read there; they stay
-shipped and tested.
+Notebook 03 reads ``paraphrase_answers``, ``trace_and_edits`` (the keep and sites runs beside the causal trace),
+``keep_summary`` (the 152-edit keep runs) and ``freeze_summary`` (section 10's path test); the budgets and
+single-key runs are no longer read there; they stay shipped and tested.
 
 The notebook edits 32 capitals in layer 0 of each of the ten fact models, at the country, with 40 Adam steps
 and a small ``||δ||²`` penalty. Would a larger budget make the edit take where the causal trace points elsewhere,
@@ -39,6 +39,12 @@ edits (a language, mostly: the logit comparison of ``site_runs`` is between two 
 
     python -m helpers.edit_budget --answers   # writes helpers/data/edit_answers.json (about a minute of CPU)
 
+``freeze_runs`` is section 10's path test of the same 32 country edits: how many take as they are, with layer
+1's attention output at "is" held at its unedited value, and with layer 0's FFN output at "is" held instead (the
+edit's direct route through the key at "is"). Made by
+
+    python -m helpers.edit_budget --freeze   # writes helpers/data/edit_freeze.json (about a minute of CPU)
+
 ``spearman_holm`` (from ``helpers.stats``) judges rank correlations across seeds (trace against edit
 success) under Holm's step-down, against the exact null of Spearman's ρ (``spearman_null``).
 """
@@ -55,7 +61,7 @@ from pathlib import Path
 import torch
 
 from helpers.stats import spearman, spearman_holm, spearman_null  # spearman_holm, _null re-exported: the tests call them from here
-from helpers.editing import (edit_effects, edit_scales, key_second_moment, mean_keys, preferences, rome_edits,
+from helpers.editing import (edit_effects, edit_scales, edited, key_second_moment, mean_keys, preferences, rome_edits,
                              template_ids)
 from helpers.facts import RELATIONS, FactDataset, load_facts, make_dataset
 from helpers.memory import collect, find_ffns, token_positions
@@ -64,6 +70,10 @@ DATA_PATH = Path(__file__).parent / "data" / "edit_budget.json"
 SITES_PATH = Path(__file__).parent / "data" / "edit_sites.json"
 KEEP_PATH = Path(__file__).parent / "data" / "edit_keep.json"
 ANSWERS_PATH = Path(__file__).parent / "data" / "edit_answers.json"
+FREEZE_PATH = Path(__file__).parent / "data" / "edit_freeze.json"
+HELD = {"layer 1 attention at 'is' held": (1, "attn"), "layer 0 FFN at 'is' held": (0, "ffn")}
+"""``freeze_runs``' conditions: name -> (block, sublayer) whose output at the prompt's last word is held at its
+unedited value while the edit is applied."""
 PARAPHRASE = "the official capital of {} is"
 """The held-out paraphrase of the capital prompt: no training prompt reads like this."""
 MORE_PARAPHRASES = ("the capital located in {} is", "in {} the official capital is")
@@ -179,12 +189,13 @@ def answers_gap(live0: dict[str, float], path: Path = ANSWERS_PATH) -> float:
 
 
 def shipped_gaps(model0: torch.nn.Module, data: FactDataset, promo: dict, sites: dict, live_edits: dict[str, float],
-                 answers0: dict[str, float], n_off: int) -> str:
+                 answers0: dict[str, float], n_off: int, W_hats0: torch.Tensor | None = None) -> str:
     """Notebook 03's check of every shipped multi-seed file it reads against seed 0 (``model0``) recomputed now,
     as one line ``"shipped − recomputed, max difference: <file> <gap>, ..."`` (a gap under 0.01 shown as ``< 0.01``). ``promo``: ``promotion_runs.load()``;
     ``sites``: ``load_sites()``; ``live_edits``: the notebook's live 32 ROME edits (``{"efficacy",
     "capitals_kept", "own <relation>": share}``); ``answers0``: its live ``paraphrase_answers``; ``n_off``: the
-    knock-out set size. The tests rerun each file's command."""
+    knock-out set size; ``W_hats0``: the live 32 edits of seed 0 (``(32, d_model, d_ff)``), for the path test
+    (``freeze_runs``; left out if ``None``). The tests rerun each file's command."""
     from helpers import knockout_attribution, knockout_runs, promotion_runs
     seeds = sorted(sites)
     gaps = {"promotion": promotion_runs.live_gap(model0, data, promo),
@@ -195,6 +206,9 @@ def shipped_gaps(model0: torch.nn.Module, data: FactDataset, promo: dict, sites:
             "budgets": live_gap(model0, data, {s: {"efficacy": sites[s]["country"],
                                                    "capitals_kept": sites[s]["kept country"]} for s in seeds}),
             "paraphrase answers": answers_gap(answers0)}
+    if W_hats0 is not None:
+        live = freeze_runs(model0, data, W_hats=W_hats0)
+        gaps["path test"] = max(abs(v - load_freeze()[0][k]) for k, v in live.items())
     # below 0.01 a gap is rounding: a CPU with other vector units can flip a near-tie in a ranking (attribution's)
     return "shipped − recomputed, max difference: " + ", ".join(
         f"{k} {'< 0.01' if v < 0.01 else f'{v:.3f}'}" for k, v in gaps.items())
@@ -444,6 +458,98 @@ def trace_and_edits(trace: dict[str, Sequence[float]], runs: dict, sites: dict, 
                       f"{'resolved' if verdicts[name][1] else 'not resolved'}" for name in rho))
 
 
+# ---------------------------------------------------------------- section 10: which path carries the edit to "is"
+def freeze_runs(model: torch.nn.Module, data: FactDataset, layer: int = 0,
+                W_hats: torch.Tensor | None = None) -> dict[str, int]:
+    """The notebook's 32 country edits (``keep_runs``' "plain" edits), each applied alone, scored at the edited
+    prompt's last word "is": ``{"as is": edits that take, <HELD name>: edits that take with that sublayer's
+    output at "is" held at its unedited value, "changed, " + <HELD name>: edits whose outcome (takes or not)
+    differs from "as is"}``, all ints out of 32. ``W_hats`` ``(32, d_model, d_ff)``: those edits if already made
+    (the notebook's live seed-0 edits), else made here."""
+    if W_hats is None:
+        _, same_subject, subject_pos, _, edit_rows, new_ids, _, keys, C = _edits(model, data, layer)
+        k_stars = mean_keys(keys, same_subject[edit_rows], subject_pos)
+        W_hats = rome_edits(model, layer, keys, C, k_stars, data.ids, data.answer_pos, edit_rows, new_ids)
+    else:
+        edit_rows, new_ids = capital_edits(data, W_hats.shape[0])
+    ids, pos = data.ids[edit_rows], data.answer_pos[edit_rows]
+    modules = {name: getattr(model.blocks[b], part) for name, (b, part) in HELD.items()}
+    unedited: dict[str, torch.Tensor] = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            unedited[name] = output.detach().clone()
+        return hook
+
+    def hold(name, e):
+        def hook(module, inputs, output):
+            output = output.clone()
+            output[0, pos[e]] = unedited[name][e, pos[e]]
+            return output
+        return hook
+
+    def top(e, hooks=()):
+        handles = [m.register_forward_hook(h) for m, h in hooks]
+        try:
+            with torch.no_grad():
+                return int(model(ids[e:e + 1])[0, pos[e]].argmax())
+        finally:
+            for h in handles:
+                h.remove()
+
+    was_training = model.training
+    model.eval()
+    handles = [m.register_forward_hook(record(name)) for name, m in modules.items()]
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for h in handles:
+            h.remove()
+    takes = {"as is": [], **{name: [] for name in HELD}}
+    for e in range(len(edit_rows)):
+        with edited(model, layer, W_hats[e]):
+            takes["as is"].append(top(e) == int(new_ids[e]))
+            for name, m in modules.items():
+                takes[name].append(top(e, [(m, hold(name, e))]) == int(new_ids[e]))
+    model.train(was_training)
+    out = {name: sum(t) for name, t in takes.items()}
+    out.update({f"changed, {name}": sum(a != b for a, b in zip(takes[name], takes["as is"])) for name in HELD})
+    return out
+
+
+def make_freeze(seeds: Sequence[int], path: Path = FREEZE_PATH) -> dict:
+    """Run ``freeze_runs`` for the fact models of ``seeds`` and write them to ``path`` as JSON."""
+    from helpers.fact_model import load_fact_model
+    torch.set_num_threads(1)
+    data = make_dataset(load_facts())
+    runs = {str(s): freeze_runs(load_fact_model(data, seed=s)[0], data) for s in seeds}
+    result = {"made_by": "python -m helpers.edit_budget --freeze", "n_edits": 32, "runs": runs,
+              "environment": {"torch": torch.__version__, "python": platform.python_version()}}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_freeze(path: Path = FREEZE_PATH) -> dict[int, dict[str, int]]:
+    """The shipped path test: ``{seed: freeze_runs(...)}``."""
+    return {int(s): r for s, r in json.loads(Path(path).read_text())["runs"].items()}
+
+
+def freeze_summary(runs: dict, seeds: Sequence[int]) -> str:
+    """Notebook 03's path test, printed: per seed, how many of the 32 country edits take as they are and with
+    each ``HELD`` sublayer's output at "is" held at its unedited value, and for layer 0's FFN (the direct route)
+    the most edits whose outcome it changes in any one seed."""
+    rows = {"as is": "as is", "layer 1 attention at 'is' held": "with layer 1's attention at 'is' held",
+            "layer 0 FFN at 'is' held": "with layer 0's FFN at 'is' held"}
+    lines = [f"{'edits at <country> that take (of 32), seed':44s}" + "".join(f"{s:4d}" for s in seeds)]
+    for key, label in rows.items():
+        line = f"  {label:42s}" + "".join(f"{runs[s][key]:4d}" for s in seeds)
+        if key == "layer 0 FFN at 'is' held":
+            line += f"   (at most {max(runs[s][f'changed, {key}'] for s in seeds)} edits change per seed)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
@@ -454,8 +560,12 @@ if __name__ == "__main__":
                                                                "(edit_answers.json)")
     parser.add_argument("--keep", action="store_true", help="the country edits with and without the keep term "
                                                             "(edit_keep.json)")
+    parser.add_argument("--freeze", action="store_true", help="the country edits with a sublayer's output at 'is' "
+                                                              "held (edit_freeze.json)")
     args = parser.parse_args()
-    if args.answers:
+    if args.freeze:
+        make_freeze(args.seeds, args.out or FREEZE_PATH)
+    elif args.answers:
         make_answers(args.seeds, args.out or ANSWERS_PATH)
     elif args.keep:
         make_keep(args.seeds, args.out, args.edits)

@@ -189,3 +189,33 @@ def test_the_shipped_152_edit_keep_file_holds_ten_seeds_and_its_command():
     assert len(own) == 10 and all(0.0 <= v <= 1.0 for v in own)
     rows, _ = edit_budget.capital_edits(make_dataset(load_facts()), n_edits=152)
     assert len(set(rows.tolist())) == 152
+
+
+def test_the_shipped_freeze_file_holds_ten_seeds_and_the_command_reproduces_seed_0(tmp_path):
+    shipped = edit_budget.load_freeze()
+    assert sorted(shipped) == list(range(10))
+    keep = edit_budget.load_keep()
+    for s, run in shipped.items():                  # "as is" is section 8's plain edits, counted out of 32
+        assert abs(run["as is"] / 32 - keep[s]["plain"]["efficacy"]) < 1e-9
+        assert run["changed, layer 1 attention at 'is' held"] >= run["as is"] - run["layer 1 attention at 'is' held"]
+    made = edit_budget.make_freeze([0], tmp_path / "freeze.json")
+    assert edit_budget.load_freeze(tmp_path / "freeze.json") == {0: shipped[0]}
+    assert made["runs"]["0"] == shipped[0]
+
+
+def test_freeze_summary_prints_each_condition_and_the_most_changed():
+    text = edit_budget.freeze_summary(edit_budget.load_freeze(), range(10))
+    lines = text.splitlines()
+    assert len(lines) == 4 and "layer 1's attention at 'is' held" in lines[2]
+    assert lines[2].split()[-10:] == ["0"] * 10
+    assert "at most 2 edits change per seed" in lines[3]
+
+
+def test_freeze_runs_with_the_notebooks_edits_given_matches_the_shipped_seed_0():
+    from helpers.editing import mean_keys, rome_edits
+    data = make_dataset(load_facts())
+    model = load_fact_model(data, seed=0)[0]
+    e = edit_budget._edits(model, data, 0)
+    W_hats = rome_edits(model, 0, e.keys, e.C, mean_keys(e.keys, e.same_subject[e.edit_rows], e.subject_pos),
+                        data.ids, data.answer_pos, e.edit_rows, e.new_ids)
+    assert edit_budget.freeze_runs(model, data, W_hats=W_hats) == edit_budget.load_freeze()[0]
