@@ -352,18 +352,24 @@ def capacity_values(study: dict, factor_key: str, what: str = "loss") -> torch.T
     return torch.tensor([runs[s][factor_key][what] for s in sorted(runs, key=int)], dtype=torch.float64)
 
 
-def lookup_capacity_family(study: dict) -> dict[str, Comparison]:
-    """Answer loss at c = 1.25 and at c = 1 − dropless, paired by seed (one Holm family of two; c = 2 drops no
-    slot in any shipped seed, so its losses equal the dropless ones and it is not tested)."""
+def lookup_capacity_family(study: dict, by_count: dict | None = None) -> dict[str, Comparison]:
+    """Answer loss at c = 1.25 and at c = 1 − dropless, paired by seed (c = 2 drops no slot in any shipped seed,
+    so its losses equal the dropless ones and it is not tested); with ``by_count`` (``load_expert_count``), also
+    the loss at c = 1 − the dense FFN of E = 8's active parameters at its best rate, paired by seed. One Holm family."""
     base = capacity_values(study, "dropless")
-    return {f"answer loss at {capacity_key(f)} − dropless": paired_difference(capacity_values(study, capacity_key(f)), base)
-            for f in FACTORS[1:] if bool((capacity_values(study, capacity_key(f), "dropped") > 0).any())}
+    family = {f"answer loss at {capacity_key(f)} − dropless": paired_difference(capacity_values(study, capacity_key(f)), base)
+              for f in FACTORS[1:] if bool((capacity_values(study, capacity_key(f), "dropped") > 0).any())}
+    if by_count is not None:
+        family[f"answer loss at c = 1 − dense, width {dense_width(TOTAL_E)}"] = paired_difference(
+            capacity_values(study, capacity_key(1.0)), dense_losses(by_count, TOTAL_E)[0])
+    return family
 
 
-def lookup_capacity_line(study: dict) -> str:
+def lookup_capacity_line(study: dict, by_count: dict | None = None) -> str:
     """A small table: the mean answer loss at each factor with its share of slots dropped, and for each tested
-    factor the paired difference from dropless with its Holm verdict; then one line on the dropped facts."""
-    family = lookup_capacity_family(study)
+    factor the paired difference from dropless with its Holm verdict; then one line on the dropped facts; with
+    ``by_count``, one line more: c = 1 against the dense FFN of E = 8's active parameters, in the same family."""
+    family = lookup_capacity_family(study, by_count)
     verdicts = {v.name: v for v in holm(family)}
     rows = [f"E = 8 fact lookup, mean of {len(study['runs'])} seeds; each factor − dropless, paired, Holm over "
             f"{len(family)}:",
@@ -388,6 +394,13 @@ def lookup_capacity_line(study: dict) -> str:
         line += (f"\nat c = 1, the facts whose slot was dropped: answer loss {lost.mean():.1f} "
                  f"({lost.min():.1f}–{lost.max():.1f} over seeds); a uniform guess over the {n_answers} answers: "
                  f"ln {n_answers} = {math.log(n_answers):.2f}")
+    dense = verdicts.get(f"answer loss at c = 1 − dense, width {dense_width(TOTAL_E)}")
+    if dense is not None:
+        c = dense.comparison
+        line += (f"\nc = 1 − the dense FFN of its active parameters (width {dense_width(TOTAL_E)}, "
+                 f"{dense_losses(by_count, TOTAL_E)[0].mean():.2f}): {c.mean:+.2f}, "
+                 + (f"{dense.verdict} in {c.higher if c.mean > 0 else c.lower}/{c.n}" if dense.resolved else
+                    f"not resolved ({c.lower} lower, {c.higher} higher of {c.n})"))
     return line
 
 

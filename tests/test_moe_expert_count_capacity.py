@@ -34,3 +34,13 @@ def test_a_dropped_fact_scores_worse_than_a_uniform_guess_in_every_seed():
     assert min(lost) > math.log(296)
     assert "the facts whose slot was dropped: answer loss 9.2 (7.3–11.4 over seeds)" in lookup_capacity_line(study)
     assert "ln 296 = 5.69" in lookup_capacity_line(study)
+
+
+def test_c1_against_the_dense_ffn_of_its_active_parameters_joins_the_family():
+    """Review 05-r62: cell 62 reads c = 1 against the dense FFN of E = 8's active parameters with its verdict."""
+    from helpers.moe_expert_count import load_expert_count
+
+    line = lookup_capacity_line(load_lookup_capacity(), load_expert_count())
+    assert line.startswith("E = 8 fact lookup, mean of 10 seeds; each factor − dropless, paired, Holm over 3:")
+    assert line.splitlines()[-1] == ("c = 1 − the dense FFN of its active parameters (width 11, 0.96): +0.10, "
+                                     "not resolved (3 lower, 7 higher of 10)")

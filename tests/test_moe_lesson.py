@@ -29,7 +29,8 @@ def test_balance_table_has_one_row_per_alpha_and_ten_seeds_of_starved_experts():
 
 def test_fit_line_names_the_three_controls():
     line = fit_line(load_runs(), load_no_ffn(), 1e-2)
-    assert "over 8 comparisons" in line and len(line.splitlines()) == 10 and "python -m" not in line
+    assert "over 9 comparisons" in line and len(line.splitlines()) == 11 and "python -m" not in line
+    assert "CE at lr 1e-3: MoE α = 0.1 − MoE α = 0    +0.025   1 lower,  9 higher of 10" in line  # review 05-r62
     assert "+0.219" in line and "1,000 steps: MoE α = 0.1 − dense 768" in line
     for control in ("dense 96", "dense 768", "no FFN"):
         assert control in line
@@ -130,7 +131,7 @@ def test_fit_and_purity_readouts_show_one_line_per_verdict_read_and_fold_the_tab
     out = fit_readout(study, no_ffn, 1e-2)
     shown = out.shown.splitlines()                                 # review 05-r58: one line, the one verdict read
     assert len(shown) == 1 and FIT_READ == ("CE: dense 96 − no FFN",) and out.folded == fit_line(study, no_ffn, 1e-2)
-    assert shown[0] == "fit verdict, ten seeds, Holm over 8 (4 resolved): CE: dense 96 − no FFN -0.065, lower in 9/10"
+    assert shown[0] == "fit verdict, ten seeds, Holm over 9 (5 resolved): CE: dense 96 − no FFN -0.065, lower in 9/10"
     assert "CE: MoE α = 0.1 − dense 96                +0.049   2 lower,  8 higher of 10" in out.folded
     purity = load_purity()
     out = purity_readout(purity)
@@ -209,7 +210,8 @@ def test_three_prices_reads_each_row_from_its_own_holm_family():
     from helpers.moe_runs import load_runs
 
     lines = three_prices(load_runs(), load_cost(), load_cost(trained=True), load_no_ffn(), 1e-2).splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 5
     assert "3.21     1.92   -1.29, lower in 10/10" in lines[1]
     assert "36%      14%   -0.22, lower in 10/10" in lines[2]
     assert lines[3].endswith("+0.005, not resolved (7 lower, 3 higher of 10)")
+    assert "lr 1e-3" in lines[4] and lines[4].endswith("4.455    4.480   +0.025, higher in 9/10")  # review 05-r62: the slow start
