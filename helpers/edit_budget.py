@@ -540,7 +540,7 @@ def freeze_summary(runs: dict, seeds: Sequence[int]) -> str:
     each ``HELD`` sublayer's output at "is" held at its unedited value, and for layer 0's FFN (the direct route)
     the most edits whose outcome it changes in any one seed."""
     rows = {"as is": "as is", "layer 1 attention at 'is' held": "with layer 1's attention at 'is' held",
-            "layer 0 FFN at 'is' held": "with layer 0's FFN at 'is' held"}
+            "layer 0 FFN at 'is' held": "layer 1's attention alone (L0 FFN held)"}
     lines = [f"{'edits at <country> that take (of 32), seed':44s}" + "".join(f"{s:4d}" for s in seeds)]
     for key, label in rows.items():
         line = f"  {label:42s}" + "".join(f"{runs[s][key]:4d}" for s in seeds)
