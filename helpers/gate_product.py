@@ -40,6 +40,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -142,16 +143,30 @@ def train(variant: str, target: str, seeds: Sequence[int], lr: float, steps: int
     return [{"train": float(a), "test": float(b)} for a, b in zip(tr, te)]
 
 
+class UnitCosines(NamedTuple):
+    """``gate_content_cosine``'s answer: median |cos| at initialisation and after training, how many units have
+    |cos| > ``ALIGNED`` at each, out of ``units``."""
+    init: float
+    trained: float
+    init_aligned: int
+    trained_aligned: int
+    units: int
+
+
+ALIGNED = 0.9                                      # |cos| above this: a unit's gate and content rows are in line
+
+
 def gate_content_cosine(target: str, seeds: Sequence[int], lr: float, variant: str = "swiglu",
-                        steps: int = STEPS) -> tuple[float, float]:
+                        steps: int = STEPS) -> UnitCosines:
     """Do a gated arm's units keep two directions? The cosine between each unit's gate row ``w1_i`` and content
-    row ``w3_i``: ``(median |cos| at initialisation, median |cos| after training)`` over the arm's units and
-    ``seeds``."""
+    row ``w3_i`` over the arm's units and ``seeds``: the median |cos| at initialisation and after training, and
+    the number of units whose |cos| exceeds ``ALIGNED`` (gate and content nearly one direction) at each."""
     trained: list[torch.Tensor] = []
     train(variant, target, seeds, lr, steps, keep=trained)
     cos = lambda p: F.cosine_similarity(p[0], p[2], dim=-1).abs()  # noqa: E731
-    init = cos(_stacked_init(variant, seeds)).detach()
-    return float(init.median()), float(cos(trained).median())
+    init, after = cos(_stacked_init(variant, seeds)).detach(), cos(trained).detach()
+    return UnitCosines(float(init.median()), float(after.median()), int((init > ALIGNED).sum()),
+                       int((after > ALIGNED).sum()), after.numel())
 
 
 def make(path: Path = DATA_PATH, steps: int = STEPS) -> dict:
@@ -330,10 +345,10 @@ def check_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
 
 def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
     """One panel per target: each arm's error ratio to the 32-unit GELU FFN (geometric mean over seeds, log scale,
-    one axis for all panels), after ``longer``'s steps (filled) and ``result``'s (faint), with the two references
-    marked: GELU with 32 units (same parameters, 1) and GELU with 21 (same units, dashed). A hollow marker: not
-    resolved against GELU with 32 units at that length (``family``, Holm over 36 rows). Arms at float32's floor
-    are drawn at the left edge. Returns the figure."""
+    one axis for all panels), after ``longer``'s steps (dark) and ``result``'s (faint, drawn just below), with the
+    references marked: GELU with 32 units (same parameters, 1) and GELU with 21 (same units, dashed). A hollow
+    marker: not resolved against GELU with 32 units at that length (``family``, Holm over 36 rows). Arms at
+    float32's floor are drawn at the left edge. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -346,11 +361,11 @@ def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
     fig, axes = plt.subplots(1, len(result["targets"]), figsize=(11, 4.6), sharey=True, sharex=True)
     for ax, t in zip(axes, result["targets"]):
         for i, a in enumerate(arms):
-            for r, style in [(result, dict(alpha=0.3, ms=6)), (longer, dict(ms=8))]:
+            for r, dy, style in [(result, 0.22, dict(alpha=0.4, ms=6)), (longer, -0.08, dict(ms=8))]:
                 floor = float(log_fvu(r, t, a).exp().max()) < FLOOR
                 hollow = {} if resolved[id(r)][f"{t}: {arm_name(a, names)} ÷ GELU"] else dict(mfc="none", mew=1.8)
-                ax.plot(left * 1.2 if floor else ratio(r, t, a), i, "<" if floor else "o", color=colour[a],
-                        **style, **hollow)
+                ax.plot(left * 1.2 if floor else ratio(r, t, a), i + dy, "<" if floor else "o", color=colour[a],
+                        **style, **hollow)   # the 1,000-step marker a little below the 3,000-step one
             if float(log_fvu(longer, t, a).exp().max()) < FLOOR:
                 ax.annotate("float32's floor", (left * 1.5, i), va="center", fontsize=8)
         ax.axvline(1, color="black", lw=1.2)
@@ -366,7 +381,7 @@ def ratio_figure(result: dict, longer: dict, names: dict[str, str]):
     axes[0].invert_yaxis()
     handles = [Line2D([], [], color=c, marker="o", ls="", ms=8, label=name) for name, c, _ in groups]
     handles += [Line2D([], [], color="#666666", marker="o", ls="", ms=6, alpha=0.3,
-                       label=f"faint: after {result['steps']:,} steps (dark: {longer['steps']:,})"),
+                       label=f"faint, just below: after {result['steps']:,} steps (dark: {longer['steps']:,})"),
                 Line2D([], [], color="#666666", marker="o", ls="", ms=8, mfc="none", mew=1.8,
                        label="hollow: not resolved against GELU, 32 units"),
                 Line2D([], [], color="black", lw=1.2, label="same parameters: GELU, 32 units (×1)"),

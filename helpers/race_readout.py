@@ -5,6 +5,8 @@ behind one call.
   each arm (tuned; every variant at 0.005 and 0.01; every variant but GLU at 0.02) and the step-size control, each
   with its own 95 % interval and its verdict under Holm over the 27-row family; the rows its gap-against-rate
   figure draws.
+* ``gap_figure``: those rows drawn against the shared learning rate, the tuned arm as a band, the two step-size
+  controls as open markers (the notebook's 6.2 figure).
 * ``race_checks``: the two lines under those rows that the verdict reads: the tuned gap without its stalled seeds
   (post hoc) and what lr ×1.05 alone buys each group (``race_verdicts(..., checks=True)``).
 * ``seed_curves``: every seed's answer-loss curve, ReLU and SwiGLU, at 0.005 and tuned (the figure the notebook
@@ -56,7 +58,7 @@ from helpers.precision import bound
 from helpers.stats import Verdict, holm, holm_table, interval
 
 __all__ = ["Folded", "tuning_summary", "tuned_power_lines", "group_verdicts", "Readout", "section_readout", "RaceVerdicts",
-           "race_verdicts", "race_checks", "seed_curves", "full_readout", "kernel_lines",
+           "race_verdicts", "gap_figure", "race_checks", "seed_curves", "full_readout", "kernel_lines",
            "kernel_move_line",
            "kernel_verdict_line", "kernel_note", "KERNEL_PATHS", "DEFAULT_KERNEL_TUNED_PATH"]
 
@@ -445,6 +447,40 @@ def race_verdicts(arms: Mapping[str, VariantComparison], family_fn, checks: bool
                                           split.rest_gap.mean, None, None, split.rest_gap.n, "post hoc: no test")
     return RaceVerdicts(rows, len(verdicts), sum(v.resolved for v in verdicts.values()),
                         race_checks(arms) if checks else [])
+
+
+def gap_figure(verdicts: RaceVerdicts):
+    """Section 6.2's figure: the gated (not GLU) − dense gap (mean per-seed gap, each row's own 95 % interval)
+    against the shared learning rate (log scale), the tuned arm as a grey band, the two step-size controls at
+    0.00525 as open markers. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    rows = verdicts.rows
+    tuned = rows["tuned"]
+
+    def errorbar(ax, rs, **style):
+        ax.errorbar([r.lr for r in rs], [r.mean for r in rs], capsize=5, lw=2,
+                    yerr=[[r.mean - r.lo for r in rs], [r.hi - r.mean for r in rs]], **style)
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    ax.axhline(0, color="black", lw=1)
+    ax.axhspan(tuned.lo, tuned.hi, color="#bbbbbb", alpha=0.4, label="tuned, each variant at its best rate: 95 % CI")
+    ax.axhline(tuned.mean, color="#777777", ls="--", lw=1.5, label="tuned: mean")
+    errorbar(ax, [rows[k] for k in ("0.005", "0.01", "0.02")], fmt="o-", color="#332288",
+             label="one shared rate (GLU not run at 0.02)")
+    errorbar(ax, [rows["dense ×1.05"]], fmt="s", mfc="white", color="#CC6677",
+             label="control: dense alone at 0.00525 (×1.05)", zorder=3)
+    errorbar(ax, [rows["both ×1.05"]], fmt="D", mfc="white", color="#117733",
+             label="control: both at 0.00525 (×1.05)", zorder=3)
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks([0.005, 0.01, 0.02], ["0.005", "0.01", "0.02"])
+    ax.set_xlabel("shared learning rate (log scale)")
+    ax.set_ylabel(f"{GROUP} (nats)\nbelow 0: the gated group learns earlier")
+    ax.set_title(f"Gated − dense gap by learning rate\n(bars: each row's own 95 % CI; verdicts above: Holm over "
+                 f"{verdicts.family_size} rows)")
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    return fig
 
 
 def full_readout(retrain: bool = True) -> Readout:

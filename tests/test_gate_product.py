@@ -67,8 +67,9 @@ def test_gate_content_cosine_keep_returns_the_trained_weights():
     kept = []
     train("swiglu", "product", [0], result["best_lr"]["product"]["swiglu"], steps=5, keep=kept)
     assert [tuple(p.shape) for p in kept] == [(1, 21, 8), (1, 21), (1, 21, 8), (1, 21), (1, 8, 21), (1, 8)]
-    init, trained = gate_content_cosine("product", [0], 0.01, steps=5)
-    assert 0 < init < 1 and 0 < trained < 1
+    c = gate_content_cosine("product", [0], 0.01, steps=5)
+    assert 0 < c.init < 1 and 0 < c.trained < 1 and c.units == 21
+    assert 0 <= c.init_aligned <= c.units and 0 <= c.trained_aligned <= c.units
 
 
 def test_longer_run_keeps_the_verdicts_the_notebook_states_at_both_lengths():

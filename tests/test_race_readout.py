@@ -139,3 +139,19 @@ def test_seed_curves_draws_both_panels():
     from helpers.race_readout import seed_curves
     fig = seed_curves()
     assert len(fig.axes) == 2 and all(ax.get_legend() is not None for ax in fig.axes)
+
+
+def test_gap_figure_draws_the_verdict_rows():
+    """Notebook 04, cell 47: the figure is the helper's; its title names the family and the legend every arm."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.race_readout import gap_figure
+    v = race_verdicts(race_arms(load_race()), race_family_with_controls)
+    fig = gap_figure(v)
+    ax = fig.axes[0]
+    assert "Holm over 27 rows" in ax.get_title() and ax.get_xscale() == "log"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(labels) == 5 and "control: dense alone at 0.00525 (×1.05)" in labels
+    plt.close(fig)
