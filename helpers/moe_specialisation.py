@@ -11,13 +11,8 @@ at their race rates on seeds 0-19 (the race's own runs), and on the same models 
 chance: the relation labels shuffled among the trained routings. The measure grows with the number of experts
 (``untrained_share``), so the two arms' values are not compared with each other.
 
-Dai et al.'s own test of specialisation (DeepSeekMoE, §4.5: switch off each token's top routed experts and watch the
-loss rise; theirs rose more than GShard×1.5's), in the toy: ``knockout`` switches off each fact's first routed
-expert (the router picks its top k from the rest) in DeepSeekMoE and in the fine-grained arm (32 experts of the
-same width, all routed, top-4), trained as above, and reads the answer loss before and after.
-
-Verdicts, paired t with Holm's step-down over these three (``helpers.stats``): trained − untrained in each probed
-arm, and DeepSeekMoE's loss rise − the fine-grained arm's.
+Verdicts, paired t with Holm's step-down over these two (``helpers.stats``): trained − untrained in each probed
+arm.
 
 Made by ``python -m helpers.moe_specialisation`` (about two minutes on one CPU thread), which writes
 ``helpers/data/moe_specialisation.json``.
@@ -32,19 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from helpers.fact_lookup import FactLookup, LookupData, build_lookup, lookup_data, train_lookup
 from helpers.stats import Verdict, holm, paired_difference
 
 PATH = Path(__file__).parent / "data" / "moe_specialisation.json"
 ARMS_PROBED: tuple[str, ...] = ("MoE", "DeepSeekMoE")
-KNOCKOUT_ARMS: tuple[str, ...] = ("DeepSeekMoE", "fine-grained")
-NAMES = {"MoE": "top-1 MoE", "DeepSeekMoE": "DeepSeekMoE", "fine-grained": "fine-grained"}
+NAMES = {"MoE": "top-1 MoE", "DeepSeekMoE": "DeepSeekMoE"}
 SEEDS: tuple[int, ...] = tuple(range(20))
 STEPS = 100
 SHUFFLES = 20
-KEYS = ("untrained", "trained", "shuffled", "intact", "knocked")
+KEYS = ("untrained", "trained", "shuffled")
 
 
 def relation_information(expert: torch.Tensor, groups: torch.Tensor) -> float:
@@ -72,24 +65,6 @@ def first_experts(model: FactLookup, data: LookupData) -> torch.Tensor:
     return model.ffn.route(model.ln(model.inputs(data.ids))).expert_index[:, 0]
 
 
-@torch.no_grad()
-def knockout(model: FactLookup, data: LookupData) -> tuple[float, float]:
-    """``(answer loss, answer loss with each fact's first routed expert switched off)``, means over the facts. The
-    expert is removed from the choice (its selection bias set to −inf), so the router picks its top k from the
-    rest, as in Dai et al. (§4.5)."""
-    model.eval()
-    moe, first = model.ffn, first_experts(model, data)
-    intact = F.cross_entropy(model(data.ids)[:, 0], data.answer_id, reduction="none")
-    knocked = torch.empty_like(intact)
-    saved = moe.selection_bias.clone()
-    for e in first.unique().tolist():
-        moe.selection_bias[e] = float("-inf")
-        loss = F.cross_entropy(model(data.ids)[:, 0], data.answer_id, reduction="none")
-        moe.selection_bias.copy_(saved)
-        knocked[first == e] = loss[first == e]
-    return float(intact.mean()), float(knocked.mean())
-
-
 def relations(data: LookupData) -> torch.Tensor:
     """``(N,)`` long: each fact's relation."""
     return data.ids[:, 0] % len(data.relations)
@@ -110,8 +85,7 @@ def untrained_share(data: LookupData | None = None, n_experts: int = 31, seeds: 
 
 @dataclass
 class Specialisation:
-    """Relation information per arm, ``(seeds,)`` each: ``untrained``, ``trained`` and ``shuffled`` (chance);
-    ``intact`` and ``knocked``: the answer loss before and after the knockout, per knockout arm."""
+    """Relation information per arm, ``(seeds,)`` each: ``untrained``, ``trained`` and ``shuffled`` (chance)."""
 
     seeds: list[int]
     steps: int
@@ -119,21 +93,11 @@ class Specialisation:
     untrained: dict[str, torch.Tensor]
     trained: dict[str, torch.Tensor]
     shuffled: dict[str, torch.Tensor]
-    intact: dict[str, torch.Tensor]
-    knocked: dict[str, torch.Tensor]
-
-    def rise(self, arm: str) -> torch.Tensor:
-        """``(seeds,)``: how far switching off each fact's first routed expert raises ``arm``'s loss (nats)."""
-        return self.knocked[arm] - self.intact[arm]
 
     def verdicts(self) -> list[Verdict]:
-        """Trained − untrained in each probed arm, and the knockout's rise, DeepSeekMoE − fine-grained: one
-        Holm family."""
-        family = {f"{NAMES[a]}, trained − untrained": paired_difference(self.trained[a], self.untrained[a])
-                  for a in self.trained}
-        a, b = KNOCKOUT_ARMS
-        family[f"knockout rise, {NAMES[a]} − {NAMES[b]}"] = paired_difference(self.rise(a), self.rise(b))
-        return holm(family)
+        """Trained − untrained in each probed arm: one Holm family."""
+        return holm({f"{NAMES[a]}, trained − untrained": paired_difference(self.trained[a], self.untrained[a])
+                     for a in self.trained})
 
     def lines(self) -> list[str]:
         """The readout: each arm's mean relation information untrained, trained and shuffled, then the verdicts."""
@@ -147,12 +111,6 @@ class Specialisation:
                         f"{float(self.trained[a].mean()):.2f} (relations shuffled: {float(self.shuffled[a].mean()):.2f})"
                         f" | higher in {int((self.trained[a] > self.untrained[a]).sum())} of {len(self.seeds)}, "
                         f"t {v.comparison.t:+.1f} vs {v.threshold:.2f} → {v.verdict}")
-        a, b = KNOCKOUT_ARMS
-        v, d = verdicts["knockout rise"], self.rise(a) - self.rise(b)
-        rows.append(f"each fact's first routed expert switched off: the loss rises {float(self.rise(a).mean()):.2f} "
-                    f"nats in {NAMES[a]}, {float(self.rise(b).mean()):.2f} in {b} (no shared expert)")
-        rows.append(f"  {NAMES[a]} − {b}: {float(d.mean()):+.2f} nats, higher in {int((d > 0).sum())} of "
-                    f"{len(self.seeds)}, t {v.comparison.t:+.1f} vs {v.threshold:.2f} → {v.verdict}")
         return [head] + rows
 
 
@@ -165,21 +123,15 @@ def measure(data: LookupData | None = None, seeds: Sequence[int] = SEEDS, steps:
     data = lookup_data() if data is None else data
     if lrs is None:
         race = load_race()
-        lrs = {arm: race.runs[steps][arm].lr for arm in dict.fromkeys(ARMS_PROBED + KNOCKOUT_ARMS)}
+        lrs = {arm: race.runs[steps][arm].lr for arm in ARMS_PROBED}
     groups = relations(data)
-    out = {key: {arm: [] for arm in ARMS_PROBED} for key in ("untrained", "trained", "shuffled")}
-    out |= {key: {arm: [] for arm in KNOCKOUT_ARMS} for key in ("intact", "knocked")}
+    out = {key: {arm: [] for arm in ARMS_PROBED} for key in KEYS}
     for arm, lr in lrs.items():
         for seed in seeds:
             model = build_lookup(data, ARMS[arm], 8, seed)
             untrained = relation_information(first_experts(model, data), groups)
             model.train()
             train_lookup(model, data, steps=steps, lr=lr)
-            if arm in KNOCKOUT_ARMS:
-                for key, value in zip(("intact", "knocked"), knockout(model, data)):
-                    out[key][arm].append(value)
-            if arm not in ARMS_PROBED:
-                continue
             expert = first_experts(model, data)
             out["untrained"][arm].append(untrained)
             out["trained"][arm].append(relation_information(expert, groups))
