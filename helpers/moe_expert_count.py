@@ -371,8 +371,8 @@ def lookup_capacity_line(study: dict, by_count: dict | None = None) -> str:
     ``by_count``, one line more: c = 1 against the dense FFN of E = 8's active parameters, in the same family."""
     family = lookup_capacity_family(study, by_count)
     verdicts = {v.name: v for v in holm(family)}
-    rows = [f"E = 8 fact lookup, mean of {len(study['runs'])} seeds; each factor − dropless, paired, Holm over "
-            f"{len(family)}:",
+    header = "each factor − dropless" + (" and c = 1 − the dense FFN (last line)" if by_count is not None else "")
+    rows = [f"E = 8 fact lookup, mean of {len(study['runs'])} seeds; {header}, paired, Holm over {len(family)}:",
             f"{'factor':<10}{'answer loss':>12}{'slots dropped':>15}{'− dropless':>12}{'higher in':>11}  verdict",
             f"{'dropless':<10}{capacity_values(study, 'dropless').mean():>12.2f}{'0%':>15}"]
     for f in FACTORS[1:]:

@@ -6,6 +6,8 @@ learning-rate sweep, the 1,000-step runs and their Holm family), which the noteb
 ``python -m helpers.moe_lesson --purity`` trains section 8's α = 0.1 MoE for seeds 0-9 (15 steps each, about a
 minute) and writes ``PURITY_PATH``: whether layer 0's trained router routes on position or on the word, and the
 same seeds untrained (the control).
+``python -m helpers.moe_lesson --delay`` trains α = 0 and α = 0.1 at lr 1e-3 for 60 steps, seeds 0-9 (under a
+CPU-minute), and writes ``DELAY_PATH``: the cross-entropy after steps 15, 30 and 60 (does the slow start last?).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def chance_busiest(n_tokens: int = 256, n_experts: int = 8, draws: int = 5000) -
     return float((counts.max(1).values / (n_tokens / n_experts)).mean())
 
 
-#: The learning rate of the slow start, where the balancing loss's fit cost is resolved (``fit_family``).
+#: The learning rate of the slow start, where the balancing loss delays the fit (``fit_family``, ``delay_study``).
 SLOW_LR = 1e-3
 SLOW_START = "CE at lr 1e-3: MoE α = 0.1 − MoE α = 0"
 
@@ -238,7 +240,7 @@ def three_prices(study: dict, cost: dict, trained: dict, no_ffn: dict, lr: float
             ("drops: top-1 slots dropped, c = 1.25 (layer 1)", drops, "{:.0%}", 2, capacity,
              "dropped at c = 1.25, top-1: α = 0.1 − α = 0"),
             ("balancing loss: cross-entropy (nats), lr 1e-2", fit, "{:.3f}", 3, fits, "CE: MoE α = 0.1 − MoE α = 0"),
-            ("  the same at lr 1e-3 (a slow start)", slow, "{:.3f}", 3, fits, SLOW_START)]
+            ("  the same at lr 1e-3, after 15 steps", slow, "{:.3f}", 3, fits, SLOW_START)]
     lines = [f"{'trained dropless, mean of ten seeds':<48}{'α = 0':>8}{'α = 0.1':>9}   α = 0.1 − α = 0, paired, Holm"]
     for label, by_alpha, fmt, digits, family, name in rows:
         verdict = verdict_clauses(family, [name], digits=digits).split(name)[1].strip()
@@ -514,11 +516,58 @@ def purity_readout(study: dict) -> Folded:
     return Folded("\n".join(shown), purity_lines(study), "every seed's experts and the verdicts (click)")
 
 
+#: Where ``python -m helpers.moe_lesson --delay`` writes the slow start's longer runs and ``load_delay`` reads them.
+DELAY_PATH = Path(__file__).parent / "data" / "moe_delay.json"
+DELAY_STEPS = (15, 30, 60)
+
+
+def delay_study(seeds: Sequence[int] = tuple(range(10)), steps: Sequence[int] = DELAY_STEPS) -> dict:
+    """Section 8's recipe at the slow ``SLOW_LR`` for α = 0 and α = 0.1, trained ``max(steps)`` steps: the
+    cross-entropy over every target after each of ``steps``, ``{"runs": {arm: {seed: {step: ce}}}}``."""
+    from helpers.facts import load_facts, make_dataset
+    from helpers.moe_runs import train_run
+
+    data = make_dataset(load_facts())
+    runs: dict = {}
+    for arm in ("MoE, α = 0", "MoE, α = 0.1"):
+        for s in seeds:
+            run = train_run(arm, s, data, steps=max(steps), lr=SLOW_LR, keep_model=False, checkpoints=steps)
+            runs.setdefault(arm, {})[str(s)] = {str(k): round(v, 5) for k, v in run.curve.items()}
+    return {"made_by": "python -m helpers.moe_lesson --delay",
+            "settings": {"lr": SLOW_LR, "steps": list(steps), "seeds": list(seeds)}, "runs": runs}
+
+
+def load_delay(path: Path = DELAY_PATH) -> dict:
+    """The shipped slow-start runs (``delay_study``)."""
+    return json.loads(Path(path).read_text())
+
+
+def delay_line(delay: dict) -> str:
+    """One line: α = 0.1 − α = 0 in cross-entropy at lr 1e-3 after each checkpoint, paired, Holm over the steps."""
+    runs = delay["runs"]
+    seeds = sorted(runs["MoE, α = 0"], key=int)
+
+    def ce(arm: str, step: str) -> torch.Tensor:
+        return torch.tensor([runs[arm][s][step] for s in seeds], dtype=torch.float64)
+
+    steps = [str(k) for k in delay["settings"]["steps"]]
+    family = {f"step {k}": paired_difference(ce("MoE, α = 0.1", k), ce("MoE, α = 0", k)) for k in steps}
+    return (f"  the same at lr 1e-3, trained on to step {steps[-1]} (Holm over {len(steps)}): "
+            + verdict_clauses(family, list(family), digits=3))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", action="store_true", help="print section 8's fit controls in full")
     parser.add_argument("--purity", action="store_true", help="train section 9's ten seeds and write PURITY_PATH")
+    parser.add_argument("--delay", action="store_true", help="train the slow start's 60-step runs, write DELAY_PATH")
     args = parser.parse_args(argv)
+    if args.delay:
+        torch.set_num_threads(1)
+        study = delay_study()
+        DELAY_PATH.write_text(json.dumps(study) + "\n")
+        print(delay_line(study))
+        return
     if args.purity:
         torch.set_num_threads(1)
         study = purity_study()

@@ -41,6 +41,7 @@ def test_c1_against_the_dense_ffn_of_its_active_parameters_joins_the_family():
     from helpers.moe_expert_count import load_expert_count
 
     line = lookup_capacity_line(load_lookup_capacity(), load_expert_count())
-    assert line.startswith("E = 8 fact lookup, mean of 10 seeds; each factor − dropless, paired, Holm over 3:")
+    assert line.startswith("E = 8 fact lookup, mean of 10 seeds; each factor − dropless and c = 1 − the dense FFN "
+                           "(last line), paired, Holm over 3:")
     assert line.splitlines()[-1] == ("c = 1 − the dense FFN of its active parameters (width 11, 0.96): +0.10, "
                                      "not resolved (3 lower, 7 higher of 10)")

@@ -215,3 +215,15 @@ def test_three_prices_reads_each_row_from_its_own_holm_family():
     assert "36%      14%   -0.22, lower in 10/10" in lines[2]
     assert lines[3].endswith("+0.005, not resolved (7 lower, 3 higher of 10)")
     assert "lr 1e-3" in lines[4] and lines[4].endswith("4.455    4.480   +0.025, higher in 9/10")  # review 05-r62: the slow start
+
+
+def test_delay_study_seed_zero_recomputes_the_shipped_file_and_its_line_reads_three_steps():
+    from helpers.moe_lesson import delay_line, delay_study, load_delay
+
+    shipped = load_delay()
+    live = delay_study(seeds=(0,))
+    for arm, by_seed in live["runs"].items():
+        for step, ce in by_seed["0"].items():
+            assert abs(ce - shipped["runs"][arm]["0"][step]) < 2e-3, (arm, step)
+    line = delay_line(shipped)
+    assert "Holm over 3" in line and "step 15" in line and "step 60" in line
