@@ -958,9 +958,9 @@ def train_auxk(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seeds:
     gives the dead ones a task: with ``e = y - ŷ`` the main code's residual (held fixed), the ``K_AUX`` largest
     pre-activations among the features dead at that step form a second code ``z``, and the loss gains
     ``AUX_COEF · ‖e - W_dec z‖²`` (divided, like the main loss, by the data's variance). Gao et al.'s reference code
-    divides the term by the residual's variance instead, which is a few per cent of the data's here, so their
-    coefficient of 1/32 (with ``k_aux`` = 512 in their wide models) is roughly 1 to 8 on this scale: the coefficients
-    are not comparable. Here ``K_AUX = 32`` of 256 features and ``AUX_COEF = 1``, chosen on model 0 (seeds 0 and 1),
+    divides the term by the residual's variance instead, which is under 2 % of the data's here while features can
+    be dead, so their coefficient of 1/32 (with ``k_aux`` = 512 in their wide models) is worth roughly 2 to 9 on this
+    scale: ``AUX_COEF = 1`` is the weaker of the two. Here ``K_AUX = 32`` of 256 features and ``AUX_COEF = 1``, chosen on model 0 (seeds 0 and 1),
     where 1/32 on this scale left the dead count where the recipe leaves it (135 and 138 against 134 and 128) and 1
     lowered it (123 and 113). Bricken et al.'s resampling (dead features restarted at
     badly reconstructed inputs at steps 250 and 500) was tried there too and left 130 and 126. A feature counts
