@@ -92,19 +92,20 @@ def test_longer_run_keeps_the_verdicts_the_notebook_states_at_both_lengths():
 
 
 def test_verdict_lines_are_the_lines_the_notebook_reads():
-    """Notebook 04, cells 50-52: nine lines of verdicts after 3,000 steps, [the 1,000-step verdict] where it
+    """Notebook 04, cells 50-52: ten lines of verdicts after 3,000 steps, [the 1,000-step verdict] where it
     differs; the two checks beside them."""
     from helpers.gate_product import check_lines, verdict_lines
     result, longer = load(DATA_PATH), load(LONGER_PATH)
     lines = verdict_lines(result, longer, VARIANT_NAMES).splitlines()
-    assert len(lines) == 9 and "Holm over 36 rows" in lines[0]
+    assert len(lines) == 10 and "Holm over 36 rows" in lines[0]
     assert lines[1].endswith("lower: Bilinear (floor), ReGLU ×0.18, GEGLU ×0.037, SwiGLU ×0.093; higher: GELU 21 ×4.4")
     assert lines[2].endswith("lower: a² (floor), ReLU² ×0.31")
     assert "not resolved: ReGLU ×1.1, GEGLU ×0.95 [lower], SwiGLU ×1.0" in lines[4]
     assert lines[5].endswith("lower: ReLU² ×0.86, Swish ×0.94 [not resolved]")   # the dense arms below GELU
     assert lines[6].endswith("lower: ReGLU ×0.55, GEGLU ×0.48, SwiGLU ×0.53; higher: Bilinear ×1.4")
     assert lines[7].endswith("higher: Bilinear ×2.2, ReGLU ×2.3, GEGLU ×1.9, SwiGLU ×2.2, GELU 21 ×2.0")
-    assert "GEGLU ×0.98 [lower]" in lines[8] and lines[8].endswith("ReGLU ×1.2, SwiGLU ×1.1")
+    assert "a² ×" in lines[8] and "ReLU² ×" in lines[8]                                  # 32 units, not GELU's kind
+    assert "GEGLU ×0.98 [lower]" in lines[9] and lines[9].endswith("ReGLU ×1.2, SwiGLU ×1.1")
     checks = check_lines(result, longer, VARIANT_NAMES)
     assert "33 of 36 verdicts stay" in checks and "product 0.0123 → 0.0072" in checks
 
