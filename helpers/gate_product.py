@@ -307,8 +307,8 @@ def ratio(result: dict, target: str, arm: str, reference: str = "gelu") -> float
 
 def verdict_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
     """Section 6.3's verdicts in ten lines: per target, the rows the notebook reads (``READ_ROWS``: the gated
-    arms and GELU 21 against GELU, the gated arms against GELU 21; on the product and control targets also a² and
-    ReLU² against GELU, on the gate target ReLU² and Swish), grouped by their Holm verdict (``family``, 36 rows) after ``longer``'s steps, each with its error ratio
+    arms and GELU 21 against GELU, the gated arms against GELU 21; on the product target also a² and ReLU² against GELU,
+    on the control a², ReLU² and Swish, on the gate target ReLU² and Swish), grouped by their Holm verdict (``family``, 36 rows) after ``longer``'s steps, each with its error ratio
     then (``(floor)``: float32's floor) and, in brackets, its verdict after ``result``'s steps where that differs.
     Every row: ``full_readout``."""
     short, long_ = ({v.name: v for v in holm(family(r, names))} for r in (result, longer))
@@ -318,7 +318,7 @@ def verdict_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
               for ref in ("gelu", NARROW)]
     blocks.insert(1, ("product", "gelu", [(v, "gelu") for v in SQUARED]))   # dense FFNs that square, once
     blocks.insert(4, ("gate", "gelu", [("relu2", "gelu"), ("swish", "gelu")]))  # the dense arms below GELU there
-    blocks.insert(7, ("control", "gelu", [(v, "gelu") for v in SQUARED]))   # 32 units, not GELU's kind
+    blocks.insert(7, ("control", "gelu", [(v, "gelu") for v in (*SQUARED, "swish")]))   # 32 units: other kinds, a near-twin
     for t, ref, rows in blocks:
         groups: dict[str, list[str]] = {"lower": [], "not resolved": [], "higher": []}
         for a, b in rows:
