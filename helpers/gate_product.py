@@ -8,8 +8,9 @@ three noise-free targets ``R^8 -> R^8`` of Gaussian inputs, each built from 32 (
 * ``gate``: ``y = Σ_j ReLU(x·u_j)(x·v_j) c_j`` (same draws): a ReGLU FFN of width 32, the gate's own shape;
 * ``control``: ``y = Σ_j GELU(x·w_j) c_j`` over 64 directions, no product: a dense GELU FFN of width 64.
 
-The arms: dense GELU and Swish (smooth like GELU but no target's kind); dense FFNs with a squared activation, ``a²``
-and squared ReLU (Primer), which form products without a gate since ``(u·x)(v·x) = ¼[((u+v)·x)² − ((u−v)·x)²]``;
+The arms: dense GELU and Swish (GELU's near-twin: ``GELU(z) ≈ z·σ(1.702 z) = Swish(1.702 z) / 1.702``,
+Hendrycks & Gimpel 2016, so a dense Swish FFN can rescale its rows to GELU's shape); dense FFNs with a squared
+activation, ``a²`` and squared ReLU (Primer), which form products without a gate since ``(u·x)(v·x) = ¼[((u+v)·x)² − ((u−v)·x)²]``;
 gated Bilinear (the product target's own kind), ReGLU (the gate target's own kind), GEGLU and SwiGLU; and a dense
 GELU FFN of the gated arms' width, 21 units (365 parameters), which separates "a product unit" from "more units": a
 gated arm has as many units as it and as many parameters as the width-32 GELU. (A second model size is not run: it
@@ -30,7 +31,9 @@ seeds at the same rates for 3,000 steps: 1,000 steps are not converged, and ``pr
 hold at both lengths, and how much of the held-out error is generalisation error (training error beside it).
 
 The notebook shows ``ratio_figure`` (each arm's error ÷ GELU's, per target, both lengths) and ``verdict_lines``
-(the rows it reads, grouped by verdict); ``full_readout`` returns every table (``print_verdicts``, ``print_checks``).
+(the rows it reads, grouped by verdict), then ``retrain_line`` (one stored run trained again), ``check_lines`` and
+``cosine_lines`` (do SwiGLU's units keep two directions?); ``full_readout`` returns every table (``print_verdicts``,
+``print_checks``).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.activations import get_activation
-from helpers.ffn import FFN, VARIANTS as FFN_VARIANTS
+from helpers.ffn import FFN, VARIANT_NAMES, VARIANTS as FFN_VARIANTS
 from helpers.stats import PairedDifference, holm, paired_difference
 
 DATA_PATH = Path(__file__).parent / "data" / "gate_product.json"
@@ -217,7 +220,7 @@ def arm_name(variant: str, names: dict[str, str]) -> str:
 def family(result: dict, names: dict[str, str], score: str = "test", rows: Sequence[tuple[str, str]] = ROWS
            ) -> dict[str, PairedDifference]:
     """The section's family, paired over test seeds on ln FVU (negative: the first named is lower), per target:
-    at the same parameters, Swish against GELU (smooth and dense like GELU but no target's kind), each of a², ReLU²,
+    at the same parameters, Swish against GELU (its near-twin: GELU(z) ≈ Swish(1.702 z) / 1.702), each of a², ReLU²,
     Bilinear, ReGLU, GEGLU and SwiGLU against GELU, and GELU with 21 units against GELU with 32 (what the units
     alone are worth); at the same units, each gated FFN against GELU 21: 12 rows per target, 36 in all.
     ``score="train"`` judges the training error instead; ``rows`` picks a subset of ``ROWS``."""
@@ -277,7 +280,8 @@ def print_checks(result: dict, longer: dict, names: dict[str, str]) -> None:
     """Two checks of ``print_verdicts``'s table. Training error: how much of the held-out FVU is generalisation
     error, and which of the 36 verdicts change when judged on the 512 training inputs instead. 3× longer: the
     family judged again on ``longer`` (``make_longer``: the same seeds and rates, Holm over the same 36 rows), one
-    line per row the notebook reads (``READ_ROWS``): ratio and verdict at 1,000 → at the longer length."""
+    line per row of the family (``ROWS``, the dense arms Swish, a² and ReLU² included): ratio and verdict at 1,000
+    → at the longer length."""
     targets = result["targets"]
     gm = lambda r, t, v, s="test": math.exp(float(log_fvu(r, t, v, s).mean()))  # noqa: E731
     print("GELU's FVU, training inputs / held-out: "
@@ -293,7 +297,7 @@ def print_checks(result: dict, longer: dict, names: dict[str, str]) -> None:
           f"resolved), {result['steps']:,} → {longer['steps']:,}; GELU's FVU "
           + ", ".join(f"{t} {gm(result, t, 'gelu'):.4f} → {gm(longer, t, 'gelu'):.4f}" for t in targets))
     print((f"{'':<19}" + "".join(f"{t:^29}" for t in targets)).rstrip())
-    for a, b in READ_ROWS:
+    for a, b in ROWS:
         row = f"{arm_name(a, names)} ÷ {arm_name(b, names)}"
         cells = "".join(f"{_cell(before[f'{t}: {row}'], result, t, a):>13} → "
                         f"{_cell(after[f'{t}: {row}'], longer, t, a):<13}" for t in targets)
@@ -342,6 +346,35 @@ def check_lines(result: dict, longer: dict, names: dict[str, str]) -> str:
     return (f"judged on training error, {stay} of {len(test)} verdicts stay (after {result['steps']:,} steps)\n"
             f"GELU's error (FVU), {result['steps']:,} → {longer['steps']:,} steps: "
             + ", ".join(f"{t} {gm(result, t):.4f} → {gm(longer, t):.4f}" for t in result["targets"]))
+
+
+def retrain_line(result: dict, variant: str = "swiglu", target: str = "product", seed: int = 0,
+                 tolerance: float = 0.05) -> str:
+    """Train one stored run again here (``variant`` on ``target``, test seed ``seed``, at its stored rate) and say
+    whether its held-out error is within ``tolerance`` of the stored run's. Float32 training moves the last digits
+    with the CPU kernel, so the line prints the check, not the digits."""
+    live = train(variant, target, [seed], result["best_lr"][target][variant])[0]["test"]
+    off = abs(live / result["runs"][target][variant][seed]["test"] - 1)
+    verdict = f"within {tolerance * 100:g} %" if off < tolerance else f"{off * 100:.0f} % off"
+    return (f"{arm_name(variant, VARIANT_NAMES)}, {target} target, seed {seed}, retrained here: error {verdict} "
+            "of the stored run's")
+
+
+def cosine_lines(result: dict, seeds: Sequence[int] = range(8), variant: str = "swiglu") -> str:
+    """Do a gated arm's units keep two directions? ``gate_content_cosine`` on every target (trained here, ``seeds``,
+    each target's stored rate; the same seeds, so the same initialisation, on every target), in two lines: the
+    median |cos| of each unit's gate and content rows at initialisation and the range after training, and the
+    number of units in line (|cos| > ``ALIGNED``). The trained medians are rounded outward to a 0.05 grid, so the
+    printed range does not move with the CPU kernel."""
+    cosines = {t: gate_content_cosine(t, seeds, result["best_lr"][t][variant], variant) for t in result["targets"]}
+    trained = [c.trained for c in cosines.values()]
+    first = next(iter(cosines.values()))
+    name, steps, span = arm_name(variant, VARIANT_NAMES), f"{STEPS:,}", f"{seeds[0]}-{seeds[-1]}"
+    return (f"{name} units, median |cos| of gate row w1_i and content row w3_i, seeds {span}: {first.init:.2f} at "
+            f"initialisation; after {steps} steps between {math.floor(20 * min(trained)) / 20:.2f} and "
+            f"{math.ceil(20 * max(trained)) / 20:.2f} on every target\n"
+            f"units in line (|cos| > {ALIGNED:g}), of {first.units}: {first.init_aligned} at initialisation; after "
+            f"{steps} steps " + ", ".join(f"{t} {c.trained_aligned}" for t, c in cosines.items()))
 
 
 def ratio_figure(result: dict, longer: dict, names: dict[str, str]):

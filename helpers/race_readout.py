@@ -477,8 +477,8 @@ def gap_figure(verdicts: RaceVerdicts):
     ax.set_xticks([0.005, 0.01, 0.02], ["0.005", "0.01", "0.02"])
     ax.set_xlabel("shared learning rate (log scale)")
     ax.set_ylabel(f"{GROUP} (nats)\nbelow 0: the gated group learns earlier")
-    ax.set_title(f"Gated − dense gap by learning rate\n(bars: each row's own 95 % CI; verdicts above: Holm over "
-                 f"{verdicts.family_size} rows)")
+    ax.set_title(f"Gated − dense gap by learning rate\n(bars: each row's 95 % CI, unadjusted; the verdicts, Holm "
+                 f"over {verdicts.family_size} rows, are printed above the figure)")
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return fig
 

@@ -120,8 +120,26 @@ def test_full_readout_and_figure():
     text = full_readout(result, longer, VARIANT_NAMES)
     assert "Holm over 36 rows" in text and "GEGLU ÷ GELU        ×0.057 24/0  lower" in text
     assert "judged on training error, 33 of 36 verdicts stay" in text and "×0.94 lower → ×0.95 n.r." in text
+    after = text.split("3,000 steps, the same seeds")[1].splitlines()   # every row of the family, 1,000 → 3,000
+    assert len(after) == 2 + 12
+    dense = {line.split("  ")[0]: line for line in after if line.startswith(("Swish", "a²", "ReLU²"))}
+    assert dense["Swish ÷ GELU"].endswith("×0.96 n.r. → ×0.94 lower      ×1.0 n.r. → ×1.0 n.r.")   # cell 52 reads
+    assert "×2.2 higher" in dense["a² ÷ GELU"] and "×0.86 lower" in dense["ReLU² ÷ GELU"]         # these at 3,000
     fig = ratio_figure(result, longer, VARIANT_NAMES)
     assert [ax.get_title() for ax in fig.axes] == [f"{t} target" for t in TARGETS]
     hollow = [ln for ln in fig.axes[1].lines if ln.get_markerfacecolor() == "none"]
     assert len(hollow) == 6      # gate target, not resolved: ReGLU, SwiGLU (both lengths), GEGLU (3,000), Swish (1,000)
     plt.close(fig)
+
+
+def test_cell_51_lines_retrain_and_cosines():
+    """Notebook 04, cell 51 shows only helper lines: the retrained run within 5 % of the stored one, and the
+    gate/content cosines on a 0.05 grid (one seed here, to keep the test short)."""
+    from helpers.gate_product import cosine_lines, retrain_line
+    result = load(DATA_PATH)
+    assert retrain_line(result) == "SwiGLU, product target, seed 0, retrained here: error within 5 % of the stored run's"
+    first, second = cosine_lines(result, seeds=[0]).splitlines()
+    assert first.startswith("SwiGLU units, median |cos| of gate row w1_i and content row w3_i, seeds 0-0: ")
+    low, high = (float(x) for x in first.split("between ")[1].split(" on")[0].split(" and "))
+    assert low <= high and round(low * 20, 6).is_integer() and round(high * 20, 6).is_integer()
+    assert second.startswith("units in line (|cos| > 0.9), of 21: ") and "product " in second and "control " in second

@@ -152,6 +152,7 @@ def test_gap_figure_draws_the_verdict_rows():
     fig = gap_figure(v)
     ax = fig.axes[0]
     assert "Holm over 27 rows" in ax.get_title() and ax.get_xscale() == "log"
+    assert "95 % CI, unadjusted" in ax.get_title()          # the bars are not the Holm verdicts (review r66)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert len(labels) == 5 and "control: dense alone at 0.00525 (×1.05)" in labels
     plt.close(fig)
