@@ -10,6 +10,8 @@ reading short for the learner:
   MoE–twin pairings.
 * ``long_run_fold``: the 3,000-step reading in two shown lines (each MoE against its twin at the twin's best rate),
   with the four 3,000-step rows of section 4's family, the lead-shrinks table and the unstable width-19 seeds folded.
+* ``steps_to_dense_loss`` / ``steps_saved_figure``: the race's per-step gain as steps saved (the first step at which
+  the MoE's mean curve reaches the dense twin's final loss), beside Switch Transformer's 7.5× at scale.
 * ``race_audit``: section 4.1's checks (sweeps, trainable embeddings, live reruns of four shipped runs, another CPU
   kernel, fresh seeds, the full Holm table) run once; the notebook shows a few summary lines and folds every table
   into an HTML ``<details>`` block (``RaceAudit._repr_html_``). ``text/plain`` is the summary alone.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from helpers.fact_lookup import FactLookup, LookupData, build_lookup, lookup_loss_and_accuracy, train_lookup
+from helpers.moe_configs import SWITCH_STEP_BASIS
 from helpers.moe_long_run import LongRun
 from helpers.moe_race import (ARMS, BALANCE_NAMES, BALANCE_PAIRS, FRESH_SEEDS_PATH, KERNEL_RERUN_PATH,
                               RACE_FRESH_SEEDS_PATH, RACE_PAIRS, Race, convergence_lines, load_family, load_race,
@@ -34,7 +37,8 @@ from helpers.precision import bound
 from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_difference
 
 __all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
-           "RaceAudit", "balance_verdicts", "fresh_deepseekmoe_lines", "race_audit"]
+           "RaceAudit", "balance_verdicts", "fresh_deepseekmoe_lines", "race_audit",
+           "steps_to_dense_loss", "steps_saved_figure"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -188,6 +192,43 @@ class Folded:
         return (pre(self.lines[:self.shown]) + f"<details><summary>{html.escape(self.label)}</summary>"
                 + pre(self.lines[self.shown:]) + "</details>")
 
+
+
+def steps_to_dense_loss(race: Race, steps: int = 300, moe: str = "MoE", dense: str = "dense, width 11") -> tuple[float, int]:
+    """The dense arm's final training loss (its mean curve over the race's seeds, ``steps`` steps at its tuned rate)
+    and the first step at which the MoE's mean curve reaches it (``steps + 1`` if it never does)."""
+    target = float(race.runs[steps][dense].curve[0][-1])
+    hits = (race.runs[steps][moe].curve[0] <= target).nonzero()
+    return target, (int(hits[0]) + 1 if len(hits) else steps + 1)
+
+
+def steps_saved_figure(race: Race, steps: int = 300, colors: Sequence[str] = ("#D55E00", "#0072B2")):
+    """Steps to the dense model's loss, two panels: the race's top-1 MoE against width 11 (mean curves of the
+    race's seeds, ``steps`` steps) and Switch Transformer's 64-expert Switch-Base against T5-Base (section 3.1,
+    ``SWITCH_STEP_BASIS``). Returns the figure and one line for the toy."""
+    import matplotlib.pyplot as plt
+
+    target, hit = steps_to_dense_loss(race, steps)
+    experts, moe_step, dense_step = SWITCH_STEP_BASIS
+    seeds = race.runs[steps]["MoE"].seeds
+    fig, axes = plt.subplots(1, 2, figsize=(11, 2.9))
+    panels = [(f"the toy (seeds {seeds[0]}–{seeds[-1]}): to width 11's {steps}-step loss",
+               ["dense, width 11", "top-1 MoE, 8 experts"], [steps, hit], "{:,.0f}"),
+              (f"Switch Transformer (C4): to T5-Base's {dense_step // 1000}k-step loss",
+               ["T5-Base", f"Switch-Base, {experts} experts"], [dense_step / 1000, moe_step / 1000], "{:,.0f}k")]
+    for ax, (title, names, values, fmt) in zip(axes, panels):
+        ax.barh([1, 0], values, color=colors, height=0.6)
+        for y, v in zip([1, 0], values):
+            ax.annotate(fmt.format(v), (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+        ax.set_yticks([1, 0], names)
+        ax.set_xlim(0, 1.2 * values[0])
+        ax.set_title(f"{title}\nthe MoE needs {values[0] / values[1]:.1f}× fewer", fontsize=10)
+        ax.set_xlabel("training steps" + (" (thousands)" if "k" in fmt else ""))
+    fig.suptitle("Steps to reach the dense model's loss, at the same FLOPs per token", fontsize=11)
+    fig.tight_layout()
+    line = (f"the toy, {steps} steps, mean curves of seeds {seeds[0]}–{seeds[-1]}: width 11 ends at {target:.3f} nats; "
+            f"the top-1 MoE reaches it at step {hit}, {steps / hit:.1f}× fewer steps")
+    return fig, line
 
 def balance_verdicts(race: Race, rerun: Race, fresh: Race) -> Folded:
     """Section 5's family (``BALANCE_PAIRS`` on the late load, then on the loss; Holm over all), shown as its

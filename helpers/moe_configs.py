@@ -280,6 +280,24 @@ SWITCH_TABLE_1: tuple[SwitchRow, ...] = (
 )
 SWITCH_THRESHOLD = -1.50
 
+#: Switch Transformer's step-basis result (Fedus et al. 2022, section 3.1 and Figure 4, right), at T5-Base's FLOPs
+#: per token: "Our Switch-Base 64 expert model achieves the same performance of the T5-Base model at step 60k at
+#: step 450k, which is a 7.5x speedup in terms of step time." (experts, Switch-Base's step, T5-Base's step)
+SWITCH_STEP_BASIS: tuple[int, int, int] = (64, 60_000, 450_000)
+
+
+def switch_per_step_line(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
+                         step_basis: tuple[int, int, int] = SWITCH_STEP_BASIS) -> str:
+    """The per-step half of Switch Transformer at scale, in one line: Switch-Base's loss below T5-Base's after
+    100k steps (Table 1, capacity factor 1.0; negative log perplexity is minus the loss, in nats per token, the
+    paper's footnote 4) and the steps a 64-expert Switch-Base needed to reach T5-Base's loss (section 3.1)."""
+    by_name = {r.model: r for r in rows}
+    gap = by_name["Switch-Base"].quality - by_name["T5-Base"].quality
+    experts, moe_step, dense_step = step_basis
+    return (f"Switch-Base (C4, T5-Base's FLOPs per token): loss {gap:.3f} nats per token below T5-Base's after 100k "
+            f"steps (Table 1); with {experts} experts it reached T5-Base's step-{dense_step // 1000}k loss at step "
+            f"{moe_step // 1000}k, {dense_step / moe_step:.1f}× fewer steps (section 3.1)")
+
 
 def switch_figure(rows: Sequence[SwitchRow] = SWITCH_TABLE_1,
                   colors: Sequence[str] = ("#000000", "#0072B2", "#999999")):

@@ -2,7 +2,8 @@
 
 import torch
 
-from helpers.moe_audit import RaceAudit, equal_flops_line, lead_shrink_family, lead_shrink_lines, long_run_fold
+from helpers.moe_audit import (RaceAudit, equal_flops_line, lead_shrink_family, lead_shrink_lines, long_run_fold,
+                               steps_saved_figure, steps_to_dense_loss)
 from helpers.moe_long_run import DEEPSEEK_300_PATH, LongRun, load_long_run, load_ten_seeds
 from helpers.moe_race import RACE_PAIRS, load_race, section_family
 from helpers.stats import holm
@@ -87,3 +88,15 @@ def test_deepseekmoe_on_fresh_seeds_is_a_rate_instability():
     from helpers.moe_audit import _fixed_rate_line
     assert _fixed_rate_line(lines) == ("  at lr 0.08, fixed in advance, DeepSeekMoE is lower than width 19 in 20 of 20 "
                                        "of those seeds (resolved; its t folded)")
+
+
+def test_steps_to_dense_loss_is_the_first_step_the_moes_mean_curve_reaches_the_dense_end():
+    import matplotlib.pyplot as plt
+
+    race = load_race()
+    target, hit = steps_to_dense_loss(race)
+    moe = race.runs[300]["MoE"].curve[0]
+    assert moe[hit - 1] <= target < moe[hit - 2] and hit == 106
+    fig, line = steps_saved_figure(race)
+    assert len(fig.axes) == 2 and "reaches it at step 106, 2.8× fewer steps" in line
+    plt.close(fig)
