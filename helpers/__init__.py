@@ -51,8 +51,6 @@ fact_lookup a fact lookup whose only varied part is its FFN (embeddings frozen: 
 moe_race    notebook 07's race: dense vs MoE per step, each arm at its tuned learning rate (race shipped)
 moe_long_run notebook 07's long run: the MoEs and their dense twins trained 3,000 steps (shipped)
 moe_audit   notebook 07's race read in short: one verdict line, the lead-shrinks test, the folded audit
-moe_specialisation notebook 07's side question: how much of a fact's relation its first routed expert reveals (top-1 MoE vs
-            DeepSeekMoE, trained vs untrained, shuffled relations, a 31-expert control; shipped)
 moe_step_time notebook 07's time per step from counts and a datasheet (roofline, all-to-all)
 moe_granularity notebook 07's fine-grained vs coarse experts with a cheap router (shipped)
 routing_plots routing histograms and heat maps, and the analyses behind notebook 05's figures
