@@ -227,7 +227,7 @@ def test_delay_study_seed_zero_recomputes_the_shipped_file_and_its_line_tests_on
             assert abs(ce - shipped["runs"][arm]["0"][step]) < 2e-3, (arm, step)
     line = delay_line(shipped)
     # review 05-r66: step 15 is judged once, in the fit family (the same runs); the delay line tests steps 30 and 60
-    assert "Holm over 2" in line and "step 15" not in line and "step 30 -0.004 not resolved, step 60 -0.011 not resolved" in line and "step 60" in line
+    assert "Holm over 2" in line and "(step 15: the row above)" in line and "step 15 +" not in line and "step 30 -0.004 not resolved, step 60 -0.011 not resolved" in line and "step 60" in line
 
 
 def test_delay_files_step_fifteen_is_the_fit_familys_slow_start():
