@@ -542,18 +542,72 @@ def load_delay(path: Path = DELAY_PATH) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def delay_line(delay: dict) -> str:
-    """One line: α = 0.1 − α = 0 in cross-entropy at lr 1e-3 after each checkpoint, paired, Holm over the steps."""
+def delay_family(delay: dict) -> dict[str, Comparison]:
+    """α = 0.1 − α = 0 in cross-entropy at ``SLOW_LR``, paired over the file's seeds, at every checkpoint after the
+    first: step 15 is judged once, in ``fit_family`` (the same runs), so each comparison sits in one Holm family."""
     runs = delay["runs"]
     seeds = sorted(runs["MoE, α = 0"], key=int)
 
     def ce(arm: str, step: str) -> torch.Tensor:
         return torch.tensor([runs[arm][s][step] for s in seeds], dtype=torch.float64)
 
-    steps = [str(k) for k in delay["settings"]["steps"]]
-    family = {f"step {k}": paired_difference(ce("MoE, α = 0.1", k), ce("MoE, α = 0", k)) for k in steps}
-    return (f"  the same at lr 1e-3, trained on to step {steps[-1]} (Holm over {len(steps)}): "
-            + verdict_clauses(family, list(family), digits=3))
+    steps = [str(k) for k in delay["settings"]["steps"]][1:]
+    return {f"step {k}": paired_difference(ce("MoE, α = 0.1", k), ce("MoE, α = 0", k)) for k in steps}
+
+
+def delay_line(delay: dict) -> str:
+    """One line: ``delay_family``'s verdicts (steps 30 and 60), Holm over those steps; step 15 is the row above."""
+    family = delay_family(delay)
+    verdicts = {v.name: v for v in holm(family)}
+    return (f"  the same trained on, Holm over {len(family)} (step 15: the row above): "
+            + ", ".join(f"{name} {verdicts[name].comparison.mean:+.3f} {verdicts[name].verdict}" for name in family))
+
+
+def three_prices_figure(study: dict, delay: dict, lr: float):
+    """The three prices side by side, from the shipped files (ten seeds, one dot per seed, a bar at the mean):
+    waiting (busiest/mean, both layers, last 5 steps), drops (top-1 slots dropped at c = 1.25, layer 1), and the
+    balancing loss's fit cost, α = 0.1 − α = 0 in cross-entropy with its 95 % interval (``helpers.stats.interval``):
+    after 15 steps at ``lr``, and at ``SLOW_LR`` after steps 15, 30 and 60 (``delay_study``)."""
+    import matplotlib.pyplot as plt
+
+    from helpers.moe_runs import CAPACITY_FACTORS, capacity_values, values
+    from helpers.plotting import PALETTE
+    from helpers.stats import interval
+
+    alphas = ("0", "0.1")
+    waiting = [torch.tensor([busiest(s) for s in summaries(study, f"MoE, α = {a}", lr)]) for a in alphas]
+    drops = [100 * capacity_values(study, f"MoE, α = {a}", lr, "top1", CAPACITY_FACTORS.index(1.25)) for a in alphas]
+    runs = delay["runs"]
+    seeds = sorted(runs["MoE, α = 0"], key=int)
+    fits = [paired_difference(values(study, "MoE, α = 0.1", "ce", lr), values(study, "MoE, α = 0", "ce", lr))]
+    for k in (str(k) for k in delay["settings"]["steps"]):
+        ce = {a: torch.tensor([runs[f"MoE, α = {a}"][s][k] for s in seeds], dtype=torch.float64) for a in alphas}
+        fits.append(paired_difference(ce["0.1"], ce["0"]))
+    fit_labels = ["15\n(lr 1e-2)", *(f"{k}\n(lr 1e-3)" for k in delay["settings"]["steps"])]
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    jitter = torch.linspace(-0.12, 0.12, len(seeds))
+    for ax, by_alpha, ylabel, title in (
+            (axes[0], waiting, "busiest expert's load / even load", "waiting: α = 0.1 evens the load"),
+            (axes[1], drops, "% of top-1 slots dropped at c = 1.25", "drops: α = 0.1 drops fewer slots")):
+        for x, (v, color) in enumerate(zip(by_alpha, PALETTE)):
+            ax.bar(x, float(v.mean()), width=0.6, color=color, alpha=0.3)
+            ax.plot(x + jitter[:len(v)], v.numpy(), "o", color=color, ms=4)
+        ax.set(xticks=[0, 1], xticklabels=[f"α = {a}" for a in alphas], ylabel=ylabel, title=title, xlim=(-0.6, 1.6))
+    axes[0].axhline(1.0, color="gray", ls="--", lw=1, label="even load")
+    axes[0].legend(loc="upper right")
+    ax = axes[2]
+    for x, c in enumerate(fits):
+        color = "gray" if x == 0 else PALETTE[2]
+        lo, hi = interval(c)
+        ax.plot(x + jitter[:c.n], c.diffs.numpy(), "o", color=color, ms=3, alpha=0.5)
+        ax.errorbar(x, c.mean, yerr=[[c.mean - lo], [hi - c.mean]], fmt="s", color=color, ms=7, capsize=5, lw=2)
+    ax.axhline(0.0, color="black", lw=1)
+    ax.set(xticks=range(len(fits)), xticklabels=fit_labels, xlabel="step", ylabel="α = 0.1 − α = 0, cross-entropy (nats)",
+           title="fit: a brief delay at lr 1e-3")
+    fig.suptitle(f"The three prices of imbalance, {len(seeds)} seeds (dots); fit: mean and 95 % interval", y=1.0)
+    fig.tight_layout()
+    return fig
 
 
 def main(argv: Sequence[str] | None = None) -> None:
