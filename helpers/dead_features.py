@@ -6,7 +6,7 @@ Sec. A.2) gives the dead ones a task (``train_auxk``). ``auxk_runs`` trains laye
 five shipped fact models at the recipe (k = 8, 1,000 steps, rate 0.03, float64, dictionary seeds 0 and 1) without
 AuxK and with it at the coefficients ``AUX_COEFS`` (1 and 5), and records per run the held-out FVU and the dead
 features (firing on none of the 1,681 prefixes); ``auxk_family`` is the Holm family notebook 09 reads. Make the
-shipped file ``helpers/data/auxk.json`` (about 3 minutes of one CPU core), or a small run::
+shipped file ``helpers/data/auxk.json`` (about 2 minutes of one CPU core), or a small run::
 
     python -m helpers.dead_features
     python -m helpers.dead_features --models 0 --steps 100 --out /tmp/auxk.json
