@@ -78,8 +78,7 @@ from helpers.stats import PairedDifference, holm, paired_difference
 from helpers.superposition import (best_cosines, dimensions_per_feature, feature_norms, planted_features,
                                    planted_pairs, toy_hidden, train_toy_models)
 
-__all__ = ["AUX_COEF", "K_AUX", "DEAD_WINDOW", "AUXK_PATH", "train_auxk", "auxk_runs", "load_auxk", "auxk_family",
-           "RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
+__all__ = ["RECIPE", "ARM_LR", "CONTROL_STEPS", "STUDY_PATH", "layer_data", "pca_projection", "pca_fvu", "affine_fvu", "gaussian_like",
            "slot_mixture_like", "layer_study", "lr_sweep", "control_lengths", "rate_runs", "at_rate", "rate_table",
            "slot_edge_family", "control_family", "tracking_lengths", "toy_recovery", "train_with_step", "own_run_lines", "verdict_lines", "verdict_groups", "structure_headline", "planted_recovery",
            "make_study", "load_study", "model_means", "sparse_structure_family", "superposition_family",
@@ -332,13 +331,21 @@ def _reconstruct(params: Sequence[torch.Tensor], h: torch.Tensor, k: int) -> tup
 
 def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99, *, n_inputs: int = 2000,
                     n_directions: int = 40, k: int = 1, steps: int = 2000, batch_size: int = 64, lr: float = 0.1,
-                    seed: int = 0, report_at: Sequence[int] = (0, 250, 500, 1000, 2000)) -> dict | str:
+                    seed: int = 0, report_at: Sequence[int] = (0, 250, 500, 1000, 2000),
+                    resample: Callable | None = None, resample_at: Sequence[int] = (500, 1000, 1500),
+                    key_scale: float = 1.0) -> dict | str:
     """Train a TopK autoencoder on the toy model ``W_true`` ``(m, n)``'s hidden vectors with ``step``.
 
     Returns ``{"fvu": {step: FVU on all inputs}, "recovered": int, "represented": int, "random": int,
     "used": int, "dead": int, "n_directions": int}``: the recovered count is of the represented true features
     (``‖W_i‖ > 0.5``) that some learned value matches at cosine > 0.95; ``random`` the same for as many random
     directions; ``used`` the directions active on some input. Or a sentence saying why it could not train.
+    With ``resample`` (Exercise 8's ``resample_dead(W_enc, b_enc, W_dec, x, x_hat, dead, scale)``), at each step of
+    ``resample_at`` the directions that win no input (over all the inputs) are restarted at the worst-reconstructed
+    inputs, their keys ``scale`` = ``key_scale`` × the live keys' mean length long. Bricken et al. (2023) draw the
+    inputs at random (probability ∝ squared loss) and use 0.2 for their L1 autoencoders, where a weak key still
+    fires; under TopK (k = 1) a key that short never wins an input: at 0.2, seeds 0-4 here end with 26 to 28 dead
+    directions, as without resampling, and at 1 with 1 to 4.
     """
     validate.positive_int("steps", steps)
     W_true = W_true.detach().double()
@@ -351,6 +358,16 @@ def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99
             curve[t] = fvu(h, _reconstruct(params, h, k)[1])
         if t == steps:
             break
+        if resample is not None and t in resample_at:
+            codes, h_hat = _reconstruct(params, h, k)
+            dead = firing_counts(codes) == 0
+            if bool(dead.any()) and not bool(dead.all()):
+                scale = key_scale * float(params[0][~dead].norm(dim=1).mean())
+                try:
+                    out = resample(*params[:3], h.clone(), h_hat, dead.clone(), scale)
+                    params[:3] = [torch.as_tensor(p, dtype=torch.float64).detach() for p in out[:3]]
+                except Exception as error:  # noqa: BLE001 - the learner's code: report, never raise
+                    return f"your resample_dead failed at step {t}: {type(error).__name__}: {error}"
         batch = h[torch.randint(0, len(h), (batch_size,), generator=gen)]
         try:
             out = step(*params, batch.clone(), k, lr)
@@ -939,125 +956,6 @@ def frontier_family(record: dict) -> dict[str, PairedDifference]:
     return family
 
 
-# ---------------------------------------------------------------- a remedy for dead features: AuxK
-#: ``--auxk`` (``auxk_runs``) writes ``helpers/data/auxk.json``; see ``train_auxk``.
-AUX_COEF, K_AUX, DEAD_WINDOW = 1.0, 32, 50
-AUXK_PATH = Path(__file__).resolve().parent / "data" / "auxk.json"
-
-
-def train_auxk(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seeds: Sequence[int], *,
-               steps: int = 1000, batch_size: int = 64, lr: float = 3e-2, aux_coef: float = AUX_COEF,
-               k_aux: int = K_AUX, dead_window: int = DEAD_WINDOW,
-               progress: bool = False, desc: str = "AuxK") -> list[TopKDictionary]:
-    """One TopK dictionary ``x (N, d_in) -> y (N, d_out)`` per seed from the data start, float64, with the AuxK
-    term weighted ``aux_coef`` (0: the recipe of ``train_dictionaries``, run for run).
-
-    A remedy for dead dictionary features, Gao et al.'s (2024) AuxK, on notebook 09's transcoders.
-
-    A feature of a TopK dictionary that wins no input gets no gradient and stays dead. AuxK (Gao et al. 2024, Sec. A.2)
-    gives the dead ones a task: with ``e = y - ŷ`` the main code's residual (held fixed), the ``K_AUX`` largest
-    pre-activations among the features dead at that step form a second code ``z``, and the loss gains
-    ``AUX_COEF · ‖e - W_dec z‖²`` (divided, like the main loss, by the data's variance). Gao et al.'s reference code
-    divides the term by the residual's variance instead, which is under 2 % of the data's here while features can
-    be dead, so their coefficient of 1/32 (with ``k_aux`` = 512 in their wide models) is worth roughly 2 to 9 on this
-    scale: ``AUX_COEF = 1`` is the weaker of the two. Here ``K_AUX = 32`` of 256 features and ``AUX_COEF = 1``, chosen on model 0 (seeds 0 and 1),
-    where 1/32 on this scale left the dead count where the recipe leaves it (135 and 138 against 134 and 128) and 1
-    lowered it (123 and 113). Bricken et al.'s resampling (dead features restarted at
-    badly reconstructed inputs at steps 250 and 500) was tried there too and left 130 and 126. A feature counts
-    as dead during training when it has fired on none of the last ``DEAD_WINDOW`` steps' batches (50 × 64 = 3,200
-    rows, about 2.4 passes over the 1,345 training prefixes).
-
-    ``train_auxk`` is ``helpers.dictionary.train_dictionaries``' loop (the data start, batches of 64, Adam with a
-    linearly falling rate, unit-norm values) with that term; with ``aux_coef = 0`` it is the recipe itself, run for
-    run. ``auxk_runs`` trains layer 1's transcoder of each of the five shipped fact models at the recipe (k = 8,
-    1,000 steps, rate 0.03, float64, dictionary seeds 0 and 1) with and without AuxK, and records per run the
-    held-out FVU and the dead features (firing on none of the 1,681 prefixes). Make the shipped file (about 2
-    minutes of one CPU core), or a small run::
-
-        python -m helpers.dictionary_study --auxk
-        python -m helpers.dictionary_study --auxk --models 0 --steps 100 --out /tmp/auxk.json
-    """
-    validate.positive_int("n_features", n_features)
-    k = validate.int_in_range("k", k, 1, n_features)
-    k_aux = min(validate.positive_int("k_aux", k_aux), n_features)
-    validate.positive_int("steps", steps)
-    validate.positive_int("dead_window", dead_window)
-    if aux_coef < 0:
-        raise ValueError(f"aux_coef must be >= 0, got {aux_coef}")
-    x, y = x.double(), y.double()
-    first = [STARTS["data"](x, y, n_features, s) for s in seeds]
-    params = [torch.stack([t.double() for t in p]).requires_grad_() for p in zip(*first)]
-    W_enc, b_enc, W_dec, b_dec = params                      # (S, F, d_in), (S, F), (S, d_out, F), (S, d_out)
-    gens = [torch.Generator().manual_seed(10_000 + s) for s in seeds]
-    variance = ((y - y.mean(0)) ** 2).sum(-1).mean()
-    since_fired = torch.zeros(len(seeds), n_features, dtype=torch.long)          # steps since each feature fired
-    opt = torch.optim.Adam(params, lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
-    with torch.enable_grad():
-        for _ in progress_bar(range(steps), desc=desc, disable=not progress):
-            rows = torch.stack([torch.randint(0, len(x), (batch_size,), generator=g) for g in gens])   # (S, B)
-            pre = torch.baddbmm(b_enc[:, None, :], x[rows], W_enc.transpose(1, 2))                    # (S, B, F)
-            top = pre.topk(k, dim=-1)
-            codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
-            y_hat = torch.baddbmm(b_dec[:, None, :], codes, W_dec.transpose(1, 2))                    # (S, B, d_out)
-            loss = ((y_hat - y[rows]) ** 2).sum(-1).mean(-1) / variance                                # (S,)
-            fired = (codes > 0).any(1)                                                                 # (S, F)
-            since_fired = torch.where(fired, 0, since_fired + 1)
-            dead = since_fired >= dead_window
-            if aux_coef > 0 and bool(dead.any()):
-                masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
-                aux = masked.topk(min(k_aux, n_features), dim=-1)
-                z = torch.zeros_like(pre).scatter(-1, aux.indices, torch.relu(aux.values.clamp_min(0)))
-                residual = (y[rows] - y_hat).detach()
-                loss = loss + aux_coef * ((z @ W_dec.transpose(1, 2) - residual) ** 2).sum(-1).mean(-1) / variance
-            opt.zero_grad(set_to_none=True)
-            loss.sum().backward()
-            opt.step()
-            schedule.step()
-            with torch.no_grad():
-                W_dec /= W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return [TopKDictionary(W_enc[i].detach(), b_enc[i].detach(), W_dec[i].detach(), b_dec[i].detach(), k).eval()
-            for i in range(len(seeds))]
-
-
-def auxk_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = (0, 1), steps: int = RECIPE["steps"],
-              progress: bool = True) -> dict:
-    """``{"models", "seeds", "steps", "aux_coef", "k_aux", "dead_window", "runs": {model: {arm: {"held_out",
-    "dead"}}}}`` with arms ``"recipe"`` and ``"auxk"`` (see the module docstring)."""
-    data = make_dataset(load_facts())
-    prefixes = fact_prefixes(data)
-    out: dict = {"command": "python -m helpers.dictionary_study --auxk", "models": list(models), "seeds": list(seeds),
-                 "steps": steps, "k": RECIPE["k"], "aux_coef": AUX_COEF, "k_aux": K_AUX, "dead_window": DEAD_WINDOW,
-                 "runs": {}}
-    for m in models:
-        x, y, train, test = layer_data(data, prefixes, m, 1)
-        out["runs"][str(m)] = {}
-        for arm, coef in (("recipe", 0.0), ("auxk", AUX_COEF)):
-            dictionaries = train_auxk(x[train], y[train], RECIPE["n_features"], RECIPE["k"], seeds, steps=steps,
-                                      batch_size=RECIPE["batch_size"], lr=ARM_LR["transcoder"], aux_coef=coef,
-                                      progress=progress, desc=f"model {m}, {arm}")
-            with torch.no_grad():
-                out["runs"][str(m)][arm] = {
-                    "held_out": [round(fvu(y[test], d(x[test])), 6) for d in dictionaries],
-                    "dead": [int((firing_counts(d.encode(x)) == 0).sum()) for d in dictionaries]}
-    return out
-
-
-def load_auxk(path: str | Path = AUXK_PATH) -> dict:
-    """The shipped runs (``helpers/data/auxk.json``), or the file at ``path``."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def auxk_family(record: dict) -> dict[str, PairedDifference]:
-    """For ``helpers.stats.holm``: AuxK minus the recipe, paired over the models (each the mean over its seeds),
-    on the dead features and on the held-out FVU in per cent."""
-    def mean(arm, key, scale=1.0):
-        return [scale * sum(r[arm][key]) / len(r[arm][key]) for r in record["runs"].values()]
-    return {"dead features, AuxK − recipe": paired_difference(mean("auxk", "dead"), mean("recipe", "dead")),
-            "held-out FVU %, AuxK − recipe": paired_difference(mean("auxk", "held_out", 100),
-                                                               mean("recipe", "held_out", 100))}
-
-
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
@@ -1080,17 +978,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
                         help="with --only-control: the training lengths")
     parser.add_argument("--rate", type=float, help="train --arms for --lengths at this one learning rate "
                         "(rate_runs), into each model's control_lr, in the existing file at --out")
-    parser.add_argument("--auxk", action="store_true",
-                        help="train the recipe with and without AuxK (auxk_runs) into --out, by default auxk.json")
     parser.add_argument("--frontier", action="store_true",
                         help="make the k frontier (frontier_runs) into --out, by default sparsity_frontier.json")
     parser.add_argument("--out", type=Path, default=None, help="the file to write (default: the shipped one)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    if args.auxk:
-        out = args.out or AUXK_PATH
-        out.write_text(json.dumps(auxk_runs(args.models, steps=args.steps), indent=1) + "\n", encoding="utf-8")
-        return out
     if args.frontier:
         out = args.out or FRONTIER_PATH
         record = {"command": "python -m helpers.dictionary_study --frontier"

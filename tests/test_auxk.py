@@ -1,7 +1,9 @@
-"""helpers.dictionary_study.train_auxk: AuxK on notebook 09's transcoders, and its shipped runs."""
+"""helpers.dead_features.train_auxk: AuxK on notebook 09's transcoders, and its shipped runs."""
+import json
+
 import torch
 
-from helpers.dictionary_study import auxk_family, load_auxk, train_auxk
+from helpers.dead_features import AUX_COEFS, auxk_family, auxk_runs, load_auxk, train_auxk
 from helpers.dictionary import firing_counts, train_dictionaries
 
 
@@ -31,7 +33,29 @@ def test_the_aux_term_moves_only_features_dead_in_training():
 def test_the_shipped_runs_and_their_family():
     record = load_auxk()
     assert record["models"] == [0, 1, 2, 3, 4] and record["seeds"] == [0, 1] and record["steps"] == 1000
+    assert record["aux_coefs"] == {"auxk": 1.0, "auxk_5": 5.0} == AUX_COEFS
     for runs in record["runs"].values():
-        for arm in ("recipe", "auxk"):
+        for arm in ("recipe", "auxk", "auxk_5"):
             assert len(runs[arm]["held_out"]) == 2 and all(0 <= d <= 256 for d in runs[arm]["dead"])
-    assert set(auxk_family(record)) == {"dead features, AuxK − recipe", "held-out FVU %, AuxK − recipe"}
+    assert set(auxk_family(record)) == {"dead features, AuxK 1 − recipe", "held-out FVU %, AuxK 1 − recipe",
+                                        "dead features, AuxK 5 − recipe", "held-out FVU %, AuxK 5 − recipe"}
+
+
+def test_the_shipped_coefficient_1_arm_is_the_one_shipped_before_the_move():
+    # the runs of helpers/data/auxk.json as first made by `python -m helpers.dictionary_study --auxk` (before
+    # AuxK moved to helpers.dead_features and the coefficient-5 arm was added): they must not change
+    first = {"0": ([134, 128], [123, 113], [0.006607, 0.006435], [0.006025, 0.006122]),
+             "1": ([151, 157], [142, 148], [0.00905, 0.008661], [0.0091, 0.008917]),
+             "2": ([140, 138], [135, 145], [0.006963, 0.007208], [0.006568, 0.00696]),
+             "3": ([140, 157], [151, 154], [0.005076, 0.005174], [0.005327, 0.005205]),
+             "4": ([124, 124], [129, 130], [0.006937, 0.006841], [0.007614, 0.006592])}
+    runs = load_auxk()["runs"]
+    for m, (dead_recipe, dead_auxk, fvu_recipe, fvu_auxk) in first.items():
+        assert runs[m]["recipe"] == {"held_out": fvu_recipe, "dead": dead_recipe}
+        assert runs[m]["auxk"] == {"held_out": fvu_auxk, "dead": dead_auxk}
+
+
+def test_a_small_run_has_the_shipped_format():
+    record = json.loads(json.dumps(auxk_runs([0], seeds=(0,), steps=3, progress=False)))
+    assert set(record["runs"]["0"]) == {"recipe", "auxk", "auxk_5"}
+    assert set(auxk_family(record)) == set(auxk_family(load_auxk()))

@@ -7,8 +7,9 @@ import torch
 
 from helpers.dictionary import TopKDictionary, firing_counts, fvu, topk_codes
 from helpers.exercises.engine import FAILED, NOT_ATTEMPTED, PASSED
-from helpers.exercises.nb09 import (EXERCISES, check_features_used, check_fvu, check_top_sub_updates,
-                                    check_topk_activation, check_training_step, check_transcoder)
+from helpers.exercises.nb09 import (EXERCISES, check_features_used, check_fvu, check_resample_dead,
+                                    check_top_sub_updates, check_topk_activation, check_training_step,
+                                    check_transcoder)
 
 
 def _notes(ex):
@@ -17,8 +18,8 @@ def _notes(ex):
 
 def test_kinds_titles_and_blank_stubs():
     assert [ex.kind for ex in EXERCISES] == ["build", "build", "investigate", "investigate", "investigate", "build",
-                                             "build"]
-    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 8)]
+                                             "build", "build"]
+    assert [ex.title.split(" (")[0] for ex in EXERCISES] == [f"Exercise {i}" for i in range(1, 9)]
 
     def blank(*args):
         raise NotImplementedError
@@ -503,3 +504,62 @@ def test_exercise_2_diagnoses_a_topk_ranked_by_absolute_value():
         return codes, y_hat, float(((y - y_hat) ** 2).sum(-1).mean())
 
     _fails(check_transcoder, by_abs, "absolute value")
+
+
+def _resample_by_loop(W_enc, b_enc, W_dec, x, x_hat, dead, scale):
+    """Exercise 8 written another way: a Python loop over the dead directions, the rows ranked by sorted()."""
+    W_enc, b_enc, W_dec = W_enc.clone(), b_enc.clone(), W_dec.clone()
+    error = ((x - x_hat) ** 2).sum(1).tolist()
+    order = sorted(range(len(error)), key=lambda n: (-error[n], n))
+    for j, i in enumerate(torch.nonzero(dead).flatten().tolist()):
+        unit = x[order[j]] / x[order[j]].norm()
+        W_dec[:, i], W_enc[i], b_enc[i] = unit, scale * unit, 0.0
+    return W_enc, b_enc, W_dec
+
+
+def test_resample_dead_other_correct_form_passes_and_the_reference_restarts_only_dead_ones():
+    assert check_resample_dead.evaluate(_resample_by_loop).status == PASSED
+    for case in check_resample_dead.cases():
+        W_enc, b_enc, W_dec, x, x_hat, dead, scale = case.args
+        new = check_resample_dead.reference(*case.args)
+        assert torch.equal(new[0][~dead], W_enc[~dead]) and torch.equal(new[2][:, ~dead], W_dec[:, ~dead])
+        assert torch.allclose(new[2][:, dead].norm(dim=0), torch.ones(int(dead.sum()), dtype=torch.float64))
+        assert bool((new[1][dead] == 0).all())
+
+
+def test_resample_dead_named_mistakes_are_told_and_unlisted_ones_get_no_hint():
+    from helpers.exercises.nb09 import _resample_wrong
+    for kind, words in [("residual", "residual"), ("best", "largest squared error first"),
+                        ("largest x", "size of x_n"), ("one row", "its own row"), ("no unit", "length 1"),
+                        ("no scale", "times scale"), ("bias kept", "b_enc to 0"), ("ties reversed", "stable")]:
+        result = check_resample_dead.evaluate(_resample_wrong(kind))
+        assert result.status == FAILED and words in result.message, (kind, result.message)
+
+    def half_scale(W_enc, b_enc, W_dec, x, x_hat, dead, scale):
+        return _resample_by_loop(W_enc, b_enc, W_dec, x, x_hat, dead, scale / 2)
+
+    def in_place(W_enc, b_enc, W_dec, x, x_hat, dead, scale):
+        out = _resample_by_loop(W_enc, b_enc, W_dec, x, x_hat, dead, scale)
+        W_dec.copy_(out[2])
+        return out
+
+    result = check_resample_dead.evaluate(half_scale)
+    assert result.status == FAILED and "Likely mistake" not in result.message
+    result = check_resample_dead.evaluate(in_place)
+    assert result.status == FAILED and "W_dec" in result.message
+
+
+def test_resampling_in_the_loop_revives_directions_on_the_toy():
+    """train_with_step with Exercise 8's reference: fewer dead directions than without it, on section 2's toy."""
+    from helpers.dictionary_study import train_with_step
+    from helpers.exercises.nb09 import _resample_dead, _training_step
+    from helpers.toy_runs import load_toy_runs, toy_models
+    toys = toy_models(load_toy_runs())
+    W = toys.W[toys.index(0.99, seed=0)]
+    plain = train_with_step(_training_step, W, 0.99, steps=600, lr=0.1, report_at=(0, 600), resample_at=(300,))
+    revived = train_with_step(_training_step, W, 0.99, steps=600, lr=0.1, report_at=(0, 600),
+                              resample=_resample_dead, resample_at=(300,))
+    assert revived["dead"] < plain["dead"] and revived["fvu"][600] < plain["fvu"][600]
+    broken = train_with_step(_training_step, W, 0.99, steps=400, lr=0.1, resample=lambda *a: 1 / 0,
+                             resample_at=(300,))
+    assert isinstance(broken, str) and "resample_dead failed at step 300" in broken

@@ -22,6 +22,7 @@ checker                         kind       your function                        
 ``check_features_used``         invest.    ``features_used(codes)``                                    int
 ``check_toy_forward``           build      ``toy_forward(W, b, x, importance)``                        x_hat, loss
 ``check_training_step``         build      ``training_step(W_enc, b_enc, W_dec, b_dec, x, k, lr)``      4 params, loss
+``check_resample_dead``         build      ``resample_dead(W_enc, b_enc, W_dec, x, x_hat, dead, scale)``  3 params
 ==============================  =========  ========================================================  =================
 """
 
@@ -981,5 +982,122 @@ check_training_step = _NeedsExercise1(
 )
 
 
+# ---------------------------------------------------------------- exercise 8: resampling dead directions
+def _resample_dead(W_enc: torch.Tensor, b_enc: torch.Tensor, W_dec: torch.Tensor, x: torch.Tensor,
+                   x_hat: torch.Tensor, dead: torch.Tensor, scale: float):
+    W_enc, b_enc, W_dec = W_enc.clone(), b_enc.clone(), W_dec.clone()
+    idx = dead.nonzero().flatten()
+    error = ((x - x_hat) ** 2).sum(dim=-1)
+    rows = x[error.sort(descending=True, stable=True).indices[:len(idx)]]
+    unit = rows / rows.norm(dim=-1, keepdim=True)
+    W_dec[:, idx] = unit.T
+    W_enc[idx] = scale * unit
+    b_enc[idx] = 0.0
+    return W_enc, b_enc, W_dec
+
+
+def _resample_cases() -> list[Case]:
+    g = _generator(911)
+
+    def case(N, d, F, dead, note, scale=0.7, size=1.0, ties=False):
+        x = torch.randn(N, d, generator=g, dtype=torch.float64) * size
+        x_hat = x + 0.3 * size * torch.randn(N, d, generator=g, dtype=torch.float64)
+        if ties:                 # quarter-integers (exact sums): rows 2j and 2j+1 have the same error
+            x = torch.randint(1, 9, (N, d), generator=g).double() / 4
+            residual = torch.randint(-4, 5, (N // 2, d), generator=g).double() / 4
+            x_hat = x - residual.repeat_interleave(2, dim=0)
+        W_enc = torch.randn(F, d, generator=g, dtype=torch.float64) / d ** 0.5
+        b_enc = 0.1 * torch.randn(F, generator=g, dtype=torch.float64)
+        W_dec = torch.randn(d, F, generator=g, dtype=torch.float64)
+        W_dec = W_dec / W_dec.norm(dim=0, keepdim=True)
+        mask = torch.zeros(F, dtype=torch.bool)
+        mask[list(dead)] = True
+        return Case((W_enc, b_enc, W_dec, x, x_hat, mask, scale), note=note)
+
+    return [case(40, 5, 12, (1, 4, 5, 11), "x (40, 5), 12 directions, 4 dead (1, 4, 5, 11), scale 0.7"),
+            case(30, 6, 10, (), "no dead direction: x (30, 6), 10 directions"),
+            case(25, 4, 8, range(8), "every direction dead: x (25, 4), 8 directions", scale=1.3),
+            case(5, 4, 9, (0, 2, 3, 6, 8), "as many dead as rows: x (5, 4), 9 directions, 5 dead"),
+            case(1, 3, 4, (3,), "one row: x (1, 3), 4 directions, the last dead", scale=2.0),
+            case(16, 3, 6, (0, 1, 4), "errors tied in pairs: x (16, 3), 6 directions, 3 dead", ties=True),
+            case(20, 5, 7, (2, 6), "rows of size about 100, scale 0.05: x (20, 5), 7 directions", scale=0.05,
+                 size=100.0),
+            case(12, 8, 5, (1, 3), "more dimensions than directions: x (12, 8), 5 directions, 2 dead")]
+
+
+def _tie_at_cut(x, x_hat, dead) -> bool:
+    """Do rows with the last chosen row's error lie on both sides of the cut?"""
+    error = ((x - x_hat) ** 2).sum(dim=-1)
+    n = int(dead.sum())
+    if not 0 < n < len(error):
+        return False
+    chosen = error.sort(descending=True, stable=True).indices[:n]
+    cut = error[chosen[-1]]
+    return int((error == cut).sum()) > int((error[chosen] == cut).sum())
+
+
+_RESAMPLE_DOMAIN = Domain(
+    allows="W_enc (F, d), b_enc (F,), W_dec (d, F), x (N, d) with no all-zero row, x_hat (N, d), all float64 with "
+           "finite values (|x| up to about 100); dead (F,) bool with at most N entries True (none or all allowed); "
+           "scale > 0 (0.05 to 2); N, d, F >= 1; ties in the squared error allowed (lower row first). Answer: new "
+           "(W_enc, b_enc, W_dec), each dead direction (in index order) restarted at the next worst row; the "
+           "others and the inputs unchanged.",
+    corners=(
+        _corner("no dead direction", lambda *a: not bool(a[5].any())),
+        _corner("every direction dead", lambda *a: bool(a[5].all())),
+        _corner("as many dead directions as rows", lambda *a: int(a[5].sum()) == a[3].shape[0]),
+        _corner("one row (N = 1)", lambda *a: a[3].shape[0] == 1),
+        _corner("tied errors split by the cut (lower row first decides)", lambda *a: _tie_at_cut(a[3], a[4], a[5])),
+        _corner("F below d", lambda *a: a[0].shape[0] < a[0].shape[1]),
+        _corner("large rows (|x| >= 50)", lambda *a: bool(a[3].abs().max() >= 50)),
+        _corner("a small scale (<= 0.1)", lambda *a: a[6] <= 0.1),
+    ),
+)
+
+
+def _resample_wrong(kind: str):
+    def wrong(W_enc, b_enc, W_dec, x, x_hat, dead, scale):
+        W_enc, b_enc, W_dec = W_enc.clone(), b_enc.clone(), W_dec.clone()
+        idx = dead.nonzero().flatten()
+        error = ((x - x_hat) ** 2).sum(dim=-1)
+        key = x.norm(dim=-1) if kind == "largest x" else error
+        order = key.sort(descending=kind != "best", stable=True).indices
+        if kind == "ties reversed":                                 # equal errors: the higher row first
+            order = len(key) - 1 - key.flip(0).sort(descending=True, stable=True).indices
+        pick = order[:1].repeat(len(idx)) if kind == "one row" else order[:len(idx)]
+        rows = (x - x_hat)[pick] if kind == "residual" else x[pick]
+        unit = rows if kind == "no unit" else rows / rows.norm(dim=-1, keepdim=True)
+        W_dec[:, idx] = unit.T
+        W_enc[idx] = unit if kind == "no scale" else scale * unit
+        if kind != "bias kept":
+            b_enc[idx] = 0.0
+        return W_enc, b_enc, W_dec
+    return wrong
+
+
+check_resample_dead = Exercise(
+    "Exercise 8 (resampling dead directions)",
+    _resample_dead,
+    _resample_cases,
+    [
+        ("the restarted value is the input row itself, scaled to length 1 (Bricken et al.'s rule), not its "
+         "residual x - x_hat.", _resample_wrong("residual")),
+        ("the rows go largest squared error first: the dead directions restart where the dictionary does worst.",
+         _resample_wrong("best")),
+        ("rank the rows by their squared error ‖x_n - x_hat_n‖², not by the size of x_n.",
+         _resample_wrong("largest x")),
+        ("each dead direction takes its own row: the first dead one the worst row, the second the next, and so on.",
+         _resample_wrong("one row")),
+        ("scale the chosen row to length 1 before it becomes a value (W_dec's columns have length 1).",
+         _resample_wrong("no unit")),
+        ("the key is the unit row times scale.", _resample_wrong("no scale")),
+        ("set a restarted direction's encoder bias b_enc to 0.", _resample_wrong("bias kept")),
+        ("rows with equal errors go lower row first (a stable sort, e.g. sort(descending=True, stable=True)).",
+         _resample_wrong("ties reversed")),
+    ],
+    atol=1e-9, rtol=1e-9, kind="build", domain=_RESAMPLE_DOMAIN,
+)
+
+
 EXERCISES = [check_topk_activation, check_transcoder, check_fvu, check_top_sub_updates, check_features_used,
-             check_toy_forward, check_training_step]
+             check_toy_forward, check_training_step, check_resample_dead]

@@ -1,0 +1,158 @@
+r"""Dead features of notebook 09's transcoders, and a remedy for them: Gao et al.'s (2024) AuxK, shipped as a file.
+
+A feature of a TopK dictionary that wins no input gets no gradient and stays dead: the recipe's transcoders
+(``helpers.dictionary_study.RECIPE``) leave over half of their 256 features dead. AuxK (Gao et al. 2024,
+Sec. A.2) gives the dead ones a task (``train_auxk``). ``auxk_runs`` trains layer 1's transcoder of each of the
+five shipped fact models at the recipe (k = 8, 1,000 steps, rate 0.03, float64, dictionary seeds 0 and 1) without
+AuxK and with it at the coefficients ``AUX_COEFS`` (1 and 5), and records per run the held-out FVU and the dead
+features (firing on none of the 1,681 prefixes); ``auxk_family`` is the Holm family notebook 09 reads. Make the
+shipped file ``helpers/data/auxk.json`` (about 2 minutes of one CPU core), or a small run::
+
+    python -m helpers.dead_features
+    python -m helpers.dead_features --models 0 --steps 100 --out /tmp/auxk.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from helpers import validate
+from helpers.dictionary import STARTS, TopKDictionary, fact_prefixes, firing_counts, fvu
+from helpers.dictionary_study import ARM_LR, MODELS, RECIPE, layer_data
+from helpers.facts import load_facts, make_dataset
+from helpers.progress import progress as progress_bar
+from helpers.stats import PairedDifference, paired_difference
+
+__all__ = ["AUX_COEFS", "K_AUX", "DEAD_WINDOW", "AUXK_PATH", "train_auxk", "auxk_runs", "load_auxk", "auxk_family",
+           "main"]
+
+#: the AuxK arms and their coefficients (the recipe is coefficient 0); see ``train_auxk``.
+AUX_COEFS = {"auxk": 1.0, "auxk_5": 5.0}
+K_AUX, DEAD_WINDOW = 32, 50
+AUXK_PATH = Path(__file__).resolve().parent / "data" / "auxk.json"
+
+
+def train_auxk(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seeds: Sequence[int], *,
+               steps: int = 1000, batch_size: int = 64, lr: float = 3e-2, aux_coef: float = 1.0,
+               k_aux: int = K_AUX, dead_window: int = DEAD_WINDOW,
+               progress: bool = False, desc: str = "AuxK") -> list[TopKDictionary]:
+    """One TopK dictionary ``x (N, d_in) -> y (N, d_out)`` per seed from the data start, float64, with the AuxK
+    term weighted ``aux_coef`` (0: the recipe of ``train_dictionaries``, run for run).
+
+    AuxK (Gao et al. 2024, Sec. A.2): with ``e = y - ŷ`` the main code's residual (held fixed), the ``k_aux``
+    largest pre-activations among the features dead at that step form a second code ``z``, and the loss gains
+    ``aux_coef · ‖e - W_dec z‖²`` (divided, like the main loss, by the data's variance). Gao et al.'s reference code
+    divides the term by the residual's variance instead, which here is under 1.5 % of the data's on 95 % of the
+    steps while features are dead (median about 0.6 %), so their coefficient of 1/32 (with ``k_aux`` = 512 in their
+    wide models) is worth about 5 on this scale (2 to 9 over those steps): ``aux_coef = 5`` is their strength,
+    ``aux_coef = 1`` a weaker one. Here ``K_AUX = 32`` of 256 features. Bricken et al.'s resampling (dead features
+    restarted at badly reconstructed inputs at steps 250 and 500) was tried on model 0 (seeds 0 and 1) and left 130
+    and 126 dead (the recipe: 134 and 128). A feature counts as dead during training when it has fired on none of
+    the last ``DEAD_WINDOW`` steps' batches (50 × 64 = 3,200 rows, about 2.4 passes over the 1,345 training
+    prefixes).
+
+    ``train_auxk`` is ``helpers.dictionary.train_dictionaries``' loop (the data start, batches of 64, Adam with a
+    linearly falling rate, unit-norm values) with that term; with ``aux_coef = 0`` it is the recipe itself, run for
+    run.
+    """
+    validate.positive_int("n_features", n_features)
+    k = validate.int_in_range("k", k, 1, n_features)
+    k_aux = min(validate.positive_int("k_aux", k_aux), n_features)
+    validate.positive_int("steps", steps)
+    validate.positive_int("dead_window", dead_window)
+    if aux_coef < 0:
+        raise ValueError(f"aux_coef must be >= 0, got {aux_coef}")
+    x, y = x.double(), y.double()
+    first = [STARTS["data"](x, y, n_features, s) for s in seeds]
+    params = [torch.stack([t.double() for t in p]).requires_grad_() for p in zip(*first)]
+    W_enc, b_enc, W_dec, b_dec = params                      # (S, F, d_in), (S, F), (S, d_out, F), (S, d_out)
+    gens = [torch.Generator().manual_seed(10_000 + s) for s in seeds]
+    variance = ((y - y.mean(0)) ** 2).sum(-1).mean()
+    since_fired = torch.zeros(len(seeds), n_features, dtype=torch.long)          # steps since each feature fired
+    opt = torch.optim.Adam(params, lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
+    with torch.enable_grad():
+        for _ in progress_bar(range(steps), desc=desc, disable=not progress):
+            rows = torch.stack([torch.randint(0, len(x), (batch_size,), generator=g) for g in gens])   # (S, B)
+            pre = torch.baddbmm(b_enc[:, None, :], x[rows], W_enc.transpose(1, 2))                    # (S, B, F)
+            top = pre.topk(k, dim=-1)
+            codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+            y_hat = torch.baddbmm(b_dec[:, None, :], codes, W_dec.transpose(1, 2))                    # (S, B, d_out)
+            loss = ((y_hat - y[rows]) ** 2).sum(-1).mean(-1) / variance                                # (S,)
+            fired = (codes > 0).any(1)                                                                 # (S, F)
+            since_fired = torch.where(fired, 0, since_fired + 1)
+            dead = since_fired >= dead_window
+            if aux_coef > 0 and bool(dead.any()):
+                masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
+                aux = masked.topk(min(k_aux, n_features), dim=-1)
+                z = torch.zeros_like(pre).scatter(-1, aux.indices, torch.relu(aux.values.clamp_min(0)))
+                residual = (y[rows] - y_hat).detach()
+                loss = loss + aux_coef * ((z @ W_dec.transpose(1, 2) - residual) ** 2).sum(-1).mean(-1) / variance
+            opt.zero_grad(set_to_none=True)
+            loss.sum().backward()
+            opt.step()
+            schedule.step()
+            with torch.no_grad():
+                W_dec /= W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return [TopKDictionary(W_enc[i].detach(), b_enc[i].detach(), W_dec[i].detach(), b_dec[i].detach(), k).eval()
+            for i in range(len(seeds))]
+
+
+def auxk_runs(models: Sequence[int] = MODELS, seeds: Sequence[int] = (0, 1), steps: int = RECIPE["steps"],
+              progress: bool = True) -> dict:
+    """``{"models", "seeds", "steps", "aux_coefs", "k_aux", "dead_window", "runs": {model: {arm: {"held_out",
+    "dead"}}}}`` with arms ``"recipe"`` and those of ``AUX_COEFS`` (see the module docstring)."""
+    data = make_dataset(load_facts())
+    prefixes = fact_prefixes(data)
+    out: dict = {"command": "python -m helpers.dead_features", "models": list(models), "seeds": list(seeds),
+                 "steps": steps, "k": RECIPE["k"], "aux_coefs": dict(AUX_COEFS), "k_aux": K_AUX,
+                 "dead_window": DEAD_WINDOW, "runs": {}}
+    for m in models:
+        x, y, train, test = layer_data(data, prefixes, m, 1)
+        out["runs"][str(m)] = {}
+        for arm, coef in (("recipe", 0.0), *AUX_COEFS.items()):
+            dictionaries = train_auxk(x[train], y[train], RECIPE["n_features"], RECIPE["k"], seeds, steps=steps,
+                                      batch_size=RECIPE["batch_size"], lr=ARM_LR["transcoder"], aux_coef=coef,
+                                      progress=progress, desc=f"model {m}, {arm}")
+            with torch.no_grad():
+                out["runs"][str(m)][arm] = {
+                    "held_out": [round(fvu(y[test], d(x[test])), 6) for d in dictionaries],
+                    "dead": [int((firing_counts(d.encode(x)) == 0).sum()) for d in dictionaries]}
+    return out
+
+
+def load_auxk(path: str | Path = AUXK_PATH) -> dict:
+    """The shipped runs (``helpers/data/auxk.json``), or the file at ``path``."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def auxk_family(record: dict) -> dict[str, PairedDifference]:
+    """For ``helpers.stats.holm``: each AuxK arm minus the recipe, paired over the models (each the mean over its
+    seeds), on the dead features and on the held-out FVU in per cent (two comparisons per arm)."""
+    def mean(arm, key, scale=1.0):
+        return [scale * sum(r[arm][key]) / len(r[arm][key]) for r in record["runs"].values()]
+    family = {}
+    for arm, coef in record["aux_coefs"].items():
+        family[f"dead features, AuxK {coef:g} − recipe"] = paired_difference(mean(arm, "dead"), mean("recipe", "dead"))
+        family[f"held-out FVU %, AuxK {coef:g} − recipe"] = paired_difference(mean(arm, "held_out", 100),
+                                                                             mean("recipe", "held_out", 100))
+    return family
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=int, nargs="+", default=list(MODELS))
+    parser.add_argument("--steps", type=int, default=RECIPE["steps"])
+    parser.add_argument("--out", type=Path, default=AUXK_PATH, help="the file to write (default: the shipped one)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    args.out.write_text(json.dumps(auxk_runs(args.models, steps=args.steps), indent=1) + "\n", encoding="utf-8")
+    return args.out
+
+
+if __name__ == "__main__":
+    print(main())
