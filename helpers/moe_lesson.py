@@ -565,7 +565,8 @@ def delay_line(delay: dict) -> str:
 
 def three_prices_figure(study: dict, delay: dict, lr: float):
     """The three prices side by side, from the shipped files (ten seeds, one dot per seed, a bar at the mean):
-    waiting (busiest/mean, both layers, last 5 steps), drops (top-1 slots dropped at c = 1.25, layer 1), and the
+    waiting (busiest/mean, both layers, last 5 steps; lines at an even load and at a random router's
+    ``chance_busiest``), drops (top-1 slots dropped at c = 1.25, layer 1), and the
     balancing loss's fit cost, α = 0.1 − α = 0 in cross-entropy with its 95 % interval (``helpers.stats.interval``):
     after 15 steps at ``lr``, and at ``SLOW_LR`` after steps 15, 30 and 60 (``delay_study``)."""
     import matplotlib.pyplot as plt
@@ -588,14 +589,15 @@ def three_prices_figure(study: dict, delay: dict, lr: float):
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
     jitter = torch.linspace(-0.12, 0.12, len(seeds))
     for ax, by_alpha, ylabel, title in (
-            (axes[0], waiting, "busiest expert's load / even load", "waiting: α = 0.1 evens the load"),
-            (axes[1], drops, "% of top-1 slots dropped at c = 1.25", "drops: α = 0.1 drops fewer slots")):
+            (axes[0], waiting, "busiest expert's load / even load", "waiting: α = 0.1 cuts the busiest load"),
+            (axes[1], drops, "% of top-1 slots dropped\nat c = 1.25, layer 1", "drops: α = 0.1 drops fewer slots")):
         for x, (v, color) in enumerate(zip(by_alpha, PALETTE)):
             ax.bar(x, float(v.mean()), width=0.6, color=color, alpha=0.3)
             ax.plot(x + jitter[:len(v)], v.numpy(), "o", color=color, ms=4)
         ax.set(xticks=[0, 1], xticklabels=[f"α = {a}" for a in alphas], ylabel=ylabel, title=title, xlim=(-0.6, 1.6))
     axes[0].axhline(1.0, color="gray", ls="--", lw=1, label="even load")
-    axes[0].legend(loc="upper right")
+    axes[0].axhline(chance_busiest(), color="black", ls=":", lw=1.5, label="random router (chance)")
+    axes[0].legend(loc="upper right", fontsize=8)
     ax = axes[2]
     for x, c in enumerate(fits):
         color = "gray" if x == 0 else PALETTE[2]
@@ -603,7 +605,7 @@ def three_prices_figure(study: dict, delay: dict, lr: float):
         ax.plot(x + jitter[:c.n], c.diffs.numpy(), "o", color=color, ms=3, alpha=0.5)
         ax.errorbar(x, c.mean, yerr=[[c.mean - lo], [hi - c.mean]], fmt="s", color=color, ms=7, capsize=5, lw=2)
     ax.axhline(0.0, color="black", lw=1)
-    ax.set(xticks=range(len(fits)), xticklabels=fit_labels, xlabel="step", ylabel="α = 0.1 − α = 0, cross-entropy (nats)",
+    ax.set(xticks=range(len(fits)), xticklabels=fit_labels, xlabel="step", ylabel="α = 0.1 − α = 0, cross-entropy (nats)\nabove 0: α = 0.1 fits worse",
            title="fit: a brief delay at lr 1e-3")
     fig.suptitle(f"The three prices of imbalance, {len(seeds)} seeds (dots); fit: mean and 95 % interval", y=1.0)
     fig.tight_layout()

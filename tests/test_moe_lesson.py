@@ -259,4 +259,11 @@ def test_three_prices_figure_draws_three_titled_panels_from_the_shipped_files():
     bars = [round(p.get_height(), 2) for p in axes[0].patches]
     assert bars == [3.21, 1.92]                            # the table's waiting row
     assert [round(p.get_height()) for p in axes[1].patches] == [36, 14]   # the table's drops row, in %
+    # review 05-r67: the waiting title claims a cut, not an even load; a random router's level is drawn beside even
+    from helpers.moe_lesson import chance_busiest
+    assert axes[0].get_title() == "waiting: α = 0.1 cuts the busiest load"
+    levels = {line.get_label(): line.get_ydata()[0] for line in axes[0].get_lines() if not line.get_label().startswith("_")}
+    assert levels["even load"] == 1.0 and abs(levels["random router (chance)"] - chance_busiest()) < 1e-12
+    assert round(levels["random router (chance)"], 2) == 1.26              # the balance table's last row
+    assert "layer 1" in axes[1].get_ylabel() and "above 0: α = 0.1 fits worse" in axes[2].get_ylabel()
     plt.close(fig)
