@@ -255,7 +255,7 @@ def steps_saved_figure(long: LongRun, curves: dict[str, tuple[torch.Tensor, list
     switch.set_xlabel("training steps (thousands)")
     fig.suptitle("Steps to reach the dense model's loss, at the same FLOPs per token", fontsize=11)
     fig.tight_layout()
-    line = ("the toy: width 11's loss after " + ", ".join(f"{b:,}" for b in long.marks) + " steps; the top-1 MoE "
+    line = ("the toy (rates 0.02 and 0.04, chosen for 300 and 3,000 steps): width 11's loss after " + ", ".join(f"{b:,}" for b in long.marks) + " steps; the top-1 MoE "
             "reaches it at step " + ", ".join(str(reached[b]) for b in long.marks) + ": "
             + ", ".join(f"{b / reached[b]:.1f}×" for b in long.marks) + " fewer steps")
     return fig, line
