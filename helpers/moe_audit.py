@@ -10,8 +10,9 @@ reading short for the learner:
   MoE–twin pairings.
 * ``long_run_fold``: the 3,000-step reading in two shown lines (each MoE against its twin at the twin's best rate),
   with the four 3,000-step rows of section 4's family, the lead-shrinks table and the unstable width-19 seeds folded.
-* ``steps_to_dense_loss`` / ``steps_saved_figure``: the race's per-step gain as steps saved (the first step at which
-  the MoE's mean curve reaches the dense twin's final loss), beside Switch Transformer's 7.5× at scale.
+* ``steps_to_dense_loss`` / ``steps_saved_figure``: the per-step gain as steps saved (the first step at which the
+  MoE's mean curve reaches the dense twin's loss after a budget), on the long run's curves at four budgets, beside
+  Switch Transformer's 7.5× at scale.
 * ``race_audit``: section 4.1's checks (sweeps, trainable embeddings, live reruns of four shipped runs, another CPU
   kernel, fresh seeds, the full Holm table) run once; the notebook shows a few summary lines and folds every table
   into an HTML ``<details>`` block (``RaceAudit._repr_html_``). ``text/plain`` is the summary alone.
@@ -38,7 +39,7 @@ from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_di
 
 __all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
            "RaceAudit", "balance_verdicts", "fresh_deepseekmoe_lines", "race_audit",
-           "steps_to_dense_loss", "steps_saved_figure"]
+           "steps_to_dense_loss", "steps_saved_figure", "STEPS_SAVED_KEYS"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -194,40 +195,69 @@ class Folded:
 
 
 
-def steps_to_dense_loss(race: Race, steps: int = 300, moe: str = "MoE", dense: str = "dense, width 11") -> tuple[float, int]:
-    """The dense arm's final training loss (its mean curve over the race's seeds, ``steps`` steps at its tuned rate)
-    and the first step at which the MoE's mean curve reaches it (``steps + 1`` if it never does)."""
-    target = float(race.runs[steps][dense].curve[0][-1])
-    hits = (race.runs[steps][moe].curve[0] <= target).nonzero()
-    return target, (int(hits[0]) + 1 if len(hits) else steps + 1)
+def steps_to_dense_loss(moe: torch.Tensor, target: float) -> int | None:
+    """The first step (counted from 1) at which the MoE's mean curve ``moe`` reaches the dense arm's loss ``target``
+    (``None`` if it never does)."""
+    hits = (moe <= target).nonzero()
+    return int(hits[0]) + 1 if len(hits) else None
 
 
-def steps_saved_figure(race: Race, steps: int = 300, colors: Sequence[str] = ("#D55E00", "#0072B2")):
-    """Steps to the dense model's loss, two panels: the race's top-1 MoE against width 11 (mean curves of the
-    race's seeds, ``steps`` steps) and Switch Transformer's 64-expert Switch-Base against T5-Base (section 3.1,
-    ``SWITCH_STEP_BASIS``). Returns the figure and one line for the toy."""
+#: The long run's two keys the steps-saved figure reads (``helpers.moe_long_run``): the MoE, its dense twin.
+STEPS_SAVED_KEYS: tuple[str, str] = ("MoE, lr 0.02", "dense, width 11, lr 0.04")
+
+
+def steps_saved_figure(long: LongRun, curves: dict[str, tuple[torch.Tensor, list[int]]] | None = None,
+                       marked: Sequence[int] = (300, 3_000), colors: Sequence[str] = ("#D55E00", "#0072B2")):
+    """Steps to the dense model's loss, two panels. Left: the long run's mean curves (``helpers.moe_long_run
+    .load_curves``: the same runs as ``long``'s seeds) of the top-1 MoE (lr 0.02) and width 11 (lr 0.04), log-x;
+    width 11's loss after each step of ``long.marks`` is its mean over ``long``'s seeds at that mark (as the long run
+    reports it), and the MoE reaches it at the first step its mean curve is at or below it. For each budget of
+    ``marked``, a dashed line at that loss from the MoE's step to the budget. Right: Switch Transformer's 64-expert
+    Switch-Base against T5-Base (section 3.1, ``SWITCH_STEP_BASIS``). Returns the figure and one line: the steps
+    saved at each mark of ``long``."""
     import matplotlib.pyplot as plt
 
-    target, hit = steps_to_dense_loss(race, steps)
+    from helpers.moe_long_run import load_curves
+
+    curves = load_curves() if curves is None else curves
+    (moe, seeds), (dense, _) = curves[STEPS_SAVED_KEYS[0]], curves[STEPS_SAVED_KEYS[1]]
+    if [int(s) for s in seeds] != [int(s) for s in long.seeds]:
+        raise ValueError(f"the curves' seeds {seeds} are not the long run's {long.seeds}")
+    targets = {b: float(long.loss[STEPS_SAVED_KEYS[1]][i].mean()) for i, b in enumerate(long.marks)}
+    reached = {b: steps_to_dense_loss(moe, t) for b, t in targets.items()}
     experts, moe_step, dense_step = SWITCH_STEP_BASIS
-    seeds = race.runs[steps]["MoE"].seeds
-    fig, axes = plt.subplots(1, 2, figsize=(11, 2.9))
-    panels = [(f"the toy (seeds {seeds[0]}–{seeds[-1]}): to width 11's {steps}-step loss",
-               ["dense, width 11", "top-1 MoE, 8 experts"], [steps, hit], "{:,.0f}"),
-              (f"Switch Transformer (C4): to T5-Base's {dense_step // 1000}k-step loss",
-               ["T5-Base", f"Switch-Base, {experts} experts"], [dense_step / 1000, moe_step / 1000], "{:,.0f}k")]
-    for ax, (title, names, values, fmt) in zip(axes, panels):
-        ax.barh([1, 0], values, color=colors, height=0.6)
-        for y, v in zip([1, 0], values):
-            ax.annotate(fmt.format(v), (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
-        ax.set_yticks([1, 0], names)
-        ax.set_xlim(0, 1.2 * values[0])
-        ax.set_title(f"{title}\nthe MoE needs {values[0] / values[1]:.1f}× fewer", fontsize=10)
-        ax.set_xlabel("training steps" + (" (thousands)" if "k" in fmt else ""))
+    fig, (toy, switch) = plt.subplots(1, 2, figsize=(11.5, 3.8), gridspec_kw={"width_ratios": [1.6, 1]})
+    steps = torch.arange(1, len(dense) + 1).numpy()
+    toy.plot(steps, dense.numpy(), color=colors[1], lw=1, label="dense, width 11 (lr 0.04)")
+    toy.plot(steps, moe.numpy(), color=colors[0], lw=1, label="top-1 MoE, 8 experts (lr 0.02)")
+    for b in marked:
+        target, hit = targets[b], reached[b]
+        toy.plot([hit, b], [target, target], color="#333333", ls="--", lw=1.2)
+        toy.plot([b], [target], "o", color=colors[1], ms=6, mec="white")
+        toy.plot([hit], [target], "o", color=colors[0], ms=6, mec="white")
+        toy.annotate(f"step {hit} vs {b:,}: {b / hit:.1f}×", (hit, target), xytext=(-7, 0),
+                     textcoords="offset points", ha="right", va="center", fontsize=8.5)
+    toy.set(xscale="log", yscale="log", xlabel="training step (log scale)", ylabel="answer loss (nats, log scale)",
+            xlim=(10, 1.2 * len(dense)), ylim=(0.003, 6))
+    toy.set_yticks([0.01, 0.1, 1], ["0.01", "0.1", "1"])
+    toy.set_xticks([10, 100, 1_000, 3_000], ["10", "100", "1,000", "3,000"])
+    toy.minorticks_off()
+    toy.legend(frameon=False, fontsize=8.5, loc="lower left")
+    toy.set_title(f"the toy, mean of seeds {seeds[0]}–{seeds[-1]}: steps to width 11's loss", fontsize=10)
+    values = [dense_step / 1000, moe_step / 1000]
+    switch.barh([1, 0], values, color=colors[::-1], height=0.6)
+    for y, v in zip([1, 0], values):
+        switch.annotate(f"{v:,.0f}k", (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+    switch.set_yticks([1, 0], ["T5-Base", f"Switch-Base,\n{experts} experts"])
+    switch.set_xlim(0, 1.2 * values[0])
+    switch.set_title(f"Switch Transformer (C4): to T5-Base's {dense_step // 1000}k-step loss,\n"
+                     f"the MoE needs {values[0] / values[1]:.1f}× fewer steps", fontsize=10)
+    switch.set_xlabel("training steps (thousands)")
     fig.suptitle("Steps to reach the dense model's loss, at the same FLOPs per token", fontsize=11)
     fig.tight_layout()
-    line = (f"the toy, {steps} steps, mean curves of seeds {seeds[0]}–{seeds[-1]}: width 11 ends at {target:.3f} nats; "
-            f"the top-1 MoE reaches it at step {hit}, {steps / hit:.1f}× fewer steps")
+    line = ("the toy (rates 0.02 and 0.04, chosen for 300 and 3,000 steps): width 11's loss after " + ", ".join(f"{b:,}" for b in long.marks) + " steps; the top-1 MoE "
+            "reaches it at step " + ", ".join(str(reached[b]) for b in long.marks) + ": "
+            + ", ".join(f"{b / reached[b]:.1f}×" for b in long.marks) + " fewer steps")
     return fig, line
 
 def balance_verdicts(race: Race, rerun: Race, fresh: Race) -> Folded:

@@ -66,6 +66,17 @@ MOE_LONG_PATH = Path(__file__).parent / "data" / "moe_long_run_moes.json"
 #:                   "helpers/data/moe_long_run_moes_seeds_5_9.json")   # about 20 minutes of CPU in all
 LONG_SEEDS_5_9_PATH = Path(__file__).parent / "data" / "moe_long_run_seeds_5_9.json"
 MOE_LONG_SEEDS_5_9_PATH = Path(__file__).parent / "data" / "moe_long_run_moes_seeds_5_9.json"
+#: The per-step curves of two of the long run's keys, seeds 0-9 (notebook 07's "steps to the dense model's loss"):
+#: the top-1 MoE at 0.02 and width 11 at 0.04, each seed trained again on the CPU kernel its shipped file was made on
+#: (so the curves are the same runs as the files' marks), then averaged; about 4 minutes of CPU::
+#:     ATEN_CPU_CAPABILITY=avx512 python -m helpers.moe_long_run --results --curves --arms "dense, width 11" \
+#:         --arm-lrs 0.04 --seeds 0 1 2 3 4 --out /tmp/c1.json
+#:     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_long_run --results --curves --arms "dense, width 11" \
+#:         --arm-lrs 0.04 --seeds 5 6 7 8 9 --out /tmp/c2.json
+#:     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_long_run --results --curves --arms MoE --arm-lrs 0.02 \
+#:         --seeds 0 1 2 3 4 5 6 7 8 9 --out /tmp/c3.json
+#:     python -c "from helpers.moe_long_run import merge_curves; merge_curves(['/tmp/c1.json', '/tmp/c2.json', '/tmp/c3.json'])"
+CURVES_PATH = Path(__file__).parent / "data" / "moe_long_run_curves.json"
 
 
 @dataclass
@@ -213,6 +224,44 @@ def load_long_run(path: str | Path = LONG_RUN_PATH) -> LongRun:
                    {a: torch.tensor(v, dtype=torch.float64) for a, v in r["right"].items()}, r["environment"])
 
 
+def run_curves(arm: str, lr: float, seeds: Sequence[int], steps: int = STEPS, progress: bool = True) -> dict:
+    """``arm`` trained ``steps`` steps at ``lr`` on each of ``seeds``: the answer loss of every step (before that
+    step's update, as ``train_lookup`` returns it) per seed, and the loss after each step of ``MARKS`` (to check
+    against the long run's files)."""
+    data, curves, marks = lookup_data(), [], [m for m in MARKS if m <= steps]
+    for s in progress_bar(list(seeds), desc=f"{arm}, lr {lr:g}", disable=not progress):
+        model = build_lookup(data, ARMS[arm], D_MODEL, s)
+        curve, _, evals = train_lookup(model, data, steps=steps, lr=lr, eval_at=marks)
+        curves.append({"seed": int(s), "curve": [round(float(v), 5) for v in curve],
+                       "marks": {str(m): round(evals[m][0], 5) for m in marks}})
+    return {"key": f"{arm}, lr {lr:g}", "kernel": torch.backends.cpu.get_cpu_capability(), "runs": curves}
+
+
+def merge_curves(paths: Sequence[str | Path], out: str | Path = CURVES_PATH) -> Path:
+    """Average the per-seed curves of the files ``run_curves`` wrote (``--curves``), key by key, into ``out``: per
+    key the mean curve (rounded to 1e-5), its seeds, the kernel of each seed and the per-seed losses at the marks."""
+    merged: dict[str, dict] = {}
+    for p in paths:
+        r = json.loads(Path(p).read_text(encoding="utf-8"))
+        entry = merged.setdefault(r["key"], {"seeds": [], "kernels": [], "marks": [], "curves": []})
+        for run in r["runs"]:
+            entry["seeds"].append(run["seed"]), entry["kernels"].append(r["kernel"])
+            entry["marks"].append(run["marks"]), entry["curves"].append(run["curve"])
+    record = {"made_by": "python -m helpers.moe_long_run --results --curves (see CURVES_PATH)", "curves": {}}
+    for key, e in merged.items():
+        mean = torch.tensor(e.pop("curves"), dtype=torch.float64).mean(0)
+        record["curves"][key] = {**e, "mean": [round(float(v), 5) for v in mean]}
+    out = Path(out)
+    out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return out
+
+
+def load_curves(path: str | Path = CURVES_PATH) -> dict[str, tuple[torch.Tensor, list[int]]]:
+    """The shipped mean curves: per ``"<arm>, lr <rate>"``, the mean answer loss of every step and its seeds."""
+    r = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {k: (torch.tensor(v["mean"], dtype=torch.float64), v["seeds"]) for k, v in r["curves"].items()}
+
+
 def speed_or_room_figure(run: LongRun, moes: dict[str, tuple[str, torch.Tensor, str]] | None, colors: Sequence[str],
                          styles: Sequence[str], title: str | None = None, loss_panel: bool = False):
     """Speed or room, as a picture: the share of facts right against training steps (log scale) for each
@@ -277,7 +326,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--out", default=str(LONG_RUN_PATH))
     parser.add_argument("--reuse", metavar="PATH", help="keep this file's sweep losses and seeds (see run_long)")
+    parser.add_argument("--curves", action="store_true",
+                        help="no sweep: each arm's per-step curves at its --arm-lrs rate (see CURVES_PATH)")
     args = parser.parse_args(argv)
+    if args.curves:
+        if len(args.arms) != 1:
+            raise ValueError(f"--curves trains one arm per file, got {len(args.arms)}")
+        arm, lr = args.arms[0], (args.arm_lrs or args.seed_lrs)[0]
+        Path(args.out).write_text(json.dumps(run_curves(arm, lr, args.seeds, args.steps)) + "\n", encoding="utf-8")
+        print(f"wrote {arm} at lr {lr:g} × {len(args.seeds)} seeds × {args.steps} steps to {args.out}")
+        return 0
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, got {args.steps}")
     if args.arm_lrs is not None and len(args.arm_lrs) != len(args.arms):

@@ -90,13 +90,21 @@ def test_deepseekmoe_on_fresh_seeds_is_a_rate_instability():
                                        "of those seeds (resolved; its t folded)")
 
 
-def test_steps_to_dense_loss_is_the_first_step_the_moes_mean_curve_reaches_the_dense_end():
+def test_steps_saved_are_read_from_the_long_runs_curves_at_each_mark():
     import matplotlib.pyplot as plt
+    import pytest
 
-    race = load_race()
-    target, hit = steps_to_dense_loss(race)
-    moe = race.runs[300]["MoE"].curve[0]
-    assert moe[hit - 1] <= target < moe[hit - 2] and hit == 106
-    fig, line = steps_saved_figure(race)
-    assert len(fig.axes) == 2 and "reaches it at step 106, 2.8× fewer steps" in line
+    from helpers.moe_long_run import load_curves
+
+    ten, curves = load_ten_seeds(), load_curves()
+    moe = curves["MoE, lr 0.02"][0]
+    target = float(ten.loss["dense, width 11, lr 0.04"][-1].mean())          # width 11 after 3,000 steps
+    hit = steps_to_dense_loss(moe, target)
+    assert moe[hit - 1] <= target < moe[:hit - 1].min() and hit == 178
+    assert steps_to_dense_loss(moe, -1.0) is None
+    fig, line = steps_saved_figure(ten)
+    assert len(fig.axes) == 2
+    assert line.endswith("reaches it at step 82, 108, 145, 178: 1.2×, 2.8×, 6.9×, 16.9× fewer steps")
     plt.close(fig)
+    with pytest.raises(ValueError, match="not the long run's"):
+        steps_saved_figure(LongRun(**{**ten.__dict__, "seeds": [0]}))

@@ -96,10 +96,9 @@ def test_switch_table_1_as_published_and_drawn():
     plt.close(fig)
 
 
-def test_switch_per_step_line_reads_table_1_and_section_3_1():
+def test_switch_per_step_line_reads_section_3_1():
     line = switch_per_step_line()
-    assert "loss 0.170 nats per token below T5-Base's after 100k steps" in line       # −1.561 − (−1.731)
-    assert "step-450k loss at step 60k, 7.5× fewer steps" in line
+    assert line.startswith("Switch-Base with 64 experts") and "step-450k loss at step 60k: 7.5× fewer steps" in line
 
 
 class _RoutingOfMoE:

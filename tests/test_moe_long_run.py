@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from helpers.fact_lookup import build_lookup, lookup_data, lookup_loss_and_accuracy, train_lookup
-from helpers.moe_long_run import (DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LONG_SEEDS_5_9_PATH, LRS, MARKS,
+from helpers.moe_long_run import (CURVES_PATH, DEEPSEEK_300_PATH, LONG_ARMS, LONG_RUN_PATH, LONG_SEEDS_5_9_PATH, LRS, MARKS,
                                   MOE_LONG_PATH, MOE_LONG_SEEDS_5_9_PATH, SEED_LRS, SEEDS, STEPS, combine, concat_seeds,
-                                  load_long_run, load_ten_seeds, main, run_long, save_long_run, speed_or_room_figure)
+                                  load_curves, load_long_run, load_ten_seeds, main, merge_curves, run_long,
+                                  save_long_run, speed_or_room_figure)
 from helpers.moe_race import ARMS
 
 
@@ -173,3 +174,29 @@ def test_the_shipped_ten_seeds_are_the_notebooks():
     ten = load_ten_seeds()
     assert ten.seeds == list(range(10)) and all(t.shape == (len(MARKS), 10) for t in ten.loss.values())
     assert ten.lr == {"dense, width 11": 0.04, "dense, width 19": 0.08, "MoE": 0.02, "MoE, top-2": 0.04}
+
+
+def test_the_curves_command_writes_each_seeds_curve_and_merge_averages_them(tmp_path):
+    for seeds, name in [(["0"], "a.json"), (["1"], "b.json")]:
+        assert main(["--results", "--curves", "--arms", "dense, width 11", "--arm-lrs", "0.04", "--seeds", *seeds,
+                     "--steps", "4", "--out", str(tmp_path / name)]) == 0
+    with pytest.raises(ValueError, match="one arm"):
+        main(["--results", "--curves", "--arms", "MoE", "dense, width 11", "--steps", "2", "--out", str(tmp_path / "x")])
+    curves = load_curves(merge_curves([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "m.json"))
+    mean, seeds = curves["dense, width 11, lr 0.04"]
+    data = lookup_data()
+    by_hand = [train_lookup(build_lookup(data, ARMS["dense, width 11"], 8, s), data, steps=4, lr=0.04)[0] for s in (0, 1)]
+    assert seeds == [0, 1] and mean.shape == (4,)
+    torch.testing.assert_close(mean, (by_hand[0] + by_hand[1]) / 2, atol=2e-5, rtol=0)
+
+
+def test_the_shipped_curves_are_the_long_runs_seeds_run_again():
+    import json
+
+    shipped = json.loads(CURVES_PATH.read_text(encoding="utf-8"))["curves"]
+    ten = load_ten_seeds()
+    assert set(shipped) == {"MoE, lr 0.02", "dense, width 11, lr 0.04"}
+    for key, entry in shipped.items():
+        assert entry["seeds"] == ten.seeds and len(entry["mean"]) == ten.steps
+        marks = torch.tensor([[m[str(s)] for s in ten.marks] for m in entry["marks"]], dtype=torch.float64).T
+        torch.testing.assert_close(marks, ten.loss[key], atol=1e-5, rtol=0)     # the same runs, mark by mark
