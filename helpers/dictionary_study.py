@@ -343,7 +343,7 @@ def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99
     With ``resample`` (Exercise 8's ``resample_dead(W_enc, b_enc, W_dec, x, x_hat, dead, scale)``), at each step of
     ``resample_at`` the directions that win no input (over all the inputs) are restarted at the worst-reconstructed
     inputs, their keys ``scale`` = ``key_scale`` × the live keys' mean length long. Bricken et al. (2023) draw the
-    inputs at random (probability ∝ squared loss) and use 0.2 for their L1 autoencoders, where a weak key still
+    inputs at random (with probability ∝ the loss squared) and use 0.2 for their L1 autoencoders, where a weak key still
     fires; under TopK (k = 1) a key that short never wins an input: at 0.2, seeds 0-4 here end with 26 to 28 dead
     directions, as without resampling, and at 1 with 1 to 4.
     """
