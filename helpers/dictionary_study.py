@@ -333,7 +333,7 @@ def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99
                     n_directions: int = 40, k: int = 1, steps: int = 2000, batch_size: int = 64, lr: float = 0.1,
                     seed: int = 0, report_at: Sequence[int] = (0, 250, 500, 1000, 2000),
                     resample: Callable | None = None, resample_at: Sequence[int] = (500, 1000, 1500),
-                    key_scale: float = 1.0) -> dict | str:
+                    key_scale: float = 1.0, rows: str = "worst") -> dict | str:
     """Train a TopK autoencoder on the toy model ``W_true`` ``(m, n)``'s hidden vectors with ``step``.
 
     Returns ``{"fvu": {step: FVU on all inputs}, "recovered": int, "represented": int, "random": int,
@@ -343,10 +343,14 @@ def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99
     With ``resample`` (Exercise 8's ``resample_dead(W_enc, b_enc, W_dec, x, x_hat, dead, scale)``), at each step of
     ``resample_at`` the directions that win no input (over all the inputs) are restarted at the worst-reconstructed
     inputs, their keys ``scale`` = ``key_scale`` × the live keys' mean length long. Bricken et al. (2023) draw the
-    inputs at random (probability ∝ squared loss) and use 0.2 for their L1 autoencoders, where a weak key still
+    inputs at random (with probability ∝ the loss squared) and use 0.2 for their L1 autoencoders, where a weak key still
     fires; under TopK (k = 1) a key that short never wins an input: at 0.2, seeds 0-4 here end with 26 to 28 dead
-    directions, as without resampling, and at 1 with 1 to 4.
+    directions, as without resampling, and at 1 with 1 to 4. With ``rows="random"`` (a control) ``resample`` gets,
+    in place of the reconstruction, a stand-in whose errors rank the inputs in a random order: the same rule
+    restarts the dead directions at random inputs.
     """
+    if rows not in ("worst", "random"):
+        raise ValueError(f"rows must be 'worst' or 'random', got {rows!r}")
     validate.positive_int("steps", steps)
     W_true = W_true.detach().double()
     h = toy_hidden(W_true, sparsity, n=n_inputs, seed=seed)                          # (n_inputs, m)
@@ -363,6 +367,9 @@ def train_with_step(step: Callable, W_true: torch.Tensor, sparsity: float = 0.99
             dead = firing_counts(codes) == 0
             if bool(dead.any()) and not bool(dead.all()):
                 scale = key_scale * float(params[0][~dead].norm(dim=1).mean())
+                if rows == "random":               # errors 1², 2², ..., N² in a random order over the inputs
+                    rank = torch.randperm(len(h), generator=torch.Generator().manual_seed(20_000 + seed + t))
+                    h_hat = h - (rank + 1.0).double()[:, None] * h / h.norm(dim=1, keepdim=True).clamp_min(1e-300)
                 try:
                     out = resample(*params[:3], h.clone(), h_hat, dead.clone(), scale)
                     params[:3] = [torch.as_tensor(p, dtype=torch.float64).detach() for p in out[:3]]

@@ -3,7 +3,8 @@ import json
 
 import torch
 
-from helpers.dead_features import AUX_COEFS, auxk_family, auxk_runs, load_auxk, train_auxk
+from helpers.dead_features import (AUX_COEFS, RESAMPLE_AT, _resample, arm_means, arm_names, auxk_family, auxk_runs,
+                                   load_auxk, train_auxk)
 from helpers.dictionary import firing_counts, train_dictionaries
 
 
@@ -34,11 +35,18 @@ def test_the_shipped_runs_and_their_family():
     record = load_auxk()
     assert record["models"] == [0, 1, 2, 3, 4] and record["seeds"] == [0, 1] and record["steps"] == 1000
     assert record["aux_coefs"] == {"auxk": 1.0, "auxk_5": 5.0} == AUX_COEFS
+    assert record["resample_at"] == list(RESAMPLE_AT)
     for runs in record["runs"].values():
-        for arm in ("recipe", "auxk", "auxk_5"):
+        for arm in ("recipe", "auxk", "auxk_5", "resample"):
             assert len(runs[arm]["held_out"]) == 2 and all(0 <= d <= 256 for d in runs[arm]["dead"])
     assert set(auxk_family(record)) == {"dead features, AuxK 1 − recipe", "held-out FVU %, AuxK 1 − recipe",
-                                        "dead features, AuxK 5 − recipe", "held-out FVU %, AuxK 5 − recipe"}
+                                        "dead features, AuxK 5 − recipe", "held-out FVU %, AuxK 5 − recipe",
+                                        "dead features, resampling − recipe", "held-out FVU %, resampling − recipe"}
+    assert list(arm_names(record)) == ["recipe", "auxk", "auxk_5", "resample"]
+    dead, held_out = arm_means(record, "recipe")
+    runs = record["runs"].values()
+    assert dead == sum(sum(r["recipe"]["dead"]) / 2 for r in runs) / 5
+    assert abs(held_out - sum(sum(r["recipe"]["held_out"]) / 2 for r in runs) / 5) < 1e-12
 
 
 def test_the_shipped_coefficient_1_arm_is_the_one_shipped_before_the_move():
@@ -57,5 +65,29 @@ def test_the_shipped_coefficient_1_arm_is_the_one_shipped_before_the_move():
 
 def test_a_small_run_has_the_shipped_format():
     record = json.loads(json.dumps(auxk_runs([0], seeds=(0,), steps=3, progress=False)))
-    assert set(record["runs"]["0"]) == {"recipe", "auxk", "auxk_5"}
+    assert set(record["runs"]["0"]) == {"recipe", "auxk", "auxk_5", "resample"}
     assert set(auxk_family(record)) == set(auxk_family(load_auxk()))
+
+
+def test_resampling_moves_only_dead_features_onto_the_worst_rows():
+    x, y = _data(n=40)
+    W_enc = torch.zeros(1, 5, 6, dtype=torch.float64)
+    W_enc[0, :3] = torch.eye(6, dtype=torch.float64)[:3] * torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    b_enc = torch.zeros(1, 5, dtype=torch.float64)
+    b_enc[0, 3:] = -1e6                                              # features 3 and 4 never fire: dead
+    W_dec = torch.randn(1, 6, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    b_dec = torch.zeros(1, 6, dtype=torch.float64)
+    params = [p.clone().requires_grad_() for p in (W_enc, b_enc, W_dec, b_dec)]
+    opt = torch.optim.Adam(params, lr=0.01)
+    _resample(x, y, 1, params, opt)
+    new_enc, new_b, new_dec, _ = (p.detach()[0] for p in params)
+    assert torch.equal(new_enc[:3], W_enc[0, :3]) and torch.equal(new_dec[:, :3], W_dec[0][:, :3])
+    codes = torch.zeros(40, 5, dtype=torch.float64)
+    pre = x @ W_enc[0].T + b_enc[0]
+    top = pre.topk(1, dim=-1)
+    codes.scatter_(-1, top.indices, torch.relu(top.values))
+    error = ((y - codes @ W_dec[0].T) ** 2).sum(-1)
+    rows = error.sort(descending=True, stable=True).indices[:2]
+    unit = lambda t: t / t.norm(dim=-1, keepdim=True)
+    assert torch.allclose(new_dec[:, 3:], unit(y[rows]).T) and torch.equal(new_b[3:], torch.zeros(2).double())
+    assert torch.allclose(new_enc[3:], 2.0 * unit(x[rows]))       # the live keys' mean length: (1 + 2 + 3) / 3

@@ -483,7 +483,8 @@ def test_training_step_named_mistakes_are_told_and_an_unlisted_one_gets_no_hint(
     from helpers.exercises.nb09 import _step_wrong
     for kind, words in [("no renorm", "length 1"), ("rows", "columns"), ("ascent", "uphill"),
                         ("mean all", "every element"), ("loss after", "before the step"),
-                        ("detached codes", "detached"), ("no relu", "ReLU"), ("dense relu", "k largest")]:
+                        ("detached codes", "detached"), ("no relu", "ReLU"), ("dense relu", "k largest"),
+                        ("projected", "along each column")]:
         result = check_training_step.evaluate(_step_wrong(kind))
         assert result.status == FAILED and words in result.message, (kind, result.message)
 
@@ -547,6 +548,20 @@ def test_resample_dead_named_mistakes_are_told_and_unlisted_ones_get_no_hint():
     assert result.status == FAILED and "Likely mistake" not in result.message
     result = check_resample_dead.evaluate(in_place)
     assert result.status == FAILED and "W_dec" in result.message
+
+
+def test_resample_dead_with_torch_topk_is_named_when_its_tie_order_fails():
+    def by_topk(W_enc, b_enc, W_dec, x, x_hat, dead, scale):
+        W_enc, b_enc, W_dec = W_enc.clone(), b_enc.clone(), W_dec.clone()
+        idx = dead.nonzero().flatten()
+        rows = x[((x - x_hat) ** 2).sum(-1).topk(len(idx)).indices]
+        unit = rows / rows.norm(dim=-1, keepdim=True)
+        W_dec[:, idx], W_enc[idx], b_enc[idx] = unit.T, scale * unit, 0.0
+        return W_enc, b_enc, W_dec
+
+    result = check_resample_dead.evaluate(by_topk)
+    if result.status == FAILED:                      # torch.topk may break the ties the stable way
+        assert "errors tied in pairs" in result.message and "torch.topk promises no order" in result.message
 
 
 def test_resampling_in_the_loop_revives_directions_on_the_toy():

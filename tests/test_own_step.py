@@ -22,6 +22,25 @@ def test_the_reference_step_recovers_most_features_and_leaves_dead_directions():
     assert "recovered at cosine > 0.95" in text and "dead" in text
 
 
+
+def test_the_random_rows_control_restarts_dead_directions_at_random_inputs():
+    from helpers.exercises.nb09 import _resample_dead
+    chosen = {}
+
+    def spy(W_enc, b_enc, W_dec, x, x_hat, dead, scale):
+        error = ((x - x_hat) ** 2).sum(-1)
+        ranks = error.sqrt().sort().values
+        chosen.setdefault(bool(torch.allclose(ranks, torch.arange(1, len(x) + 1).double(), atol=1e-6)), 0)
+        chosen["rows"] = error.sort(descending=True, stable=True).indices[:int(dead.sum())].tolist()
+        return _resample_dead(W_enc, b_enc, W_dec, x, x_hat, dead, scale)
+
+    run = train_with_step(_training_step, _toy(), steps=600, resample=spy, resample_at=(500,), rows="random")
+    assert True in chosen and chosen["rows"] and isinstance(run, dict)       # errors 1², ..., N², shuffled
+    worst = train_with_step(_training_step, _toy(), steps=600, resample=spy, resample_at=(500,))
+    assert isinstance(worst, dict) and worst != run
+    with pytest.raises(ValueError):
+        train_with_step(_training_step, _toy(), steps=5, rows="best")
+
 def test_a_faulty_step_gets_a_sentence_not_an_exception():
     def raises(*args):
         raise ValueError("boom")

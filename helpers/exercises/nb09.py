@@ -944,6 +944,9 @@ def _step_wrong(kind: str):
         loss.backward()
         with torch.no_grad():
             sign = -1.0 if kind == "ascent" else 1.0
+            if kind == "projected":            # common SAE code: drop the part of W_dec's gradient along its columns
+                g = params[2].grad
+                params[2].grad = g - (g * params[2]).sum(dim=0, keepdim=True) * params[2]
             new = [p - sign * lr * (torch.zeros_like(p) if p.grad is None else p.grad) for p in params]
             if kind == "rows":
                 new[2] = new[2] / new[2].norm(dim=1, keepdim=True)
@@ -977,6 +980,9 @@ check_training_step = _NeedsExercise1(
          _step_wrong("no relu")),
         ("the codes keep every positive pre-activation (a plain ReLU): keep only the k largest per row.",
          _step_wrong("dense relu")),
+        ("you removed the part of W_dec's gradient along each column (as much SAE code does before renormalising); "
+         "this step is plain gradient descent on all four parameters, then the columns scaled to length 1.",
+         _step_wrong("projected")),
     ],
     atol=1e-9, rtol=1e-9, kind="build", domain=_STEP_DOMAIN,
 )
@@ -1062,6 +1068,8 @@ def _resample_wrong(kind: str):
         error = ((x - x_hat) ** 2).sum(dim=-1)
         key = x.norm(dim=-1) if kind == "largest x" else error
         order = key.sort(descending=kind != "best", stable=True).indices
+        if kind == "torch.topk":
+            order = key.topk(len(idx)).indices
         if kind == "ties reversed":                                 # equal errors: the higher row first
             order = len(key) - 1 - key.flip(0).sort(descending=True, stable=True).indices
         pick = order[:1].repeat(len(idx)) if kind == "one row" else order[:len(idx)]
@@ -1092,6 +1100,8 @@ check_resample_dead = Exercise(
          _resample_wrong("no unit")),
         ("the key is the unit row times scale.", _resample_wrong("no scale")),
         ("set a restarted direction's encoder bias b_enc to 0.", _resample_wrong("bias kept")),
+        ("rows with equal errors go lower row first: torch.topk promises no order among ties, but a stable sort "
+         "does (error.sort(descending=True, stable=True).indices).", _resample_wrong("torch.topk")),
         ("rows with equal errors go lower row first (a stable sort, e.g. sort(descending=True, stable=True)).",
          _resample_wrong("ties reversed")),
     ],
