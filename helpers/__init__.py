@@ -75,7 +75,8 @@ toy_runs    notebook 09's toy models of superposition and their dictionaries, se
 neuron_toy  notebook 09's "ReLU hidden layer" toy: polysemantic neurons and a dictionary on them, at three sparsities (shipped)
 dictionary  sparse dictionaries (TopK transcoders) on an FFN: training, reconstruction, sparsity, features vs neurons
 dictionary_study notebook 09's dictionaries on five fact models: the superposition test and its controls (shipped)
-dead_features notebook 09's dead dictionary features and a remedy: AuxK at two coefficients on five fact models (shipped)
+dead_features notebook 09's dead dictionary features and two remedies: AuxK at two coefficients and Exercise 8's
+            resampling on five fact models (shipped)
 used_counts notebook 09's Exercise 5: features used on y, its Gaussian and the slot mixture, per rate and run length (shipped)
 tracking_starts notebook 09's section 6 control: the untrained data start and random-start transcoders (shipped)
 neuron_dictionary notebook 09's section 6.1: a random-start dictionary on the fact model's neurons against the neurons, and whether its features recur across seeds (shipped)
