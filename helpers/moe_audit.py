@@ -39,7 +39,8 @@ from helpers.stats import PairedDifference, Verdict, holm, holm_table, paired_di
 
 __all__ = ["TWIN_PAIRS", "Folded", "equal_flops_line", "equal_flops_split", "lead_shrink_family", "lead_shrink_lines", "long_run_fold",
            "RaceAudit", "balance_verdicts", "fresh_deepseekmoe_lines", "race_audit",
-           "steps_to_dense_loss", "steps_saved_figure", "STEPS_SAVED_KEYS"]
+           "steps_to_dense_loss", "steps_saved_figure", "STEPS_SAVED_KEYS",
+           "STEPS_SAVED_CONTROL"]
 
 #: The 3,000-step pairings: (MoE key, dense twin key) in ``helpers.moe_long_run.load_ten_seeds()``.
 TWIN_PAIRS: tuple[tuple[str, str], ...] = (
@@ -204,17 +205,24 @@ def steps_to_dense_loss(moe: torch.Tensor, target: float) -> int | None:
 
 #: The long run's two keys the steps-saved figure reads (``helpers.moe_long_run``): the MoE, its dense twin.
 STEPS_SAVED_KEYS: tuple[str, str] = ("MoE, lr 0.02", "dense, width 11, lr 0.04")
+#: The dense control read by the same count: width 64, all 1,536 expert parameters active, at its tuned 300-step
+#: rate in the race (0.08), as the MoE runs at its own (0.02).
+STEPS_SAVED_CONTROL = "dense, width 64, lr 0.08"
 
 
 def steps_saved_figure(long: LongRun, curves: dict[str, tuple[torch.Tensor, list[int]]] | None = None,
-                       marked: Sequence[int] = (300, 3_000), colors: Sequence[str] = ("#D55E00", "#0072B2")):
+                       marked: Sequence[int] = (300, 3_000), printed: Sequence[int] = (300, 1_000, 3_000),
+                       colors: Sequence[str] = ("#0072B2", "#D55E00")):
     """Steps to the dense model's loss, two panels. Left: the long run's mean curves (``helpers.moe_long_run
-    .load_curves``: the same runs as ``long``'s seeds) of the top-1 MoE (lr 0.02) and width 11 (lr 0.04), log-x;
-    width 11's loss after each step of ``long.marks`` is its mean over ``long``'s seeds at that mark (as the long run
-    reports it), and the MoE reaches it at the first step its mean curve is at or below it. For each budget of
-    ``marked``, a dashed line at that loss from the MoE's step to the budget. Right: Switch Transformer's 64-expert
-    Switch-Base against T5-Base (section 3.1, ``SWITCH_STEP_BASIS``). Returns the figure and one line: the steps
-    saved at each mark of ``long``."""
+    .load_curves``: the same runs as ``long``'s seeds) of the top-1 MoE (lr 0.02, ``colors[0]``) and width 11
+    (lr 0.04, ``colors[1]``, drawn lighter), log-x, and, if the curves hold it, the dense control
+    ``STEPS_SAVED_CONTROL`` as a thin grey line; width 11's loss after each step of ``long.marks`` is its mean over
+    ``long``'s seeds at that mark (as the long run reports it), and an arm reaches it at the first step its mean
+    curve is at or below it. For each budget of ``marked``, a dashed line at that loss from the MoE's step to the
+    budget. Right: Switch Transformer's 64-expert Switch-Base (``colors[0]``) against T5-Base (black, as
+    ``helpers.moe_configs.switch_figure``; section 3.1, ``SWITCH_STEP_BASIS``). Returns the figure and one line:
+    the steps saved at each budget of ``printed`` (the budgets the long run's rates were chosen for), by the MoE
+    and by the control."""
     import matplotlib.pyplot as plt
 
     from helpers.moe_long_run import load_curves
@@ -225,11 +233,17 @@ def steps_saved_figure(long: LongRun, curves: dict[str, tuple[torch.Tensor, list
         raise ValueError(f"the curves' seeds {seeds} are not the long run's {long.seeds}")
     targets = {b: float(long.loss[STEPS_SAVED_KEYS[1]][i].mean()) for i, b in enumerate(long.marks)}
     reached = {b: steps_to_dense_loss(moe, t) for b, t in targets.items()}
+    control = curves.get(STEPS_SAVED_CONTROL)
+    if control is not None and [int(s) for s in control[1]] != [int(s) for s in long.seeds]:
+        raise ValueError(f"the control's seeds {control[1]} are not the long run's {long.seeds}")
     experts, moe_step, dense_step = SWITCH_STEP_BASIS
     fig, (toy, switch) = plt.subplots(1, 2, figsize=(11.5, 3.8), gridspec_kw={"width_ratios": [1.6, 1]})
     steps = torch.arange(1, len(dense) + 1).numpy()
-    toy.plot(steps, dense.numpy(), color=colors[1], lw=1, label="dense, width 11 (lr 0.04)")
-    toy.plot(steps, moe.numpy(), color=colors[0], lw=1, label="top-1 MoE, 8 experts (lr 0.02)")
+    toy.plot(steps, dense.numpy(), color=colors[1], lw=0.7, alpha=0.7, label="dense, width 11 (lr 0.04)")
+    toy.plot(steps, moe.numpy(), color=colors[0], lw=1.2, label="top-1 MoE, 8 experts (lr 0.02)")
+    if control is not None:
+        toy.plot(steps, control[0].numpy(), color="#999999", lw=0.7,
+                 label="dense, width 64: all 1,536 expert parameters, 6× the FLOPs (lr 0.08)")
     for b in marked:
         target, hit = targets[b], reached[b]
         toy.plot([hit, b], [target, target], color="#333333", ls="--", lw=1.2)
@@ -242,10 +256,10 @@ def steps_saved_figure(long: LongRun, curves: dict[str, tuple[torch.Tensor, list
     toy.set_yticks([0.01, 0.1, 1], ["0.01", "0.1", "1"])
     toy.set_xticks([10, 100, 1_000, 3_000], ["10", "100", "1,000", "3,000"])
     toy.minorticks_off()
-    toy.legend(frameon=False, fontsize=8.5, loc="lower left")
+    toy.legend(frameon=False, fontsize=8, loc="lower left")
     toy.set_title(f"the toy, mean of seeds {seeds[0]}–{seeds[-1]}: steps to width 11's loss", fontsize=10)
     values = [dense_step / 1000, moe_step / 1000]
-    switch.barh([1, 0], values, color=colors[::-1], height=0.6)
+    switch.barh([1, 0], values, color=["#000000", colors[0]], height=0.6)
     for y, v in zip([1, 0], values):
         switch.annotate(f"{v:,.0f}k", (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
     switch.set_yticks([1, 0], ["T5-Base", f"Switch-Base,\n{experts} experts"])
@@ -255,10 +269,17 @@ def steps_saved_figure(long: LongRun, curves: dict[str, tuple[torch.Tensor, list
     switch.set_xlabel("training steps (thousands)")
     fig.suptitle("Steps to reach the dense model's loss, at the same FLOPs per token", fontsize=11)
     fig.tight_layout()
-    line = ("the toy (rates 0.02 and 0.04, chosen for 300 and 3,000 steps): width 11's loss after " + ", ".join(f"{b:,}" for b in long.marks) + " steps; the top-1 MoE "
-            "reaches it at step " + ", ".join(str(reached[b]) for b in long.marks) + ": "
-            + ", ".join(f"{b / reached[b]:.1f}×" for b in long.marks) + " fewer steps")
+
+    def saved(hits: dict[int, int | None]) -> str:
+        return ", ".join("never" if hits[b] is None else f"{b / hits[b]:.1f}×" for b in printed)
+
+    line = (f"width 11's loss after {', '.join(f'{b:,}' for b in printed)} steps: the top-1 MoE reaches it in "
+            f"{saved(reached)} fewer steps")
+    if control is not None:
+        line += (f"; dense width 64, all its 1,536 parameters active, in "
+                 f"{saved({b: steps_to_dense_loss(control[0], targets[b]) for b in printed})} fewer")
     return fig, line
+
 
 def balance_verdicts(race: Race, rerun: Race, fresh: Race) -> Folded:
     """Section 5's family (``BALANCE_PAIRS`` on the late load, then on the loss; Holm over all), shown as its

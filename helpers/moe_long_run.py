@@ -76,6 +76,11 @@ MOE_LONG_SEEDS_5_9_PATH = Path(__file__).parent / "data" / "moe_long_run_moes_se
 #:     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_long_run --results --curves --arms MoE --arm-lrs 0.02 \
 #:         --seeds 0 1 2 3 4 5 6 7 8 9 --out /tmp/c3.json
 #:     python -c "from helpers.moe_long_run import merge_curves; merge_curves(['/tmp/c1.json', '/tmp/c2.json', '/tmp/c3.json'])"
+#: and the dense control (``helpers.moe_audit.STEPS_SAVED_CONTROL``: width 64 at its tuned 300-step rate in the
+#: race), added with the two curves above kept as they are; about 2 more minutes::
+#:     ATEN_CPU_CAPABILITY=avx2 python -m helpers.moe_long_run --results --curves --arms "dense, width 64" \
+#:         --arm-lrs 0.08 --seeds 0 1 2 3 4 5 6 7 8 9 --out /tmp/c4.json
+#:     python -c "from helpers.moe_long_run import CURVES_PATH as P, merge_curves; merge_curves(['/tmp/c4.json'], keep=P)"
 CURVES_PATH = Path(__file__).parent / "data" / "moe_long_run_curves.json"
 
 
@@ -237,9 +242,11 @@ def run_curves(arm: str, lr: float, seeds: Sequence[int], steps: int = STEPS, pr
     return {"key": f"{arm}, lr {lr:g}", "kernel": torch.backends.cpu.get_cpu_capability(), "runs": curves}
 
 
-def merge_curves(paths: Sequence[str | Path], out: str | Path = CURVES_PATH) -> Path:
+def merge_curves(paths: Sequence[str | Path], out: str | Path = CURVES_PATH, keep: str | Path | None = None) -> Path:
     """Average the per-seed curves of the files ``run_curves`` wrote (``--curves``), key by key, into ``out``: per
-    key the mean curve (rounded to 1e-5), its seeds, the kernel of each seed and the per-seed losses at the marks."""
+    key the mean curve (rounded to 1e-5), its seeds, the kernel of each seed and the per-seed losses at the marks.
+    With ``keep``, that merged file's keys come first, unchanged, and ``paths`` add keys it does not have."""
+    kept = {} if keep is None else json.loads(Path(keep).read_text(encoding="utf-8"))["curves"]
     merged: dict[str, dict] = {}
     for p in paths:
         r = json.loads(Path(p).read_text(encoding="utf-8"))
@@ -247,7 +254,9 @@ def merge_curves(paths: Sequence[str | Path], out: str | Path = CURVES_PATH) -> 
         for run in r["runs"]:
             entry["seeds"].append(run["seed"]), entry["kernels"].append(r["kernel"])
             entry["marks"].append(run["marks"]), entry["curves"].append(run["curve"])
-    record = {"made_by": "python -m helpers.moe_long_run --results --curves (see CURVES_PATH)", "curves": {}}
+    if set(kept) & set(merged):
+        raise ValueError(f"{keep} already has {sorted(set(kept) & set(merged))}")
+    record = {"made_by": "python -m helpers.moe_long_run --results --curves (see CURVES_PATH)", "curves": dict(kept)}
     for key, e in merged.items():
         mean = torch.tensor(e.pop("curves"), dtype=torch.float64).mean(0)
         record["curves"][key] = {**e, "mean": [round(float(v), 5) for v in mean]}

@@ -104,7 +104,14 @@ def test_steps_saved_are_read_from_the_long_runs_curves_at_each_mark():
     assert steps_to_dense_loss(moe, -1.0) is None
     fig, line = steps_saved_figure(ten)
     assert len(fig.axes) == 2
-    assert line.endswith("reaches it at step 82, 108, 145, 178: 1.2×, 2.8×, 6.9×, 16.9× fewer steps")
+    assert line.startswith("width 11's loss after 300, 1,000, 3,000 steps: the top-1 MoE reaches it in 2.8×, 6.9×, "
+                           "16.9× fewer steps; dense width 64")
+    control = curves["dense, width 64, lr 0.08"][0]
+    wide = [steps_to_dense_loss(control, float(ten.loss["dense, width 11, lr 0.04"][i].mean())) for i in (1, 2, 3)]
+    assert line.endswith("in " + ", ".join(f"{b / h:.1f}×" for b, h in zip((300, 1_000, 3_000), wide)) + " fewer")
+    fig, line = steps_saved_figure(ten, {k: v for k, v in curves.items() if k != "dense, width 64, lr 0.08"})
+    assert line.endswith("16.9× fewer steps")
+    plt.close("all")
     plt.close(fig)
     with pytest.raises(ValueError, match="not the long run's"):
         steps_saved_figure(LongRun(**{**ten.__dict__, "seeds": [0]}))

@@ -1,5 +1,7 @@
 """helpers.moe_long_run: the long run of the MoEs' dense twins, its command, its file, and the numbers notebook 07
 reads from the shipped run."""
+import json
+
 import pytest
 import torch
 
@@ -183,6 +185,13 @@ def test_the_curves_command_writes_each_seeds_curve_and_merge_averages_them(tmp_
     with pytest.raises(ValueError, match="one arm"):
         main(["--results", "--curves", "--arms", "MoE", "dense, width 11", "--steps", "2", "--out", str(tmp_path / "x")])
     curves = load_curves(merge_curves([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "m.json"))
+    assert main(["--results", "--curves", "--arms", "MoE", "--arm-lrs", "0.02", "--seeds", "0", "--steps", "4",
+                 "--out", str(tmp_path / "c.json")]) == 0
+    kept = merge_curves([tmp_path / "c.json"], tmp_path / "k.json", keep=tmp_path / "m.json")
+    before, after = (json.loads((tmp_path / n).read_text(encoding="utf-8"))["curves"] for n in ("m.json", "k.json"))
+    assert list(after) == ["dense, width 11, lr 0.04", "MoE, lr 0.02"] and after["dense, width 11, lr 0.04"] == before["dense, width 11, lr 0.04"]
+    with pytest.raises(ValueError, match="already has"):
+        merge_curves([tmp_path / "c.json"], tmp_path / "x.json", keep=kept)
     mean, seeds = curves["dense, width 11, lr 0.04"]
     data = lookup_data()
     by_hand = [train_lookup(build_lookup(data, ARMS["dense, width 11"], 8, s), data, steps=4, lr=0.04)[0] for s in (0, 1)]
@@ -195,7 +204,12 @@ def test_the_shipped_curves_are_the_long_runs_seeds_run_again():
 
     shipped = json.loads(CURVES_PATH.read_text(encoding="utf-8"))["curves"]
     ten = load_ten_seeds()
-    assert set(shipped) == {"MoE, lr 0.02", "dense, width 11, lr 0.04"}
+    assert list(shipped) == ["dense, width 11, lr 0.04", "MoE, lr 0.02", "dense, width 64, lr 0.08"]
+    control = shipped.pop("dense, width 64, lr 0.08")          # the dense control: not in the long run's files
+    assert control["seeds"] == ten.seeds and len(control["mean"]) == ten.steps and set(control["kernels"]) == {"AVX2"}
+    for m in ten.marks[:-1]:      # the curve is each step's loss before its update: index m is the loss after m steps
+        after = sum(marks[str(m)] for marks in control["marks"]) / len(control["marks"])
+        assert abs(control["mean"][m] - after) < 2e-5
     for key, entry in shipped.items():
         assert entry["seeds"] == ten.seeds and len(entry["mean"]) == ten.steps
         marks = torch.tensor([[m[str(s)] for s in ten.marks] for m in entry["marks"]], dtype=torch.float64).T
