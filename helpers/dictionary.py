@@ -150,6 +150,12 @@ def _tied_start(x: torch.Tensor, y: torch.Tensor, n_features: int, seed: int) ->
 
 STARTS = {"data": _data_start, "random": _random_start, "tied": _tied_start}
 
+#: ``train_dictionaries``' hooks (see its docstring): ``extra_loss(pre, codes, y_hat, y_batch, W_dec, variance)``
+#: returns an ``(S,)`` term to add to the loss (or None); ``before_step(t, params, opt)`` runs before step t.
+ExtraLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+                     torch.Tensor | None]
+BeforeStep = Callable[[int, list[torch.Tensor], torch.optim.Optimizer], None]
+
 
 def random_dictionary(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seed: int = 0) -> TopKDictionary:
     """The control: a dictionary of random directions, never trained (``train_dictionaries``'s ``"random"`` start).
@@ -177,7 +183,8 @@ def _per_seed(name: str, t: torch.Tensor, n_seeds: int, dtype: torch.dtype) -> t
 def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int | Sequence[int],
                        seeds: Sequence[int], *, steps: int = 3000, batch_size: int = 64, lr: float = 3e-2,
                        start: str | Sequence[str] = "data", dtype: torch.dtype = torch.float32,
-                       progress: bool = True, desc: str = "dictionaries") -> list[TopKDictionary]:
+                       progress: bool = True, desc: str = "dictionaries", extra_loss: ExtraLoss | None = None,
+                       before_step: BeforeStep | None = None) -> list[TopKDictionary]:
     """Train one TopK dictionary per seed to map ``x`` to ``y``; return them in seed order.
 
     ``x``: ``(N, d_in)`` shared by every seed, or ``(S, N, d_in)`` with one data set per seed (so a transcoder
@@ -193,6 +200,18 @@ def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int
     (column of ``W_dec``) is scaled back to unit norm, so a code is the size of its feature's contribution.
     All seeds train as one batched computation, in ``dtype`` (float64 for small problems whose result should
     not depend on the CPU's float32 kernels). Deterministic on a given machine.
+
+    Two optional hooks let a variant of the recipe reuse this loop (``helpers.dead_features.train_auxk`` adds
+    the AuxK term and resampling through them); without them the loop is the recipe above, unchanged:
+
+    * ``extra_loss(pre, codes, y_hat, y_batch, W_dec, variance)``, called every step once the loss is computed:
+      ``pre`` and ``codes`` ``(S, B, F)`` are the batch's pre-activations and TopK codes, ``y_hat`` and
+      ``y_batch`` ``(S, B, d_out)`` its prediction and target, ``W_dec`` ``(S, d_out, F)`` the values,
+      ``variance`` ``(S,)`` each seed's data variance (the loss's divisor). It returns an ``(S,)`` term that is
+      added to each seed's loss, or ``None`` to add nothing at this step.
+    * ``before_step(t, params, opt)``, called before step ``t`` (0 to ``steps - 1``) draws its batch:
+      ``params`` is the list ``[W_enc (S, F, d_in), b_enc (S, F), W_dec (S, d_out, F), b_dec (S, d_out)]`` being
+      trained and ``opt`` their Adam optimiser; it may change both in place (under ``torch.no_grad()``).
     """
     validate.positive_int("n_features", n_features)
     validate.positive_int("steps", steps)
@@ -215,12 +234,14 @@ def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int
         raise ValueError(f"k must be an int or have one entry per seed ({len(seeds)}), got {len(ks)}")
     ks = [validate.int_in_range("k", v, 1, n_features) for v in ks]
     with torch.enable_grad():                                # trains even where the caller turned autograd off
-        params = _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progress, desc)
+        params = _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progress, desc,
+                        extra_loss, before_step)
     W_enc, b_enc, W_dec, b_dec = params
     return [TopKDictionary(W_enc[i], b_enc[i], W_dec[i], b_dec[i], ks[i]).eval() for i in range(len(seeds))]
 
 
-def _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progress, desc) -> list[torch.Tensor]:
+def _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progress, desc, extra_loss=None,
+           before_step=None) -> list[torch.Tensor]:
     """``train_dictionaries``' loop: the stacked parameters ``(W_enc, b_enc, W_dec, b_dec)`` after training."""
     rank_ok = torch.arange(max(ks)) < torch.tensor(ks)[:, None, None]                  # (S, 1, k_max)
     first = [[t.to(xs.dtype) for t in STARTS[how](xs[i], ys[i], n_features, s)]
@@ -232,13 +253,20 @@ def _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progres
     which = torch.arange(len(seeds))[:, None]
     opt = torch.optim.Adam(params, lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
-    for _ in progress_bar(range(steps), desc=desc, disable=not progress):
+    for t in progress_bar(range(steps), desc=desc, disable=not progress):
+        if before_step is not None:
+            before_step(t, params, opt)
         rows = torch.stack([torch.randint(0, xs.shape[1], (batch_size,), generator=g) for g in gens])   # (S, B)
         pre = torch.baddbmm(b_enc[:, None, :], xs[which, rows], W_enc.transpose(1, 2))                 # (S, B, F)
         top = pre.topk(max(ks), dim=-1)     # exact ties have probability 0 here, so no tie rule is needed
         codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values) * rank_ok)
         y_hat = torch.baddbmm(b_dec[:, None, :], codes, W_dec.transpose(1, 2))                     # (S, B, d_out)
-        loss = ((y_hat - ys[which, rows]) ** 2).sum(-1).mean(-1) / variance                        # (S,)
+        y_batch = ys[which, rows]                                                                 # (S, B, d_out)
+        loss = ((y_hat - y_batch) ** 2).sum(-1).mean(-1) / variance                                # (S,)
+        if extra_loss is not None:
+            extra = extra_loss(pre, codes, y_hat, y_batch, W_dec, variance)                        # (S,) or None
+            if extra is not None:
+                loss = loss + extra
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
