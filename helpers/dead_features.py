@@ -23,10 +23,9 @@ from pathlib import Path
 import torch
 
 from helpers import validate
-from helpers.dictionary import STARTS, TopKDictionary, fact_prefixes, firing_counts, fvu
+from helpers.dictionary import TopKDictionary, fact_prefixes, firing_counts, fvu, train_dictionaries
 from helpers.dictionary_study import ARM_LR, MODELS, RECIPE, layer_data
 from helpers.facts import load_facts, make_dataset
-from helpers.progress import progress as progress_bar
 from helpers.stats import PairedDifference, paired_difference
 
 __all__ = ["AUX_COEFS", "RESAMPLE_AT", "K_AUX", "DEAD_WINDOW", "AUXK_PATH", "train_auxk", "auxk_runs", "load_auxk",
@@ -61,9 +60,10 @@ def train_auxk(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seeds:
     With ``resample_at`` (the ``"resample"`` arm: steps 250 and 500, no AuxK), Exercise 8's rule for a transcoder
     runs before those steps (``_resample``).
 
-    ``train_auxk`` is ``helpers.dictionary.train_dictionaries``' loop (the data start, batches of 64, Adam with a
-    linearly falling rate, unit-norm values) with that term; with ``aux_coef = 0`` it is the recipe itself, run for
-    run.
+    ``train_auxk`` is ``helpers.dictionary.train_dictionaries`` (the data start, batches of 64, Adam with a linearly
+    falling rate, unit-norm values), in float64, with that term added through its ``extra_loss`` hook and resampling
+    through its ``before_step`` hook; with ``aux_coef = 0`` (and no ``resample_at``) it is the recipe itself, run
+    for run.
     """
     validate.positive_int("n_features", n_features)
     k = validate.int_in_range("k", k, 1, n_features)
@@ -73,41 +73,31 @@ def train_auxk(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int, seeds:
     if aux_coef < 0:
         raise ValueError(f"aux_coef must be >= 0, got {aux_coef}")
     x, y = x.double(), y.double()
-    first = [STARTS["data"](x, y, n_features, s) for s in seeds]
-    params = [torch.stack([t.double() for t in p]).requires_grad_() for p in zip(*first)]
-    W_enc, b_enc, W_dec, b_dec = params                      # (S, F, d_in), (S, F), (S, d_out, F), (S, d_out)
-    gens = [torch.Generator().manual_seed(10_000 + s) for s in seeds]
-    variance = ((y - y.mean(0)) ** 2).sum(-1).mean()
     since_fired = torch.zeros(len(seeds), n_features, dtype=torch.long)          # steps since each feature fired
-    opt = torch.optim.Adam(params, lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
-    with torch.enable_grad():
-        for t in progress_bar(range(steps), desc=desc, disable=not progress):
-            if t in resample_at:
-                _resample(x, y, k, params, opt)
-            rows = torch.stack([torch.randint(0, len(x), (batch_size,), generator=g) for g in gens])   # (S, B)
-            pre = torch.baddbmm(b_enc[:, None, :], x[rows], W_enc.transpose(1, 2))                    # (S, B, F)
-            top = pre.topk(k, dim=-1)
-            codes = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
-            y_hat = torch.baddbmm(b_dec[:, None, :], codes, W_dec.transpose(1, 2))                    # (S, B, d_out)
-            loss = ((y_hat - y[rows]) ** 2).sum(-1).mean(-1) / variance                                # (S,)
-            fired = (codes > 0).any(1)                                                                 # (S, F)
-            since_fired = torch.where(fired, 0, since_fired + 1)
-            dead = since_fired >= dead_window
-            if aux_coef > 0 and bool(dead.any()):
-                masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
-                aux = masked.topk(min(k_aux, n_features), dim=-1)
-                z = torch.zeros_like(pre).scatter(-1, aux.indices, torch.relu(aux.values.clamp_min(0)))
-                residual = (y[rows] - y_hat).detach()
-                loss = loss + aux_coef * ((z @ W_dec.transpose(1, 2) - residual) ** 2).sum(-1).mean(-1) / variance
-            opt.zero_grad(set_to_none=True)
-            loss.sum().backward()
-            opt.step()
-            schedule.step()
-            with torch.no_grad():
-                W_dec /= W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return [TopKDictionary(W_enc[i].detach(), b_enc[i].detach(), W_dec[i].detach(), b_dec[i].detach(), k).eval()
-            for i in range(len(seeds))]
+
+    def aux_term(pre, codes, y_hat, y_batch, W_dec, variance):
+        """The ``extra_loss`` hook: update the dead-feature counter; the AuxK term ``(S,)`` if any are dead."""
+        nonlocal since_fired
+        fired = (codes > 0).any(1)                                                                     # (S, F)
+        since_fired = torch.where(fired, 0, since_fired + 1)
+        dead = since_fired >= dead_window
+        if not bool(dead.any()):
+            return None
+        masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
+        aux = masked.topk(k_aux, dim=-1)
+        z = torch.zeros_like(pre).scatter(-1, aux.indices, torch.relu(aux.values.clamp_min(0)))       # (S, B, F)
+        residual = (y_batch - y_hat).detach()                                                          # (S, B, d_out)
+        return aux_coef * ((z @ W_dec.transpose(1, 2) - residual) ** 2).sum(-1).mean(-1) / variance
+
+    def resample(t, params, opt):
+        """The ``before_step`` hook: Exercise 8's resampling before the steps ``resample_at``."""
+        if t in resample_at:
+            _resample(x, y, k, params, opt)
+
+    return train_dictionaries(x, y, n_features, k, seeds, steps=steps, batch_size=batch_size, lr=lr,
+                              dtype=torch.float64, progress=progress, desc=desc,
+                              extra_loss=aux_term if aux_coef > 0 else None,
+                              before_step=resample if resample_at else None)
 
 
 def _resample(x: torch.Tensor, y: torch.Tensor, k: int, params: list[torch.Tensor], opt: torch.optim.Adam) -> None:
