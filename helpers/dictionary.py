@@ -211,7 +211,8 @@ def train_dictionaries(x: torch.Tensor, y: torch.Tensor, n_features: int, k: int
       added to each seed's loss, or ``None`` to add nothing at this step.
     * ``before_step(t, params, opt)``, called before step ``t`` (0 to ``steps - 1``) draws its batch:
       ``params`` is the list ``[W_enc (S, F, d_in), b_enc (S, F), W_dec (S, d_out, F), b_dec (S, d_out)]`` being
-      trained and ``opt`` their Adam optimiser; it may change both in place (under ``torch.no_grad()``).
+      trained and ``opt`` their Adam optimiser; it may change both in place, wrapping its own edits in
+      ``torch.no_grad()`` (the parameters require grad).
     """
     validate.positive_int("n_features", n_features)
     validate.positive_int("steps", steps)
@@ -266,6 +267,9 @@ def _train(xs, ys, n_features, ks, seeds, steps, batch_size, lr, starts, progres
         if extra_loss is not None:
             extra = extra_loss(pre, codes, y_hat, y_batch, W_dec, variance)                        # (S,) or None
             if extra is not None:
+                if extra.shape != loss.shape:
+                    raise ValueError(f"extra_loss must return one value per seed, shape {tuple(loss.shape)}, "
+                                     f"got {tuple(extra.shape)}")
                 loss = loss + extra
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()

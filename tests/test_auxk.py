@@ -1,6 +1,7 @@
 """helpers.dead_features.train_auxk: AuxK on notebook 09's transcoders, and its shipped runs."""
 import json
 
+import pytest
 import torch
 
 from helpers.dead_features import (AUX_COEFS, RESAMPLE_AT, _resample, arm_means, arm_names, auxk_family, auxk_runs,
@@ -20,6 +21,26 @@ def test_without_the_aux_term_it_is_the_recipe():
     recipe = train_dictionaries(x, y, 16, 2, [0, 1], steps=40, dtype=torch.float64, progress=False)
     for a, b in zip(ours, recipe):
         assert torch.allclose(a.W_dec, b.W_dec, atol=1e-10) and torch.allclose(a.W_enc, b.W_enc, atol=1e-10)
+
+
+def test_hooks_that_do_nothing_leave_the_recipe_bit_for_bit():
+    x, y = _data()
+    calls = []
+    quiet = train_dictionaries(x, y, 16, 2, [0, 1], steps=30, dtype=torch.float64, progress=False,
+                               extra_loss=lambda *args: calls.append("loss") or None,
+                               before_step=lambda t, params, opt: calls.append("step"))
+    recipe = train_dictionaries(x, y, 16, 2, [0, 1], steps=30, dtype=torch.float64, progress=False)
+    assert calls.count("loss") == calls.count("step") == 30
+    for a, b in zip(quiet, recipe):
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_an_extra_loss_of_the_wrong_shape_is_refused():
+    x, y = _data()
+    with pytest.raises(ValueError, match="one value per seed"):
+        train_dictionaries(x, y, 16, 2, [0, 1], steps=2, dtype=torch.float64, progress=False,
+                           extra_loss=lambda pre, *rest: pre.new_zeros(()))
 
 
 def test_the_aux_term_moves_only_features_dead_in_training():
