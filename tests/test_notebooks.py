@@ -153,6 +153,22 @@ def test_exercise_headings_say_build_or_investigate(path):
     assert "build" in kinds, "at least one build exercise"
 
 
+#: a row of README's study table: ``| 08 | about 2 h | 6 (1 build, 2 investigate, 3 debug) | 4,499 |``
+STUDY_ROW = re.compile(r"^\| (\d\d) \| about [^|]+ \| (\d+) \(([^)]*)\) \| [\d,]+ \|$", re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_readme_study_table_counts_the_exercises(path):
+    rows = {nn: (int(total), parts) for nn, total, parts in STUDY_ROW.findall(README)}
+    assert path.name[:2] in rows, f"README's study table has no row for {path.name[:2]}"
+    total, parts = rows[path.name[:2]]
+    kinds = [kind for _, _, kind in exercise_headings(load(path))]
+    said = {kind: int(n) for n, kind in re.findall(r"(\d+) (build|investigate|debug)", parts)}
+    counted = {kind: kinds.count(kind) for kind in ("build", "investigate", "debug") if kind in kinds}
+    assert (total, said) == (len(kinds), counted), \
+        f"README's study table says {total} ({parts}); the notebook has {len(kinds)} {counted}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_headings_agree_with_the_checkers_and_the_solutions(path):
     nb = load(path)
