@@ -22,7 +22,7 @@ import torch
 from helpers.folded import Folded
 from helpers.moe_runs import busiest, holm_groups, lm_families, over_seeds, starved, summaries
 from helpers.precision import bound
-from helpers.stats import Comparison, holm, holm_table, paired_difference
+from helpers.stats import Comparison, PairedDifference, holm, holm_table, paired_difference
 
 #: The keys ``rerun_seed_zero`` fills, in the order ``live_checks_line`` prints them.
 LIVE_ORDER = ("section 6", "section 7", "section 8", "collapse", "z-loss", "no FFN", "section 9", "section 10")
@@ -542,17 +542,22 @@ def load_delay(path: Path = DELAY_PATH) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def delay_family(delay: dict) -> dict[str, Comparison]:
-    """α = 0.1 − α = 0 in cross-entropy at ``SLOW_LR``, paired over the file's seeds, at every checkpoint after the
-    first: step 15 is judged once, in ``fit_family`` (the same runs), so each comparison sits in one Holm family."""
+def delay_differences(delay: dict) -> dict[str, PairedDifference]:
+    """α = 0.1 − α = 0 in cross-entropy at ``SLOW_LR``, paired over the file's seeds, at every checkpoint."""
     runs = delay["runs"]
     seeds = sorted(runs["MoE, α = 0"], key=int)
 
     def ce(arm: str, step: str) -> torch.Tensor:
         return torch.tensor([runs[arm][s][step] for s in seeds], dtype=torch.float64)
 
-    steps = [str(k) for k in delay["settings"]["steps"]][1:]
-    return {f"step {k}": paired_difference(ce("MoE, α = 0.1", k), ce("MoE, α = 0", k)) for k in steps}
+    return {f"step {k}": paired_difference(ce("MoE, α = 0.1", str(k)), ce("MoE, α = 0", str(k)))
+            for k in delay["settings"]["steps"]}
+
+
+def delay_family(delay: dict) -> dict[str, Comparison]:
+    """``delay_differences`` after the first checkpoint: step 15 is judged once, in ``fit_family`` (the same runs),
+    so each comparison sits in one Holm family."""
+    return dict(list(delay_differences(delay).items())[1:])
 
 
 def delay_line(delay: dict) -> str:
@@ -578,12 +583,9 @@ def three_prices_figure(study: dict, delay: dict, lr: float):
     alphas = ("0", "0.1")
     waiting = [torch.tensor([busiest(s) for s in summaries(study, f"MoE, α = {a}", lr)]) for a in alphas]
     drops = [100 * capacity_values(study, f"MoE, α = {a}", lr, "top1", CAPACITY_FACTORS.index(1.25)) for a in alphas]
-    runs = delay["runs"]
-    seeds = sorted(runs["MoE, α = 0"], key=int)
-    fits = [paired_difference(values(study, "MoE, α = 0.1", "ce", lr), values(study, "MoE, α = 0", "ce", lr))]
-    for k in (str(k) for k in delay["settings"]["steps"]):
-        ce = {a: torch.tensor([runs[f"MoE, α = {a}"][s][k] for s in seeds], dtype=torch.float64) for a in alphas}
-        fits.append(paired_difference(ce["0.1"], ce["0"]))
+    seeds = sorted(delay["runs"]["MoE, α = 0"], key=int)
+    fits = [paired_difference(values(study, "MoE, α = 0.1", "ce", lr), values(study, "MoE, α = 0", "ce", lr)),
+            *delay_differences(delay).values()]
     fit_labels = ["15\n(lr 1e-2)", *(f"{k}\n(lr 1e-3)" for k in delay["settings"]["steps"])]
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
@@ -618,18 +620,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--purity", action="store_true", help="train section 9's ten seeds and write PURITY_PATH")
     parser.add_argument("--delay", action="store_true", help="train the slow start's 60-step runs, write DELAY_PATH")
     args = parser.parse_args(argv)
-    if args.delay:
-        torch.set_num_threads(1)
-        study = delay_study()
-        DELAY_PATH.write_text(json.dumps(study) + "\n")
-        print(delay_line(study))
-        return
-    if args.purity:
-        torch.set_num_threads(1)
-        study = purity_study()
-        PURITY_PATH.write_text(json.dumps(study) + "\n")
-        print(purity_lines(study))
-        return
+    for wanted, make, path, show in ((args.delay, delay_study, DELAY_PATH, delay_line),
+                                     (args.purity, purity_study, PURITY_PATH, purity_lines)):
+        if wanted:                                           # train, ship, then print what the notebook reads
+            torch.set_num_threads(1)
+            study = make()
+            path.write_text(json.dumps(study) + "\n")
+            print(show(study))
+            return
     if not args.fit:
         parser.print_help()
         return
